@@ -1,0 +1,53 @@
+# Helpers shared by idem's CMake files.
+
+# Warnings for idem's own targets only (never forced on users' targets).
+function(idem_warnings target)
+  target_compile_options(${target} PRIVATE -Wall -Wextra -Wpedantic -Wshadow -Wconversion
+                                           -Wno-sign-conversion -Wnon-virtual-dtor)
+  if(IDEM_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()
+
+# idem_backend_enabled(<name> <find_package name> <out var>)
+# Resolves IDEM_WITH_<NAME> (AUTO|ON|OFF): AUTO builds the backend when its client library is
+# found, ON requires it, OFF skips it.
+function(idem_backend_enabled name package out)
+  string(TOUPPER ${name} upper)
+  set(mode ${IDEM_WITH_${upper}})
+  if(NOT mode)
+    set(mode AUTO)
+  endif()
+  if(mode STREQUAL "OFF")
+    set(${out} OFF PARENT_SCOPE)
+    return()
+  endif()
+  if(mode STREQUAL "ON")
+    find_package(${package} REQUIRED)
+  else()
+    find_package(${package} QUIET)
+  endif()
+  if(${package}_FOUND)
+    set(${out} ON PARENT_SCOPE)
+  else()
+    message(STATUS "idem: ${name} backend skipped (${package} not found)")
+    set(${out} OFF PARENT_SCOPE)
+  endif()
+endfunction()
+
+# idem_library(<name> SOURCES ... DEPS ...) — an idem component: target idem_<name>, alias
+# idem::<name>, public headers in include/, exported as component <name>.
+function(idem_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
+  add_library(idem_${name} ${ARG_SOURCES})
+  add_library(idem::${name} ALIAS idem_${name})
+  set_target_properties(idem_${name} PROPERTIES OUTPUT_NAME idem_${name} EXPORT_NAME ${name}
+                                                POSITION_INDEPENDENT_CODE ON)
+  target_include_directories(idem_${name} PUBLIC
+    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
+    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  target_compile_features(idem_${name} PUBLIC cxx_std_20)
+  target_link_libraries(idem_${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
+  idem_warnings(idem_${name})
+  set_property(GLOBAL APPEND PROPERTY IDEM_COMPONENTS ${name})
+endfunction()

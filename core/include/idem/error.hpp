@@ -1,0 +1,149 @@
+// idem errors.
+//
+// Every error idem throws derives from idem::Error (itself a std::runtime_error). Each carries:
+//   * code()      — a stable machine-readable code (ErrorCode, name via code_name()),
+//   * retryable() — trying the same call again later may succeed (a busy database, a lost
+//                   connection, a duplicate that is still in progress),
+//   * in_doubt()  — the write may or may not have happened (a commit whose outcome is unknown).
+//                   Retry logic must not blindly re-run an operation whose outcome is in doubt.
+//
+// Expected outcomes — a duplicate delivery, an already completed key — are return values, not
+// exceptions. AlreadyInProgress is the one exception to that rule: it is thrown out of a handler
+// so that the transport does not acknowledge the delivery and redelivers it later.
+//
+// Thread-safety: error objects are immutable after construction; copies may be used freely.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+namespace idem {
+
+// Stable error codes. Values never change meaning; new codes are only appended.
+enum class ErrorCode {
+  invalid_argument,       // bad input to an idem call (empty name, NUL byte, bad option)
+  invalid_key,            // an idempotency key / event id / consumer name failed validation
+  config_error,           // contradictory or unusable options
+  store_error,            // a store/recorder backend failed (see retryable()/in_doubt())
+  store_open_failed,      // the store could not be opened (path, permissions)
+  store_not_a_database,   // the file exists but is not a database of the expected kind
+  store_read_only,        // the store refuses writes
+  store_busy,             // the store stayed locked past its busy timeout
+  store_corrupt_record,   // a stored record could not be decoded
+  already_in_progress,    // another delivery/call holds the claim right now
+  reentry,                // the owner of a key called the same key while running it
+  key_reuse,              // a key was reused with different arguments (fingerprint mismatch)
+  timeout,                // an attempt exceeded its deadline
+  circuit_open,           // the circuit breaker rejected the call
+  validation_failed,      // a result validator rejected the result
+  fallback_chain_failed,  // every fallback failed
+  operation_failed,       // the resilient operation failed (carries the report)
+  cancelled,              // the caller's stop token was triggered
+  decode_error,           // a Codec could not decode stored bytes
+  not_supported,          // the backend does not support the requested mode
+};
+
+// The stable name of a code, e.g. "store_busy".
+std::string_view code_name(ErrorCode code) noexcept;
+
+class Error : public std::runtime_error {
+ public:
+  Error(ErrorCode code, const std::string& message, bool retryable = false,
+        bool in_doubt = false);
+
+  ErrorCode code() const noexcept { return code_; }
+  std::string_view code_name() const noexcept { return idem::code_name(code_); }
+  bool retryable() const noexcept { return retryable_; }
+  bool in_doubt() const noexcept { return in_doubt_; }
+
+ private:
+  ErrorCode code_;
+  bool retryable_;
+  bool in_doubt_;
+};
+
+// Bad input to an idem call. Never retryable: the same input fails again.
+class InvalidArgument : public Error {
+ public:
+  explicit InvalidArgument(const std::string& message,
+                           ErrorCode code = ErrorCode::invalid_argument)
+      : Error(code, message) {}
+};
+
+// A key, event id or consumer name that failed validation (empty, too long, NUL byte, ...).
+class InvalidKey : public InvalidArgument {
+ public:
+  explicit InvalidKey(const std::string& message)
+      : InvalidArgument(message, ErrorCode::invalid_key) {}
+};
+
+// Contradictory or unusable options, reported at construction.
+class ConfigError : public InvalidArgument {
+ public:
+  explicit ConfigError(const std::string& message)
+      : InvalidArgument(message, ErrorCode::config_error) {}
+};
+
+// A backend failure. The backend sets retryable()/in_doubt() to say what the caller may do.
+class StoreError : public Error {
+ public:
+  StoreError(ErrorCode code, const std::string& message, bool retryable = false,
+             bool in_doubt = false)
+      : Error(code, message, retryable, in_doubt) {}
+  explicit StoreError(const std::string& message, bool retryable = false, bool in_doubt = false)
+      : Error(ErrorCode::store_error, message, retryable, in_doubt) {}
+};
+
+// The requested mode is not available on this backend (e.g. transactional on memory).
+class NotSupported : public Error {
+ public:
+  explicit NotSupported(const std::string& message) : Error(ErrorCode::not_supported, message) {}
+};
+
+// Another delivery or call holds the claim on this key right now. Retryable: deliver the event
+// again later (it will then be dropped as processed, or run if the holder gave up).
+class AlreadyInProgress : public Error {
+ public:
+  explicit AlreadyInProgress(const std::string& message)
+      : Error(ErrorCode::already_in_progress, message, /*retryable=*/true) {}
+};
+
+// A stored record could not be decoded (corrupt row, unknown state, undecodable result).
+class DecodeError : public StoreError {
+ public:
+  explicit DecodeError(const std::string& message)
+      : StoreError(ErrorCode::decode_error, message) {}
+};
+
+// The owner of an idempotency key called the same key again while running it. Waiting would
+// deadlock, so idem refuses.
+class ReentryError : public Error {
+ public:
+  ReentryError(const std::string& key, const std::string& message)
+      : Error(ErrorCode::reentry, message), key_(key) {}
+  const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
+};
+
+// A key was reused with arguments whose fingerprint differs from the first call's. The call did
+// not run. (IETF Idempotency-Key draft: 422.)
+class KeyReuseError : public Error {
+ public:
+  KeyReuseError(const std::string& key, const std::string& message)
+      : Error(ErrorCode::key_reuse, message), key_(key) {}
+  const std::string& key() const noexcept { return key_; }
+
+ private:
+  std::string key_;
+};
+
+// The caller's stop token was triggered while it waited.
+class Cancelled : public Error {
+ public:
+  explicit Cancelled(const std::string& message) : Error(ErrorCode::cancelled, message) {}
+};
+
+}  // namespace idem

@@ -1,0 +1,140 @@
+// Idempotent execution of one call per key: join, replay, or execute.
+//
+// IdempotencyCoordinator sits between a resilient operation and an IdempotencyStore and decides,
+// for each call with a key, whether it
+//   * executes  — it claimed the key; it runs the whole resilience lifecycle (retries, timeout,
+//                 breaker, fallbacks) once, then completes (success) or releases (failure);
+//   * joins     — another caller in this process is executing the same key right now: it waits
+//                 for that execution and gets its value or its exception (no store round trip,
+//                 no serialization, no retries or fallbacks of its own);
+//   * replays   — a completed record is live: it gets the stored value and the original report.
+// Failures are never cached. While the owner runs, its lease is renewed in the background, so
+// only a dead owner's claim is ever taken over.
+//
+// Callers in other processes that find the key IN_PROGRESS either wait (bounded) and then replay
+// or execute, or get AlreadyInProgress — IdempotencyPolicy::in_progress decides.
+//
+// The coordinator is type-erased (values travel as std::shared_ptr<const void>); the typed
+// front-ends (idem::resilient, idem::operation) wrap it.
+//
+// Thread-safety: IdempotencyCoordinator is safe to share between threads. One coordinator
+// exists per store instance (for_store), so every callable using a store joins the others.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+
+#include "idem/clock.hpp"
+#include "idem/idempotency_store.hpp"
+#include "idem/report.hpp"
+
+namespace idem {
+
+enum class IdempotencyStatus { executed, joined, replayed };
+
+// "executed", "joined", "replayed".
+std::string_view to_string(IdempotencyStatus status) noexcept;
+
+// What a caller does when the key is IN_PROGRESS in another process (no in-process owner).
+enum class InProgressPolicy {
+  wait,    // wait (bounded by max_wait) for the owner, then replay its result or execute
+  reject,  // throw AlreadyInProgress at once
+};
+
+struct IdempotencyPolicy {
+  // The store. Null: the process-wide default InMemoryIdempotencyStore.
+  std::shared_ptr<IdempotencyStore> store;
+  // How long a successful result is replayed, counted from completion. Default 1 h.
+  Millis ttl = std::chrono::hours(1);
+  // The owner's lease. Renewed every lease/3 while the owner runs, so it only has to outlive a
+  // stalled renewal, not the operation. Default 30 s.
+  Millis lease = std::chrono::seconds(30);
+  // Callers that find the key in progress in another process. Default: wait.
+  InProgressPolicy in_progress = InProgressPolicy::wait;
+  // The longest a caller waits for another process's owner before AlreadyInProgress. 30 s.
+  Millis max_wait = std::chrono::seconds(30);
+  // Time source for leases and expiry decisions. Default: the system clock.
+  std::shared_ptr<Clock> clock;
+};
+
+// Encodes/decodes the typed value for stores that need bytes (see codec.hpp). Unused by
+// in-process stores.
+struct ErasedCodec {
+  std::function<std::string(const void* object)> encode;  // object may be null (void)
+  std::function<std::shared_ptr<const void>(std::string_view bytes)> decode;
+};
+
+// The owner's successful outcome, handed back to the coordinator.
+struct Execution {
+  std::shared_ptr<const void> value;  // null for void operations
+  ExecutionReport report;
+};
+
+// What the coordinator gives every caller.
+struct CoordinatedResult {
+  std::shared_ptr<const void> value;
+  ExecutionReport report;  // idempotency_* metadata merged in
+  IdempotencyStatus status = IdempotencyStatus::executed;
+};
+
+// Keeps a failed execution's key claimed while work it started is still running (an attempt
+// that timed out but did not stop). The executor calls retain() and hands the token to that
+// work; the key is released only when execute() has returned/thrown AND every token is gone.
+// New callers meanwhile join nothing (the owner already failed); they wait for the release and
+// then execute — never beside the lingering attempt.
+class ClaimHold {
+ public:
+  virtual ~ClaimHold() = default;
+  virtual std::shared_ptr<void> retain() = 0;
+};
+
+// Per-call parameters.
+struct IdempotentCall {
+  std::string key;                         // validated with validate_key()
+  std::optional<std::string> fingerprint;  // of the arguments, see fingerprint.hpp
+  const ErasedCodec* codec = nullptr;      // required when the store needs bytes
+  std::optional<std::type_index> type;     // the value type, checked on replay
+  std::stop_token stop;                    // a waiter stops waiting (Cancelled); never the owner
+  std::optional<SteadyTime> wait_deadline; // a waiter gives up then (TimeoutError)
+  std::string operation;                   // operation name, for messages and events
+};
+
+class IdempotencyCoordinator {
+ public:
+  virtual ~IdempotencyCoordinator() = default;
+
+  // The coordinator for `store` (created on first use, shared by every caller of that store
+  // instance). A null store means the process-wide default InMemoryIdempotencyStore.
+  static std::shared_ptr<IdempotencyCoordinator> for_store(std::shared_ptr<IdempotencyStore> store);
+
+  // Runs `execute` at most once among concurrent callers with the same key and replays its
+  // success for policy.ttl. Throws: KeyReuseError (fingerprint mismatch, nothing run),
+  // ReentryError (this execution context already owns `key`), AlreadyInProgress (reject policy
+  // or max_wait passed), Cancelled / TimeoutError (a waiter gave up), StoreError, and whatever
+  // `execute` threw (for the owner and its joiners alike, any exception type).
+  virtual CoordinatedResult run(const IdempotencyPolicy& policy, const IdempotentCall& call,
+                                const std::function<Execution(ClaimHold&)>& execute) = 0;
+};
+
+// Re-entrancy is detected per execution context: the keys owned by the current thread. Work
+// that an owner moves to another thread (an attempt run under a timeout) carries the context
+// along with these two calls, so a nested call with the same key from there is caught too.
+class OwnedKeys;
+std::shared_ptr<const OwnedKeys> current_owned_keys();
+class OwnedKeysScope {
+ public:
+  explicit OwnedKeysScope(std::shared_ptr<const OwnedKeys> keys);
+  ~OwnedKeysScope();
+  OwnedKeysScope(const OwnedKeysScope&) = delete;
+  OwnedKeysScope& operator=(const OwnedKeysScope&) = delete;
+
+ private:
+  std::shared_ptr<const OwnedKeys> previous_;
+};
+
+}  // namespace idem

@@ -1,0 +1,123 @@
+// IdempotencyStore: the record-per-key protocol behind idempotent operations.
+//
+// One record per idempotency key (DESIGN.md §2):
+//
+//   (absent) --claim--> IN_PROGRESS{token, lease_until, fingerprint}
+//   IN_PROGRESS --complete(token, value, report, ttl)--> COMPLETED{value, report, expires_at}
+//   IN_PROGRESS --release(token)--> (absent)                       (the operation failed)
+//   IN_PROGRESS, lease_until <= now --claim--> IN_PROGRESS{larger token}   (takeover)
+//   COMPLETED, expires_at <= now   --claim--> IN_PROGRESS{larger token}   (expired)
+//
+// claim() is one atomic store operation, never check-then-act. Tokens are fencing tokens:
+// complete/release/renew with a token that is no longer current change nothing and return false.
+// Expiry is decided by the store on every read against the injected clock; store-side TTLs only
+// reclaim space. A record is expired when now >= expires_at (the boundary instant is expired).
+//
+// Values cross the protocol as StoredValue: an in-process store keeps the typed object
+// (needs_bytes() == false, no serialization); a durable store asks for bytes
+// (needs_bytes() == true) that the caller encodes with idem::Codec<T>.
+//
+// The coordinator that joins concurrent callers in one process, renews leases and decides
+// executed/joined/replayed is written once (idempotency.hpp); stores implement only these
+// primitives. A conformance suite for stores lives in idem/testing/store_conformance.hpp.
+//
+// Thread-safety: implementations must be safe to share between threads.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <typeindex>
+
+#include "idem/clock.hpp"
+#include "idem/report.hpp"
+
+namespace idem {
+
+// A result value crossing the store protocol: a typed in-process object, encoded bytes, or
+// both. `object` is null for a void operation (and `bytes` then holds "").
+struct StoredValue {
+  std::shared_ptr<const void> object;      // the typed value (in-process stores)
+  std::optional<std::type_index> type;     // the type of `object`, checked on replay
+  std::optional<std::string> bytes;        // Codec<T>::encode output (durable stores)
+};
+
+struct IdempotencyRecord {
+  enum class State { in_progress, completed };
+  std::string key;
+  State state = State::in_progress;
+  std::uint64_t token = 0;                 // the current fencing token
+  std::optional<std::string> fingerprint;  // of the arguments that claimed the key
+  WallTime lease_until{};                  // in_progress: when the owner's lease ends
+  WallTime completed_at{};                 // completed: when it completed
+  WallTime expires_at{};                   // completed: completed_at + ttl
+  StoredValue value;                       // completed
+  std::optional<ExecutionReport> report;   // completed: the report of the execution
+};
+
+std::string_view to_string(IdempotencyRecord::State state) noexcept;
+
+struct ClaimOutcome {
+  enum class Status {
+    acquired,     // the caller owns the key: execute, then complete() or release()
+    completed,    // a live completed record exists: replay `record`
+    in_progress,  // another owner holds a live lease (`record` says until when)
+    mismatch,     // a live record exists with a different fingerprint: KeyReuseError
+  };
+  Status status = Status::acquired;
+  std::uint64_t token = 0;                 // acquired: our fencing token
+  bool took_over = false;                  // acquired by taking over an expired lease
+  std::optional<IdempotencyRecord> record; // completed / in_progress / mismatch
+};
+
+std::string_view to_string(ClaimOutcome::Status status) noexcept;
+
+class IdempotencyStore {
+ public:
+  virtual ~IdempotencyStore() = default;
+
+  // True when values must be passed as bytes (StoredValue::bytes) — durable stores.
+  virtual bool needs_bytes() const noexcept = 0;
+
+  // Atomic claim. `fingerprint` (optional) is stored with the claim and compared against live
+  // records: a different fingerprint gives `mismatch` (a record without a fingerprint, or a call
+  // without one, never mismatches).
+  virtual ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                             Millis lease) = 0;
+
+  // IN_PROGRESS(token) -> COMPLETED, expiring at now + ttl. False when `token` was fenced off.
+  virtual bool complete(std::string_view key, std::uint64_t token, StoredValue value,
+                        const ExecutionReport& report, Millis ttl) = 0;
+
+  // IN_PROGRESS(token) -> absent. False when `token` was fenced off.
+  virtual bool release(std::string_view key, std::uint64_t token) = 0;
+
+  // Extends a live claim's lease to now + lease. False when `token` was fenced off.
+  virtual bool renew(std::string_view key, std::uint64_t token, Millis lease) = 0;
+
+  // The live record for `key`, if any (expired completed records are reported absent).
+  virtual std::optional<IdempotencyRecord> lookup(std::string_view key) = 0;
+
+  // Removes expired completed records; returns how many went.
+  virtual std::size_t purge_expired() = 0;
+
+  // Records currently held (live or not yet purged).
+  virtual std::size_t entry_count() = 0;
+
+  // Waits until `key` is no longer in progress under a live lease, `deadline` passes or `stop`
+  // is requested; returns the record then seen (nullopt: absent). The default polls lookup()
+  // with capped exponential backoff; stores with server notifications override it.
+  virtual std::optional<IdempotencyRecord> wait(std::string_view key, SteadyTime deadline,
+                                                std::stop_token stop);
+
+ protected:
+  // The clock used by wait()'s default polling. Stores set it from their options.
+  std::shared_ptr<Clock> wait_clock_ = system_clock();
+};
+
+}  // namespace idem

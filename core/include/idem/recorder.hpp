@@ -1,0 +1,111 @@
+// IdempotencyRecorder: remembers which events each consumer has processed.
+//
+// The consumer face of idem. A recorder answers "has consumer C processed event E?" and records
+// that it has. Markers are keyed by (consumer, event_id): under fanout every consumer name keeps
+// its own markers, so one consumer's progress never hides an event from another.
+//
+// Three levels of guarantee, used by IdempotentHandler's modes (see handler.hpp):
+//   * check/mark            — is_processed() then mark_processed(); every recorder has them.
+//                             Marking twice is harmless.
+//   * claims                — an atomic claim with a lease and a fencing token, so two concurrent
+//                             deliveries of one event never both run the handler
+//                             (supports_claims()). A crashed owner's claim is taken over once its
+//                             lease has passed; the old owner's token is then fenced off.
+//   * transactions          — the handler's own writes and the marker commit in one database
+//                             transaction (supports_transactions()): a crash leaves both or
+//                             neither.
+//
+// All consumer names and event ids are checked with validate_key() before anything is read or
+// written; bad input throws InvalidKey and marks nothing.
+//
+// Thread-safety: every IdempotencyRecorder implementation must be safe to share between threads
+// without external locking. Durable implementations document how they share between processes.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "idem/clock.hpp"
+
+namespace idem {
+
+// The answer of IdempotencyRecorder::claim().
+struct Claim {
+  enum class Status {
+    acquired,     // the caller owns the claim: run the handler, then complete() or release()
+    processed,    // the event is already marked processed for this consumer: drop it
+    in_progress,  // another owner holds a live lease: do not run, do not acknowledge
+  };
+  Status status = Status::acquired;
+  // Fencing token of the claim (acquired only). Tokens for one (consumer, event_id) only grow,
+  // so a stale owner's complete()/release()/renew() is refused.
+  std::uint64_t token = 0;
+  // acquired: when our lease ends unless renewed; in_progress: when the holder's lease ends.
+  WallTime lease_until{};
+  // acquired by taking over a claim whose lease had passed (its owner crashed or stalled).
+  bool took_over = false;
+};
+
+std::string_view to_string(Claim::Status status) noexcept;
+
+// A backend transaction handed to a transactional handler. Backends derive from it and expose
+// their connection (e.g. idem::sqlite::SqliteTransaction::db()); handlers downcast to the
+// backend they were written for.
+class Transaction {
+ public:
+  virtual ~Transaction() = default;
+};
+
+class IdempotencyRecorder {
+ public:
+  virtual ~IdempotencyRecorder() = default;
+
+  // True when `consumer` has marked `event_id` processed (and the marker was not purged).
+  virtual bool is_processed(std::string_view consumer, std::string_view event_id) = 0;
+
+  // Records that `consumer` processed `event_id`. Marking again is harmless (no error, no
+  // duplicate). Returns only once the marker is as durable as the recorder promises.
+  virtual void mark_processed(std::string_view consumer, std::string_view event_id) = 0;
+
+  // ---- claims (exclusive mode) ----------------------------------------------------------
+  virtual bool supports_claims() const noexcept { return false; }
+
+  // One atomic step: if processed → processed; else if a live claim exists → in_progress;
+  // else (no claim, or its lease passed) → acquired with a new, larger token.
+  // Default: throws NotSupported.
+  virtual Claim claim(std::string_view consumer, std::string_view event_id, Millis lease);
+
+  // Marks the event processed and drops the claim, atomically — only if `token` is still the
+  // current claim. Returns false (and writes nothing) when the token was fenced off.
+  virtual bool complete(std::string_view consumer, std::string_view event_id,
+                        std::uint64_t token);
+
+  // Drops the claim without marking (the handler failed) — only if `token` is current.
+  virtual bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token);
+
+  // Extends the lease of a live claim to now + lease — only if `token` is current.
+  virtual bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+                     Millis lease);
+
+  // ---- transactions (transactional mode) ------------------------------------------------
+  virtual bool supports_transactions() const noexcept { return false; }
+
+  // In one transaction: insert the marker; if it already existed, roll back and return false
+  // without calling `fn`; otherwise call fn(tx) and commit. If fn throws, the transaction is
+  // rolled back (no marker, none of fn's writes) and the exception propagates.
+  // Default: throws NotSupported.
+  virtual bool run_transactional(std::string_view consumer, std::string_view event_id,
+                                 const std::function<void(Transaction&)>& fn);
+
+  // ---- retention ------------------------------------------------------------------------
+  // Deletes markers (and dead claims) older than `older_than`; returns how many markers went.
+  // A purged event counts as unprocessed again, so keep markers longer than the longest
+  // redelivery window of the transport.
+  virtual std::size_t purge(std::chrono::system_clock::duration older_than) = 0;
+};
+
+}  // namespace idem

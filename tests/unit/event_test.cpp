@@ -1,0 +1,103 @@
+#include "idem/event.hpp"
+
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+
+namespace {
+
+TEST(NewEventId, IsUuid4AsLowercaseHex) {
+  for (int i = 0; i < 1000; ++i) {
+    const std::string id = idem::new_event_id();
+    ASSERT_EQ(id.size(), 32u);
+    ASSERT_TRUE(idem::is_uuid4_hex(id)) << id;
+  }
+}
+
+TEST(NewEventId, UniqueAcrossThreads) {
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 20000;
+  std::vector<std::vector<std::string>> ids(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) ids[t].push_back(idem::new_event_id());
+    });
+  }
+  for (auto& th : threads) th.join();
+  std::set<std::string> all;
+  for (auto& v : ids) all.insert(v.begin(), v.end());
+  EXPECT_EQ(all.size(), static_cast<std::size_t>(kThreads * kPerThread));
+}
+
+TEST(NewEventId, ChildAfterForkDoesNotRepeatParent) {
+  (void)idem::new_event_id();  // fill this thread's buffer before forking
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string id = idem::new_event_id();
+    (void)!write(fds[1], id.data(), id.size());
+    _exit(0);
+  }
+  close(fds[1]);
+  const std::string parent_id = idem::new_event_id();
+  char buf[32];
+  ASSERT_EQ(read(fds[0], buf, sizeof buf), 32);
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_NE(std::string(buf, 32), parent_id);
+}
+
+TEST(IsUuid4Hex, RejectsOtherShapes) {
+  EXPECT_FALSE(idem::is_uuid4_hex(""));
+  EXPECT_FALSE(idem::is_uuid4_hex("3F2B8C0E9D4A4F6B8E1C2D3A4B5C6D7E"));  // uppercase
+  EXPECT_FALSE(idem::is_uuid4_hex("3f2b8c0e-9d4a-4f6b-8e1c-2d3a4b5c6d7e"));
+  EXPECT_FALSE(idem::is_uuid4_hex("3f2b8c0e9d4a1f6b8e1c2d3a4b5c6d7e"));  // version 1
+  EXPECT_TRUE(idem::is_uuid4_hex("3f2b8c0e9d4a4f6b8e1c2d3a4b5c6d7e"));
+}
+
+TEST(Event, MakeFillsIdAndTimestamp) {
+  const auto event = idem::Event::make("order.created", R"({"id":1})", {{"trace", "t1"}});
+  EXPECT_TRUE(idem::is_uuid4_hex(event.id));
+  EXPECT_EQ(event.type, "order.created");
+  EXPECT_EQ(event.headers.at("trace"), "t1");
+  EXPECT_NE(event.timestamp.time_since_epoch().count(), 0);
+}
+
+TEST(ValidateKey, RejectsBadKeysWithClearMessages) {
+  try {
+    idem::validate_key("consumer", "");
+    FAIL();
+  } catch (const idem::InvalidKey& e) {
+    EXPECT_EQ(e.code(), idem::ErrorCode::invalid_key);
+    EXPECT_NE(std::string(e.what()).find("consumer is empty"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(idem::validate_key("event id", "   "), idem::InvalidKey);
+  EXPECT_THROW(idem::validate_key("event id", std::string("a\0b", 3)), idem::InvalidKey);
+  EXPECT_THROW(idem::validate_key("event id", "a\nb"), idem::InvalidKey);
+  EXPECT_THROW(idem::validate_key("event id", std::string(256, 'x')), idem::InvalidKey);
+  EXPECT_NO_THROW(idem::validate_key("event id", std::string(255, 'x')));
+  EXPECT_NO_THROW(idem::validate_key("key", "payment:'; DROP TABLE x;--"));
+  EXPECT_NO_THROW(idem::validate_key("key", "zahlung:\xc3\xbc"));
+}
+
+TEST(Error, CarriesCodeAndFlags) {
+  const idem::AlreadyInProgress e("busy");
+  EXPECT_TRUE(e.retryable());
+  EXPECT_FALSE(e.in_doubt());
+  EXPECT_EQ(e.code_name(), "already_in_progress");
+  const idem::StoreError s("commit outcome unknown", true, true);
+  EXPECT_TRUE(s.in_doubt());
+}
+
+}  // namespace
