@@ -140,6 +140,14 @@ class KeyReuseError : public Error {
   std::string key_;
 };
 
+// An attempt, or a caller's wait, exceeded its deadline. Retryable: the dependency may answer
+// in time on another try. (Whether the timed-out work still ran is unknown to idem.)
+class TimeoutError : public Error {
+ public:
+  explicit TimeoutError(const std::string& message)
+      : Error(ErrorCode::timeout, message, /*retryable=*/true) {}
+};
+
 // The caller's stop token was triggered while it waited.
 class Cancelled : public Error {
  public:
