@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian packages idem needs to build, test and run its demo — only those missing.
+# Needs root (or sudo) when something is missing; does nothing otherwise.
+set -euo pipefail
+
+packages=(
+  g++ cmake make pkg-config
+  libgtest-dev libgmock-dev libbenchmark-dev
+  libssl-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
+)
+# Extra groups: `install-deps.sh tools` adds what linting and plotting need.
+for group in "$@"; do
+  case "$group" in
+    tools) packages+=(clang-format clang-tidy python3-matplotlib) ;;
+    *) echo "install-deps.sh: unknown group '$group'" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "idem: installing ${missing[*]}" >&2
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "idem: need root to install: ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
