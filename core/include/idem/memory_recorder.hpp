@@ -1,0 +1,88 @@
+// InMemoryIdempotencyRecorder: an IdempotencyRecorder that lives in one process's memory.
+//
+// For a single process (and tests). Markers survive as long as the recorder object does; a
+// restart forgets everything, so pair it with a transport that does not redeliver across
+// restarts, or use a durable recorder (SQLite) instead.
+//
+// Guarantees:
+//   * check/mark as in recorder.hpp; marking twice keeps the first marker and its timestamp.
+//   * claims (supports_claims() == true): claim() is atomic per (consumer, event_id); tokens come
+//     from one counter per recorder, so they only grow for every key; a claim whose
+//     lease_until <= now is taken over. complete()/release()/renew() act only with the current
+//     token. A lapsed claim that nobody has taken over yet still belongs to its owner: its
+//     complete() and renew() succeed.
+//   * no transactions (supports_transactions() == false): there is no database to share with the
+//     handler, so transactional mode needs a SQL recorder.
+//   * marker timestamps and leases come from the injected Clock; purge(older_than) removes
+//     markers whose timestamp is strictly older than now - older_than, and claims whose lease
+//     ended before that instant.
+//
+// Cost: the state is split into shards by a hash of (consumer, event_id), each a mutex and hash
+// maps, so threads working on different events rarely contend. Event ids of the shape
+// new_event_id() makes (32 lowercase hex characters) are stored as 16 bytes and looked up without
+// allocating; any other valid key is stored as text. There is no capacity bound: call purge()
+// to reclaim space.
+//
+// Thread-safety: all members are safe to call from any number of threads.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string_view>
+
+#include "idem/clock.hpp"
+#include "idem/recorder.hpp"
+
+namespace idem {
+
+struct InMemoryRecorderOptions {
+  // Source of marker timestamps and lease deadlines. Default (null): idem::system_clock().
+  std::shared_ptr<Clock> clock;
+  // Number of lock stripes; rounded up to a power of two. Default 64. 0 is a ConfigError.
+  std::size_t shards = 64;
+};
+
+namespace detail {
+struct MemoryRecorderShard;
+}
+
+class InMemoryIdempotencyRecorder final : public IdempotencyRecorder {
+ public:
+  explicit InMemoryIdempotencyRecorder(InMemoryRecorderOptions options = {});
+  ~InMemoryIdempotencyRecorder() override;
+
+  InMemoryIdempotencyRecorder(const InMemoryIdempotencyRecorder&) = delete;
+  InMemoryIdempotencyRecorder& operator=(const InMemoryIdempotencyRecorder&) = delete;
+
+  bool is_processed(std::string_view consumer, std::string_view event_id) override;
+  void mark_processed(std::string_view consumer, std::string_view event_id) override;
+
+  bool supports_claims() const noexcept override { return true; }
+  // `lease` must be positive (InvalidArgument otherwise).
+  Claim claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
+  bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
+  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
+  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+             Millis lease) override;
+
+  // `older_than` must not be negative (InvalidArgument otherwise).
+  std::size_t purge(std::chrono::system_clock::duration older_than) override;
+
+  // How many markers / live-or-lapsed claims are held right now (a snapshot; other threads may
+  // change it at once).
+  std::size_t marker_count() const;
+  std::size_t claim_count() const;
+
+ private:
+  detail::MemoryRecorderShard& shard_for(std::size_t hash) const noexcept;
+
+  std::shared_ptr<Clock> clock_;
+  std::size_t shard_mask_;
+  std::unique_ptr<detail::MemoryRecorderShard[]> shards_;
+  std::atomic<std::uint64_t> next_token_{1};
+};
+
+}  // namespace idem

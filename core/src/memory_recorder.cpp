@@ -1,0 +1,399 @@
+#include "idem/memory_recorder.hpp"
+
+#include <array>
+#include <bit>
+#include <functional>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+
+namespace idem {
+namespace detail {
+namespace {
+
+// Times are kept as system_clock ticks since the epoch: 8 bytes, trivially comparable.
+using Ticks = std::int64_t;
+
+Ticks to_ticks(WallTime t) {
+  return t.time_since_epoch().count();
+}
+WallTime from_ticks(Ticks t) {
+  return WallTime(WallTime::duration(t));
+}
+
+// now + d without overflowing on absurd durations (Millis::max() means "forever").
+template <class Duration>
+Ticks add_saturating(Ticks now, Duration d) {
+  using Tick = WallTime::duration;
+  constexpr Ticks kMax = std::numeric_limits<Ticks>::max();
+  constexpr Ticks kMin = std::numeric_limits<Ticks>::min();
+  const auto max_d = std::chrono::duration_cast<Duration>(Tick(kMax));
+  if (d >= max_d) return kMax;
+  const auto min_d = std::chrono::duration_cast<Duration>(Tick(kMin));
+  if (d <= min_d) return kMin;
+  const Ticks delta = std::chrono::duration_cast<Tick>(d).count();
+  if (delta > 0 && now > kMax - delta) return kMax;
+  if (delta < 0 && now < kMin - delta) return kMin;
+  return now + delta;
+}
+
+inline std::uint64_t mix(std::uint64_t x) noexcept {
+  // splitmix64 finaliser: spreads every input bit over the whole word.
+  x ^= x >> 30;
+  x *= 0xbf58476d1ce4e5b9ull;
+  x ^= x >> 27;
+  x *= 0x94d049bb133111ebull;
+  x ^= x >> 31;
+  return x;
+}
+
+// An event id of the shape new_event_id() makes, packed into 16 bytes. Only lowercase hex is
+// packed, so the packing is one-to-one and an uppercase id stays a distinct (text) key.
+struct PackedId {
+  std::uint64_t hi = 0;
+  std::uint64_t lo = 0;
+};
+
+constexpr std::array<std::int8_t, 256> make_nibbles() {
+  std::array<std::int8_t, 256> table{};
+  for (auto& v : table)
+    v = -1;
+  for (int c = '0'; c <= '9'; ++c)
+    table[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
+  for (int c = 'a'; c <= 'f'; ++c)
+    table[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
+  return table;
+}
+constexpr auto kNibbles = make_nibbles();
+
+bool pack_id(std::string_view id, PackedId& out) noexcept {
+  if (id.size() != 32) return false;
+  std::uint64_t words[2] = {0, 0};
+  for (std::size_t i = 0; i < 32; ++i) {
+    const std::int8_t nibble = kNibbles[static_cast<unsigned char>(id[i])];
+    if (nibble < 0) return false;
+    words[i / 16] = (words[i / 16] << 4) | static_cast<std::uint64_t>(nibble);
+  }
+  out.hi = words[0];
+  out.lo = words[1];
+  return true;
+}
+
+std::size_t hash_text(std::string_view text) noexcept {
+  return std::hash<std::string_view>{}(text);
+}
+
+// Keys inside one shard. The consumer name is interned per shard into a small integer, so a
+// marker does not repeat it.
+struct UuidKey {
+  std::uint64_t hi;
+  std::uint64_t lo;
+  std::uint32_t consumer;
+  bool operator==(const UuidKey&) const = default;
+};
+struct UuidKeyHash {
+  std::size_t operator()(const UuidKey& k) const noexcept {
+    // The id bits are random already; the consumer index only has to perturb them.
+    return static_cast<std::size_t>(k.lo ^ std::rotl(k.hi, 17) ^
+                                    (std::uint64_t{k.consumer} * 0x9e3779b97f4a7c15ull));
+  }
+};
+
+struct TextKey {
+  std::uint32_t consumer;
+  std::string id;
+};
+struct TextKeyView {
+  std::uint32_t consumer;
+  std::string_view id;
+};
+struct TextKeyHash {
+  using is_transparent = void;
+  std::size_t operator()(const TextKeyView& k) const noexcept {
+    return hash_text(k.id) ^ (std::size_t{k.consumer} * 0x9e3779b97f4a7c15ull);
+  }
+  std::size_t operator()(const TextKey& k) const noexcept {
+    return (*this)(TextKeyView{k.consumer, k.id});
+  }
+};
+struct TextKeyEq {
+  using is_transparent = void;
+  static TextKeyView view(const TextKey& k) noexcept { return {k.consumer, k.id}; }
+  static TextKeyView view(const TextKeyView& k) noexcept { return k; }
+  template <class A, class B>
+  bool operator()(const A& a, const B& b) const noexcept {
+    const TextKeyView x = view(a);
+    const TextKeyView y = view(b);
+    return x.consumer == y.consumer && x.id == y.id;
+  }
+};
+
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept { return hash_text(s); }
+};
+
+struct ClaimState {
+  std::uint64_t token;
+  Ticks lease_until;
+};
+
+// Markers and claims for one kind of key.
+template <class Key, class Hash, class Eq>
+struct Table {
+  std::unordered_map<Key, Ticks, Hash, Eq> markers;  // value: when it was marked
+  std::unordered_map<Key, ClaimState, Hash, Eq> claims;
+};
+
+using UuidTable = Table<UuidKey, UuidKeyHash, std::equal_to<UuidKey>>;
+using TextTable = Table<TextKey, TextKeyHash, TextKeyEq>;
+
+}  // namespace
+
+struct alignas(64) MemoryRecorderShard {
+  std::mutex mutex;
+  std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> consumers;
+  UuidTable uuids;
+  TextTable texts;
+
+  // The consumer's index in this shard, or nullptr when it never wrote here.
+  const std::uint32_t* find_consumer(std::string_view consumer) const {
+    auto it = consumers.find(consumer);
+    return it == consumers.end() ? nullptr : &it->second;
+  }
+  std::uint32_t intern_consumer(std::string_view consumer) {
+    auto it = consumers.find(consumer);
+    if (it != consumers.end()) return it->second;
+    const auto index = static_cast<std::uint32_t>(consumers.size());
+    consumers.emplace(std::string(consumer), index);
+    return index;
+  }
+};
+
+namespace {
+
+// One parsed (consumer, event_id) pair: validated, packed when possible, hashed to its shard.
+struct Address {
+  std::string_view consumer;
+  std::string_view id;
+  bool packed;
+  PackedId bits;
+  std::size_t hash;
+};
+
+Address address(std::string_view consumer, std::string_view event_id) {
+  validate_key("consumer", consumer);
+  Address a{consumer, event_id, false, {}, 0};
+  a.packed = pack_id(event_id, a.bits);
+  // 32 hex digits are a valid key by construction; anything else gets the full check.
+  if (!a.packed) validate_key("event id", event_id);
+  const std::uint64_t id_hash = a.packed ? (a.bits.hi ^ a.bits.lo) : hash_text(event_id);
+  a.hash = static_cast<std::size_t>(mix(id_hash ^ (hash_text(consumer) * 0x9e3779b97f4a7c15ull)));
+  return a;
+}
+
+// Calls fn(table, key) with the key kind the address needs. Key is a lookup key (no
+// allocation); make_owned(key) turns it into a storable one.
+template <class Fn>
+decltype(auto) with_key(MemoryRecorderShard& shard, const Address& a, std::uint32_t consumer,
+                        Fn&& fn) {
+  if (a.packed) return fn(shard.uuids, UuidKey{a.bits.hi, a.bits.lo, consumer});
+  return fn(shard.texts, TextKeyView{consumer, a.id});
+}
+
+UuidKey make_owned(const UuidKey& k) {
+  return k;
+}
+TextKey make_owned(const TextKeyView& k) {
+  return TextKey{k.consumer, std::string(k.id)};
+}
+
+void require_positive_lease(Millis lease) {
+  if (lease <= Millis::zero()) {
+    throw InvalidArgument("lease must be positive (got " + std::to_string(lease.count()) + " ms)");
+  }
+}
+
+}  // namespace
+}  // namespace detail
+
+using detail::Address;
+using detail::ClaimState;
+using detail::MemoryRecorderShard;
+using detail::Ticks;
+
+InMemoryIdempotencyRecorder::InMemoryIdempotencyRecorder(InMemoryRecorderOptions options)
+    : clock_(options.clock ? std::move(options.clock) : system_clock()) {
+  if (options.shards == 0) throw ConfigError("InMemoryRecorderOptions::shards must be at least 1");
+  if (options.shards > (std::size_t{1} << 16)) {
+    throw ConfigError("InMemoryRecorderOptions::shards must be at most 65536");
+  }
+  const std::size_t count = std::bit_ceil(options.shards);
+  shard_mask_ = count - 1;
+  shards_ = std::make_unique<MemoryRecorderShard[]>(count);
+}
+
+InMemoryIdempotencyRecorder::~InMemoryIdempotencyRecorder() = default;
+
+MemoryRecorderShard& InMemoryIdempotencyRecorder::shard_for(std::size_t hash) const noexcept {
+  // The high bits: the in-shard maps use the low ones.
+  return shards_[(hash >> 48) & shard_mask_];
+}
+
+bool InMemoryIdempotencyRecorder::is_processed(std::string_view consumer,
+                                               std::string_view event_id) {
+  const Address a = detail::address(consumer, event_id);
+  auto& shard = shard_for(a.hash);
+  std::lock_guard lock(shard.mutex);
+  const std::uint32_t* index = shard.find_consumer(consumer);
+  if (index == nullptr) return false;
+  return detail::with_key(shard, a, *index, [](auto& table, const auto& key) {
+    return table.markers.find(key) != table.markers.end();
+  });
+}
+
+void InMemoryIdempotencyRecorder::mark_processed(std::string_view consumer,
+                                                 std::string_view event_id) {
+  const Address a = detail::address(consumer, event_id);
+  const Ticks now = detail::to_ticks(clock_->wall_now());
+  auto& shard = shard_for(a.hash);
+  std::lock_guard lock(shard.mutex);
+  const std::uint32_t index = shard.intern_consumer(consumer);
+  detail::with_key(shard, a, index, [now](auto& table, const auto& key) {
+    // The first marker wins: a repeated mark must not make an old event look new to purge().
+    if (table.markers.find(key) == table.markers.end()) {
+      table.markers.emplace(detail::make_owned(key), now);
+    }
+  });
+}
+
+Claim InMemoryIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
+                                         Millis lease) {
+  const Address a = detail::address(consumer, event_id);
+  detail::require_positive_lease(lease);
+  const Ticks now = detail::to_ticks(clock_->wall_now());
+  const Ticks lease_until = detail::add_saturating(now, lease);
+  auto& shard = shard_for(a.hash);
+  std::lock_guard lock(shard.mutex);
+  const std::uint32_t index = shard.intern_consumer(consumer);
+  return detail::with_key(shard, a, index, [&](auto& table, const auto& key) {
+    Claim result;
+    if (table.markers.find(key) != table.markers.end()) {
+      result.status = Claim::Status::processed;
+      return result;
+    }
+    auto it = table.claims.find(key);
+    if (it != table.claims.end() && it->second.lease_until > now) {
+      result.status = Claim::Status::in_progress;
+      result.lease_until = detail::from_ticks(it->second.lease_until);
+      return result;
+    }
+    // Taken under the shard lock, so for this key tokens are handed out in increasing order.
+    const std::uint64_t token = next_token_.fetch_add(1, std::memory_order_relaxed);
+    if (it != table.claims.end()) {
+      it->second = ClaimState{token, lease_until};
+      result.took_over = true;
+    } else {
+      table.claims.emplace(detail::make_owned(key), ClaimState{token, lease_until});
+    }
+    result.status = Claim::Status::acquired;
+    result.token = token;
+    result.lease_until = detail::from_ticks(lease_until);
+    return result;
+  });
+}
+
+bool InMemoryIdempotencyRecorder::complete(std::string_view consumer, std::string_view event_id,
+                                           std::uint64_t token) {
+  const Address a = detail::address(consumer, event_id);
+  const Ticks now = detail::to_ticks(clock_->wall_now());
+  auto& shard = shard_for(a.hash);
+  std::lock_guard lock(shard.mutex);
+  const std::uint32_t* index = shard.find_consumer(consumer);
+  if (index == nullptr) return false;
+  return detail::with_key(shard, a, *index, [&](auto& table, const auto& key) {
+    auto it = table.claims.find(key);
+    if (it == table.claims.end() || it->second.token != token) return false;
+    table.claims.erase(it);
+    if (table.markers.find(key) == table.markers.end()) {
+      table.markers.emplace(detail::make_owned(key), now);
+    }
+    return true;
+  });
+}
+
+bool InMemoryIdempotencyRecorder::release(std::string_view consumer, std::string_view event_id,
+                                          std::uint64_t token) {
+  const Address a = detail::address(consumer, event_id);
+  auto& shard = shard_for(a.hash);
+  std::lock_guard lock(shard.mutex);
+  const std::uint32_t* index = shard.find_consumer(consumer);
+  if (index == nullptr) return false;
+  return detail::with_key(shard, a, *index, [&](auto& table, const auto& key) {
+    auto it = table.claims.find(key);
+    if (it == table.claims.end() || it->second.token != token) return false;
+    table.claims.erase(it);
+    return true;
+  });
+}
+
+bool InMemoryIdempotencyRecorder::renew(std::string_view consumer, std::string_view event_id,
+                                        std::uint64_t token, Millis lease) {
+  const Address a = detail::address(consumer, event_id);
+  detail::require_positive_lease(lease);
+  const Ticks now = detail::to_ticks(clock_->wall_now());
+  auto& shard = shard_for(a.hash);
+  std::lock_guard lock(shard.mutex);
+  const std::uint32_t* index = shard.find_consumer(consumer);
+  if (index == nullptr) return false;
+  return detail::with_key(shard, a, *index, [&](auto& table, const auto& key) {
+    auto it = table.claims.find(key);
+    if (it == table.claims.end() || it->second.token != token) return false;
+    it->second.lease_until = detail::add_saturating(now, lease);
+    return true;
+  });
+}
+
+std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
+  if (older_than < std::chrono::system_clock::duration::zero()) {
+    throw InvalidArgument("purge: older_than must not be negative");
+  }
+  const Ticks now = detail::to_ticks(clock_->wall_now());
+  const Ticks cutoff = detail::add_saturating(now, -older_than);
+  std::size_t removed = 0;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    auto& shard = shards_[i];
+    std::lock_guard lock(shard.mutex);
+    const auto sweep = [&](auto& table) {
+      removed += std::erase_if(table.markers, [&](const auto& m) { return m.second < cutoff; });
+      std::erase_if(table.claims, [&](const auto& c) { return c.second.lease_until < cutoff; });
+    };
+    sweep(shard.uuids);
+    sweep(shard.texts);
+  }
+  return removed;
+}
+
+std::size_t InMemoryIdempotencyRecorder::marker_count() const {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    std::lock_guard lock(shards_[i].mutex);
+    n += shards_[i].uuids.markers.size() + shards_[i].texts.markers.size();
+  }
+  return n;
+}
+
+std::size_t InMemoryIdempotencyRecorder::claim_count() const {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    std::lock_guard lock(shards_[i].mutex);
+    n += shards_[i].uuids.claims.size() + shards_[i].texts.claims.size();
+  }
+  return n;
+}
+
+}  // namespace idem

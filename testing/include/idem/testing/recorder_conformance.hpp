@@ -1,0 +1,658 @@
+// The IdempotencyRecorder conformance suite: what every recorder must do, as GoogleTest tests.
+//
+// Every recorder idem ships passes this suite (memory, SQLite file and :memory:, ...), and users
+// can run it against their own recorder. It checks the contract written in idem/recorder.hpp:
+// check/mark, consumer isolation (fanout), key validation, claims with leases and fencing
+// tokens, lease takeover and renewal, purge by age, races between threads, and the
+// transactional inbox.
+//
+// How to use it — a factory type and one macro, in a test file linked with gtest_main:
+//
+//   #include "idem/testing/recorder_conformance.hpp"
+//
+//   struct MyRecorderFactory {
+//     static constexpr bool kSupportsClaims = true;         // what the recorder must report
+//     static constexpr bool kSupportsTransactions = false;  // from supports_*()
+//     // Optional: how many distinct ids the race tests use (default 200).
+//     // static constexpr int kConcurrentIds = 50;
+//
+//     // Called once per test with a fresh ManualClock. The recorder must take ALL its time
+//     // from this clock (marker timestamps, lease deadlines) — the tests move time with
+//     // clock->advance() to expire leases and age markers. make() may be static or not.
+//     std::shared_ptr<idem::IdempotencyRecorder> make(
+//         std::shared_ptr<idem::testing::ManualClock> clock);
+//   };
+//   INSTANTIATE_RECORDER_CONFORMANCE(MyRecorder, MyRecorderFactory);
+//
+// The factory is default-constructed once per test and destroyed after the recorder, so its
+// constructor/destructor can create and remove a temporary database file. Instantiate the macro
+// once per configuration with different prefixes (e.g. SqliteFile, SqliteMemory). Tests live in
+// the global test suite IdemRecorderConformance, so the macro can be used in any namespace.
+//
+// Capabilities: tests of claims (exclusive mode) and run_transactional (transactional mode) are
+// skipped with GTEST_SKIP, naming the capability, when the factory declares the recorder does
+// not support them. A separate test checks that the recorder reports exactly what the factory
+// declares, so a recorder cannot skip a test by forgetting to advertise a capability.
+//
+// Thread-safety: the race tests start 8 threads on one recorder; run the suite under
+// ThreadSanitizer to check a recorder's locking.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <latch>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "idem/error.hpp"
+#include "idem/event.hpp"
+#include "idem/key.hpp"
+#include "idem/recorder.hpp"
+#include "idem/testing/manual_clock.hpp"
+
+namespace idem::testing::detail {
+
+template <class Factory>
+constexpr int concurrent_ids() {
+  if constexpr (requires { Factory::kConcurrentIds; }) {
+    return Factory::kConcurrentIds;
+  } else {
+    return 200;
+  }
+}
+
+// Keys that validate_key() rejects; every recorder method must throw InvalidKey for each.
+inline std::vector<std::string> invalid_keys() {
+  return {
+      std::string(),                        // empty
+      std::string("   "),                   // only whitespace
+      std::string("a\0b", 3),               // NUL byte
+      std::string("line\nbreak"),           // control character
+      std::string("tab\there"),             // control character
+      std::string("del\x7f"),               // DEL
+      std::string(kMaxKeyLength + 1, 'x'),  // 256 bytes: one too many
+  };
+}
+
+// Valid keys that a careless backend might mangle (SQL quoting, LIKE wildcards, separators,
+// encodings).
+inline std::vector<std::string> unusual_valid_keys() {
+  return {
+      "it's",
+      "say \"hi\"",
+      "x'; DROP TABLE processed_log; --",
+      "a;b;c",
+      "caf\xc3\xa9-\xc3\xbc-\xe6\x97\xa5\xe6\x9c\xac",  // café-ü-日本 in UTF-8
+      "with spaces inside",
+      "100%_match",
+      "back\\slash",
+      "colon:separated:key",
+      "{\"json\": [1, 2]}",
+      std::string(kMaxKeyLength, 'k'),  // exactly the longest valid key
+  };
+}
+
+inline std::string upper(std::string s) {
+  for (char& c : s) {
+    if (c >= 'a' && c <= 'z') c = static_cast<char>(c - 'a' + 'A');
+  }
+  return s;
+}
+
+}  // namespace idem::testing::detail
+
+template <class Factory>
+class IdemRecorderConformance : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    clock_ = std::make_shared<idem::testing::ManualClock>();
+    recorder_ = factory_.make(clock_);
+    ASSERT_NE(recorder_, nullptr) << "the factory returned no recorder";
+  }
+
+  // Every marker in the recorder, counted by purging them all (so call it last).
+  std::size_t count_and_purge_all_markers() {
+    clock_->advance(std::chrono::hours(24 * 365));
+    return recorder_->purge(std::chrono::hours(1));
+  }
+
+  idem::WallTime now() const { return clock_->wall_now(); }
+
+  Factory factory_;  // declared first: destroyed after the recorder (temp files, ...)
+  std::shared_ptr<idem::testing::ManualClock> clock_;
+  std::shared_ptr<idem::IdempotencyRecorder> recorder_;
+};
+
+#define IDEM_CONFORMANCE_REQUIRE_CLAIMS()                                                  \
+  do {                                                                                     \
+    if (!TypeParam::kSupportsClaims)                                                       \
+      GTEST_SKIP() << "capability: the recorder does not support claims (exclusive mode)"; \
+  } while (false)
+
+#define IDEM_CONFORMANCE_REQUIRE_TRANSACTIONS()                                      \
+  do {                                                                               \
+    if (!TypeParam::kSupportsTransactions)                                           \
+      GTEST_SKIP() << "capability: the recorder does not support run_transactional " \
+                      "(transactional mode)";                                        \
+  } while (false)
+
+TYPED_TEST_SUITE_P(IdemRecorderConformance);
+
+// ---- capabilities -------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemRecorderConformance, ReportsDeclaredCapabilities) {
+  EXPECT_EQ(this->recorder_->supports_claims(), TypeParam::kSupportsClaims);
+  EXPECT_EQ(this->recorder_->supports_transactions(), TypeParam::kSupportsTransactions);
+}
+
+// ---- check / mark -------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemRecorderConformance, UnprocessedEventIsNotProcessed) {
+  EXPECT_FALSE(this->recorder_->is_processed("billing", idem::new_event_id()));
+  EXPECT_FALSE(this->recorder_->is_processed("billing", "never-seen"));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, MarkThenProcessed) {
+  const std::string id = idem::new_event_id();
+  this->recorder_->mark_processed("billing", id);
+  EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+  EXPECT_FALSE(this->recorder_->is_processed("billing", idem::new_event_id()));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, RepeatedMarksAreHarmless) {
+  const std::string id = idem::new_event_id();
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_NO_THROW(this->recorder_->mark_processed("billing", id));
+    this->clock_->advance(std::chrono::seconds(1));
+  }
+  EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+  EXPECT_EQ(this->count_and_purge_all_markers(), 1u) << "a repeated mark must not add a marker";
+}
+
+TYPED_TEST_P(IdemRecorderConformance, ConsumersAreIsolated) {
+  // Fanout: one event, several consumers, each with its own marker.
+  const std::string id = idem::new_event_id();
+  this->recorder_->mark_processed("billing", id);
+  EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+  EXPECT_FALSE(this->recorder_->is_processed("shipping", id));
+  EXPECT_FALSE(this->recorder_->is_processed("Billing", id)) << "consumer names are exact";
+  this->recorder_->mark_processed("shipping", id);
+  EXPECT_TRUE(this->recorder_->is_processed("shipping", id));
+  EXPECT_EQ(this->count_and_purge_all_markers(), 2u);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, DistinctKeysDoNotCollide) {
+  // A backend that concatenates consumer and id, folds case or packs uuids must keep these
+  // apart.
+  this->recorder_->mark_processed("a", "bc");
+  EXPECT_FALSE(this->recorder_->is_processed("ab", "c"));
+  EXPECT_FALSE(this->recorder_->is_processed("a:b", "c"));
+
+  this->recorder_->mark_processed("c", "event");
+  EXPECT_FALSE(this->recorder_->is_processed("c", "EVENT"));
+  EXPECT_FALSE(this->recorder_->is_processed("c", "even"));
+  EXPECT_FALSE(this->recorder_->is_processed("c", "events"));
+
+  const std::string uuid = idem::new_event_id();
+  this->recorder_->mark_processed("c", uuid);
+  EXPECT_TRUE(this->recorder_->is_processed("c", uuid));
+  EXPECT_FALSE(this->recorder_->is_processed("c", idem::testing::detail::upper(uuid)));
+  EXPECT_FALSE(this->recorder_->is_processed("c", uuid.substr(0, 31)));
+  EXPECT_FALSE(this->recorder_->is_processed("c", uuid + "0"));
+
+  // 32 hex characters that are not a version-4 uuid are ordinary keys too.
+  const std::string hex32(32, '0');
+  const std::string hex32_upper(32, 'F');
+  this->recorder_->mark_processed("c", hex32);
+  this->recorder_->mark_processed("c", hex32_upper);
+  EXPECT_TRUE(this->recorder_->is_processed("c", hex32));
+  EXPECT_TRUE(this->recorder_->is_processed("c", hex32_upper));
+  EXPECT_FALSE(this->recorder_->is_processed("c", std::string(32, 'f')));
+  EXPECT_EQ(this->count_and_purge_all_markers(), 5u);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, UnusualValidKeysWork) {
+  const auto keys = idem::testing::detail::unusual_valid_keys();
+  for (const auto& key : keys) {
+    SCOPED_TRACE("key: " + key.substr(0, 40));
+    EXPECT_FALSE(this->recorder_->is_processed("consumer", key));
+    this->recorder_->mark_processed("consumer", key);
+    EXPECT_TRUE(this->recorder_->is_processed("consumer", key));
+    // The same text as a consumer name.
+    EXPECT_FALSE(this->recorder_->is_processed(key, "event-1"));
+    this->recorder_->mark_processed(key, "event-1");
+    EXPECT_TRUE(this->recorder_->is_processed(key, "event-1"));
+  }
+  EXPECT_EQ(this->count_and_purge_all_markers(), 2 * keys.size());
+}
+
+TYPED_TEST_P(IdemRecorderConformance, InvalidKeysAreRejectedAndNothingMarked) {
+  auto& recorder = *this->recorder_;
+  const std::string good = idem::new_event_id();
+  const auto lease = std::chrono::seconds(30);
+  bool ran = false;
+  const auto fn = [&](idem::Transaction&) { ran = true; };
+  for (const auto& bad : idem::testing::detail::invalid_keys()) {
+    SCOPED_TRACE("bad key of " + std::to_string(bad.size()) + " bytes");
+    EXPECT_THROW(recorder.is_processed(bad, good), idem::InvalidKey);
+    EXPECT_THROW(recorder.is_processed("consumer", bad), idem::InvalidKey);
+    EXPECT_THROW(recorder.mark_processed(bad, good), idem::InvalidKey);
+    EXPECT_THROW(recorder.mark_processed("consumer", bad), idem::InvalidKey);
+    if (TypeParam::kSupportsClaims) {
+      EXPECT_THROW(recorder.claim(bad, good, lease), idem::InvalidKey);
+      EXPECT_THROW(recorder.claim("consumer", bad, lease), idem::InvalidKey);
+      EXPECT_THROW(recorder.complete(bad, good, 1), idem::InvalidKey);
+      EXPECT_THROW(recorder.complete("consumer", bad, 1), idem::InvalidKey);
+      EXPECT_THROW(recorder.release(bad, good, 1), idem::InvalidKey);
+      EXPECT_THROW(recorder.release("consumer", bad, 1), idem::InvalidKey);
+      EXPECT_THROW(recorder.renew(bad, good, 1, lease), idem::InvalidKey);
+      EXPECT_THROW(recorder.renew("consumer", bad, 1, lease), idem::InvalidKey);
+    }
+    if (TypeParam::kSupportsTransactions) {
+      EXPECT_THROW(recorder.run_transactional(bad, good, fn), idem::InvalidKey);
+      EXPECT_THROW(recorder.run_transactional("consumer", bad, fn), idem::InvalidKey);
+    }
+  }
+  EXPECT_FALSE(ran) << "run_transactional ran the handler for an invalid key";
+  EXPECT_FALSE(recorder.is_processed("consumer", good));
+  if (TypeParam::kSupportsClaims) {
+    // No claim was left behind on the valid half of a bad pair.
+    EXPECT_EQ(recorder.claim("consumer", good, lease).status, idem::Claim::Status::acquired);
+  }
+  EXPECT_EQ(this->count_and_purge_all_markers(), 0u);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, InvalidKeyErrorNamesWhatWasWrong) {
+  try {
+    this->recorder_->mark_processed("", "event");
+    FAIL() << "an empty consumer was accepted";
+  } catch (const idem::InvalidKey& e) {
+    EXPECT_EQ(e.code(), idem::ErrorCode::invalid_key);
+    EXPECT_NE(std::string(e.what()).find("consumer"), std::string::npos) << e.what();
+  }
+  try {
+    this->recorder_->mark_processed("billing", "");
+    FAIL() << "an empty event id was accepted";
+  } catch (const idem::InvalidKey& e) {
+    EXPECT_NE(std::string(e.what()).find("event id"), std::string::npos) << e.what();
+  }
+}
+
+// ---- retention ----------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemRecorderConformance, PurgeRemovesOnlyOldMarkers) {
+  using std::chrono::hours;
+  const std::string old_id = idem::new_event_id();
+  const std::string new_id = idem::new_event_id();
+  this->recorder_->mark_processed("billing", old_id);
+  this->recorder_->mark_processed("shipping", old_id);
+  this->clock_->advance(hours(3));
+  this->recorder_->mark_processed("billing", new_id);
+  this->clock_->advance(hours(1));
+  // old markers are 4h old, the new one 1h.
+  EXPECT_EQ(this->recorder_->purge(hours(2)), 2u);
+  EXPECT_FALSE(this->recorder_->is_processed("billing", old_id));
+  EXPECT_FALSE(this->recorder_->is_processed("shipping", old_id));
+  EXPECT_TRUE(this->recorder_->is_processed("billing", new_id));
+  EXPECT_EQ(this->recorder_->purge(hours(2)), 0u) << "nothing else is old enough";
+  EXPECT_TRUE(this->recorder_->is_processed("billing", new_id));
+  // A purged event counts as unprocessed and can be marked again.
+  this->recorder_->mark_processed("billing", old_id);
+  EXPECT_TRUE(this->recorder_->is_processed("billing", old_id));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, PurgeKeepsLiveClaims) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  using std::chrono::hours;
+  const std::string id = idem::new_event_id();
+  const auto claim = this->recorder_->claim("billing", id, hours(10));
+  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
+  this->clock_->advance(hours(3));
+  EXPECT_EQ(this->recorder_->purge(hours(1)), 0u) << "a claim is not a marker";
+  EXPECT_EQ(this->recorder_->claim("billing", id, hours(1)).status,
+            idem::Claim::Status::in_progress);
+  EXPECT_TRUE(this->recorder_->complete("billing", id, claim.token));
+  EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+}
+
+// ---- claims -------------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemRecorderConformance, ClaimAcquiresWithLease) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  const std::string id = idem::new_event_id();
+  const auto lease = std::chrono::milliseconds(30'000);
+  const auto start = this->now();
+  const auto claim = this->recorder_->claim("billing", id, lease);
+  EXPECT_EQ(claim.status, idem::Claim::Status::acquired);
+  EXPECT_FALSE(claim.took_over);
+  EXPECT_LT(std::chrono::abs(claim.lease_until - (start + lease)), std::chrono::milliseconds(1))
+      << "lease_until must be the clock's now + lease";
+  EXPECT_FALSE(this->recorder_->is_processed("billing", id)) << "a claim is not a marker";
+  // Claims are per consumer too.
+  EXPECT_EQ(this->recorder_->claim("shipping", id, lease).status, idem::Claim::Status::acquired);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, SecondClaimIsInProgress) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  const std::string id = idem::new_event_id();
+  const auto lease = std::chrono::milliseconds(30'000);
+  const auto first = this->recorder_->claim("billing", id, lease);
+  ASSERT_EQ(first.status, idem::Claim::Status::acquired);
+  this->clock_->advance(std::chrono::seconds(10));
+  const auto second = this->recorder_->claim("billing", id, lease);
+  EXPECT_EQ(second.status, idem::Claim::Status::in_progress);
+  EXPECT_LT(std::chrono::abs(second.lease_until - first.lease_until), std::chrono::milliseconds(1))
+      << "in_progress reports when the holder's lease ends";
+  // The refused claim did not disturb the holder.
+  EXPECT_TRUE(this->recorder_->complete("billing", id, first.token));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, CompleteMarksProcessed) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  const std::string id = idem::new_event_id();
+  const auto lease = std::chrono::seconds(30);
+  const auto claim = this->recorder_->claim("billing", id, lease);
+  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
+  EXPECT_TRUE(this->recorder_->complete("billing", id, claim.token));
+  EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+  EXPECT_EQ(this->recorder_->claim("billing", id, lease).status, idem::Claim::Status::processed);
+  // Long after any lease, a processed event stays processed.
+  this->clock_->advance(std::chrono::hours(1));
+  EXPECT_EQ(this->recorder_->claim("billing", id, lease).status, idem::Claim::Status::processed);
+  // A marker written by mark_processed is seen by claim() too.
+  const std::string marked = idem::new_event_id();
+  this->recorder_->mark_processed("billing", marked);
+  EXPECT_EQ(this->recorder_->claim("billing", marked, lease).status,
+            idem::Claim::Status::processed);
+  EXPECT_EQ(this->count_and_purge_all_markers(), 2u);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, ReleaseLetsTheNextClaimAcquire) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  const std::string id = idem::new_event_id();
+  const auto lease = std::chrono::seconds(30);
+  const auto first = this->recorder_->claim("billing", id, lease);
+  ASSERT_EQ(first.status, idem::Claim::Status::acquired);
+  EXPECT_TRUE(this->recorder_->release("billing", id, first.token));
+  EXPECT_FALSE(this->recorder_->is_processed("billing", id)) << "release does not mark";
+  const auto second = this->recorder_->claim("billing", id, lease);
+  ASSERT_EQ(second.status, idem::Claim::Status::acquired);
+  EXPECT_GT(second.token, first.token) << "tokens for one key only grow";
+  EXPECT_FALSE(second.took_over) << "a released claim is not a takeover";
+  EXPECT_FALSE(this->recorder_->complete("billing", id, first.token))
+      << "the released token is stale";
+  EXPECT_TRUE(this->recorder_->complete("billing", id, second.token));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, StaleTokensAreRefusedAndChangeNothing) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  using std::chrono::seconds;
+  const std::string id = idem::new_event_id();
+  const auto lease = seconds(30);
+
+  // No claim at all: nothing to complete, release or renew.
+  EXPECT_FALSE(this->recorder_->complete("billing", id, 1));
+  EXPECT_FALSE(this->recorder_->release("billing", id, 1));
+  EXPECT_FALSE(this->recorder_->renew("billing", id, 1, lease));
+  EXPECT_FALSE(this->recorder_->is_processed("billing", id));
+
+  const auto claim = this->recorder_->claim("billing", id, lease);
+  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
+  for (const std::uint64_t wrong : {claim.token + 1, claim.token + 1000}) {
+    EXPECT_FALSE(this->recorder_->complete("billing", id, wrong));
+    EXPECT_FALSE(this->recorder_->release("billing", id, wrong));
+    EXPECT_FALSE(this->recorder_->renew("billing", id, wrong, std::chrono::hours(1)));
+  }
+  if (claim.token > 0) {
+    EXPECT_FALSE(this->recorder_->complete("billing", id, claim.token - 1));
+  }
+  EXPECT_FALSE(this->recorder_->is_processed("billing", id)) << "a stale complete marked";
+  // The wrong renew did not extend the lease: the claim still ends at its original time.
+  this->clock_->advance(seconds(31));
+  const auto takeover = this->recorder_->claim("billing", id, lease);
+  EXPECT_EQ(takeover.status, idem::Claim::Status::acquired) << "a stale renew extended the lease";
+  EXPECT_TRUE(takeover.took_over);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, ExpiredLeaseIsTakenOverAndOldTokenFenced) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  using std::chrono::seconds;
+  const std::string id = idem::new_event_id();
+  const auto lease = seconds(10);
+  const auto crashed = this->recorder_->claim("billing", id, lease);
+  ASSERT_EQ(crashed.status, idem::Claim::Status::acquired);
+
+  this->clock_->advance(seconds(9));
+  EXPECT_EQ(this->recorder_->claim("billing", id, lease).status, idem::Claim::Status::in_progress)
+      << "the lease has not passed yet";
+
+  this->clock_->advance(seconds(2));  // 11s: the first owner's lease has passed
+  const auto successor = this->recorder_->claim("billing", id, lease);
+  ASSERT_EQ(successor.status, idem::Claim::Status::acquired);
+  EXPECT_TRUE(successor.took_over);
+  EXPECT_GT(successor.token, crashed.token);
+  EXPECT_LT(std::chrono::abs(successor.lease_until - (this->now() + lease)),
+            std::chrono::milliseconds(1));
+
+  // The old owner wakes up: all its calls are fenced off and change nothing.
+  EXPECT_FALSE(this->recorder_->renew("billing", id, crashed.token, lease));
+  EXPECT_FALSE(this->recorder_->complete("billing", id, crashed.token));
+  EXPECT_FALSE(this->recorder_->release("billing", id, crashed.token));
+  EXPECT_FALSE(this->recorder_->is_processed("billing", id));
+  EXPECT_EQ(this->recorder_->claim("billing", id, lease).status, idem::Claim::Status::in_progress)
+      << "the old owner's release must not drop the successor's claim";
+
+  EXPECT_TRUE(this->recorder_->complete("billing", id, successor.token));
+  EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, RenewExtendsTheLease) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  using std::chrono::seconds;
+  const std::string id = idem::new_event_id();
+  const auto lease = seconds(10);
+  const auto claim = this->recorder_->claim("billing", id, lease);
+  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
+
+  this->clock_->advance(seconds(8));
+  EXPECT_TRUE(this->recorder_->renew("billing", id, claim.token, lease));  // now ends at 18s
+  this->clock_->advance(seconds(5));                                       // 13s: past 10s
+  const auto during = this->recorder_->claim("billing", id, lease);
+  EXPECT_EQ(during.status, idem::Claim::Status::in_progress) << "renew did not extend the lease";
+  EXPECT_LT(std::chrono::abs(during.lease_until - (claim.lease_until + seconds(8))),
+            std::chrono::milliseconds(1));
+
+  this->clock_->advance(seconds(4));  // 17s: renew again, now ends at 27s
+  EXPECT_TRUE(this->recorder_->renew("billing", id, claim.token, lease));
+  this->clock_->advance(seconds(9));  // 26s
+  EXPECT_EQ(this->recorder_->claim("billing", id, lease).status, idem::Claim::Status::in_progress);
+
+  this->clock_->advance(seconds(2));  // 28s: the renewed lease has passed
+  const auto takeover = this->recorder_->claim("billing", id, lease);
+  EXPECT_EQ(takeover.status, idem::Claim::Status::acquired);
+  EXPECT_TRUE(takeover.took_over);
+  EXPECT_GT(takeover.token, claim.token);
+}
+
+// ---- races --------------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemRecorderConformance, ConcurrentClaimsAcquireOncePerId) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  constexpr int kThreads = 8;
+  const int ids_count = idem::testing::detail::concurrent_ids<TypeParam>();
+  std::vector<std::string> ids;
+  for (int i = 0; i < ids_count; ++i)
+    ids.push_back(idem::new_event_id());
+  std::vector<std::atomic<int>> acquired(ids.size());
+  std::atomic<int> errors{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (std::size_t n = 0; n < ids.size(); ++n) {
+        // Half the threads walk backwards so they meet the others mid-way.
+        const std::size_t i = (t % 2 == 0) ? n : ids.size() - 1 - n;
+        try {
+          const auto claim = this->recorder_->claim("billing", ids[i], std::chrono::hours(1));
+          if (claim.status == idem::Claim::Status::acquired) {
+            acquired[i].fetch_add(1);
+            // Every other winner completes, the rest keep holding the claim.
+            if (i % 2 == 0 && !this->recorder_->complete("billing", ids[i], claim.token)) {
+              errors.fetch_add(1);
+            }
+          }
+        } catch (...) {
+          errors.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(acquired[i].load(), 1)
+        << "id #" << i << " was acquired " << acquired[i].load() << " times";
+    EXPECT_EQ(this->recorder_->is_processed("billing", ids[i]), i % 2 == 0);
+  }
+}
+
+TYPED_TEST_P(IdemRecorderConformance, ConcurrentMarksAreSafe) {
+  constexpr int kThreads = 8;
+  const int ids_count = idem::testing::detail::concurrent_ids<TypeParam>();
+  std::vector<std::string> ids;
+  for (int i = 0; i < ids_count; ++i)
+    ids.push_back(idem::new_event_id());
+  std::atomic<int> errors{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (std::size_t n = 0; n < ids.size(); ++n) {
+        const std::size_t i = (t % 2 == 0) ? n : ids.size() - 1 - n;
+        try {
+          // Two consumers share the ids: fanout under contention.
+          const char* consumer = (t % 4 < 2) ? "billing" : "shipping";
+          (void)this->recorder_->is_processed(consumer, ids[i]);
+          this->recorder_->mark_processed(consumer, ids[i]);
+          if (!this->recorder_->is_processed(consumer, ids[i])) errors.fetch_add(1);
+        } catch (...) {
+          errors.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (const auto& id : ids) {
+    EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+    EXPECT_TRUE(this->recorder_->is_processed("shipping", id));
+  }
+  EXPECT_EQ(this->count_and_purge_all_markers(), 2 * ids.size());
+}
+
+// ---- transactions -------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemRecorderConformance, RunTransactionalRunsOnce) {
+  IDEM_CONFORMANCE_REQUIRE_TRANSACTIONS();
+  const std::string id = idem::new_event_id();
+  int runs = 0;
+  const auto fn = [&](idem::Transaction&) { ++runs; };
+  EXPECT_TRUE(this->recorder_->run_transactional("billing", id, fn));
+  EXPECT_EQ(runs, 1);
+  EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+  EXPECT_FALSE(this->recorder_->run_transactional("billing", id, fn));
+  EXPECT_EQ(runs, 1) << "a duplicate must not run the handler";
+  // Another consumer has its own marker.
+  EXPECT_TRUE(this->recorder_->run_transactional("shipping", id, fn));
+  EXPECT_EQ(runs, 2);
+  // A marker from mark_processed counts too.
+  const std::string marked = idem::new_event_id();
+  this->recorder_->mark_processed("billing", marked);
+  EXPECT_FALSE(this->recorder_->run_transactional("billing", marked, fn));
+  EXPECT_EQ(runs, 2);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, RunTransactionalThrowLeavesNoMarker) {
+  IDEM_CONFORMANCE_REQUIRE_TRANSACTIONS();
+  struct HandlerFailed : std::runtime_error {
+    HandlerFailed() : std::runtime_error("handler failed") {}
+  };
+  const std::string id = idem::new_event_id();
+  int runs = 0;
+  EXPECT_THROW(this->recorder_->run_transactional("billing", id,
+                                                  [&](idem::Transaction&) {
+                                                    ++runs;
+                                                    throw HandlerFailed();
+                                                  }),
+               HandlerFailed);
+  EXPECT_EQ(runs, 1);
+  EXPECT_FALSE(this->recorder_->is_processed("billing", id)) << "a failed handler was marked";
+  // The redelivery runs the handler again.
+  EXPECT_TRUE(
+      this->recorder_->run_transactional("billing", id, [&](idem::Transaction&) { ++runs; }));
+  EXPECT_EQ(runs, 2);
+  EXPECT_TRUE(this->recorder_->is_processed("billing", id));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, ConcurrentRunTransactionalRunsOncePerId) {
+  IDEM_CONFORMANCE_REQUIRE_TRANSACTIONS();
+  constexpr int kThreads = 8;
+  const int ids_count = idem::testing::detail::concurrent_ids<TypeParam>();
+  std::vector<std::string> ids;
+  for (int i = 0; i < ids_count; ++i)
+    ids.push_back(idem::new_event_id());
+  std::vector<std::atomic<int>> runs(ids.size());
+  std::atomic<int> errors{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (std::size_t n = 0; n < ids.size(); ++n) {
+        const std::size_t i = (t % 2 == 0) ? n : ids.size() - 1 - n;
+        try {
+          this->recorder_->run_transactional("billing", ids[i],
+                                             [&](idem::Transaction&) { runs[i].fetch_add(1); });
+        } catch (...) {
+          errors.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_EQ(runs[i].load(), 1) << "id #" << i;
+    EXPECT_TRUE(this->recorder_->is_processed("billing", ids[i]));
+  }
+}
+
+REGISTER_TYPED_TEST_SUITE_P(
+    IdemRecorderConformance, ReportsDeclaredCapabilities, UnprocessedEventIsNotProcessed,
+    MarkThenProcessed, RepeatedMarksAreHarmless, ConsumersAreIsolated, DistinctKeysDoNotCollide,
+    UnusualValidKeysWork, InvalidKeysAreRejectedAndNothingMarked, InvalidKeyErrorNamesWhatWasWrong,
+    PurgeRemovesOnlyOldMarkers, PurgeKeepsLiveClaims, ClaimAcquiresWithLease,
+    SecondClaimIsInProgress, CompleteMarksProcessed, ReleaseLetsTheNextClaimAcquire,
+    StaleTokensAreRefusedAndChangeNothing, ExpiredLeaseIsTakenOverAndOldTokenFenced,
+    RenewExtendsTheLease, ConcurrentClaimsAcquireOncePerId, ConcurrentMarksAreSafe,
+    RunTransactionalRunsOnce, RunTransactionalThrowLeavesNoMarker,
+    ConcurrentRunTransactionalRunsOncePerId);
+
+// Runs the whole suite against the recorders `Factory` makes; `Prefix` names this instantiation
+// in test output (e.g. Memory/IdemRecorderConformance/0.MarkThenProcessed).
+#define INSTANTIATE_RECORDER_CONFORMANCE(Prefix, Factory) \
+  INSTANTIATE_TYPED_TEST_SUITE_P(Prefix, IdemRecorderConformance, ::testing::Types<Factory>)
