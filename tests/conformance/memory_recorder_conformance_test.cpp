@@ -1,9 +1,129 @@
 // The recorder conformance suite run against InMemoryIdempotencyRecorder, with the default shard
-// count and with a single shard (every key contends on one lock).
+// count and with a single shard (every key contends on one lock), and against a deliberately
+// naive reference recorder (one mutex, std::map, transactions by serialisation) that checks the
+// suite itself — including the transactional tests the in-memory recorder skips.
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "idem/key.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/testing/recorder_conformance.hpp"
 
 namespace {
+
+class ReferenceRecorder final : public idem::IdempotencyRecorder {
+ public:
+  explicit ReferenceRecorder(std::shared_ptr<idem::Clock> clock) : clock_(std::move(clock)) {}
+
+  bool is_processed(std::string_view consumer, std::string_view event_id) override {
+    const auto key = checked(consumer, event_id);
+    std::lock_guard lock(mutex_);
+    return markers_.count(key) != 0;
+  }
+  void mark_processed(std::string_view consumer, std::string_view event_id) override {
+    const auto key = checked(consumer, event_id);
+    std::lock_guard lock(mutex_);
+    markers_.emplace(key, clock_->wall_now());
+  }
+  bool supports_claims() const noexcept override { return true; }
+  idem::Claim claim(std::string_view consumer, std::string_view event_id,
+                    idem::Millis lease) override {
+    const auto key = checked(consumer, event_id);
+    std::lock_guard lock(mutex_);
+    const auto now = clock_->wall_now();
+    idem::Claim result;
+    if (markers_.count(key) != 0) {
+      result.status = idem::Claim::Status::processed;
+      return result;
+    }
+    auto it = claims_.find(key);
+    if (it != claims_.end() && it->second.second > now) {
+      result.status = idem::Claim::Status::in_progress;
+      result.lease_until = it->second.second;
+      return result;
+    }
+    result.took_over = it != claims_.end();
+    result.token = ++last_token_;
+    result.lease_until = now + lease;
+    claims_[key] = {result.token, result.lease_until};
+    return result;
+  }
+  bool complete(std::string_view consumer, std::string_view event_id,
+                std::uint64_t token) override {
+    const auto key = checked(consumer, event_id);
+    std::lock_guard lock(mutex_);
+    if (!owns(key, token)) return false;
+    claims_.erase(key);
+    markers_.emplace(key, clock_->wall_now());
+    return true;
+  }
+  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override {
+    const auto key = checked(consumer, event_id);
+    std::lock_guard lock(mutex_);
+    if (!owns(key, token)) return false;
+    claims_.erase(key);
+    return true;
+  }
+  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+             idem::Millis lease) override {
+    const auto key = checked(consumer, event_id);
+    std::lock_guard lock(mutex_);
+    if (!owns(key, token)) return false;
+    claims_[key].second = clock_->wall_now() + lease;
+    return true;
+  }
+  bool supports_transactions() const noexcept override { return true; }
+  bool run_transactional(std::string_view consumer, std::string_view event_id,
+                         const std::function<void(idem::Transaction&)>& fn) override {
+    const auto key = checked(consumer, event_id);
+    // One transaction at a time, like a database's write lock.
+    std::lock_guard tx_lock(tx_mutex_);
+    {
+      std::lock_guard lock(mutex_);
+      if (markers_.count(key) != 0) return false;
+    }
+    idem::Transaction tx;
+    fn(tx);  // a throw leaves no marker: "rollback"
+    std::lock_guard lock(mutex_);
+    markers_.emplace(key, clock_->wall_now());
+    return true;
+  }
+  std::size_t purge(std::chrono::system_clock::duration older_than) override {
+    std::lock_guard lock(mutex_);
+    const auto cutoff = clock_->wall_now() - older_than;
+    return std::erase_if(markers_, [&](const auto& m) { return m.second < cutoff; });
+  }
+
+ private:
+  using Key = std::pair<std::string, std::string>;
+  static Key checked(std::string_view consumer, std::string_view event_id) {
+    idem::validate_key("consumer", consumer);
+    idem::validate_key("event id", event_id);
+    return {std::string(consumer), std::string(event_id)};
+  }
+  bool owns(const Key& key, std::uint64_t token) const {
+    auto it = claims_.find(key);
+    return it != claims_.end() && it->second.first == token;
+  }
+
+  std::shared_ptr<idem::Clock> clock_;
+  std::mutex tx_mutex_;
+  std::mutex mutex_;
+  std::map<Key, idem::WallTime> markers_;
+  std::map<Key, std::pair<std::uint64_t, idem::WallTime>> claims_;
+  std::uint64_t last_token_ = 0;
+};
+
+struct ReferenceRecorderFactory {
+  static constexpr bool kSupportsClaims = true;
+  static constexpr bool kSupportsTransactions = true;
+  static constexpr int kConcurrentIds = 100;
+  std::shared_ptr<idem::IdempotencyRecorder> make(
+      std::shared_ptr<idem::testing::ManualClock> clock) {
+    return std::make_shared<ReferenceRecorder>(std::move(clock));
+  }
+};
 
 struct MemoryRecorderFactory {
   static constexpr bool kSupportsClaims = true;
@@ -30,3 +150,4 @@ struct SingleShardMemoryRecorderFactory {
 
 INSTANTIATE_RECORDER_CONFORMANCE(Memory, MemoryRecorderFactory);
 INSTANTIATE_RECORDER_CONFORMANCE(MemorySingleShard, SingleShardMemoryRecorderFactory);
+INSTANTIATE_RECORDER_CONFORMANCE(Reference, ReferenceRecorderFactory);
