@@ -1,0 +1,307 @@
+#include "idem/handler.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <map>
+#include <stop_token>
+#include <thread>
+
+#include "idem/key.hpp"
+
+namespace idem {
+
+std::string_view to_string(HandlerMode mode) noexcept {
+  switch (mode) {
+    case HandlerMode::automatic:
+      return "automatic";
+    case HandlerMode::check_then_mark:
+      return "check_then_mark";
+    case HandlerMode::exclusive:
+      return "exclusive";
+    case HandlerMode::transactional:
+      return "transactional";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(HandleResult result) noexcept {
+  switch (result) {
+    case HandleResult::processed:
+      return "processed";
+    case HandleResult::duplicate:
+      return "duplicate";
+  }
+  return "unknown";
+}
+
+CollectingBusProxy::CollectingBusProxy(std::string consumer) : consumer_(std::move(consumer)) {}
+
+void CollectingBusProxy::publish(Event event) {
+  std::lock_guard lock(mutex_);
+  published_.push_back(std::move(event));
+}
+
+std::vector<Event> CollectingBusProxy::published() const {
+  std::lock_guard lock(mutex_);
+  return published_;
+}
+
+std::vector<Event> CollectingBusProxy::take() {
+  std::lock_guard lock(mutex_);
+  return std::exchange(published_, {});
+}
+
+namespace detail {
+
+void throw_payload_decode_error(const Event& event, std::string_view consumer,
+                                std::string_view reason) {
+  throw DecodeError("consumer '" + std::string(consumer) + "' cannot decode the payload of event " +
+                    event.id + " (type '" + event.type + "'): " + std::string(reason));
+}
+
+// The exclusive mode's heartbeat: one thread per handler renews the lease of every claim the
+// handler holds, lease/3 after the claim and after each renewal, until the claim is dropped.
+//
+// The schedule runs on the injected clock's steady time. Waiting is done with a condition
+// variable on real time: exact for the SystemClock; any other clock (a ManualClock that tests
+// move by hand) is re-read every kPollInterval, so a clock advanced past a renewal deadline is
+// noticed promptly without the keeper ever moving that clock itself.
+class LeaseKeeper {
+ public:
+  LeaseKeeper(IdempotencyRecorder& recorder, std::shared_ptr<Clock> clock,
+              const std::string& consumer, Millis lease)
+      : recorder_(recorder),
+        clock_(std::move(clock)),
+        consumer_(consumer),
+        lease_(lease),
+        interval_(std::max(std::chrono::nanoseconds(lease) / 3, std::chrono::nanoseconds(1))),
+        poll_(dynamic_cast<SystemClock*>(clock_.get()) == nullptr),
+        thread_([this](std::stop_token stop) { loop(stop); }) {}
+
+  ~LeaseKeeper() {
+    thread_.request_stop();
+    thread_.join();
+  }
+
+  LeaseKeeper(const LeaseKeeper&) = delete;
+  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
+
+  // Starts renewing (event_id, token); returns the registration to pass to remove().
+  std::uint64_t add(std::string_view event_id, std::uint64_t token) {
+    std::lock_guard lock(mutex_);
+    const std::uint64_t id = next_id_++;
+    const bool was_empty = entries_.empty();
+    entries_.emplace(id, Entry{std::string(event_id), token, clock_->steady_now() + interval_});
+    // Entries are added with the same interval, so only an idle keeper can need waking.
+    if (was_empty) cv_.notify_one();
+    return id;
+  }
+
+  // Stops renewing. A renewal already running for it may still land; it is harmless (the
+  // recorder refuses a token that completed or released).
+  void remove(std::uint64_t id) {
+    std::lock_guard lock(mutex_);
+    entries_.erase(id);
+  }
+
+ private:
+  static constexpr std::chrono::milliseconds kPollInterval{1};
+
+  struct Entry {
+    std::string event_id;
+    std::uint64_t token;
+    SteadyTime due;
+  };
+
+  void loop(std::stop_token stop) {
+    std::unique_lock lock(mutex_);
+    while (!stop.stop_requested()) {
+      if (entries_.empty()) {
+        cv_.wait(lock, stop, [this] { return !entries_.empty(); });
+        continue;
+      }
+      auto next = std::min_element(
+          entries_.begin(), entries_.end(),
+          [](const auto& a, const auto& b) { return a.second.due < b.second.due; });
+      const SteadyTime now = clock_->steady_now();
+      if (next->second.due > now) {
+        auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(next->second.due - now);
+        if (poll_) wait = std::min<std::chrono::nanoseconds>(wait, kPollInterval);
+        const std::size_t size = entries_.size();
+        cv_.wait_for(lock, stop, wait, [&] { return entries_.size() > size; });
+        continue;
+      }
+      const std::uint64_t id = next->first;
+      const std::string event_id = next->second.event_id;
+      const std::uint64_t token = next->second.token;
+      lock.unlock();
+      bool renewed = false;
+      try {
+        renewed = recorder_.renew(consumer_, event_id, token, lease_);
+      } catch (...) {
+        // A failed renewal (busy store, lost connection) is tried again next interval; the
+        // lease has room for two more before it lapses.
+        renewed = true;
+      }
+      lock.lock();
+      auto it = entries_.find(id);
+      if (it == entries_.end()) continue;
+      if (renewed) {
+        it->second.due = clock_->steady_now() + interval_;
+      } else {
+        // Fenced off: someone took the claim over. Stop renewing; complete() will report it.
+        entries_.erase(it);
+      }
+    }
+  }
+
+  IdempotencyRecorder& recorder_;
+  std::shared_ptr<Clock> clock_;
+  const std::string& consumer_;
+  const Millis lease_;
+  const std::chrono::nanoseconds interval_;
+  const bool poll_;
+  std::mutex mutex_;
+  std::condition_variable_any cv_;
+  std::map<std::uint64_t, Entry> entries_;
+  std::uint64_t next_id_ = 0;
+  std::jthread thread_;  // last: started once everything above exists
+};
+
+namespace {
+
+// Transactional mode: handle sees the backend transaction; its published events wait for the
+// commit.
+class TransactionalProxy final : public BusProxy {
+ public:
+  TransactionalProxy(BusProxy& outer, Transaction& tx) : outer_(outer), tx_(tx) {}
+  void publish(Event event) override { held_.push_back(std::move(event)); }
+  std::string_view consumer() const override { return outer_.consumer(); }
+  Transaction* transaction() noexcept override { return &tx_; }
+  std::vector<Event> take() { return std::exchange(held_, {}); }
+
+ private:
+  BusProxy& outer_;
+  Transaction& tx_;
+  std::vector<Event> held_;
+};
+
+HandlerMode resolve_mode(HandlerMode requested, const IdempotencyRecorder& recorder) {
+  if (requested == HandlerMode::automatic) {
+    return recorder.supports_claims() ? HandlerMode::exclusive : HandlerMode::check_then_mark;
+  }
+  return requested;
+}
+
+}  // namespace
+
+HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecorder> recorder,
+                         HandlerOptions options)
+    : consumer_(std::move(consumer)),
+      recorder_(std::move(recorder)),
+      mode_(HandlerMode::check_then_mark),
+      lease_(options.lease),
+      clock_(options.clock ? std::move(options.clock) : system_clock()) {
+  validate_key("consumer", consumer_);
+  if (!recorder_) throw InvalidArgument("IdempotentHandler needs a recorder (got null)");
+  mode_ = resolve_mode(options.mode, *recorder_);
+  if (mode_ == HandlerMode::exclusive) {
+    if (!recorder_->supports_claims()) {
+      throw NotSupported("exclusive mode needs a recorder that supports claims");
+    }
+    if (lease_ <= Millis::zero()) {
+      throw ConfigError("HandlerOptions::lease must be positive (got " +
+                        std::to_string(lease_.count()) + " ms)");
+    }
+  }
+  if (mode_ == HandlerMode::transactional && !recorder_->supports_transactions()) {
+    throw NotSupported(
+        "transactional mode needs a recorder that supports transactions (a SQL backend)");
+  }
+}
+
+HandlerCore::~HandlerCore() = default;
+
+LeaseKeeper& HandlerCore::keeper() {
+  std::call_once(keeper_once_, [this] {
+    keeper_ = std::make_unique<LeaseKeeper>(*recorder_, clock_, consumer_, lease_);
+  });
+  return *keeper_;
+}
+
+HandleResult HandlerCore::run(const Event& event, BusProxy& bus,
+                              const std::function<void(BusProxy&)>& invoke) {
+  validate_key("event id", event.id);
+  switch (mode_) {
+    case HandlerMode::check_then_mark:
+      return run_check_then_mark(event, bus, invoke);
+    case HandlerMode::exclusive:
+      return run_exclusive(event, bus, invoke);
+    case HandlerMode::transactional:
+      return run_transactional(event, bus, invoke);
+    case HandlerMode::automatic:
+      break;  // resolved at construction
+  }
+  throw InvalidArgument("IdempotentHandler: unresolved mode");
+}
+
+HandleResult HandlerCore::run_check_then_mark(const Event& event, BusProxy& bus,
+                                              const std::function<void(BusProxy&)>& invoke) {
+  if (recorder_->is_processed(consumer_, event.id)) return HandleResult::duplicate;
+  invoke(bus);
+  recorder_->mark_processed(consumer_, event.id);
+  return HandleResult::processed;
+}
+
+HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
+                                        const std::function<void(BusProxy&)>& invoke) {
+  const Claim claim = recorder_->claim(consumer_, event.id, lease_);
+  switch (claim.status) {
+    case Claim::Status::processed:
+      return HandleResult::duplicate;
+    case Claim::Status::in_progress:
+      throw AlreadyInProgress("consumer '" + consumer_ + "': event " + event.id +
+                              " is being handled by another delivery; deliver it again later");
+    case Claim::Status::acquired:
+      break;
+  }
+
+  LeaseKeeper& heartbeat = keeper();
+  const std::uint64_t registration = heartbeat.add(event.id, claim.token);
+  try {
+    invoke(bus);
+  } catch (...) {
+    heartbeat.remove(registration);
+    try {
+      recorder_->release(consumer_, event.id, claim.token);
+    } catch (...) {
+      // The handler's own error matters more; an unreleased claim is taken over after its lease.
+    }
+    throw;
+  }
+  heartbeat.remove(registration);
+  if (!recorder_->complete(consumer_, event.id, claim.token)) {
+    throw LeaseLost("consumer '" + consumer_ + "': event " + event.id +
+                    " was handled, but its claim had been taken over by another delivery (the "
+                    "lease lapsed); the side effect may run twice");
+  }
+  return HandleResult::processed;
+}
+
+HandleResult HandlerCore::run_transactional(const Event& event, BusProxy& bus,
+                                            const std::function<void(BusProxy&)>& invoke) {
+  std::vector<Event> held;
+  const bool ran = recorder_->run_transactional(consumer_, event.id, [&](Transaction& tx) {
+    TransactionalProxy proxy(bus, tx);
+    invoke(proxy);
+    held = proxy.take();
+  });
+  if (!ran) return HandleResult::duplicate;
+  // Committed: now the follow-up events may leave.
+  for (auto& follow_up : held)
+    bus.publish(std::move(follow_up));
+  return HandleResult::processed;
+}
+
+}  // namespace detail
+}  // namespace idem
