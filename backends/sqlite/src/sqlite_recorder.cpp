@@ -1,1 +1,662 @@
-// Implemented by the SQLite backend work.
+#include "idem/sqlite/sqlite_recorder.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <exception>
+#include <filesystem>
+#include <limits>
+#include <mutex>
+#include <optional>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "connection.hpp"
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+
+namespace idem::sqlite {
+
+namespace {
+
+using detail::Connection;
+using detail::Statement;
+using detail::WriteTransaction;
+
+// The infinity_bus table, created exactly as infinity_bus creates it, so whichever program
+// opens the file first makes the same table.
+constexpr const char* kCreateProcessedLog =
+    "CREATE TABLE IF NOT EXISTS processed_log ("
+    " consumer TEXT NOT NULL,"
+    " event_id TEXT NOT NULL,"
+    " ts TEXT NOT NULL,"
+    " PRIMARY KEY (consumer, event_id))";
+
+constexpr const char* kCreateIdemTables =
+    "CREATE TABLE IF NOT EXISTS idem_claims ("
+    " consumer TEXT NOT NULL,"
+    " event_id TEXT NOT NULL,"
+    " token INTEGER NOT NULL,"
+    " lease_until_ms INTEGER NOT NULL,"
+    " PRIMARY KEY (consumer, event_id));"
+    "CREATE TABLE IF NOT EXISTS idem_schema ("
+    " component TEXT PRIMARY KEY,"
+    " version INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS idem_counters ("
+    " name TEXT PRIMARY KEY,"
+    " value INTEGER NOT NULL);"
+    "INSERT OR IGNORE INTO idem_schema(component, version) VALUES ('recorder', 1);"
+    "INSERT OR IGNORE INTO idem_counters(name, value) VALUES ('claim_token', 0);";
+
+constexpr std::string_view kSelectMarker =
+    "SELECT 1 FROM processed_log WHERE consumer = ?1 AND event_id = ?2";
+constexpr std::string_view kInsertMarker =
+    "INSERT OR IGNORE INTO processed_log(consumer, event_id, ts) VALUES (?1, ?2, ?3)";
+constexpr std::string_view kSelectClaim =
+    "SELECT token, lease_until_ms FROM idem_claims WHERE consumer = ?1 AND event_id = ?2";
+constexpr std::string_view kNextToken =
+    "UPDATE idem_counters SET value = value + 1 WHERE name = 'claim_token' RETURNING value";
+// The claim itself. Under BEGIN IMMEDIATE the row was just read, so the WHERE cannot fail
+// here; it stays so that the statement alone is a correct claim (a live lease is never
+// overwritten, whatever ran before it).
+constexpr std::string_view kUpsertClaim =
+    "INSERT INTO idem_claims(consumer, event_id, token, lease_until_ms) VALUES (?1, ?2, ?3, ?4) "
+    "ON CONFLICT(consumer, event_id) DO UPDATE SET token = excluded.token, "
+    "lease_until_ms = excluded.lease_until_ms WHERE idem_claims.lease_until_ms <= ?5 "
+    "RETURNING token";
+constexpr std::string_view kDeleteClaimWithToken =
+    "DELETE FROM idem_claims WHERE consumer = ?1 AND event_id = ?2 AND token = ?3";
+constexpr std::string_view kDeleteClaim =
+    "DELETE FROM idem_claims WHERE consumer = ?1 AND event_id = ?2";
+constexpr std::string_view kRenewClaim =
+    "UPDATE idem_claims SET lease_until_ms = ?4 WHERE consumer = ?1 AND event_id = ?2 AND "
+    "token = ?3";
+// julianday() reads every ISO-8601 form (Z, +00:00, other offsets, any number of fraction
+// digits, none) as an instant, so rows from other writers age correctly; unparsable ts gives
+// NULL and the row is kept.
+constexpr std::string_view kPurgeMarkers =
+    "DELETE FROM processed_log WHERE julianday(ts) < julianday(?1)";
+constexpr std::string_view kPurgeClaims = "DELETE FROM idem_claims WHERE lease_until_ms < ?1";
+
+// Lease deadlines are stored as milliseconds and returned as WallTime, whose nanosecond count
+// overflows past this many milliseconds (year 2262).
+constexpr std::int64_t kMaxMs =
+    std::chrono::duration_cast<std::chrono::milliseconds>(WallTime::duration::max()).count();
+// 0001-01-01T00:00:00Z: the earliest instant an ISO-8601 string can name.
+constexpr std::int64_t kMinMs = -62135596800000;
+
+std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
+  if (b > 0 && a > kMaxMs - b) return kMaxMs;
+  if (b < 0 && a < kMinMs - b) return kMinMs;
+  return a + b;
+}
+
+WallTime from_ms(std::int64_t ms) {
+  return WallTime(std::chrono::milliseconds(std::clamp(ms, kMinMs, kMaxMs)));
+}
+
+std::int64_t to_ms(WallTime t) {
+  return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+void validate_lease(Millis lease) {
+  if (lease <= Millis::zero()) {
+    throw InvalidArgument("a claim's lease must be positive, got " + std::to_string(lease.count()) +
+                          " ms");
+  }
+}
+
+void validate(std::string_view consumer, std::string_view event_id) {
+  validate_key("consumer", consumer);
+  validate_key("event id", event_id);
+}
+
+}  // namespace
+
+std::string marker_timestamp(WallTime t) {
+  using namespace std::chrono;
+  const auto us = floor<microseconds>(t.time_since_epoch());
+  const auto day = floor<days>(us);
+  const year_month_day ymd{sys_days(day)};
+  const hh_mm_ss<microseconds> time{us - day};
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, "%04d-%02u-%02uT%02d:%02d:%02d.%06lld+00:00",
+                static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
+                static_cast<unsigned>(ymd.day()), static_cast<int>(time.hours().count()),
+                static_cast<int>(time.minutes().count()), static_cast<int>(time.seconds().count()),
+                static_cast<long long>(time.subseconds().count()));
+  return buffer;
+}
+
+// ---- Impl -----------------------------------------------------------------------------------
+
+namespace detail {
+
+// One mark_processed() call waiting in the group-commit queue.
+struct PendingMark {
+  std::string_view consumer;
+  std::string_view event_id;
+  std::string ts;
+  bool done = false;
+  std::exception_ptr error;
+  std::condition_variable cv;
+};
+
+}  // namespace detail
+
+using detail::PendingMark;
+
+class SqliteIdempotencyRecorder::Impl {
+ public:
+  Impl(std::string path, SqliteOptions options)
+      : path_(std::move(path)), options_(std::move(options)) {}
+
+  // Holds the writer connection for one write, and refuses a thread that already holds it
+  // (a transactional handler calling back into its own recorder), which would deadlock.
+  class WriterLock {
+   public:
+    WriterLock(Impl& impl, std::string_view operation) : impl_(impl) {
+      impl.throw_if_writer_thread(operation);
+      lock_ = std::unique_lock(impl.writer_mutex_);
+      impl.writer_thread_.store(std::this_thread::get_id());
+    }
+    WriterLock(const WriterLock&) = delete;
+    WriterLock& operator=(const WriterLock&) = delete;
+    ~WriterLock() { impl_.writer_thread_.store(std::thread::id()); }
+
+    Connection& connection() { return *impl_.writer_; }
+
+   private:
+    Impl& impl_;
+    std::unique_lock<std::mutex> lock_;
+  };
+
+  // The connection for one read: the writer when this thread is inside a write (so a handler
+  // sees its own transaction) or for ":memory:" (one connection only); otherwise a reader from
+  // the pool, so reads never wait for the writer.
+  class ReadLease {
+   public:
+    explicit ReadLease(Impl& impl) : impl_(impl) {
+      if (impl.writer_thread_.load() == std::this_thread::get_id()) {
+        connection_ = impl.writer_.get();
+      } else if (impl.in_memory_) {
+        writer_lock_ = std::unique_lock(impl.writer_mutex_);
+        connection_ = impl.writer_.get();
+      } else {
+        reader_ = impl.take_reader();
+        connection_ = reader_.get();
+      }
+    }
+    ReadLease(const ReadLease&) = delete;
+    ReadLease& operator=(const ReadLease&) = delete;
+    ~ReadLease() {
+      if (reader_) impl_.return_reader(std::move(reader_));
+    }
+
+    Connection& connection() { return *connection_; }
+
+   private:
+    Impl& impl_;
+    Connection* connection_ = nullptr;
+    std::unique_lock<std::mutex> writer_lock_;
+    std::unique_ptr<Connection> reader_;
+  };
+
+  void open();
+
+  void throw_if_writer_thread(std::string_view operation) const {
+    if (writer_thread_.load() == std::this_thread::get_id()) {
+      throw Error(ErrorCode::reentry,
+                  "SqliteIdempotencyRecorder::" + std::string(operation) +
+                      " was called from inside run_transactional() on the same recorder; it "
+                      "would wait for the transaction that is running it (write through the "
+                      "SqliteTransaction instead)");
+    }
+  }
+
+  std::int64_t now_ms() const { return to_ms(clock_->wall_now()); }
+
+  bool marker_exists(Connection& connection, std::string_view consumer, std::string_view event_id) {
+    Statement select = connection.prepare(kSelectMarker);
+    select.bind(1, consumer).bind(2, event_id);
+    return select.step();
+  }
+
+  std::unique_ptr<Connection> take_reader() {
+    {
+      std::lock_guard lock(readers_mutex_);
+      if (!idle_readers_.empty()) {
+        auto reader = std::move(idle_readers_.back());
+        idle_readers_.pop_back();
+        return reader;
+      }
+    }
+    // Opened outside the lock: opening touches the file and may wait on the busy handler.
+    return std::make_unique<Connection>(path_, options_, /*create=*/false, options_.read_only);
+  }
+
+  void return_reader(std::unique_ptr<Connection> reader) {
+    std::lock_guard lock(readers_mutex_);
+    if (idle_readers_.size() < options_.max_idle_readers)
+      idle_readers_.push_back(std::move(reader));
+  }
+
+  void write_marks(const std::vector<PendingMark*>& batch) {
+    WriterLock lock(*this, "mark_processed");
+    Connection& connection = lock.connection();
+    WriteTransaction tx(connection);
+    for (const PendingMark* mark : batch) {
+      Statement insert = connection.prepare(kInsertMarker);
+      insert.bind(1, mark->consumer).bind(2, mark->event_id).bind(3, std::string_view(mark->ts));
+      insert.run();
+    }
+    tx.commit();
+  }
+
+  std::string path_;
+  SqliteOptions options_;
+  std::shared_ptr<Clock> clock_;
+  bool in_memory_ = false;
+
+  std::mutex writer_mutex_;
+  std::unique_ptr<Connection> writer_;
+  std::atomic<std::thread::id> writer_thread_{};
+
+  std::mutex readers_mutex_;
+  std::vector<std::unique_ptr<Connection>> idle_readers_;
+
+  // Group commit (LevelDB's writer queue): the waiter at the front commits a batch of the
+  // queue's marks for everyone in it.
+  std::mutex marks_mutex_;
+  std::deque<PendingMark*> pending_marks_;
+
+ private:
+  void configure_writer();
+  void create_schema();
+  void check_schema();
+};
+
+void SqliteIdempotencyRecorder::Impl::open() {
+  if (path_.empty()) {
+    throw InvalidArgument("SQLite database path is empty: give a file path or \":memory:\"");
+  }
+  if (path_.find('\0') != std::string::npos) {
+    throw InvalidArgument("SQLite database path contains a NUL byte");
+  }
+  if (options_.busy_timeout < std::chrono::milliseconds::zero()) {
+    throw ConfigError("SqliteOptions::busy_timeout must be >= 0, got " +
+                      std::to_string(options_.busy_timeout.count()) + " ms");
+  }
+  if (options_.max_batch_size == 0) {
+    throw ConfigError("SqliteOptions::max_batch_size must be >= 1 (1 turns group commit off)");
+  }
+  if (sqlite3_threadsafe() == 0) {
+    throw ConfigError("libsqlite3 was built without thread support (SQLITE_THREADSAFE=0)");
+  }
+  clock_ = options_.clock ? options_.clock : system_clock();
+  in_memory_ = (path_ == ":memory:");
+
+  try {
+    writer_ = std::make_unique<Connection>(path_, options_, /*create=*/!options_.read_only,
+                                           options_.read_only);
+  } catch (const SqliteError& e) {
+    if (e.code() != ErrorCode::store_open_failed) throw;
+    // SQLite says only "unable to open database file"; say which part of the path is wrong.
+    std::error_code ec;
+    const std::filesystem::path file(path_);
+    const auto parent = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+    std::string hint;
+    if (!std::filesystem::exists(parent, ec)) {
+      hint = "; the directory '" + parent.string() + "' does not exist";
+    } else if (std::filesystem::is_directory(file, ec)) {
+      hint = "; it is a directory";
+    } else if (!std::filesystem::exists(file, ec) && options_.read_only) {
+      hint = "; the file does not exist (read_only never creates it)";
+    }
+    throw SqliteError(e.code(), std::string(e.what()) + hint, e.sqlite_code(), e.extended_code(),
+                      e.retryable(), e.in_doubt());
+  }
+  configure_writer();
+  check_schema();
+}
+
+void SqliteIdempotencyRecorder::Impl::configure_writer() {
+  // The first statements read the file header: a file that is not a database fails here with
+  // SQLITE_NOTADB (store_not_a_database).
+  if (!in_memory_ && !options_.read_only) {
+    std::string mode;
+    writer_->exec_script("PRAGMA journal_mode=WAL", [&](std::string_view m) { mode = m; });
+    if (mode != "wal") {
+      throw SqliteError(ErrorCode::store_open_failed,
+                        "PRAGMA journal_mode=WAL on '" + path_ + "' was refused (the mode is '" +
+                            mode + "'); several processes can only share the file in WAL mode",
+                        SQLITE_ERROR, SQLITE_ERROR, false, false);
+    }
+  }
+  switch (options_.durability) {
+    case Durability::full:
+      writer_->exec_script("PRAGMA synchronous=FULL");
+      break;
+    case Durability::normal:
+      writer_->exec_script("PRAGMA synchronous=NORMAL");
+      break;
+    case Durability::off:
+      writer_->exec_script("PRAGMA synchronous=OFF");
+      break;
+  }
+}
+
+void SqliteIdempotencyRecorder::Impl::check_schema() {
+  int idem_tables = 0;
+  bool has_processed_log = false;
+  {
+    Statement tables = writer_->prepare(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
+        "('processed_log', 'idem_claims', 'idem_schema', 'idem_counters')");
+    while (tables.step()) {
+      if (tables.column_text(0) == "processed_log") {
+        has_processed_log = true;
+      } else {
+        ++idem_tables;
+      }
+    }
+  }
+  if (!has_processed_log || idem_tables < 3) {
+    if (options_.read_only) {
+      if (!has_processed_log) {
+        throw SqliteError(ErrorCode::store_read_only,
+                          "'" + path_ +
+                              "' has no processed_log table and is opened read-only, so it "
+                              "cannot be created",
+                          SQLITE_READONLY, SQLITE_READONLY, false, false);
+      }
+      // An infinity_bus file opened read-only: is_processed() works; writes fail as they must.
+    } else {
+      create_schema();
+    }
+  }
+
+  // A processed_log made by some other program must still have the columns we read and write.
+  int expected_columns = 0;
+  {
+    Statement info = writer_->prepare("SELECT name FROM pragma_table_info('processed_log')");
+    while (info.step()) {
+      const std::string name = info.column_text(0);
+      if (name == "consumer" || name == "event_id" || name == "ts") ++expected_columns;
+    }
+  }
+  if (expected_columns != 3) {
+    throw SqliteError(ErrorCode::store_not_a_database,
+                      "'" + path_ +
+                          "' has a processed_log table without the columns (consumer, event_id, "
+                          "ts) idem and infinity_bus use",
+                      SQLITE_ERROR, SQLITE_ERROR, false, false);
+  }
+
+  if (idem_tables == 3 || !options_.read_only) {
+    Statement version =
+        writer_->prepare("SELECT version FROM idem_schema WHERE component = 'recorder'");
+    if (version.step() && version.column_int64(0) > kSchemaVersion) {
+      throw SqliteError(ErrorCode::store_open_failed,
+                        "'" + path_ + "' uses idem recorder schema version " +
+                            std::to_string(version.column_int64(0)) +
+                            ", newer than this idem understands (" +
+                            std::to_string(kSchemaVersion) + "); upgrade idem",
+                        SQLITE_ERROR, SQLITE_ERROR, false, false);
+    }
+  }
+}
+
+void SqliteIdempotencyRecorder::Impl::create_schema() {
+  // One write transaction, so processes opening a new file at once create it exactly once.
+  WriteTransaction tx(*writer_);
+  writer_->exec_script(kCreateProcessedLog);
+  writer_->exec_script(kCreateIdemTables);
+  tx.commit();
+}
+
+// ---- SqliteIdempotencyRecorder --------------------------------------------------------------
+
+SqliteIdempotencyRecorder::SqliteIdempotencyRecorder(std::string path, SqliteOptions options)
+    : impl_(std::make_unique<Impl>(std::move(path), std::move(options))) {
+  impl_->open();
+}
+
+SqliteIdempotencyRecorder::~SqliteIdempotencyRecorder() = default;
+
+const std::string& SqliteIdempotencyRecorder::path() const noexcept {
+  return impl_->path_;
+}
+const SqliteOptions& SqliteIdempotencyRecorder::options() const noexcept {
+  return impl_->options_;
+}
+
+bool SqliteIdempotencyRecorder::is_processed(std::string_view consumer, std::string_view event_id) {
+  validate(consumer, event_id);
+  Impl::ReadLease lease(*impl_);
+  return impl_->marker_exists(lease.connection(), consumer, event_id);
+}
+
+void SqliteIdempotencyRecorder::mark_processed(std::string_view consumer,
+                                               std::string_view event_id) {
+  validate(consumer, event_id);
+  impl_->throw_if_writer_thread("mark_processed");
+  PendingMark mark;
+  mark.consumer = consumer;
+  mark.event_id = event_id;
+  mark.ts = marker_timestamp(impl_->clock_->wall_now());
+
+  std::unique_lock lock(impl_->marks_mutex_);
+  auto& queue = impl_->pending_marks_;
+  queue.push_back(&mark);
+  mark.cv.wait(lock, [&] { return mark.done || queue.front() == &mark; });
+  if (!mark.done) {
+    // This call is at the front: it commits, in one transaction, every mark queued so far (up
+    // to max_batch_size), its own first. The others wait for that commit.
+    const std::size_t n = std::min(queue.size(), impl_->options_.max_batch_size);
+    std::vector<PendingMark*> batch(queue.begin(), queue.begin() + static_cast<std::ptrdiff_t>(n));
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      impl_->write_marks(batch);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    lock.lock();
+    for (PendingMark* done : batch) {
+      queue.pop_front();
+      done->done = true;
+      done->error = error;
+      if (done != &mark) done->cv.notify_one();
+    }
+    if (!queue.empty()) queue.front()->cv.notify_one();
+  }
+  if (mark.error) std::rethrow_exception(mark.error);
+}
+
+Claim SqliteIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
+                                       Millis lease) {
+  validate(consumer, event_id);
+  validate_lease(lease);
+  impl_->throw_if_writer_thread("claim");
+  // Fast path for redeliveries, without the write lock: a marker only goes away by purge().
+  if (is_processed(consumer, event_id)) return Claim{Claim::Status::processed};
+
+  Impl::WriterLock lock(*impl_, "claim");
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  const std::int64_t now = impl_->now_ms();
+  if (impl_->marker_exists(connection, consumer, event_id)) {
+    return Claim{Claim::Status::processed};
+  }
+  bool had_claim = false;
+  {
+    Statement select = connection.prepare(kSelectClaim);
+    select.bind(1, consumer).bind(2, event_id);
+    if (select.step()) {
+      const std::int64_t lease_until = select.column_int64(1);
+      if (lease_until > now) {
+        Claim busy{Claim::Status::in_progress};
+        busy.lease_until = from_ms(lease_until);
+        return busy;
+      }
+      had_claim = true;  // its lease passed: a takeover
+    }
+  }
+  std::int64_t token = 0;
+  {
+    Statement next = connection.prepare(kNextToken);
+    if (!next.step()) {
+      throw StoreError("the claim_token counter row is missing from idem_counters in '" +
+                       impl_->path_ + "'");
+    }
+    token = next.column_int64(0);
+  }
+  const std::int64_t lease_until = saturating_add(now, lease.count());
+  {
+    Statement upsert = connection.prepare(kUpsertClaim);
+    upsert.bind(1, consumer).bind(2, event_id).bind(3, token).bind(4, lease_until).bind(5, now);
+    if (!upsert.step()) {
+      throw StoreError("claim of (" + std::string(consumer) + ", " + std::string(event_id) +
+                       ") found a live lease inside its own write transaction");
+    }
+    token = upsert.column_int64(0);
+    while (upsert.step()) {
+    }
+  }
+  tx.commit();
+  Claim acquired{Claim::Status::acquired};
+  acquired.token = static_cast<std::uint64_t>(token);
+  acquired.lease_until = from_ms(lease_until);
+  acquired.took_over = had_claim;
+  return acquired;
+}
+
+bool SqliteIdempotencyRecorder::complete(std::string_view consumer, std::string_view event_id,
+                                         std::uint64_t token) {
+  validate(consumer, event_id);
+  if (token > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
+  Impl::WriterLock lock(*impl_, "complete");
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  {
+    Statement drop = connection.prepare(kDeleteClaimWithToken);
+    drop.bind(1, consumer).bind(2, event_id).bind(3, static_cast<std::int64_t>(token));
+    if (drop.run() == 0) return false;  // fenced off (or never claimed): write nothing
+  }
+  {
+    Statement insert = connection.prepare(kInsertMarker);
+    const std::string ts = marker_timestamp(impl_->clock_->wall_now());
+    insert.bind(1, consumer).bind(2, event_id).bind(3, std::string_view(ts));
+    insert.run();
+  }
+  tx.commit();
+  return true;
+}
+
+bool SqliteIdempotencyRecorder::release(std::string_view consumer, std::string_view event_id,
+                                        std::uint64_t token) {
+  validate(consumer, event_id);
+  if (token > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
+  Impl::WriterLock lock(*impl_, "release");
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  Statement drop = connection.prepare(kDeleteClaimWithToken);
+  drop.bind(1, consumer).bind(2, event_id).bind(3, static_cast<std::int64_t>(token));
+  if (drop.run() == 0) return false;
+  tx.commit();
+  return true;
+}
+
+bool SqliteIdempotencyRecorder::renew(std::string_view consumer, std::string_view event_id,
+                                      std::uint64_t token, Millis lease) {
+  validate(consumer, event_id);
+  validate_lease(lease);
+  if (token > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
+  Impl::WriterLock lock(*impl_, "renew");
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  Statement update = connection.prepare(kRenewClaim);
+  update.bind(1, consumer)
+      .bind(2, event_id)
+      .bind(3, static_cast<std::int64_t>(token))
+      .bind(4, saturating_add(impl_->now_ms(), lease.count()));
+  if (update.run() == 0) return false;
+  tx.commit();
+  return true;
+}
+
+bool SqliteIdempotencyRecorder::run_transactional(std::string_view consumer,
+                                                  std::string_view event_id,
+                                                  const std::function<void(Transaction&)>& fn) {
+  validate(consumer, event_id);
+  Impl::WriterLock lock(*impl_, "run_transactional");
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  {
+    Statement insert = connection.prepare(kInsertMarker);
+    const std::string ts = marker_timestamp(impl_->clock_->wall_now());
+    insert.bind(1, consumer).bind(2, event_id).bind(3, std::string_view(ts));
+    if (insert.run() == 0) return false;  // already processed: roll back, do not run
+  }
+  {
+    Statement select = connection.prepare(kSelectClaim);
+    select.bind(1, consumer).bind(2, event_id);
+    if (select.step() && select.column_int64(1) > impl_->now_ms()) {
+      // An exclusive-mode owner is running this event right now.
+      throw AlreadyInProgress("(" + std::string(consumer) + ", " + std::string(event_id) +
+                              ") is claimed by another delivery until " +
+                              marker_timestamp(from_ms(select.column_int64(1))));
+    }
+  }
+  {
+    // A dead claim goes with the commit; its old owner's complete() then finds no token.
+    Statement drop = connection.prepare(kDeleteClaim);
+    drop.bind(1, consumer).bind(2, event_id);
+    drop.run();
+  }
+  SqliteTransaction handle(connection, consumer, event_id);
+  fn(handle);  // throws → ~WriteTransaction rolls back the marker and fn's writes
+  if (sqlite3_get_autocommit(connection.db()) != 0) {
+    throw StoreError("the handler for (" + std::string(consumer) + ", " + std::string(event_id) +
+                         ") ended idem's transaction itself (COMMIT/ROLLBACK through db(), or an "
+                         "error that made SQLite roll back); whether its writes and the marker "
+                         "were committed is unknown",
+                     /*retryable=*/false, /*in_doubt=*/true);
+  }
+  tx.commit();
+  return true;
+}
+
+std::size_t SqliteIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
+  if (older_than < std::chrono::system_clock::duration::zero()) {
+    throw InvalidArgument("purge(older_than) needs older_than >= 0");
+  }
+  const std::int64_t age_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(older_than).count();
+  const std::int64_t cutoff_ms = saturating_add(impl_->now_ms(), -age_ms);
+  const std::string cutoff = marker_timestamp(from_ms(cutoff_ms));
+
+  Impl::WriterLock lock(*impl_, "purge");
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  std::int64_t markers = 0;
+  {
+    Statement purge_markers = connection.prepare(kPurgeMarkers);
+    purge_markers.bind(1, std::string_view(cutoff));
+    markers = purge_markers.run();
+  }
+  {
+    Statement purge_claims = connection.prepare(kPurgeClaims);
+    purge_claims.bind(1, cutoff_ms);
+    purge_claims.run();
+  }
+  tx.commit();
+  return static_cast<std::size_t>(markers);
+}
+
+}  // namespace idem::sqlite

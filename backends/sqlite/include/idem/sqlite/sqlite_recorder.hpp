@@ -1,0 +1,104 @@
+// SqliteIdempotencyRecorder: processed-event markers in one SQLite file, shared by threads and
+// processes.
+//
+// idem's embedded default recorder. It implements every level of idem/recorder.hpp:
+//   * check/mark    — markers live in `processed_log(consumer, event_id, ts)`, the table
+//                     infinity_bus uses, so Python and C++ consumers can share one file;
+//   * claims        — `idem_claims(consumer, event_id, token, lease_until_ms)`; claim() is one
+//                     write transaction (check the marker, then an INSERT ... ON CONFLICT DO
+//                     UPDATE ... WHERE <lease passed> RETURNING token);
+//   * transactions  — run_transactional() runs the handler inside the transaction that inserts
+//                     the marker (a "transactional inbox"): a crash leaves both or neither.
+// Tokens come from one counter in the file, so they grow per key forever (even after a release
+// or a purge) and are unique across keys.
+//
+// The file is opened in WAL mode with a busy timeout, so several processes can use it at once:
+// reads never wait for the writer, writes take SQLite's one write lock in turn. Marker
+// timestamps are ISO-8601 UTC strings in Python's datetime.isoformat() form,
+// "2026-11-30T04:05:06.123456+00:00"; purge() compares them as instants (SQLite julianday()),
+// so rows written by other programs with "Z" or without fractions are aged correctly too.
+// Wall time comes from options.clock. See docs/sqlite.md for the schema, durability levels and
+// limitations.
+//
+// Errors: bad keys → InvalidKey; bad options → ConfigError; SQLite failures → SqliteError
+// (sqlite_error.hpp) with stable codes: store_open_failed (the path cannot be opened; the
+// message names it), store_not_a_database, store_read_only (at the first write), store_busy
+// (locked past busy_timeout; retryable); a COMMIT whose outcome is unknown is in_doubt().
+// Nothing is ever marked that the caller did not ask to mark.
+//
+// Thread-safety: one recorder may be shared by any number of threads. Writes go through one
+// connection behind a mutex; concurrent mark_processed() calls are group-committed (one
+// transaction for many marks, each call returning only after the commit that holds its mark).
+// is_processed() reads on a small pool of extra connections, so it never waits for a writer
+// (":memory:" has one connection for everything). Several processes may open the same file at
+// once; each process should share one recorder per file.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "idem/recorder.hpp"
+#include "idem/sqlite/sqlite_error.hpp"
+#include "idem/sqlite/sqlite_options.hpp"
+#include "idem/sqlite/sqlite_transaction.hpp"
+
+namespace idem::sqlite {
+
+// The `ts` text idem writes for instant `t`: ISO-8601 UTC with microseconds and Python's
+// "+00:00" suffix, e.g. "2026-11-30T04:05:06.123456+00:00" (what Python's
+// datetime.now(timezone.utc).isoformat() gives, so datetime.fromisoformat() reads it back).
+std::string marker_timestamp(WallTime t);
+
+class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
+ public:
+  // The version of idem's own tables (idem_schema); a file with a newer version is refused.
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens (creating when missing, unless options.read_only) the database at `path`, a file path
+  // or ":memory:" (a private in-memory database: this recorder only, gone when it is destroyed).
+  // Switches the file to WAL and creates the tables when missing. Throws ConfigError for bad
+  // options, InvalidArgument for an empty path, SqliteError (store_open_failed,
+  // store_not_a_database, store_busy, ...) when the file cannot be used.
+  explicit SqliteIdempotencyRecorder(std::string path, SqliteOptions options = {});
+  ~SqliteIdempotencyRecorder() override;
+
+  SqliteIdempotencyRecorder(const SqliteIdempotencyRecorder&) = delete;
+  SqliteIdempotencyRecorder& operator=(const SqliteIdempotencyRecorder&) = delete;
+
+  bool is_processed(std::string_view consumer, std::string_view event_id) override;
+  void mark_processed(std::string_view consumer, std::string_view event_id) override;
+
+  bool supports_claims() const noexcept override { return true; }
+  // lease must be > 0 (InvalidArgument otherwise).
+  Claim claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
+  bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
+  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
+  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+             Millis lease) override;
+
+  bool supports_transactions() const noexcept override { return true; }
+  // `fn` receives an idem::sqlite::SqliteTransaction. Mixed with exclusive mode: when another
+  // owner holds a live claim on the same (consumer, event_id), nothing runs and
+  // AlreadyInProgress is thrown (the delivery is redelivered later); a dead claim is dropped
+  // with the commit, which also fences its old owner off.
+  bool run_transactional(std::string_view consumer, std::string_view event_id,
+                         const std::function<void(Transaction&)>& fn) override;
+
+  // Deletes markers whose ts is older than now - older_than (older_than must be >= 0) and claims
+  // whose lease ended before that instant. Markers whose ts SQLite cannot parse are kept.
+  std::size_t purge(std::chrono::system_clock::duration older_than) override;
+
+  const std::string& path() const noexcept;
+  const SqliteOptions& options() const noexcept;
+
+ private:
+  class Impl;  // connections, the group-commit queue (sqlite_recorder.cpp)
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem::sqlite

@@ -1,0 +1,266 @@
+#include "connection.hpp"
+
+#include <algorithm>
+#include <climits>
+#include <optional>
+#include <thread>
+#include <type_traits>
+#include <variant>
+
+#include "idem/error.hpp"
+
+namespace idem::sqlite::detail {
+
+namespace {
+
+// Statements beyond this many are prepared per use instead of cached, so SQL built with
+// inlined values (instead of parameters) cannot grow the cache without bound.
+constexpr std::size_t kMaxCachedStatements = 256;
+
+std::string excerpt(std::string_view sql) {
+  constexpr std::size_t kMax = 80;
+  std::string out(sql.substr(0, kMax));
+  for (char& c : out) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  if (sql.size() > kMax) out += "...";
+  return out;
+}
+
+bool only_blank(const char* tail) {
+  for (; tail != nullptr && *tail != '\0'; ++tail) {
+    if (*tail != ' ' && *tail != '\n' && *tail != '\r' && *tail != '\t' && *tail != ';') {
+      return false;
+    }
+  }
+  return true;
+}
+
+}  // namespace
+
+// ---- Statement ------------------------------------------------------------------------------
+
+Statement::~Statement() {
+  if (stmt_ == nullptr) return;
+  sqlite3_reset(stmt_);
+  sqlite3_clear_bindings(stmt_);
+}
+
+Statement& Statement::bind(int index, std::int64_t value) {
+  const int rc = sqlite3_bind_int64(stmt_, index, value);
+  if (rc != SQLITE_OK) connection_->fail(rc, "binding parameter " + std::to_string(index));
+  return *this;
+}
+
+Statement& Statement::bind(int index, std::string_view text) {
+  // An empty view may have a null data(); SQLite would bind that as NULL, not ''.
+  const char* data = text.data() != nullptr ? text.data() : "";
+  const int rc = sqlite3_bind_text64(stmt_, index, data, text.size(), SQLITE_STATIC, SQLITE_UTF8);
+  if (rc != SQLITE_OK) connection_->fail(rc, "binding parameter " + std::to_string(index));
+  return *this;
+}
+
+Statement& Statement::bind_null(int index) {
+  const int rc = sqlite3_bind_null(stmt_, index);
+  if (rc != SQLITE_OK) connection_->fail(rc, "binding parameter " + std::to_string(index));
+  return *this;
+}
+
+Statement& Statement::bind(int index, const SqlParam& param) {
+  std::visit(
+      [&](const auto& v) {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, std::nullptr_t>) {
+          bind_null(index);
+        } else if constexpr (std::is_same_v<T, std::int64_t>) {
+          bind(index, v);
+        } else if constexpr (std::is_same_v<T, double>) {
+          const int rc = sqlite3_bind_double(stmt_, index, v);
+          if (rc != SQLITE_OK) connection_->fail(rc, "binding parameter " + std::to_string(index));
+        } else if constexpr (std::is_same_v<T, std::string_view>) {
+          bind(index, v);
+        } else {
+          static const char kEmpty = '\0';
+          const void* data = v.bytes.data() != nullptr ? v.bytes.data() : &kEmpty;
+          const int rc = sqlite3_bind_blob64(stmt_, index, data, v.bytes.size(), SQLITE_STATIC);
+          if (rc != SQLITE_OK) connection_->fail(rc, "binding parameter " + std::to_string(index));
+        }
+      },
+      param.value());
+  return *this;
+}
+
+int Statement::parameter_count() const noexcept {
+  return sqlite3_bind_parameter_count(stmt_);
+}
+
+int Statement::step_code() noexcept {
+  return sqlite3_step(stmt_);
+}
+
+bool Statement::step() {
+  const int rc = sqlite3_step(stmt_);
+  if (rc == SQLITE_ROW) return true;
+  if (rc == SQLITE_DONE) return false;
+  connection_->fail(rc, "running \"" + excerpt(sqlite3_sql(stmt_)) + "\"");
+}
+
+std::int64_t Statement::run() {
+  while (step()) {
+  }
+  return sqlite3_changes64(connection_->db());
+}
+
+bool Statement::column_is_null(int column) const noexcept {
+  return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
+}
+
+std::int64_t Statement::column_int64(int column) const noexcept {
+  return sqlite3_column_int64(stmt_, column);
+}
+
+std::string Statement::column_text(int column) const {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(stmt_, column));
+  if (text == nullptr) return {};
+  return std::string(text, static_cast<std::size_t>(sqlite3_column_bytes(stmt_, column)));
+}
+
+// ---- Connection -----------------------------------------------------------------------------
+
+Connection::Connection(const std::string& path, const SqliteOptions& options, bool create,
+                       bool read_only)
+    : path_(path), busy_timeout_(options.busy_timeout) {
+  // NOMUTEX: the recorder never lets two threads use one connection at once, so SQLite's own
+  // per-connection mutex would only cost time. EXRESCODE: extended codes from every call.
+  int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
+  flags |= read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE;
+  if (create && !read_only) flags |= SQLITE_OPEN_CREATE;
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  db_.reset(raw);  // closed by RAII even when the open failed
+  if (rc != SQLITE_OK) {
+    throw_sqlite_error(raw, rc, "opening the database", path_);
+  }
+  // Our own busy handler instead of sqlite3_busy_timeout(): SQLite's sleeps 1 ms at least per
+  // retry, which starves several processes taking turns at short write transactions.
+  sqlite3_busy_handler(db_.get(), &Connection::on_busy, this);
+}
+
+Connection::~Connection() {
+  // Statements must be finalized before the connection closes; the map goes first.
+  cache_.clear();
+}
+
+int Connection::on_busy(void* self, int attempts) noexcept {
+  using std::chrono::microseconds;
+  auto* connection = static_cast<Connection*>(self);
+  const auto now = std::chrono::steady_clock::now();
+  if (attempts == 0) connection->busy_deadline_ = now + connection->busy_timeout_;
+  if (now >= connection->busy_deadline_) return 0;  // give up: the caller sees SQLITE_BUSY
+  // The holder is usually one short transaction from done: yield first, then back off
+  // exponentially from 10 us to 2 ms, never past the deadline.
+  if (attempts < 2) {
+    std::this_thread::yield();
+    return 1;
+  }
+  const int shift = std::min(attempts - 2, 8);
+  auto delay = std::min(microseconds(10 << shift), microseconds(2000));
+  delay =
+      std::min(delay, std::chrono::duration_cast<microseconds>(connection->busy_deadline_ - now) +
+                          microseconds(1));
+  std::this_thread::sleep_for(delay);
+  return 1;
+}
+
+Statement Connection::prepare(std::string_view sql) {
+  if (auto it = cache_.find(sql); it != cache_.end()) return Statement(*this, it->second.get());
+  if (sql.size() > static_cast<std::size_t>(INT_MAX)) {
+    throw InvalidArgument("SQL text of " + std::to_string(sql.size()) + " bytes is too long");
+  }
+  sqlite3_stmt* raw = nullptr;
+  const char* tail = nullptr;
+  const int rc = sqlite3_prepare_v3(db_.get(), sql.data(), static_cast<int>(sql.size()),
+                                    SQLITE_PREPARE_PERSISTENT, &raw, &tail);
+  StatementHandle handle(raw);
+  if (rc != SQLITE_OK) fail(rc, "preparing \"" + excerpt(sql) + "\"");
+  if (!handle) throw InvalidArgument("the SQL text \"" + excerpt(sql) + "\" holds no statement");
+  if (tail != nullptr && tail < sql.data() + sql.size() &&
+      !only_blank(std::string(tail, sql.data() + sql.size()).c_str())) {
+    throw InvalidArgument("one SQL statement at a time, but \"" + excerpt(sql) +
+                          "\" continues after the first: \"" +
+                          excerpt(std::string_view(tail, sql.data() + sql.size() - tail)) + "\"");
+  }
+  if (cache_.size() >= kMaxCachedStatements) {
+    // Too many distinct statements: this one lives only as long as the Statement.
+    sqlite3_stmt* stmt = handle.get();
+    return Statement(*this, stmt, std::move(handle));
+  }
+  auto [it, inserted] = cache_.emplace(std::string(sql), std::move(handle));
+  return Statement(*this, it->second.get());
+}
+
+void Connection::exec_script(const char* sql,
+                             const std::function<void(std::string_view first_column)>& row) {
+  struct Context {
+    const std::function<void(std::string_view)>* row;
+  } context{&row};
+  char* error = nullptr;
+  const int rc = sqlite3_exec(
+      db_.get(), sql,
+      [](void* ctx, int columns, char** values, char**) -> int {
+        const auto* c = static_cast<Context*>(ctx);
+        if (*c->row && columns > 0) (*c->row)(values[0] != nullptr ? values[0] : "");
+        return 0;
+      },
+      &context, &error);
+  sqlite3_free(error);  // sqlite3_errmsg() still holds the message
+  if (rc != SQLITE_OK) fail(rc, "running \"" + excerpt(sql) + "\"");
+}
+
+void Connection::fail(int rc, std::string_view action, Phase phase) const {
+  throw_sqlite_error(db_.get(), rc, action, path_, phase);
+}
+
+// ---- WriteTransaction -----------------------------------------------------------------------
+
+WriteTransaction::WriteTransaction(Connection& connection) : connection_(connection) {
+  // IMMEDIATE takes the write lock now, waiting in the busy handler. A deferred transaction
+  // that reads first and writes later could instead fail with SQLITE_BUSY_SNAPSHOT, which no
+  // busy timeout helps.
+  connection_.prepare("BEGIN IMMEDIATE").run();
+}
+
+WriteTransaction::~WriteTransaction() {
+  rollback();
+}
+
+void WriteTransaction::commit() {
+  std::optional<SqliteError> error;
+  {
+    Statement commit = connection_.prepare("COMMIT");
+    const int rc = commit.step_code();
+    if (rc == SQLITE_DONE) {
+      open_ = false;
+      return;
+    }
+    // Built while SQLite still holds the failure's message; Phase::commit decides in_doubt.
+    error.emplace(
+        make_sqlite_error(connection_.db(), rc, "COMMIT", connection_.path(), Phase::commit));
+  }
+  rollback();
+  throw *std::move(error);
+}
+
+void WriteTransaction::rollback() noexcept {
+  if (!open_) return;
+  open_ = false;
+  // After some errors SQLite has already rolled back; a second ROLLBACK would only fail.
+  if (sqlite3_get_autocommit(connection_.db()) != 0) return;
+  try {
+    connection_.prepare("ROLLBACK").run();
+  } catch (...) {
+    // Nothing more to do: the connection is closed or broken, and closing it rolls back.
+  }
+}
+
+}  // namespace idem::sqlite::detail

@@ -1,0 +1,144 @@
+// Internal RAII over the SQLite C API: a connection with a prepared-statement cache, a statement
+// in use, and a write transaction that rolls back unless committed. Not installed.
+//
+// Thread-safety: a Connection (and everything borrowed from it) is used by one thread at a
+// time; the recorder's locks guarantee that.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+
+#include "idem/sqlite/sqlite_error.hpp"
+#include "idem/sqlite/sqlite_options.hpp"
+#include "idem/sqlite/sqlite_transaction.hpp"
+
+namespace idem::sqlite::detail {
+
+struct DbCloser {
+  void operator()(sqlite3* db) const noexcept { sqlite3_close_v2(db); }
+};
+struct StatementFinalizer {
+  void operator()(sqlite3_stmt* stmt) const noexcept { sqlite3_finalize(stmt); }
+};
+using DbHandle = std::unique_ptr<sqlite3, DbCloser>;
+using StatementHandle = std::unique_ptr<sqlite3_stmt, StatementFinalizer>;
+
+// Where an error happened decides whether its outcome is in doubt (see sqlite_error.hpp).
+enum class Phase { other, commit };
+
+// The SqliteError for result code `rc` (mapping in sqlite_error.cpp), with SQLite's message for
+// the last failure on `db`; `db` may be null (then only the code's generic text is used). Build
+// it before anything else runs on `db`, which would overwrite that message.
+SqliteError make_sqlite_error(sqlite3* db, int rc, std::string_view action, std::string_view path,
+                              Phase phase = Phase::other);
+[[noreturn]] void throw_sqlite_error(sqlite3* db, int rc, std::string_view action,
+                                     std::string_view path, Phase phase = Phase::other);
+
+class Connection;
+
+// A cached prepared statement borrowed for one execution: parameters are bound by index
+// (1-based), and the destructor resets it and clears the bindings so the next user starts
+// clean. Text is bound without copying (SQLITE_STATIC): it must outlive the Statement.
+class Statement {
+ public:
+  // `owned` is set for a statement that is not cached: it is finalized with the Statement.
+  Statement(Connection& connection, sqlite3_stmt* stmt, StatementHandle owned = {}) noexcept
+      : connection_(&connection), stmt_(stmt), owned_(std::move(owned)) {}
+  Statement(const Statement&) = delete;
+  Statement& operator=(const Statement&) = delete;
+  ~Statement();
+
+  Statement& bind(int index, std::int64_t value);
+  Statement& bind(int index, std::string_view text);
+  Statement& bind_null(int index);
+  Statement& bind(int index, const SqlParam& param);
+  int parameter_count() const noexcept;
+
+  // Steps once and returns SQLite's result code as is (for callers that map it themselves).
+  int step_code() noexcept;
+  // Steps once: true when a row is ready, false when the statement is done. Throws on error.
+  bool step();
+  // Steps to the end and returns sqlite3_changes() of the connection.
+  std::int64_t run();
+
+  bool column_is_null(int column) const noexcept;
+  std::int64_t column_int64(int column) const noexcept;
+  std::string column_text(int column) const;
+
+ private:
+  Connection* connection_;
+  sqlite3_stmt* stmt_;
+  StatementHandle owned_;
+};
+
+class Connection {
+ public:
+  // Opens `path` (a file or ":memory:"), sets the busy handler, extended result codes and, for
+  // a writer, PRAGMA synchronous. `create` adds SQLITE_OPEN_CREATE; `read_only` opens with
+  // SQLITE_OPEN_READONLY.
+  Connection(const std::string& path, const SqliteOptions& options, bool create, bool read_only);
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+  ~Connection();
+
+  sqlite3* db() const noexcept { return db_.get(); }
+  const std::string& path() const noexcept { return path_; }
+
+  // A statement prepared once per connection and cached by its text. Throws SqliteError when
+  // it does not compile, InvalidArgument when `sql` holds more than one statement.
+  Statement prepare(std::string_view sql);
+
+  // Runs SQL text without caching (pragmas, DDL); calls `row` for each row's first column.
+  void exec_script(const char* sql,
+                   const std::function<void(std::string_view first_column)>& row = {});
+
+  [[noreturn]] void fail(int rc, std::string_view action, Phase phase = Phase::other) const;
+
+ private:
+  static int on_busy(void* self, int attempts) noexcept;
+
+  struct TransparentHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view s) const noexcept {
+      return std::hash<std::string_view>{}(s);
+    }
+  };
+
+  std::string path_;
+  std::chrono::milliseconds busy_timeout_;
+  std::chrono::steady_clock::time_point busy_deadline_{};
+  DbHandle db_;
+  std::unordered_map<std::string, StatementHandle, TransparentHash, std::equal_to<>> cache_;
+};
+
+// BEGIN IMMEDIATE in the constructor (taking the database's write lock, waiting up to the busy
+// timeout); ROLLBACK in the destructor unless commit() succeeded.
+class WriteTransaction {
+ public:
+  explicit WriteTransaction(Connection& connection);
+  WriteTransaction(const WriteTransaction&) = delete;
+  WriteTransaction& operator=(const WriteTransaction&) = delete;
+  ~WriteTransaction();
+
+  // COMMIT. On failure the transaction is rolled back (when SQLite has not already) and a
+  // SqliteError is thrown: BUSY/LOCKED are retryable and certainly not committed, any other
+  // failure is in doubt.
+  void commit();
+  // ROLLBACK now (errors ignored: SQLite may have rolled back already).
+  void rollback() noexcept;
+
+ private:
+  Connection& connection_;
+  bool open_ = true;
+};
+
+}  // namespace idem::sqlite::detail
