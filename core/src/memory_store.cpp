@@ -1,0 +1,343 @@
+#include "idem/memory_store.hpp"
+
+#include <algorithm>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+
+namespace idem {
+namespace {
+
+struct KeyHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view key) const noexcept {
+    return std::hash<std::string_view>{}(key);
+  }
+};
+
+using RecordMap = std::unordered_map<std::string, IdempotencyRecord, KeyHash, std::equal_to<>>;
+
+// wait() re-reads the clock at least this often, so a ManualClock moved by a test (which no
+// condition variable can observe) is noticed promptly.
+constexpr auto kWaitSlice = std::chrono::milliseconds(20);
+
+// A shard sweeps its expired records when it has grown to this many since the last sweep
+// (then doubles the threshold), so a store nobody purges stays bounded by its live records
+// at an amortised O(1) per insert.
+constexpr std::size_t kMinSweepThreshold = 64;
+
+void check_lease(Millis lease) {
+  if (lease <= Millis::zero()) {
+    throw InvalidArgument("idempotency lease must be positive (got " +
+                          std::to_string(lease.count()) + " ms)");
+  }
+}
+
+void check_ttl(Millis ttl) {
+  if (ttl < Millis::zero()) {
+    throw InvalidArgument("idempotency ttl must not be negative (got " +
+                          std::to_string(ttl.count()) + " ms)");
+  }
+}
+
+bool is_expired(const IdempotencyRecord& record, WallTime now) {
+  return record.state == IdempotencyRecord::State::completed && now >= record.expires_at;
+}
+
+// Neither a completed record that can be replayed nor a claim whose owner may still renew.
+bool is_dead(const IdempotencyRecord& record, WallTime now) {
+  return record.state == IdempotencyRecord::State::completed ? now >= record.expires_at
+                                                             : now >= record.lease_until;
+}
+
+}  // namespace
+
+struct InMemoryIdempotencyStore::Shard {
+  std::mutex mutex;
+  RecordMap records;
+  // Signalled when a record of this shard completes, is released or dropped; `generation`
+  // tells a waiter that something changed (the condition variable alone cannot).
+  std::condition_variable_any changed;
+  std::uint64_t generation = 0;
+  std::size_t waiters = 0;
+  std::size_t sweep_at = kMinSweepThreshold;
+
+  void notify_locked() {
+    if (waiters == 0) return;
+    ++generation;
+    changed.notify_all();
+  }
+};
+
+InMemoryIdempotencyStore::InMemoryIdempotencyStore(InMemoryStoreOptions options)
+    : clock_(options.clock ? std::move(options.clock) : system_clock()),
+      capacity_(options.capacity),
+      when_full_(options.when_full) {
+  if (options.shards == 0) throw ConfigError("InMemoryStoreOptions::shards must be at least 1");
+  if (capacity_ && *capacity_ == 0) {
+    throw ConfigError("InMemoryStoreOptions::capacity must be at least 1 (or unset: no bound)");
+  }
+  shards_.reserve(options.shards);
+  for (std::size_t i = 0; i < options.shards; ++i)
+    shards_.push_back(std::make_unique<Shard>());
+  wait_clock_ = clock_;
+}
+
+InMemoryIdempotencyStore::~InMemoryIdempotencyStore() = default;
+
+InMemoryIdempotencyStore::Shard& InMemoryIdempotencyStore::shard_for(std::string_view key) {
+  return *shards_[KeyHash{}(key) % shards_.size()];
+}
+
+ClaimOutcome InMemoryIdempotencyStore::claim(std::string_view key,
+                                             std::optional<std::string_view> fingerprint,
+                                             Millis lease) {
+  validate_key("idempotency key", key);
+  check_lease(lease);
+  Shard& shard = shard_for(key);
+  for (;;) {
+    {
+      std::lock_guard lock(shard.mutex);
+      const WallTime now = clock_->wall_now();
+      auto it = shard.records.find(key);
+      if (it != shard.records.end()) {
+        IdempotencyRecord& record = it->second;
+        if (!is_dead(record, now)) {
+          ClaimOutcome outcome;
+          if (fingerprint && record.fingerprint && *fingerprint != *record.fingerprint) {
+            outcome.status = ClaimOutcome::Status::mismatch;
+          } else if (record.state == IdempotencyRecord::State::completed) {
+            outcome.status = ClaimOutcome::Status::completed;
+          } else {
+            outcome.status = ClaimOutcome::Status::in_progress;
+          }
+          outcome.record = record;
+          return outcome;
+        }
+        // A dead record is reclaimed in place: an abandoned lease is a takeover (the old
+        // owner's token is fenced off), an expired result simply starts over.
+        ClaimOutcome outcome;
+        outcome.status = ClaimOutcome::Status::acquired;
+        outcome.took_over = record.state == IdempotencyRecord::State::in_progress;
+        outcome.token = ++last_token_;
+        record = IdempotencyRecord{};
+        record.key = it->first;
+        record.token = outcome.token;
+        if (fingerprint) record.fingerprint = std::string(*fingerprint);
+        record.lease_until = now + lease;
+        return outcome;
+      }
+      if (!capacity_ || count_.fetch_add(1) < *capacity_) {
+        if (shard.records.size() >= shard.sweep_at) {
+          std::size_t swept = std::erase_if(
+              shard.records, [now](const auto& entry) { return is_expired(entry.second, now); });
+          if (capacity_) count_ -= swept;
+          shard.sweep_at = std::max(kMinSweepThreshold, 2 * shard.records.size());
+        }
+        ClaimOutcome outcome;
+        outcome.status = ClaimOutcome::Status::acquired;
+        outcome.token = ++last_token_;
+        IdempotencyRecord record;
+        record.key = std::string(key);
+        record.token = outcome.token;
+        if (fingerprint) record.fingerprint = std::string(*fingerprint);
+        record.lease_until = now + lease;
+        shard.records.emplace(record.key, std::move(record));
+        return outcome;
+      }
+      --count_;  // the reservation above failed: the store is full
+    }
+    make_room();
+  }
+}
+
+std::size_t InMemoryIdempotencyStore::drop_dead_records() {
+  std::size_t dropped = 0;
+  for (auto& shard : shards_) {
+    std::lock_guard lock(shard->mutex);
+    const WallTime now = clock_->wall_now();
+    const std::size_t n = std::erase_if(
+        shard->records, [now](const auto& entry) { return is_dead(entry.second, now); });
+    if (n > 0) {
+      if (capacity_) count_ -= n;
+      shard->notify_locked();
+      dropped += n;
+    }
+  }
+  return dropped;
+}
+
+void InMemoryIdempotencyStore::make_room() {
+  if (drop_dead_records() > 0 || count_.load() < *capacity_) return;
+  if (when_full_ == InMemoryStoreOptions::WhenFull::reject) {
+    throw StoreError("in-memory idempotency store is full (capacity " + std::to_string(*capacity_) +
+                         " records, none expired); raise InMemoryStoreOptions::capacity or "
+                         "choose WhenFull::evict_oldest_completed",
+                     /*retryable=*/true);
+  }
+  // Find the completed record that completed first, then remove it if it is still the same
+  // record (token unchanged) once its shard is locked again.
+  Shard* oldest_shard = nullptr;
+  std::string oldest_key;
+  std::uint64_t oldest_token = 0;
+  WallTime oldest_at = WallTime::max();
+  for (auto& shard : shards_) {
+    std::lock_guard lock(shard->mutex);
+    for (const auto& [key, record] : shard->records) {
+      if (record.state == IdempotencyRecord::State::completed && record.completed_at < oldest_at) {
+        oldest_at = record.completed_at;
+        oldest_shard = shard.get();
+        oldest_key = key;
+        oldest_token = record.token;
+      }
+    }
+  }
+  if (oldest_shard == nullptr) {
+    throw StoreError("in-memory idempotency store is full (capacity " + std::to_string(*capacity_) +
+                         " records, all of them claims in progress); raise "
+                         "InMemoryStoreOptions::capacity",
+                     /*retryable=*/true);
+  }
+  std::lock_guard lock(oldest_shard->mutex);
+  auto it = oldest_shard->records.find(oldest_key);
+  if (it != oldest_shard->records.end() && it->second.token == oldest_token &&
+      it->second.state == IdempotencyRecord::State::completed) {
+    oldest_shard->records.erase(it);
+    --count_;
+    oldest_shard->notify_locked();
+  }
+}
+
+bool InMemoryIdempotencyStore::complete(std::string_view key, std::uint64_t token,
+                                        StoredValue value, const ExecutionReport& report,
+                                        Millis ttl) {
+  validate_key("idempotency key", key);
+  check_ttl(ttl);
+  Shard& shard = shard_for(key);
+  std::lock_guard lock(shard.mutex);
+  auto it = shard.records.find(key);
+  if (it == shard.records.end()) return false;
+  IdempotencyRecord& record = it->second;
+  if (record.state != IdempotencyRecord::State::in_progress || record.token != token) return false;
+  if (ttl == Millis::zero()) {
+    // Expired at the instant it completes: nothing to keep.
+    shard.records.erase(it);
+    if (capacity_) --count_;
+  } else {
+    const WallTime now = clock_->wall_now();
+    record.state = IdempotencyRecord::State::completed;
+    record.completed_at = now;
+    record.expires_at = now + ttl;
+    record.value = std::move(value);
+    record.report = report;
+  }
+  shard.notify_locked();
+  return true;
+}
+
+bool InMemoryIdempotencyStore::release(std::string_view key, std::uint64_t token) {
+  validate_key("idempotency key", key);
+  Shard& shard = shard_for(key);
+  std::lock_guard lock(shard.mutex);
+  auto it = shard.records.find(key);
+  if (it == shard.records.end()) return false;
+  const IdempotencyRecord& record = it->second;
+  if (record.state != IdempotencyRecord::State::in_progress || record.token != token) return false;
+  shard.records.erase(it);
+  if (capacity_) --count_;
+  shard.notify_locked();
+  return true;
+}
+
+bool InMemoryIdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
+  validate_key("idempotency key", key);
+  check_lease(lease);
+  Shard& shard = shard_for(key);
+  std::lock_guard lock(shard.mutex);
+  auto it = shard.records.find(key);
+  if (it == shard.records.end()) return false;
+  IdempotencyRecord& record = it->second;
+  if (record.state != IdempotencyRecord::State::in_progress || record.token != token) return false;
+  record.lease_until = clock_->wall_now() + lease;
+  return true;
+}
+
+std::optional<IdempotencyRecord> InMemoryIdempotencyStore::lookup(std::string_view key) {
+  validate_key("idempotency key", key);
+  Shard& shard = shard_for(key);
+  std::lock_guard lock(shard.mutex);
+  auto it = shard.records.find(key);
+  if (it == shard.records.end()) return std::nullopt;
+  if (is_expired(it->second, clock_->wall_now())) {
+    shard.records.erase(it);
+    if (capacity_) --count_;
+    return std::nullopt;
+  }
+  return it->second;
+}
+
+std::size_t InMemoryIdempotencyStore::purge_expired() {
+  std::size_t purged = 0;
+  for (auto& shard : shards_) {
+    std::lock_guard lock(shard->mutex);
+    const WallTime now = clock_->wall_now();
+    const std::size_t n = std::erase_if(
+        shard->records, [now](const auto& entry) { return is_expired(entry.second, now); });
+    if (capacity_) count_ -= n;
+    purged += n;
+  }
+  return purged;
+}
+
+std::size_t InMemoryIdempotencyStore::entry_count() {
+  std::size_t total = 0;
+  for (auto& shard : shards_) {
+    std::lock_guard lock(shard->mutex);
+    total += shard->records.size();
+  }
+  return total;
+}
+
+std::optional<IdempotencyRecord> InMemoryIdempotencyStore::wait(std::string_view key,
+                                                                SteadyTime deadline,
+                                                                std::stop_token stop) {
+  validate_key("idempotency key", key);
+  Shard& shard = shard_for(key);
+  std::unique_lock lock(shard.mutex);
+  ++shard.waiters;
+  struct WaiterCount {
+    Shard& shard;
+    ~WaiterCount() { --shard.waiters; }
+  } waiter_count{shard};
+  for (;;) {
+    const WallTime now = clock_->wall_now();
+    auto it = shard.records.find(key);
+    if (it == shard.records.end()) return std::nullopt;
+    const IdempotencyRecord& record = it->second;
+    if (record.state == IdempotencyRecord::State::completed) {
+      if (now >= record.expires_at) return std::nullopt;
+      return record;
+    }
+    if (now >= record.lease_until || stop.stop_requested()) return record;
+    const SteadyTime steady_now = clock_->steady_now();
+    if (steady_now >= deadline) return record;
+    const auto slice = std::min<std::chrono::nanoseconds>(
+        {deadline - steady_now, record.lease_until - now, kWaitSlice});
+    const std::uint64_t seen = shard.generation;
+    shard.changed.wait_for(lock, stop, slice, [&] { return shard.generation != seen; });
+  }
+}
+
+std::shared_ptr<IdempotencyStore> default_idempotency_store() {
+  static const std::shared_ptr<IdempotencyStore> store =
+      std::make_shared<InMemoryIdempotencyStore>();
+  return store;
+}
+
+}  // namespace idem
