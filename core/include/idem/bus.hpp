@@ -71,10 +71,10 @@ struct BusOptions {
   // Delivery threads. Default 1; at least 1.
   std::size_t worker_threads = 1;
   // Backoff waits go through clock->sleep_for. Default (null): idem::system_clock().
-  std::shared_ptr<Clock> clock;
+  std::shared_ptr<Clock> clock = nullptr;
   // Called on a worker thread for each dead letter. Default: none (the event is dropped).
   // Exceptions it throws are swallowed.
-  std::function<void(const DeadLetter&)> on_dead_letter;
+  std::function<void(const DeadLetter&)> on_dead_letter = nullptr;
 };
 
 struct BusStats {

@@ -73,7 +73,7 @@ struct HandlerOptions {
   Millis lease = std::chrono::seconds(30);
   // Time for the heartbeat schedule. Default (null): idem::system_clock(). (Lease deadlines
   // themselves are computed by the recorder with its own clock.)
-  std::shared_ptr<Clock> clock;
+  std::shared_ptr<Clock> clock = nullptr;
 };
 
 // What one call did.

@@ -40,7 +40,7 @@ namespace idem {
 
 struct InMemoryRecorderOptions {
   // Source of marker timestamps and lease deadlines. Default (null): idem::system_clock().
-  std::shared_ptr<Clock> clock;
+  std::shared_ptr<Clock> clock = nullptr;
   // Number of lock stripes; rounded up to a power of two. Default 64. 0 is a ConfigError.
   std::size_t shards = 64;
 };
