@@ -1,0 +1,151 @@
+#include "idem/events.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include <ostream>
+
+#include "idem/error.hpp"
+#include "iso_time.hpp"
+
+namespace idem {
+namespace {
+
+constexpr std::array<std::string_view, kEventTypeCount> kNames = {
+    "operation.started",    "operation.succeeded",      "operation.failed",
+    "attempt.started",      "attempt.succeeded",        "attempt.failed",
+    "retry.scheduled",      "circuit_breaker.rejected", "circuit_breaker.state_changed",
+    "fallback.started",     "fallback.succeeded",       "fallback.failed",
+    "validation.failed",    "idempotency.executed",     "idempotency.joined",
+    "idempotency.replayed", "idempotency.rejected",
+};
+static_assert(static_cast<std::size_t>(EventType::idempotency_rejected) + 1 == kEventTypeCount,
+              "kEventTypeCount and kNames must follow EventType");
+
+std::atomic<std::uint64_t> g_sink_failures{0};
+
+}  // namespace
+
+std::string_view to_string(EventType type) noexcept {
+  const auto index = static_cast<std::size_t>(type);
+  return index < kNames.size() ? kNames[index] : std::string_view("unknown");
+}
+
+std::optional<EventType> event_type_from_string(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < kNames.size(); ++i) {
+    if (kNames[i] == name) return static_cast<EventType>(i);
+  }
+  return std::nullopt;
+}
+
+std::string OperationEvent::to_json() const {
+  nlohmann::json out = {{"type", to_string(type)},
+                        {"operation", operation},
+                        {"time", detail::format_iso8601(time)},
+                        {"attempt", attempt},
+                        {"fields", fields}};
+  return out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+std::uint64_t event_sink_failures() noexcept {
+  return g_sink_failures.load();
+}
+
+void InMemoryEventSink::emit(const OperationEvent& event) {
+  std::lock_guard lock(mutex_);
+  events_.push_back(event);
+}
+
+std::vector<OperationEvent> InMemoryEventSink::events() const {
+  std::lock_guard lock(mutex_);
+  return events_;
+}
+
+std::vector<EventType> InMemoryEventSink::types() const {
+  std::lock_guard lock(mutex_);
+  std::vector<EventType> out;
+  out.reserve(events_.size());
+  for (const auto& event : events_)
+    out.push_back(event.type);
+  return out;
+}
+
+std::size_t InMemoryEventSink::size() const {
+  std::lock_guard lock(mutex_);
+  return events_.size();
+}
+
+void InMemoryEventSink::clear() {
+  std::lock_guard lock(mutex_);
+  events_.clear();
+}
+
+void JsonLinesEventSink::emit(const OperationEvent& event) {
+  const std::string line = event.to_json();
+  std::lock_guard lock(mutex_);
+  out_ << line << '\n';
+  out_.flush();
+}
+
+CallbackEventSink::CallbackEventSink(std::function<void(const OperationEvent&)> callback)
+    : callback_(std::move(callback)) {
+  if (!callback_) throw InvalidArgument("CallbackEventSink: the callback is empty");
+}
+
+void CountingEventSink::emit(const OperationEvent& event) noexcept {
+  const auto index = static_cast<std::size_t>(event.type);
+  if (index < counts_.size()) counts_[index].fetch_add(1, std::memory_order_relaxed);
+}
+
+std::uint64_t CountingEventSink::count(EventType type) const noexcept {
+  const auto index = static_cast<std::size_t>(type);
+  return index < counts_.size() ? counts_[index].load(std::memory_order_relaxed) : 0;
+}
+
+std::uint64_t CountingEventSink::total() const noexcept {
+  std::uint64_t sum = 0;
+  for (const auto& count : counts_)
+    sum += count.load(std::memory_order_relaxed);
+  return sum;
+}
+
+std::map<std::string, std::uint64_t> CountingEventSink::counts() const {
+  std::map<std::string, std::uint64_t> out;
+  for (std::size_t i = 0; i < counts_.size(); ++i) {
+    out.emplace(std::string(kNames[i]), counts_[i].load(std::memory_order_relaxed));
+  }
+  return out;
+}
+
+std::string CountingEventSink::scrape() const {
+  std::string out =
+      "# HELP idem_events_total Structured events emitted by idem resilient operations.\n"
+      "# TYPE idem_events_total counter\n";
+  for (std::size_t i = 0; i < counts_.size(); ++i) {
+    out += "idem_events_total{type=\"";
+    out += kNames[i];
+    out += "\"} ";
+    out += std::to_string(counts_[i].load(std::memory_order_relaxed));
+    out += '\n';
+  }
+  return out;
+}
+
+EventEmitter::EventEmitter(std::vector<std::shared_ptr<EventSink>> sinks)
+    : sinks_(std::move(sinks)) {
+  for (const auto& sink : sinks_) {
+    if (!sink) throw ConfigError("events: a sink is null");
+  }
+}
+
+void EventEmitter::emit(const OperationEvent& event) const noexcept {
+  for (const auto& sink : sinks_) {
+    try {
+      sink->emit(event);
+    } catch (...) {
+      // A broken sink must never break the operation it observes.
+      g_sink_failures.fetch_add(1, std::memory_order_relaxed);
+    }
+  }
+}
+
+}  // namespace idem
