@@ -22,6 +22,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -48,7 +49,7 @@ enum class InProgressPolicy {
 
 struct IdempotencyPolicy {
   // The store. Null: the process-wide default InMemoryIdempotencyStore.
-  std::shared_ptr<IdempotencyStore> store;
+  std::shared_ptr<IdempotencyStore> store{};
   // How long a successful result is replayed, counted from completion. Default 1 h.
   Millis ttl = std::chrono::hours(1);
   // The owner's lease. Renewed every lease/3 while the owner runs, so it only has to outlive a
@@ -58,8 +59,9 @@ struct IdempotencyPolicy {
   InProgressPolicy in_progress = InProgressPolicy::wait;
   // The longest a caller waits for another process's owner before AlreadyInProgress. 30 s.
   Millis max_wait = std::chrono::seconds(30);
-  // Time source for leases and expiry decisions. Default: the system clock.
-  std::shared_ptr<Clock> clock;
+  // Time source for the coordinator's waits (max_wait, wait_deadline). Leases and expiries are
+  // decided by the store with the store's clock. Default (null): the system clock.
+  std::shared_ptr<Clock> clock{};
 };
 
 // Encodes/decodes the typed value for stores that need bytes (see codec.hpp). Unused by
@@ -80,6 +82,13 @@ struct CoordinatedResult {
   std::shared_ptr<const void> value;
   ExecutionReport report;  // idempotency_* metadata merged in
   IdempotencyStatus status = IdempotencyStatus::executed;
+  // executed only: this caller's claim took over the claim of an owner whose lease had passed
+  // (it crashed or stalled; its work may have run in part). False for joiners and replays.
+  bool took_over = false;
+  // False when the store did not record the success (the claim was fenced off by a takeover,
+  // or complete() failed): the value is real, but a later caller with this key executes again.
+  // Joiners share the owner's flag; replays are always recorded.
+  bool recorded = true;
 };
 
 // Keeps a failed execution's key claimed while work it started is still running (an attempt
@@ -95,13 +104,13 @@ class ClaimHold {
 
 // Per-call parameters.
 struct IdempotentCall {
-  std::string key;                         // validated with validate_key()
-  std::optional<std::string> fingerprint;  // of the arguments, see fingerprint.hpp
-  const ErasedCodec* codec = nullptr;      // required when the store needs bytes
-  std::optional<std::type_index> type;     // the value type, checked on replay
-  std::stop_token stop;                    // a waiter stops waiting (Cancelled); never the owner
-  std::optional<SteadyTime> wait_deadline; // a waiter gives up then (TimeoutError)
-  std::string operation;                   // operation name, for messages and events
+  std::string key{};                          // validated with validate_key()
+  std::optional<std::string> fingerprint{};   // of the arguments, see fingerprint.hpp
+  const ErasedCodec* codec = nullptr;         // required when the store needs bytes
+  std::optional<std::type_index> type{};      // the value type, checked on replay
+  std::stop_token stop{};                     // a waiter stops waiting (Cancelled); never the owner
+  std::optional<SteadyTime> wait_deadline{};  // a waiter gives up then (TimeoutError); policy.clock
+  std::string operation{};                    // operation name, for messages and events
 };
 
 class IdempotencyCoordinator {
@@ -119,7 +128,19 @@ class IdempotencyCoordinator {
   // `execute` threw (for the owner and its joiners alike, any exception type).
   virtual CoordinatedResult run(const IdempotencyPolicy& policy, const IdempotentCall& call,
                                 const std::function<Execution(ClaimHold&)>& execute) = 0;
+
+  // How many callers are waiting in this coordinator on `key` right now: joiners of a running
+  // execution, and new callers waiting for a failed execution's key to be released. For tests
+  // and diagnostics (e.g. hold an owner until N joiners wait).
+  virtual std::size_t waiters(std::string_view /*key*/) const { return 0; }
 };
+
+// A coordinator of its own over `store` (null: the default store), not shared with for_store()
+// or with other make_idempotency_coordinator() results: callers of two such coordinators meet
+// only through the store, exactly like two processes. For tests that simulate another process,
+// and for isolating a subsystem.
+std::shared_ptr<IdempotencyCoordinator> make_idempotency_coordinator(
+    std::shared_ptr<IdempotencyStore> store);
 
 // Re-entrancy is detected per execution context: the keys owned by the current thread. Work
 // that an owner moves to another thread (an attempt run under a timeout) carries the context
