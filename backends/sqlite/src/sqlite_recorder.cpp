@@ -255,6 +255,8 @@ class SqliteIdempotencyRecorder::Impl {
       insert.run();
     }
     tx.commit();
+    marks_committed_.fetch_add(batch.size(), std::memory_order_relaxed);
+    mark_commits_.fetch_add(1, std::memory_order_relaxed);
   }
 
   std::string path_;
@@ -273,6 +275,8 @@ class SqliteIdempotencyRecorder::Impl {
   // queue's marks for everyone in it.
   std::mutex marks_mutex_;
   std::deque<PendingMark*> pending_marks_;
+  std::atomic<std::uint64_t> marks_committed_{0};
+  std::atomic<std::uint64_t> mark_commits_{0};
 
  private:
   void configure_writer();
@@ -427,6 +431,15 @@ SqliteIdempotencyRecorder::SqliteIdempotencyRecorder(std::string path, SqliteOpt
 }
 
 SqliteIdempotencyRecorder::~SqliteIdempotencyRecorder() = default;
+
+SqliteRecorderStats SqliteIdempotencyRecorder::stats() const {
+  SqliteRecorderStats stats;
+  stats.marks = impl_->marks_committed_.load(std::memory_order_relaxed);
+  stats.mark_commits = impl_->mark_commits_.load(std::memory_order_relaxed);
+  std::lock_guard lock(impl_->marks_mutex_);
+  stats.queued_marks = impl_->pending_marks_.size();
+  return stats;
+}
 
 const std::string& SqliteIdempotencyRecorder::path() const noexcept {
   return impl_->path_;

@@ -54,6 +54,13 @@ namespace idem::sqlite {
 // datetime.now(timezone.utc).isoformat() gives, so datetime.fromisoformat() reads it back).
 std::string marker_timestamp(WallTime t);
 
+// Counters of one recorder (this process only), e.g. to see how well group commit batches.
+struct SqliteRecorderStats {
+  std::uint64_t marks = 0;         // mark_processed() calls committed
+  std::uint64_t mark_commits = 0;  // transactions that committed them (<= marks)
+  std::size_t queued_marks = 0;    // mark_processed() calls waiting or committing right now
+};
+
 class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
  public:
   // The version of idem's own tables (idem_schema); a file with a newer version is refused.
@@ -92,6 +99,8 @@ class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
   // Deletes markers whose ts is older than now - older_than (older_than must be >= 0) and claims
   // whose lease ended before that instant. Markers whose ts SQLite cannot parse are kept.
   std::size_t purge(std::chrono::system_clock::duration older_than) override;
+
+  SqliteRecorderStats stats() const;
 
   const std::string& path() const noexcept;
   const SqliteOptions& options() const noexcept;

@@ -1,0 +1,893 @@
+// SqliteIdempotencyRecorder beyond the conformance suite: the file format other programs share
+// (infinity_bus's processed_log, the ts format), WAL and durability settings, the busy timeout,
+// bad inputs and their error codes, group commit under 8 threads, the SQLite specifics of claims
+// (file-wide tokens, purge of dead claims) and the transactional inbox's SqliteTransaction.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <latch>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../../backends/sqlite/src/connection.hpp"  // the error mapping, tested directly
+#include "idem/error.hpp"
+#include "idem/event.hpp"
+#include "idem/sqlite/sqlite_recorder.hpp"
+#include "idem/testing/manual_clock.hpp"
+
+namespace {
+
+using idem::Claim;
+using idem::ErrorCode;
+using idem::sqlite::Durability;
+using idem::sqlite::SqliteError;
+using idem::sqlite::SqliteIdempotencyRecorder;
+using idem::sqlite::SqliteOptions;
+using idem::sqlite::SqliteTransaction;
+using idem::testing::ManualClock;
+using namespace std::chrono_literals;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "idem-sqlite-unit-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  std::string file(const std::string& name) const { return (path_ / name).string(); }
+  const std::filesystem::path& path() const { return path_; }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// A plain sqlite3 connection, as another program (infinity_bus, the sqlite3 shell) would use.
+class RawDb {
+ public:
+  explicit RawDb(const std::string& path) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
+      throw std::runtime_error("raw open failed: " + std::string(sqlite3_errmsg(db_)));
+    }
+    sqlite3_busy_timeout(db_, 5000);
+  }
+  RawDb(const RawDb&) = delete;
+  RawDb& operator=(const RawDb&) = delete;
+  ~RawDb() { sqlite3_close_v2(db_); }
+
+  void exec(const std::string& sql) {
+    char* error = nullptr;
+    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+      const std::string message = error != nullptr ? error : "?";
+      sqlite3_free(error);
+      throw std::runtime_error("raw exec failed: " + message + " in: " + sql);
+    }
+  }
+  // The first column of the first row, as text (nullopt: no row or NULL).
+  std::optional<std::string> text(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      throw std::runtime_error("raw prepare failed: " + std::string(sqlite3_errmsg(db_)));
+    }
+    std::optional<std::string> result;
+    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL) {
+      result = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+    }
+    sqlite3_finalize(stmt);
+    return result;
+  }
+  long long integer(const std::string& sql) { return std::stoll(text(sql).value_or("-1")); }
+  sqlite3* db() const { return db_; }
+
+ private:
+  sqlite3* db_ = nullptr;
+};
+
+// infinity_bus's table, exactly as its SqliteIdempotencyRecorder.start() creates it.
+constexpr const char* kInfinityBusSchema =
+    "CREATE TABLE IF NOT EXISTS processed_log ( consumer TEXT NOT NULL, event_id TEXT NOT NULL,"
+    " ts TEXT NOT NULL, PRIMARY KEY (consumer, event_id))";
+
+SqliteOptions with_clock(std::shared_ptr<ManualClock> clock) {
+  SqliteOptions options;
+  options.clock = std::move(clock);
+  return options;
+}
+
+// Runs `fn` and returns the SqliteError it threw (fails the test if it threw nothing else).
+template <class Fn>
+std::optional<SqliteError> sqlite_error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const SqliteError& e) {
+    return e;
+  } catch (const std::exception& e) {
+    ADD_FAILURE() << "expected a SqliteError, got: " << e.what();
+    return std::nullopt;
+  }
+  ADD_FAILURE() << "expected a SqliteError, nothing was thrown";
+  return std::nullopt;
+}
+
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+// ---- file format: schema and timestamps -----------------------------------------------------
+
+TEST(SqliteRecorderFormat, TimestampIsPythonIsoformatForUtc) {
+  using std::chrono::microseconds;
+  const idem::WallTime t0{std::chrono::seconds(1893456000)};  // 2030-01-01T00:00:00Z
+  EXPECT_EQ(idem::sqlite::marker_timestamp(t0), "2030-01-01T00:00:00.000000+00:00");
+  EXPECT_EQ(idem::sqlite::marker_timestamp(t0 + 3723s + microseconds(4056)),
+            "2030-01-01T01:02:03.004056+00:00");
+  // Sub-microsecond digits are truncated, as Python's datetime holds microseconds.
+  EXPECT_EQ(idem::sqlite::marker_timestamp(t0 + std::chrono::nanoseconds(999)),
+            "2030-01-01T00:00:00.000000+00:00");
+  EXPECT_EQ(idem::sqlite::marker_timestamp(idem::WallTime{}), "1970-01-01T00:00:00.000000+00:00");
+  EXPECT_EQ(idem::sqlite::marker_timestamp(idem::WallTime{} - microseconds(1)),
+            "1969-12-31T23:59:59.999999+00:00");
+  EXPECT_EQ(idem::sqlite::marker_timestamp(idem::WallTime{std::chrono::seconds(951782400)}),
+            "2000-02-29T00:00:00.000000+00:00");
+}
+
+TEST(SqliteRecorderFormat, CreatesTheDocumentedSchemaInWalMode) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  SqliteIdempotencyRecorder recorder(path);
+  RawDb raw(path);
+  EXPECT_EQ(raw.text("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+                        "('processed_log', 'idem_claims', 'idem_schema', 'idem_counters')"),
+            4);
+  EXPECT_EQ(raw.integer("SELECT version FROM idem_schema WHERE component = 'recorder'"),
+            SqliteIdempotencyRecorder::kSchemaVersion);
+  // processed_log has exactly infinity_bus's columns and key.
+  EXPECT_EQ(raw.text("SELECT group_concat(name || ':' || type || ':' || pk, ',') FROM "
+                     "pragma_table_info('processed_log')"),
+            "consumer:TEXT:1,event_id:TEXT:2,ts:TEXT:0");
+}
+
+TEST(SqliteRecorderFormat, RowWrittenLikeInfinityBusCountsAsProcessed) {
+  TempDir dir;
+  const std::string path = dir.file("shared.db");
+  {
+    // The Python program made the file first (rollback journal, its own table only).
+    RawDb python(path);
+    python.exec(kInfinityBusSchema);
+    python.exec(
+        "INSERT OR IGNORE INTO processed_log (consumer, event_id, ts) VALUES ('billing', "
+        "'3f2b8c0e9d4a4f6b8e1c2d3a4b5c6d7e', '2026-11-30T04:14:15.754789+00:00')");
+    python.exec(
+        "INSERT OR IGNORE INTO processed_log (consumer, event_id, ts) VALUES ('billing', "
+        "'whole-second', '2026-01-01T00:00:00+00:00')");  // isoformat() drops .000000
+  }
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  EXPECT_TRUE(recorder.is_processed("billing", "3f2b8c0e9d4a4f6b8e1c2d3a4b5c6d7e"));
+  EXPECT_TRUE(recorder.is_processed("billing", "whole-second"));
+  EXPECT_FALSE(recorder.is_processed("shipping", "3f2b8c0e9d4a4f6b8e1c2d3a4b5c6d7e"));
+  EXPECT_EQ(recorder.claim("billing", "3f2b8c0e9d4a4f6b8e1c2d3a4b5c6d7e", 30s).status,
+            Claim::Status::processed);
+  bool ran = false;
+  EXPECT_FALSE(recorder.run_transactional("billing", "whole-second",
+                                          [&](idem::Transaction&) { ran = true; }));
+  EXPECT_FALSE(ran);
+  // Opening switched the file to WAL and added idem's tables beside the Python one.
+  RawDb raw(path);
+  EXPECT_EQ(raw.text("PRAGMA journal_mode"), "wal");
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log"), 2);
+}
+
+TEST(SqliteRecorderFormat, MarkerIsReadableByPlainSql) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  auto clock = std::make_shared<ManualClock>();  // 2030-01-01T00:00:00Z
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  clock->advance(1h + 2min + 3s + std::chrono::microseconds(456789));
+  recorder.mark_processed("billing", "evt-1");
+  ASSERT_EQ(recorder.claim("billing", "evt-2", 30s).status, Claim::Status::acquired);
+
+  RawDb raw(path);
+  EXPECT_EQ(raw.text("SELECT ts FROM processed_log WHERE consumer = 'billing' AND "
+                     "event_id = 'evt-1'"),
+            "2030-01-01T01:02:03.456789+00:00");
+  // SQLite's own date functions read it as the same instant (to their millisecond, rounded).
+  EXPECT_EQ(raw.text("SELECT strftime('%Y-%m-%d %H:%M:%f', ts) FROM processed_log WHERE "
+                     "event_id = 'evt-1'"),
+            "2030-01-01 01:02:03.457");
+  // A claim is not a marker: plain readers of processed_log do not see it.
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log WHERE event_id = 'evt-2'"), 0);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM idem_claims WHERE event_id = 'evt-2'"), 1);
+}
+
+TEST(SqliteRecorderFormat, PurgeAgesEveryIsoFormatAsAnInstant) {
+  TempDir dir;
+  const std::string path = dir.file("mixed.db");
+  auto clock = std::make_shared<ManualClock>(
+      idem::WallTime{std::chrono::seconds(1893456000)});  // 2030-01-01T00:00:00Z
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  {
+    RawDb other(path);
+    // Rows other writers might leave, around the purge cutoff 2029-12-31T23:00:00Z.
+    other.exec(
+        "INSERT INTO processed_log VALUES "
+        "('c', 'old-z', '2029-12-31T22:59:59.999Z'),"
+        "('c', 'old-no-fraction', '2029-12-31T22:59:59+00:00'),"
+        "('c', 'old-offset', '2029-12-31T23:59:59+01:00'),"  // 22:59:59Z
+        "('c', 'new-z', '2029-12-31T23:00:00.001Z'),"
+        "('c', 'new-offset', '2030-01-01T00:00:01+01:00'),"  // 23:00:01Z
+        "('c', 'new-python', '2029-12-31T23:30:00.123456+00:00'),"
+        "('c', 'garbage', 'not a timestamp')");
+  }
+  EXPECT_EQ(recorder.purge(1h), 3u);
+  for (const char* gone : {"old-z", "old-no-fraction", "old-offset"}) {
+    EXPECT_FALSE(recorder.is_processed("c", gone)) << gone;
+  }
+  for (const char* kept : {"new-z", "new-offset", "new-python"}) {
+    EXPECT_TRUE(recorder.is_processed("c", kept)) << kept;
+  }
+  EXPECT_TRUE(recorder.is_processed("c", "garbage")) << "an unparsable ts is kept, never lost";
+}
+
+TEST(SqliteRecorderFormat, NewerSchemaVersionIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("future.db");
+  { SqliteIdempotencyRecorder recorder(path); }
+  RawDb(path).exec("UPDATE idem_schema SET version = 99 WHERE component = 'recorder'");
+  const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder again(path); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_open_failed);
+  EXPECT_TRUE(contains(error->what(), "version 99")) << error->what();
+}
+
+TEST(SqliteRecorderFormat, ForeignProcessedLogWithOtherColumnsIsRefused) {
+  TempDir dir;
+  const std::string path = dir.file("foreign.db");
+  RawDb(path).exec("CREATE TABLE processed_log(id INTEGER PRIMARY KEY, payload BLOB)");
+  const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(path); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
+  EXPECT_TRUE(contains(error->what(), "processed_log")) << error->what();
+}
+
+TEST(SqliteRecorderFormat, ReopenKeepsMarkersClaimsAndTokens) {
+  TempDir dir;
+  const std::string path = dir.file("reopen.db");
+  auto clock = std::make_shared<ManualClock>();
+  std::uint64_t token = 0;
+  {
+    SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+    recorder.mark_processed("billing", "marked");
+    const auto claim = recorder.claim("billing", "claimed", 1h);
+    ASSERT_EQ(claim.status, Claim::Status::acquired);
+    token = claim.token;
+  }
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  EXPECT_TRUE(recorder.is_processed("billing", "marked"));
+  EXPECT_EQ(recorder.claim("billing", "claimed", 1h).status, Claim::Status::in_progress);
+  const auto other = recorder.claim("billing", "another", 1h);
+  EXPECT_GT(other.token, token) << "the token counter lives in the file";
+  EXPECT_TRUE(recorder.complete("billing", "claimed", token));
+}
+
+// ---- WAL, durability, busy timeout ------------------------------------------------------------
+
+std::optional<std::int64_t> writer_pragma(SqliteIdempotencyRecorder& recorder, const char* pragma) {
+  std::optional<std::int64_t> value;
+  recorder.run_transactional("probe", idem::new_event_id(), [&](idem::Transaction& tx) {
+    value = dynamic_cast<SqliteTransaction&>(tx).query_int64(pragma);
+  });
+  return value;
+}
+
+TEST(SqliteRecorderDurability, EachLevelSetsSynchronousOnTheWriter) {
+  TempDir dir;
+  const struct {
+    Durability durability;
+    std::int64_t synchronous;
+  } cases[] = {{Durability::full, 2}, {Durability::normal, 1}, {Durability::off, 0}};
+  for (const auto& c : cases) {
+    SqliteOptions options;
+    options.durability = c.durability;
+    const std::string path = dir.file("durability-" + std::to_string(c.synchronous) + ".db");
+    SqliteIdempotencyRecorder recorder(path, options);
+    EXPECT_EQ(writer_pragma(recorder, "PRAGMA synchronous"), c.synchronous);
+    recorder.mark_processed("billing", "evt");
+    EXPECT_TRUE(recorder.is_processed("billing", "evt"));
+    EXPECT_EQ(RawDb(path).text("PRAGMA journal_mode"), "wal");
+  }
+}
+
+TEST(SqliteRecorderDurability, DefaultIsNormal) {
+  EXPECT_EQ(SqliteOptions{}.durability, Durability::normal);
+  EXPECT_EQ(SqliteOptions{}.busy_timeout, 5s);
+  SqliteIdempotencyRecorder recorder(":memory:");
+  EXPECT_EQ(writer_pragma(recorder, "PRAGMA synchronous"), 1);
+}
+
+TEST(SqliteRecorderBusy, LockHeldPastTheBusyTimeoutIsRetryableStoreBusy) {
+  TempDir dir;
+  const std::string path = dir.file("busy.db");
+  SqliteOptions options;
+  options.busy_timeout = 20ms;
+  SqliteIdempotencyRecorder recorder(path, options);
+  recorder.mark_processed("billing", "before");
+
+  RawDb other(path);
+  other.exec("BEGIN IMMEDIATE");  // another process holds the write lock
+  for (const auto& attempt : std::vector<std::function<void()>>{
+           [&] { recorder.mark_processed("billing", "during"); },
+           [&] { (void)recorder.claim("billing", "during", 30s); },
+           [&] { (void)recorder.run_transactional("billing", "during", [](auto&) {}); },
+           [&] { (void)recorder.purge(1h); },
+       }) {
+    const auto error = sqlite_error_of(attempt);
+    ASSERT_TRUE(error);
+    EXPECT_EQ(error->code(), ErrorCode::store_busy);
+    EXPECT_TRUE(error->retryable());
+    EXPECT_FALSE(error->in_doubt());
+    EXPECT_EQ(error->sqlite_code(), SQLITE_BUSY);
+    EXPECT_TRUE(contains(error->what(), path)) << error->what();
+    EXPECT_TRUE(contains(error->what(), "SQLITE_BUSY")) << error->what();
+  }
+  // WAL: readers do not wait for the writer.
+  EXPECT_TRUE(recorder.is_processed("billing", "before"));
+  EXPECT_FALSE(recorder.is_processed("billing", "during"));
+  other.exec("ROLLBACK");
+
+  recorder.mark_processed("billing", "during");
+  EXPECT_TRUE(recorder.is_processed("billing", "during"));
+}
+
+TEST(SqliteRecorderBusy, ZeroTimeoutFailsAtOnce) {
+  TempDir dir;
+  const std::string path = dir.file("busy0.db");
+  SqliteOptions options;
+  options.busy_timeout = 0ms;
+  SqliteIdempotencyRecorder recorder(path, options);
+  RawDb other(path);
+  other.exec("BEGIN IMMEDIATE");
+  const auto error = sqlite_error_of([&] { recorder.mark_processed("billing", "evt"); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_busy);
+  other.exec("ROLLBACK");
+}
+
+TEST(SqliteRecorderBusy, WaitsForALockThatIsReleased) {
+  TempDir dir;
+  const std::string path = dir.file("wait.db");
+  SqliteOptions options;
+  options.busy_timeout = 60s;  // far longer than the lock is held
+  SqliteIdempotencyRecorder recorder(path, options);
+  RawDb other(path);
+  other.exec("BEGIN IMMEDIATE");
+  std::latch started(1);
+  std::thread writer([&] {
+    started.count_down();
+    recorder.mark_processed("billing", "waited");  // waits in the busy handler
+  });
+  started.wait();
+  other.exec("ROLLBACK");
+  writer.join();
+  EXPECT_TRUE(recorder.is_processed("billing", "waited"));
+}
+
+// ---- bad input --------------------------------------------------------------------------------
+
+TEST(SqliteRecorderBadInput, MissingDirectoryIsOpenFailedNamingThePath) {
+  TempDir dir;
+  const std::string path = dir.file("no-such-dir/idem.db");
+  const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(path); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_open_failed);
+  EXPECT_EQ(error->sqlite_code(), SQLITE_CANTOPEN);
+  EXPECT_FALSE(error->retryable());
+  EXPECT_TRUE(contains(error->what(), path)) << error->what();
+  EXPECT_TRUE(contains(error->what(), "does not exist")) << error->what();
+  EXPECT_FALSE(std::filesystem::exists(dir.path() / "no-such-dir")) << "nothing was created";
+}
+
+TEST(SqliteRecorderBadInput, DirectoryAsPathIsOpenFailed) {
+  TempDir dir;
+  const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(dir.path()); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_open_failed);
+  EXPECT_TRUE(contains(error->what(), "directory")) << error->what();
+}
+
+TEST(SqliteRecorderBadInput, FileThatIsNotADatabase) {
+  TempDir dir;
+  const std::string path = dir.file("notes.txt");
+  {
+    std::ofstream out(path);
+    for (int i = 0; i < 200; ++i)
+      out << "these are my notes, not a database, line " << i << "\n";
+  }
+  const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(path); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
+  EXPECT_EQ(error->sqlite_code(), SQLITE_NOTADB);
+  EXPECT_TRUE(contains(error->what(), path)) << error->what();
+  std::ifstream in(path);
+  std::string first;
+  std::getline(in, first);
+  EXPECT_EQ(first, "these are my notes, not a database, line 0") << "the file was not touched";
+}
+
+TEST(SqliteRecorderBadInput, BadArgumentsAndOptions) {
+  EXPECT_THROW(SqliteIdempotencyRecorder(""), idem::InvalidArgument);
+  EXPECT_THROW(SqliteIdempotencyRecorder(std::string("a\0b.db", 6)), idem::InvalidArgument);
+  SqliteOptions negative;
+  negative.busy_timeout = -1ms;
+  EXPECT_THROW(SqliteIdempotencyRecorder(":memory:", negative), idem::ConfigError);
+  SqliteOptions no_batch;
+  no_batch.max_batch_size = 0;
+  EXPECT_THROW(SqliteIdempotencyRecorder(":memory:", no_batch), idem::ConfigError);
+
+  SqliteIdempotencyRecorder recorder(":memory:");
+  EXPECT_THROW(recorder.claim("billing", "evt", 0ms), idem::InvalidArgument);
+  EXPECT_THROW(recorder.claim("billing", "evt", -5ms), idem::InvalidArgument);
+  const auto claim = recorder.claim("billing", "evt", 1s);
+  EXPECT_THROW(recorder.renew("billing", "evt", claim.token, 0ms), idem::InvalidArgument);
+  EXPECT_THROW(recorder.purge(-1s), idem::InvalidArgument);
+  // Tokens beyond SQLite's INTEGER are simply not current.
+  EXPECT_FALSE(recorder.complete("billing", "evt", ~std::uint64_t{0}));
+  EXPECT_FALSE(recorder.release("billing", "evt", ~std::uint64_t{0}));
+  EXPECT_TRUE(recorder.complete("billing", "evt", claim.token));
+}
+
+TEST(SqliteRecorderBadInput, ReadOnlyOptionReadsButRefusesWrites) {
+  TempDir dir;
+  const std::string path = dir.file("ro.db");
+  { SqliteIdempotencyRecorder(path).mark_processed("billing", "old"); }
+  SqliteOptions options;
+  options.read_only = true;
+  SqliteIdempotencyRecorder recorder(path, options);
+  EXPECT_TRUE(recorder.is_processed("billing", "old"));
+  EXPECT_FALSE(recorder.is_processed("billing", "new"));
+  for (const auto& write : std::vector<std::function<void()>>{
+           [&] { recorder.mark_processed("billing", "new"); },
+           [&] { (void)recorder.claim("billing", "new", 30s); },
+           [&] { (void)recorder.run_transactional("billing", "new", [](auto&) {}); },
+       }) {
+    const auto error = sqlite_error_of(write);
+    ASSERT_TRUE(error);
+    EXPECT_EQ(error->code(), ErrorCode::store_read_only) << error->what();
+    EXPECT_FALSE(error->retryable());
+  }
+  EXPECT_FALSE(recorder.is_processed("billing", "new"));
+
+  // read_only never creates a file.
+  const auto missing =
+      sqlite_error_of([&] { SqliteIdempotencyRecorder absent(dir.file("absent.db"), options); });
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->code(), ErrorCode::store_open_failed);
+  EXPECT_FALSE(std::filesystem::exists(dir.file("absent.db")));
+}
+
+// The file itself is read-only for the process (chmod 0444). root may write anyway, so as root
+// the check runs in a forked child that drops to the "nobody" user first.
+TEST(SqliteRecorderBadInput, ReadOnlyFileReadsButFailsOnTheFirstWrite) {
+  TempDir dir;
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::all);  // nobody may enter
+  const std::string path = dir.file("ro-file.db");
+  { SqliteIdempotencyRecorder(path).mark_processed("billing", "old"); }
+  std::filesystem::permissions(path, std::filesystem::perms::owner_read |
+                                         std::filesystem::perms::group_read |
+                                         std::filesystem::perms::others_read);
+  int pipe_fds[2];
+  ASSERT_EQ(::pipe(pipe_fds), 0);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    ::close(pipe_fds[0]);
+    std::string report;
+    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) {
+      report = "setuid failed";
+    } else {
+      try {
+        SqliteIdempotencyRecorder recorder(path);
+        report += recorder.is_processed("billing", "old") ? "read:ok;" : "read:missing;";
+        try {
+          recorder.mark_processed("billing", "new");
+          report += "write:succeeded;";
+        } catch (const idem::Error& e) {
+          report += "write:" + std::string(e.code_name()) + ";";
+        }
+        report += recorder.is_processed("billing", "new") ? "new:marked" : "new:absent";
+      } catch (const std::exception& e) {
+        report = std::string("open:") + e.what();
+      }
+    }
+    (void)!::write(pipe_fds[1], report.data(), report.size());
+    ::_exit(0);
+  }
+  ::close(pipe_fds[1]);
+  std::string report;
+  char buffer[512];
+  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) {
+    report.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(pipe_fds[0]);
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  EXPECT_EQ(report, "read:ok;write:store_read_only;new:absent");
+}
+
+TEST(SqliteRecorderErrors, ResultCodesMapInOnePlace) {
+  using idem::sqlite::detail::make_sqlite_error;
+  using idem::sqlite::detail::Phase;
+  const struct {
+    int rc;
+    Phase phase;
+    ErrorCode code;
+    bool retryable;
+    bool in_doubt;
+  } cases[] = {
+      {SQLITE_BUSY, Phase::other, ErrorCode::store_busy, true, false},
+      {SQLITE_BUSY_SNAPSHOT, Phase::other, ErrorCode::store_busy, true, false},
+      {SQLITE_LOCKED, Phase::other, ErrorCode::store_busy, true, false},
+      {SQLITE_BUSY, Phase::commit, ErrorCode::store_busy, true, false},  // not committed
+      {SQLITE_READONLY, Phase::other, ErrorCode::store_read_only, false, false},
+      {SQLITE_NOTADB, Phase::other, ErrorCode::store_not_a_database, false, false},
+      {SQLITE_CANTOPEN, Phase::other, ErrorCode::store_open_failed, false, false},
+      {SQLITE_IOERR_WRITE, Phase::other, ErrorCode::store_error, true, false},
+      {SQLITE_IOERR_FSYNC, Phase::commit, ErrorCode::store_error, false, true},
+      {SQLITE_FULL, Phase::commit, ErrorCode::store_error, false, true},
+      {SQLITE_CONSTRAINT_PRIMARYKEY, Phase::other, ErrorCode::store_error, false, false},
+  };
+  for (const auto& c : cases) {
+    const SqliteError e = make_sqlite_error(nullptr, c.rc, "testing", "/tmp/x.db", c.phase);
+    SCOPED_TRACE(e.what());
+    EXPECT_EQ(e.code(), c.code);
+    EXPECT_EQ(e.retryable(), c.retryable);
+    EXPECT_EQ(e.in_doubt(), c.in_doubt);
+    EXPECT_EQ(e.sqlite_code(), c.rc & 0xff);
+    EXPECT_EQ(e.extended_code(), c.rc);
+    EXPECT_TRUE(contains(e.what(), idem::sqlite::sqlite_code_name(c.rc)));
+    EXPECT_TRUE(contains(e.what(), "extended code " + std::to_string(c.rc)));
+    EXPECT_TRUE(contains(e.what(), "/tmp/x.db"));
+  }
+}
+
+// ---- group commit -----------------------------------------------------------------------------
+
+TEST(SqliteRecorderGroupCommit, EightThreadsMarkEverythingOnce) {
+  TempDir dir;
+  const std::string path = dir.file("group.db");
+  SqliteIdempotencyRecorder recorder(path);
+  constexpr int kThreads = 8;
+  constexpr int kPerThread = 300;
+  std::vector<std::string> shared;
+  for (int i = 0; i < kPerThread; ++i)
+    shared.push_back(idem::new_event_id());
+  std::atomic<int> errors{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kPerThread; ++i) {
+        try {
+          const std::string own = "t" + std::to_string(t) + "-" + std::to_string(i);
+          recorder.mark_processed("billing", own);
+          // Returned means committed: visible to a fresh read at once.
+          if (!recorder.is_processed("billing", own)) errors.fetch_add(1);
+          recorder.mark_processed("billing", shared[static_cast<std::size_t>(i)]);  // 8x each
+        } catch (...) {
+          errors.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  const auto stats = recorder.stats();
+  EXPECT_EQ(stats.marks, 2u * kThreads * kPerThread);
+  EXPECT_LE(stats.mark_commits, stats.marks);
+  EXPECT_GE(stats.mark_commits, 1u);
+  EXPECT_EQ(stats.queued_marks, 0u);
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log"), kThreads * kPerThread + kPerThread);
+}
+
+TEST(SqliteRecorderGroupCommit, MarksQueuedBehindABusyWriterShareOneCommit) {
+  SqliteIdempotencyRecorder recorder(":memory:");
+  constexpr int kThreads = 8;
+  std::vector<std::thread> threads;
+  // run_transactional holds the writer while its handler runs: every mark queues behind it.
+  recorder.run_transactional("holder", "evt", [&](idem::Transaction&) {
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back(
+          [&recorder, t] { recorder.mark_processed("billing", "m" + std::to_string(t)); });
+    }
+    while (recorder.stats().queued_marks < kThreads)
+      std::this_thread::yield();
+  });
+  for (auto& thread : threads)
+    thread.join();
+  const auto stats = recorder.stats();
+  EXPECT_EQ(stats.marks, static_cast<std::uint64_t>(kThreads));
+  // The first mark may have taken its batch before the others queued; the rest share one.
+  EXPECT_LE(stats.mark_commits, 2u);
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_TRUE(recorder.is_processed("billing", "m" + std::to_string(t)));
+  }
+}
+
+TEST(SqliteRecorderGroupCommit, FailedBatchFailsEveryMarkAndMarksNone) {
+  TempDir dir;
+  const std::string path = dir.file("failing.db");
+  SqliteOptions options;
+  options.busy_timeout = 10ms;
+  SqliteIdempotencyRecorder recorder(path, options);
+  RawDb other(path);
+  other.exec("BEGIN IMMEDIATE");
+  constexpr int kThreads = 8;
+  std::atomic<int> busy{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      try {
+        recorder.mark_processed("billing", "f" + std::to_string(t));
+      } catch (const idem::Error& e) {
+        if (e.code() == ErrorCode::store_busy && e.retryable()) busy.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  other.exec("ROLLBACK");
+  EXPECT_EQ(busy.load(), kThreads);
+  for (int t = 0; t < kThreads; ++t) {
+    EXPECT_FALSE(recorder.is_processed("billing", "f" + std::to_string(t)));
+  }
+  EXPECT_EQ(recorder.stats().marks, 0u);
+}
+
+// ---- claims: SQLite specifics -----------------------------------------------------------------
+
+TEST(SqliteRecorderClaims, TokensComeFromOneCounterForTheWholeFile) {
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder recorder(":memory:", with_clock(clock));
+  const auto a = recorder.claim("billing", "a", 30s);
+  const auto b = recorder.claim("shipping", "b", 30s);
+  EXPECT_LT(a.token, b.token);
+  EXPECT_TRUE(recorder.release("billing", "a", a.token));
+  const auto a2 = recorder.claim("billing", "a", 30s);
+  EXPECT_GT(a2.token, b.token);
+  // A purge that drops dead claims does not restart the count.
+  clock->advance(2h);
+  EXPECT_EQ(recorder.purge(1h), 0u);
+  const auto a3 = recorder.claim("billing", "a", 30s);
+  EXPECT_GT(a3.token, a2.token);
+  EXPECT_FALSE(a3.took_over) << "the dead claim was purged: nothing to take over";
+  EXPECT_FALSE(recorder.complete("billing", "a", a2.token));
+}
+
+TEST(SqliteRecorderClaims, PurgeDropsOnlyClaimsWhoseLeaseEndedBeforeTheCutoff) {
+  TempDir dir;
+  const std::string path = dir.file("claims.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  (void)recorder.claim("c", "dead-long-ago", 1min);
+  (void)recorder.claim("c", "dead-recently", 90min);
+  (void)recorder.claim("c", "live", 5h);
+  clock->advance(2h);
+  EXPECT_EQ(recorder.purge(1h), 0u);  // cutoff: 1h after the claims were made
+  RawDb raw(path);
+  EXPECT_EQ(raw.text("SELECT group_concat(event_id, ',') FROM (SELECT event_id FROM idem_claims "
+                     "ORDER BY event_id)"),
+            "dead-recently,live");
+}
+
+TEST(SqliteRecorderClaims, TwoRecordersOnOneFileShareClaimsAndMarkers) {
+  TempDir dir;
+  const std::string path = dir.file("shared.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder first(path, with_clock(clock));
+  SqliteIdempotencyRecorder second(path, with_clock(clock));
+  const auto claim = first.claim("billing", "evt", 10s);
+  ASSERT_EQ(claim.status, Claim::Status::acquired);
+  const auto seen = second.claim("billing", "evt", 10s);
+  EXPECT_EQ(seen.status, Claim::Status::in_progress);
+  EXPECT_EQ(seen.lease_until, claim.lease_until);
+  clock->advance(11s);
+  const auto takeover = second.claim("billing", "evt", 10s);
+  ASSERT_EQ(takeover.status, Claim::Status::acquired);
+  EXPECT_TRUE(takeover.took_over);
+  EXPECT_FALSE(first.complete("billing", "evt", claim.token));
+  EXPECT_TRUE(second.complete("billing", "evt", takeover.token));
+  EXPECT_TRUE(first.is_processed("billing", "evt"));
+}
+
+TEST(SqliteRecorderClaims, ManyThreadsOnTwoRecordersAcquireOncePerId) {
+  TempDir dir;
+  const std::string path = dir.file("race.db");
+  SqliteIdempotencyRecorder first(path);
+  SqliteIdempotencyRecorder second(path);
+  constexpr int kThreads = 8;
+  constexpr int kIds = 150;
+  std::vector<std::string> ids;
+  for (int i = 0; i < kIds; ++i)
+    ids.push_back(idem::new_event_id());
+  std::vector<std::atomic<int>> acquired(kIds);
+  std::atomic<int> errors{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      SqliteIdempotencyRecorder& recorder = (t % 2 == 0) ? first : second;
+      start.arrive_and_wait();
+      for (int n = 0; n < kIds; ++n) {
+        const int i = (t % 4 < 2) ? n : kIds - 1 - n;
+        try {
+          const auto claim = recorder.claim("billing", ids[static_cast<std::size_t>(i)], 1h);
+          if (claim.status == Claim::Status::acquired) {
+            acquired[static_cast<std::size_t>(i)].fetch_add(1);
+            if (!recorder.complete("billing", ids[static_cast<std::size_t>(i)], claim.token)) {
+              errors.fetch_add(1);
+            }
+          }
+        } catch (...) {
+          errors.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  for (int i = 0; i < kIds; ++i) {
+    EXPECT_EQ(acquired[static_cast<std::size_t>(i)].load(), 1) << "id #" << i;
+  }
+}
+
+// ---- the transactional inbox ------------------------------------------------------------------
+
+TEST(SqliteRecorderTransaction, HandlerWritesCommitWithTheMarker) {
+  TempDir dir;
+  const std::string path = dir.file("inbox.db");
+  SqliteIdempotencyRecorder recorder(path);
+  RawDb(path).exec(
+      "CREATE TABLE shipments(order_id TEXT, qty INTEGER, weight REAL, note TEXT, photo BLOB)");
+  const auto ship = [&](idem::Transaction& t) {
+    auto& tx = dynamic_cast<SqliteTransaction&>(t);
+    EXPECT_EQ(tx.consumer(), "shipping");
+    EXPECT_EQ(tx.event_id(), "order-7");
+    EXPECT_NE(tx.db(), nullptr);
+    const std::string order = "order-7";
+    EXPECT_EQ(
+        tx.exec("INSERT INTO shipments VALUES (?, ?, ?, ?, ?)",
+                {order, 3, 1.5, nullptr, idem::sqlite::SqlParam::blob(std::string("\0x", 2))}),
+        1);
+    EXPECT_EQ(tx.query_int64("SELECT qty FROM shipments WHERE order_id = ?", {order}), 3);
+    EXPECT_EQ(tx.query_text("SELECT order_id FROM shipments WHERE qty = ?", {3u}), order);
+    EXPECT_EQ(tx.query_text("SELECT note FROM shipments"), std::nullopt) << "NULL";
+    EXPECT_EQ(tx.query_int64("SELECT qty FROM shipments WHERE order_id = 'none'"), std::nullopt);
+    // The handler's own reads through the recorder see its transaction.
+    EXPECT_TRUE(recorder.is_processed("shipping", "order-7"));
+  };
+  EXPECT_TRUE(recorder.run_transactional("shipping", "order-7", ship));
+  EXPECT_FALSE(recorder.run_transactional("shipping", "order-7", ship));
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM shipments"), 1);
+  EXPECT_EQ(raw.integer("SELECT length(photo) FROM shipments"), 2);
+  EXPECT_EQ(raw.text("SELECT weight FROM shipments"), "1.5");
+}
+
+TEST(SqliteRecorderTransaction, ThrowingHandlerLeavesNeitherRowsNorMarker) {
+  TempDir dir;
+  const std::string path = dir.file("rollback.db");
+  SqliteIdempotencyRecorder recorder(path);
+  RawDb(path).exec("CREATE TABLE effects(event_id TEXT)");
+  EXPECT_THROW(recorder.run_transactional("c", "evt",
+                                          [](idem::Transaction& t) {
+                                            dynamic_cast<SqliteTransaction&>(t).exec(
+                                                "INSERT INTO effects VALUES ('evt')");
+                                            throw std::runtime_error("payment gateway down");
+                                          }),
+               std::runtime_error);
+  EXPECT_FALSE(recorder.is_processed("c", "evt"));
+  EXPECT_EQ(RawDb(path).integer("SELECT count(*) FROM effects"), 0);
+}
+
+TEST(SqliteRecorderTransaction, BadSqlIsAClearErrorAndRollsBack) {
+  SqliteIdempotencyRecorder recorder(":memory:");
+  const auto run = [&](const std::function<void(SqliteTransaction&)>& body) {
+    return recorder.run_transactional(
+        "c", "evt", [&](idem::Transaction& t) { body(dynamic_cast<SqliteTransaction&>(t)); });
+  };
+  EXPECT_THROW(run([](SqliteTransaction& tx) { tx.exec("SELECT ?, ?", {1}); }),
+               idem::InvalidArgument);
+  EXPECT_THROW(run([](SqliteTransaction& tx) { tx.exec("SELECT 1; SELECT 2"); }),
+               idem::InvalidArgument);
+  EXPECT_THROW(run([](SqliteTransaction& tx) { tx.exec(""); }), idem::InvalidArgument);
+  EXPECT_THROW(run([](SqliteTransaction& tx) { tx.exec("SELECT", {}); }), SqliteError);
+  const auto error = sqlite_error_of(
+      [&] { run([](SqliteTransaction& tx) { tx.exec("INSERT INTO no_such_table VALUES (1)"); }); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_error);
+  EXPECT_TRUE(contains(error->what(), "no_such_table")) << error->what();
+  EXPECT_THROW(idem::sqlite::SqlParam(~std::uint64_t{0}), idem::InvalidArgument);
+  EXPECT_FALSE(recorder.is_processed("c", "evt"));
+}
+
+TEST(SqliteRecorderTransaction, HandlerEndingTheTransactionIsInDoubt) {
+  SqliteIdempotencyRecorder recorder(":memory:");
+  try {
+    recorder.run_transactional("c", "evt", [](idem::Transaction& t) {
+      sqlite3_exec(dynamic_cast<SqliteTransaction&>(t).db(), "COMMIT", nullptr, nullptr, nullptr);
+    });
+    FAIL() << "a handler that committed idem's transaction went unnoticed";
+  } catch (const idem::StoreError& e) {
+    EXPECT_TRUE(e.in_doubt()) << e.what();
+    EXPECT_FALSE(e.retryable());
+  }
+  // The recorder is still usable afterwards.
+  EXPECT_TRUE(recorder.run_transactional("c", "next", [](idem::Transaction&) {}));
+}
+
+TEST(SqliteRecorderTransaction, CallingTheRecorderFromInsideIsReentryNotDeadlock) {
+  SqliteIdempotencyRecorder recorder(":memory:");
+  std::vector<ErrorCode> codes;
+  recorder.run_transactional("c", "outer", [&](idem::Transaction&) {
+    for (const auto& call : std::vector<std::function<void()>>{
+             [&] { recorder.mark_processed("c", "inner"); },
+             [&] { (void)recorder.claim("c", "inner", 1s); },
+             [&] { (void)recorder.run_transactional("c", "inner", [](auto&) {}); },
+             [&] { (void)recorder.purge(1h); },
+         }) {
+      try {
+        call();
+        codes.push_back(ErrorCode::invalid_argument);  // unexpected: it ran
+      } catch (const idem::Error& e) {
+        codes.push_back(e.code());
+      }
+    }
+  });
+  EXPECT_EQ(codes, std::vector<ErrorCode>(4, ErrorCode::reentry));
+  EXPECT_TRUE(recorder.is_processed("c", "outer"));
+  EXPECT_FALSE(recorder.is_processed("c", "inner"));
+}
+
+TEST(SqliteRecorderTransaction, LiveClaimBlocksAndDeadClaimIsFencedOff) {
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder recorder(":memory:", with_clock(clock));
+  const auto claim = recorder.claim("c", "evt", 10s);
+  ASSERT_EQ(claim.status, Claim::Status::acquired);
+  int runs = 0;
+  const auto fn = [&](idem::Transaction&) { ++runs; };
+  EXPECT_THROW(recorder.run_transactional("c", "evt", fn), idem::AlreadyInProgress);
+  EXPECT_EQ(runs, 0);
+  EXPECT_FALSE(recorder.is_processed("c", "evt"));
+
+  clock->advance(11s);  // the exclusive owner's lease passed
+  EXPECT_TRUE(recorder.run_transactional("c", "evt", fn));
+  EXPECT_EQ(runs, 1);
+  EXPECT_FALSE(recorder.complete("c", "evt", claim.token)) << "the old owner is fenced off";
+  EXPECT_FALSE(recorder.renew("c", "evt", claim.token, 10s));
+}
+
+}  // namespace
