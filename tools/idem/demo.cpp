@@ -1,0 +1,485 @@
+#include "demo.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <random>
+#include <set>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "idem/error.hpp"
+#include "idem/event.hpp"
+#include "idem/handler.hpp"
+#include "idem/sqlite/sqlite_recorder.hpp"
+#include "progress.hpp"
+
+namespace fs = std::filesystem;
+
+namespace idem::cli {
+namespace {
+
+constexpr const char* kConsumer = "billing";
+
+// ---- small RAII helpers --------------------------------------------------------------------
+
+struct Fd {
+  int fd = -1;
+  explicit Fd(int f = -1) : fd(f) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+void write_all(int fd, const std::string& text) {
+  const char* p = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    const ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw std::runtime_error("write failed: " + std::string(std::strerror(errno)));
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+// Appends lines with O_APPEND writes: every line is on disk (in the page cache) the moment
+// write() returns, so what a killed process did is still countable afterwards.
+class AppendLog {
+ public:
+  explicit AppendLog(const fs::path& path)
+      : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
+    if (fd_.fd < 0) throw std::runtime_error("cannot open " + path.string());
+  }
+  void line(const std::string& text) { write_all(fd_.fd, text + "\n"); }
+
+ private:
+  Fd fd_;
+};
+
+struct Db {
+  sqlite3* db = nullptr;
+  explicit Db(const fs::path& path) {
+    if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
+      throw std::runtime_error("cannot open " + path.string());
+    }
+    sqlite3_busy_timeout(db, 5000);
+  }
+  Db(const Db&) = delete;
+  Db& operator=(const Db&) = delete;
+  ~Db() { sqlite3_close(db); }
+  void exec(const std::string& sql) const {
+    char* error = nullptr;
+    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+      std::string message = error ? error : "unknown error";
+      sqlite3_free(error);
+      throw std::runtime_error("sqlite: " + message + " in: " + sql);
+    }
+  }
+  std::int64_t scalar(const std::string& sql) const {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(std::string("sqlite: ") + sqlite3_errmsg(db));
+    }
+    std::int64_t value = 0;
+    if (sqlite3_step(stmt) == SQLITE_ROW) value = sqlite3_column_int64(stmt, 0);
+    sqlite3_finalize(stmt);
+    return value;
+  }
+};
+
+HandlerMode parse_mode(const std::string& mode) {
+  if (mode == "transactional") return HandlerMode::transactional;
+  if (mode == "exclusive") return HandlerMode::exclusive;
+  if (mode == "check_then_mark") return HandlerMode::check_then_mark;
+  throw InvalidArgument("unknown mode '" + mode +
+                        "' (expected transactional, exclusive or check_then_mark)");
+}
+
+std::uint64_t read_offset(const fs::path& dir) {
+  std::ifstream in(dir / "offset");
+  std::uint64_t offset = 0;
+  if (in) in >> offset;
+  return offset;
+}
+
+// The "ack": atomically replace the committed offset (write a temp file, then rename).
+void commit_offset(const fs::path& dir, std::uint64_t offset) {
+  const fs::path tmp = dir / "offset.tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << offset << "\n";
+  }
+  fs::rename(tmp, dir / "offset");
+}
+
+std::vector<Event> read_queue(const fs::path& dir) {
+  std::ifstream in(dir / "queue.jsonl");
+  std::vector<Event> events;
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line);
+    Event e;
+    e.id = j.at("id").get<std::string>();
+    e.type = j.at("type").get<std::string>();
+    e.payload = j.at("payload").get<std::string>();
+    e.headers["seq"] = std::to_string(j.at("seq").get<std::uint64_t>());
+    events.push_back(std::move(e));
+  }
+  return events;
+}
+
+// ---- the producer --------------------------------------------------------------------------
+
+// Distinct events, plus `duplicates` extra copies each placed somewhere after its original —
+// what a producer that retries its publish (or a broker that redelivers) produces.
+std::size_t publish(const fs::path& dir, const DemoOptions& options) {
+  std::mt19937_64 rng(options.seed);
+  std::vector<nlohmann::json> stream;
+  stream.reserve(options.events);
+  for (std::uint64_t i = 0; i < options.events; ++i) {
+    nlohmann::json payload = {{"order", i + 1}, {"amount_cents", 100 + (rng() % 90000)}};
+    stream.push_back({{"id", new_event_id()}, {"type", "order.paid"}, {"payload", payload.dump()}});
+  }
+  const auto duplicates =
+      static_cast<std::uint64_t>(static_cast<double>(options.events) * options.duplicate_ratio);
+  for (std::uint64_t d = 0; d < duplicates; ++d) {
+    const std::size_t original = rng() % stream.size();
+    const std::size_t position = original + 1 + rng() % (stream.size() - original);
+    stream.insert(stream.begin() + static_cast<std::ptrdiff_t>(position), stream[original]);
+  }
+  std::ofstream out(dir / "queue.jsonl", std::ios::trunc);
+  for (std::size_t seq = 0; seq < stream.size(); ++seq) {
+    stream[seq]["seq"] = seq;
+    out << stream[seq].dump() << "\n";
+  }
+  return stream.size();
+}
+
+// ---- watching the consumer -----------------------------------------------------------------
+
+struct DeliveryStats {
+  std::uint64_t deliveries = 0;
+  std::uint64_t redeliveries = 0;
+  std::uint64_t processed = 0;
+  std::uint64_t duplicates_dropped = 0;
+  std::uint64_t in_progress_retries = 0;
+  std::uint64_t furthest = 0;  // highest sequence number delivered + 1
+};
+
+// Reads deliveries.log: "D seq" before a handler runs, "P seq" / "X seq" / "B seq" after it
+// processed / dropped a duplicate / was told the event is in progress elsewhere.
+class DeliveryLogReader {
+ public:
+  explicit DeliveryLogReader(fs::path path) : path_(std::move(path)) {}
+
+  const DeliveryStats& poll() {
+    std::ifstream in(path_);
+    in.seekg(static_cast<std::streamoff>(consumed_));
+    std::string line;
+    while (std::getline(in, line)) {
+      if (in.eof()) break;  // a line still being written; read it next time
+      consumed_ += line.size() + 1;
+      if (line.size() < 3) continue;
+      const std::uint64_t seq = std::stoull(line.substr(2));
+      switch (line[0]) {
+        case 'D':
+          ++stats_.deliveries;
+          if (!seen_.insert(seq).second) ++stats_.redeliveries;
+          stats_.furthest = std::max(stats_.furthest, seq + 1);
+          break;
+        case 'P':
+          ++stats_.processed;
+          break;
+        case 'X':
+          ++stats_.duplicates_dropped;
+          break;
+        case 'B':
+          ++stats_.in_progress_retries;
+          break;
+        default:
+          break;
+      }
+    }
+    return stats_;
+  }
+
+ private:
+  fs::path path_;
+  std::size_t consumed_ = 0;
+  std::set<std::uint64_t> seen_;
+  DeliveryStats stats_;
+};
+
+pid_t spawn_consumer(const fs::path& dir, const DemoOptions& options, std::int64_t stall_at,
+                     int notify_fd) {
+  std::vector<std::string> args = {
+      "idem",   "demo-consumer", "--dir",       dir.string(),
+      "--mode", options.mode,    "--ack-every", std::to_string(options.ack_every)};
+  if (stall_at >= 0) {
+    args.insert(args.end(),
+                {"--stall-at", std::to_string(stall_at), "--notify-fd", std::to_string(notify_fd)});
+  }
+  const pid_t pid = ::fork();
+  if (pid < 0) throw std::runtime_error("fork failed");
+  if (pid == 0) {
+    std::vector<char*> argv;
+    for (auto& a : args)
+      argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv("/proc/self/exe", argv.data());
+    std::perror("exec idem demo-consumer");
+    ::_exit(127);
+  }
+  return pid;
+}
+
+std::string ratio_note(const DeliveryStats& s) {
+  return std::to_string(s.deliveries) + " deliveries, " + std::to_string(s.duplicates_dropped) +
+         " duplicates dropped";
+}
+
+// Runs until the child exits (or, with notify_fd, until it reports it stalled — then kills it).
+// Returns the child's wait status, or -1 when it was killed on purpose.
+int watch(pid_t pid, int notify_fd, DeliveryLogReader& log, ProgressBar& bar) {
+  for (;;) {
+    bar.update(log.poll().furthest, ratio_note(log.poll()));
+    if (notify_fd >= 0) {
+      pollfd p{notify_fd, POLLIN, 0};
+      if (::poll(&p, 1, 50) > 0) {
+        ::kill(pid, SIGKILL);
+        int status = 0;
+        ::waitpid(pid, &status, 0);
+        return -1;
+      }
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return status;
+  }
+}
+
+}  // namespace
+
+// ---- the consumer process ------------------------------------------------------------------
+
+int run_demo_consumer(const ConsumerOptions& options) {
+  const fs::path dir = options.dir;
+  const HandlerMode mode = parse_mode(options.mode);
+  auto recorder = std::make_shared<sqlite::SqliteIdempotencyRecorder>((dir / "idem.db").string());
+  AppendLog deliveries(dir / "deliveries.log");
+  AppendLog side_effects(dir / "side_effects.log");
+  bool stalled = false;
+
+  auto stall_here = [&](const Event& event) {
+    if (stalled || options.stall_at < 0) return;
+    if (event.headers.at("seq") != std::to_string(options.stall_at)) return;
+    stalled = true;
+    write_all(options.notify_fd, "k");  // "kill me now": the parent sends SIGKILL
+    for (;;)
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+  };
+
+  // The business code: record a payment. In transactional mode the ledger row is written through
+  // the marker's transaction; otherwise it is an external side effect (a line in a file).
+  auto handler = make_idempotent_handler<nlohmann::json>(
+      kConsumer, recorder,
+      [&](const nlohmann::json& payload, BusProxy& bus, const Event& event) {
+        if (auto* tx = dynamic_cast<sqlite::SqliteTransaction*>(bus.transaction())) {
+          sqlite3_stmt* stmt = nullptr;
+          sqlite3_prepare_v2(tx->db(),
+                             "INSERT INTO ledger(event_id, order_no, amount_cents) VALUES(?,?,?)",
+                             -1, &stmt, nullptr);
+          sqlite3_bind_text(stmt, 1, event.id.c_str(), -1, SQLITE_TRANSIENT);
+          sqlite3_bind_int64(stmt, 2, payload.at("order").get<std::int64_t>());
+          sqlite3_bind_int64(stmt, 3, payload.at("amount_cents").get<std::int64_t>());
+          const int rc = sqlite3_step(stmt);
+          sqlite3_finalize(stmt);
+          if (rc != SQLITE_DONE) throw std::runtime_error("ledger insert failed");
+          stall_here(event);  // killed here: the ledger row and the marker vanish together
+        } else {
+          stall_here(event);  // killed before the side effect: the claim's lease expires
+          side_effects.line(event.id);
+        }
+      },
+      HandlerOptions{.mode = mode, .lease = std::chrono::milliseconds(1500)});
+
+  const std::vector<Event> queue = read_queue(dir);
+  CollectingBusProxy bus(kConsumer);
+  std::uint64_t offset = read_offset(dir);
+  while (offset < queue.size()) {
+    const Event& event = queue[offset];
+    const std::string seq = event.headers.at("seq");
+    deliveries.line("D " + seq);
+    try {
+      const HandleResult result = (*handler)(event, bus);
+      deliveries.line((result == HandleResult::processed ? "P " : "X ") + seq);
+    } catch (const AlreadyInProgress&) {
+      // A dead consumer's claim: not acknowledged; the broker redelivers it after a pause.
+      deliveries.line("B " + seq);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    ++offset;
+    if (offset % options.ack_every == 0) commit_offset(dir, offset);
+  }
+  commit_offset(dir, offset);
+  return 0;
+}
+
+// ---- the demo ------------------------------------------------------------------------------
+
+int run_demo(const DemoOptions& options) {
+  if (options.events == 0) throw InvalidArgument("--events must be at least 1");
+  if (options.duplicate_ratio < 0 || options.duplicate_ratio > 10) {
+    throw InvalidArgument("--duplicates must be between 0 and 10");
+  }
+  if (options.kill_at <= 0 || options.kill_at >= 1) {
+    throw InvalidArgument("--kill-at must be between 0 and 1 (exclusive)");
+  }
+  if (options.ack_every == 0) throw InvalidArgument("--ack-every must be at least 1");
+  (void)parse_mode(options.mode);
+
+  fs::path dir = options.dir;
+  bool remove_dir = false;
+  if (dir.empty()) {
+    std::string tmpl = (fs::temp_directory_path() / "idem-demo-XXXXXX").string();
+    if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    dir = tmpl;
+    remove_dir = !options.keep;
+  } else {
+    fs::create_directories(dir);
+    for (const char* f : {"queue.jsonl", "offset", "deliveries.log", "side_effects.log", "idem.db",
+                          "idem.db-wal", "idem.db-shm"}) {
+      fs::remove(dir / f);
+    }
+  }
+
+  std::cout << "idem demo: at-least-once delivery, a consumer killed mid-handler, side effects "
+               "once\n"
+            << "  work dir:  " << dir.string() << "\n"
+            << "  recorder:  sqlite://" << (dir / "idem.db").string() << " (mode " << options.mode
+            << ")\n";
+
+  const std::size_t stream_size = publish(dir, options);
+  std::cout << "  producer:  published " << stream_size << " events (" << options.events
+            << " distinct + " << (stream_size - options.events) << " duplicates)\n";
+  {
+    // The consumer's business table lives in the recorder's database so that transactional
+    // mode can write it in the marker's transaction.
+    Db db(dir / "idem.db");
+    db.exec(
+        "CREATE TABLE IF NOT EXISTS ledger(event_id TEXT NOT NULL, order_no INTEGER, "
+        "amount_cents INTEGER)");
+  }
+  std::cout.flush();  // the progress bar writes to stderr; keep the two in order
+
+  DeliveryLogReader log(dir / "deliveries.log");
+  ProgressBar bar("  consuming", stream_size);
+
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+  Fd read_end(pipe_fds[0]);
+  const auto stall_at =
+      static_cast<std::int64_t>(static_cast<double>(stream_size) * options.kill_at);
+  const pid_t first = spawn_consumer(dir, options, stall_at, pipe_fds[1]);
+  ::close(pipe_fds[1]);
+  const int first_status = watch(first, read_end.fd, log, bar);
+  if (first_status != -1) {
+    bar.finish();
+    std::cerr << "idem demo: the first consumer exited before it was killed (status "
+              << first_status << ")\n";
+    return 1;
+  }
+  const std::uint64_t committed = read_offset(dir);
+  bar.finish("killed");
+  std::cout.flush();
+  std::cout << "  crash:     consumer pid " << first << " killed with SIGKILL inside the handler "
+            << "of delivery #" << stall_at << "; last committed offset " << committed << std::endl;
+
+  ProgressBar bar2("  restarted", stream_size);
+  const pid_t second = spawn_consumer(dir, options, -1, -1);
+  const int second_status = watch(second, -1, log, bar2);
+  bar2.finish();
+  if (!WIFEXITED(second_status) || WEXITSTATUS(second_status) != 0) {
+    std::cerr << "idem demo: the restarted consumer failed (status " << second_status << ")\n";
+    return 1;
+  }
+
+  const DeliveryStats stats = log.poll();
+  std::int64_t side_effects = 0;
+  std::int64_t distinct_side_effects = 0;
+  std::int64_t markers = 0;
+  {
+    Db db(dir / "idem.db");
+    markers = db.scalar(std::string("SELECT COUNT(*) FROM processed_log WHERE consumer='") +
+                        kConsumer + "'");
+    if (options.mode == "transactional") {
+      side_effects = db.scalar("SELECT COUNT(*) FROM ledger");
+      distinct_side_effects = db.scalar("SELECT COUNT(DISTINCT event_id) FROM ledger");
+    } else {
+      std::ifstream in(dir / "side_effects.log");
+      std::set<std::string> ids;
+      std::string line;
+      while (std::getline(in, line)) {
+        ++side_effects;
+        ids.insert(line);
+      }
+      distinct_side_effects = static_cast<std::int64_t>(ids.size());
+    }
+  }
+
+  std::cout << "\nresults\n"
+            << "  events published           " << stream_size << "\n"
+            << "  distinct events            " << options.events << "\n"
+            << "  deliveries                 " << stats.deliveries << "\n"
+            << "  redeliveries after crash   " << stats.redeliveries << "\n"
+            << "  duplicates dropped         " << stats.duplicates_dropped << "\n"
+            << "  in-progress retries        " << stats.in_progress_retries << "\n"
+            << "  handlers completed         " << stats.processed << "\n"
+            << "  side effects               " << side_effects << "\n"
+            << "  markers (processed_log)    " << markers << "\n";
+
+  const bool once = side_effects == static_cast<std::int64_t>(options.events) &&
+                    distinct_side_effects == side_effects &&
+                    markers == static_cast<std::int64_t>(options.events);
+  if (once) {
+    std::cout << "\nOK: side effects == distinct events == " << options.events
+              << " (each exactly once, despite " << stats.redeliveries << " redeliveries, "
+              << (stream_size - options.events) << " published duplicates and a SIGKILL)\n";
+  } else {
+    std::cout << "\nFAILED: " << side_effects << " side effects (" << distinct_side_effects
+              << " distinct) and " << markers << " markers for " << options.events
+              << " distinct events\n";
+  }
+  if (remove_dir) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  } else {
+    std::cout << "(work dir kept: " << dir.string() << ")\n";
+  }
+  return once ? 0 : 1;
+}
+
+}  // namespace idem::cli
