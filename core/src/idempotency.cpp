@@ -1,0 +1,756 @@
+// The idempotency coordinator: in-process joining, store claims, lease heartbeats, replays.
+//
+// Shape of one run():
+//   1. validate the key and the policy; refuse re-entry (ReentryError);
+//   2. find or create the key's Flight in the in-process table. The first caller leads; the
+//      others wait on the Flight (joiners). The Flight is registered BEFORE the store claim, so
+//      an in-process duplicate never mistakes its own process's owner for another process;
+//   3. the leader claims the key in the store: acquired -> execute (heartbeat renews the lease,
+//      OwnedKeysScope marks the key as owned by this execution context); completed -> replay;
+//      in_progress (another process) -> reject or wait and claim again; mismatch -> KeyReuse;
+//   4. the leader publishes the outcome to its joiners. On success the Flight leaves the table
+//      first, so a later caller replays from the store. On failure the Flight stays in the
+//      table until the claim is released (ClaimHold tokens may keep it claimed); callers that
+//      arrive meanwhile wait for the release and then start over.
+
+#include <cxxabi.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <exception>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "idem/error.hpp"
+#include "idem/idempotency.hpp"
+#include "idem/key.hpp"
+#include "idem/memory_store.hpp"
+
+namespace idem {
+
+std::string_view to_string(IdempotencyStatus status) noexcept {
+  switch (status) {
+    case IdempotencyStatus::executed:
+      return "executed";
+    case IdempotencyStatus::joined:
+      return "joined";
+    case IdempotencyStatus::replayed:
+      return "replayed";
+  }
+  return "unknown";
+}
+
+// ---- execution context (re-entrancy) ----------------------------------------------------------
+
+// The keys the current execution context owns: an immutable chain, one link per nested owner, so
+// a context can be handed to another thread by sharing the pointer.
+class OwnedKeys {
+ public:
+  OwnedKeys(const IdempotencyStore* store, std::string key, std::shared_ptr<const OwnedKeys> parent)
+      : store_(store), key_(std::move(key)), parent_(std::move(parent)) {}
+
+  bool contains(const IdempotencyStore* store, std::string_view key) const {
+    for (const OwnedKeys* link = this; link != nullptr; link = link->parent_.get()) {
+      if (link->store_ == store && link->key_ == key) return true;
+    }
+    return false;
+  }
+
+ private:
+  const IdempotencyStore* store_;  // identity only, never dereferenced
+  std::string key_;
+  std::shared_ptr<const OwnedKeys> parent_;
+};
+
+namespace {
+thread_local std::shared_ptr<const OwnedKeys> t_owned_keys;
+}  // namespace
+
+std::shared_ptr<const OwnedKeys> current_owned_keys() {
+  return t_owned_keys;
+}
+
+OwnedKeysScope::OwnedKeysScope(std::shared_ptr<const OwnedKeys> keys)
+    : previous_(std::exchange(t_owned_keys, std::move(keys))) {}
+
+OwnedKeysScope::~OwnedKeysScope() {
+  t_owned_keys = std::move(previous_);
+}
+
+namespace {
+
+using RealClock = std::chrono::steady_clock;
+
+// Waits re-read the injected clock at least this often: a ManualClock moved by a test cannot
+// wake a condition variable.
+constexpr auto kWaitSlice = std::chrono::milliseconds(20);
+
+std::string quoted(std::string_view key) {
+  return "'" + std::string(key) + "'";
+}
+
+std::string format_wall(WallTime t) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch());
+  const std::time_t seconds =
+      static_cast<std::time_t>(std::chrono::floor<std::chrono::seconds>(ms).count());
+  std::tm tm{};
+  gmtime_r(&seconds, &tm);
+  char buffer[96];
+  const auto millis = static_cast<int>(((ms.count() % 1000) + 1000) % 1000);
+  std::snprintf(buffer, sizeof buffer, "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ", tm.tm_year + 1900,
+                tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+  return buffer;
+}
+
+std::string type_name(const std::type_index& type) {
+  int status = 0;
+  char* demangled = abi::__cxa_demangle(type.name(), nullptr, nullptr, &status);
+  std::string name = (status == 0 && demangled != nullptr) ? demangled : type.name();
+  std::free(demangled);
+  return name;
+}
+
+void validate_policy(const IdempotencyPolicy& policy) {
+  if (policy.lease <= Millis::zero()) {
+    throw ConfigError("IdempotencyPolicy::lease must be positive (got " +
+                      std::to_string(policy.lease.count()) + " ms)");
+  }
+  if (policy.ttl < Millis::zero()) {
+    throw ConfigError("IdempotencyPolicy::ttl must not be negative (got " +
+                      std::to_string(policy.ttl.count()) + " ms)");
+  }
+  if (policy.max_wait < Millis::zero()) {
+    throw ConfigError("IdempotencyPolicy::max_wait must not be negative (got " +
+                      std::to_string(policy.max_wait.count()) + " ms)");
+  }
+}
+
+bool fingerprints_differ(const std::optional<std::string>& a, const std::optional<std::string>& b) {
+  return a && b && *a != *b;
+}
+
+ExecutionReport with_metadata(ExecutionReport report, const std::string& key,
+                              IdempotencyStatus status, bool recorded) {
+  auto& metadata = report.metadata;
+  metadata["idempotency_enabled"] = "true";
+  metadata["idempotency_key"] = key;
+  metadata["idempotency_status"] = std::string(to_string(status));
+  metadata["idempotency_cache_hit"] = status == IdempotencyStatus::executed ? "false" : "true";
+  if (!recorded) metadata["idempotency_recorded"] = "false";
+  return report;
+}
+
+// The stored value as the caller's type: the in-process object when there is one (its type
+// checked against the call's), else the bytes decoded with the call's codec.
+std::shared_ptr<const void> replayed_value(const IdempotencyRecord& record,
+                                           const IdempotentCall& call) {
+  const StoredValue& stored = record.value;
+  if (call.type && stored.type && *call.type != *stored.type) {
+    throw DecodeError("idempotency key " + quoted(call.key) + ": the stored result is a " +
+                      type_name(*stored.type) + " but this call expects a " +
+                      type_name(*call.type) + " (is the key shared by two operations?)");
+  }
+  if (stored.object) return stored.object;
+  if (stored.bytes) {
+    if (call.codec == nullptr || !call.codec->decode) {
+      throw DecodeError("idempotency key " + quoted(call.key) +
+                        ": the stored result is bytes and the call has no codec to decode it");
+    }
+    return call.codec->decode(*stored.bytes);
+  }
+  return nullptr;  // a void result
+}
+
+// ---- heartbeat --------------------------------------------------------------------------------
+
+// Renews the leases of the claims its coordinator owns. One thread per coordinator, started on
+// the first claim and kept (idle) until the coordinator goes, so calls never start threads.
+// The period (lease/3) is real time; the lease itself is computed by the store from its clock.
+class Heartbeat {
+ public:
+  struct Claim {
+    Claim(std::string k, std::uint64_t t, Millis l) : key(std::move(k)), token(t), lease(l) {}
+    const std::string key;
+    const std::uint64_t token;
+    const Millis lease;
+    RealClock::time_point due{};
+    std::atomic<bool> lost{false};  // a renewal was fenced off: another owner has the key
+  };
+
+  explicit Heartbeat(std::weak_ptr<IdempotencyStore> store) : store_(std::move(store)) {}
+
+  std::shared_ptr<Claim> add(const std::string& key, std::uint64_t token, Millis lease) {
+    auto claim = std::make_shared<Claim>(key, token, lease);
+    claim->due = RealClock::now() + period(lease);
+    std::lock_guard lock(mutex_);
+    claims_.push_back(claim);
+    ++generation_;
+    if (!thread_.joinable()) {
+      thread_ = std::jthread([this](std::stop_token stop) { run(std::move(stop)); });
+    }
+    cv_.notify_all();
+    return claim;
+  }
+
+  void remove(const std::shared_ptr<Claim>& claim) {
+    std::lock_guard lock(mutex_);
+    std::erase(claims_, claim);
+  }
+
+ private:
+  static RealClock::duration period(Millis lease) {
+    return std::max<RealClock::duration>(lease / 3, std::chrono::milliseconds(1));
+  }
+
+  void run(std::stop_token stop) {
+    std::unique_lock lock(mutex_);
+    while (!stop.stop_requested()) {
+      if (claims_.empty()) {
+        cv_.wait(lock, stop, [&] { return !claims_.empty(); });
+        continue;
+      }
+      const auto now = RealClock::now();
+      auto next = RealClock::time_point::max();
+      std::vector<std::shared_ptr<Claim>> due;
+      for (const auto& claim : claims_) {
+        if (claim->due <= now) {
+          due.push_back(claim);
+          claim->due = now + period(claim->lease);
+        }
+        next = std::min(next, claim->due);
+      }
+      if (due.empty()) {
+        const std::uint64_t seen = generation_;
+        cv_.wait_until(lock, stop, next, [&] { return generation_ != seen; });
+        continue;
+      }
+      lock.unlock();
+      renew(due);
+      lock.lock();
+      for (const auto& claim : due) {
+        if (claim->lost) std::erase(claims_, claim);
+      }
+    }
+  }
+
+  void renew(const std::vector<std::shared_ptr<Claim>>& due) {
+    auto store = store_.lock();
+    if (!store) return;
+    for (const auto& claim : due) {
+      try {
+        if (!store->renew(claim->key, claim->token, claim->lease)) claim->lost = true;
+      } catch (...) {
+        // A store hiccup is not a lost claim: try again next period (the lease outlives two
+        // missed renewals).
+      }
+    }
+  }
+
+  std::weak_ptr<IdempotencyStore> store_;
+  std::mutex mutex_;
+  std::condition_variable_any cv_;
+  std::vector<std::shared_ptr<Claim>> claims_;
+  std::uint64_t generation_ = 0;
+  std::jthread thread_;  // last: stopped and joined before the members above go
+};
+
+// ---- in-flight state --------------------------------------------------------------------------
+
+// One in-process execution of a key, shared by its leader and its joiners.
+struct Flight {
+  enum class Phase {
+    running,    // the leader is claiming, executing or waiting for another process
+    done,       // outcome published; no longer in the table
+    lingering,  // execution failed (joiners told); the key stays claimed for ClaimHold tokens
+    released,   // the lingering claim was released; no longer in the table
+  };
+
+  Flight(std::string k, std::optional<std::string> fp)
+      : key(std::move(k)), fingerprint(std::move(fp)) {}
+
+  const std::string key;
+  const std::optional<std::string> fingerprint;
+  std::size_t attached = 0;  // callers that found this flight in the table (table mutex)
+
+  std::mutex mutex;
+  std::condition_variable_any changed;
+  Phase phase = Phase::running;
+  std::size_t waiting = 0;
+  // The outcome (phase done or lingering). Neither a value nor an error: start over.
+  bool has_value = false;
+  std::shared_ptr<const void> value;
+  std::shared_ptr<const ExecutionReport> report;
+  IdempotencyStatus status = IdempotencyStatus::executed;
+  bool recorded = true;
+  std::exception_ptr error;
+};
+
+class Coordinator;
+
+// Keeps a failed execution's key claimed while ClaimHold tokens live; releases it when the last
+// reference (the owner's or a token) goes.
+class ReleaseGuard {
+ public:
+  ReleaseGuard(std::shared_ptr<Coordinator> coordinator, std::shared_ptr<IdempotencyStore> store,
+               std::shared_ptr<Flight> flight, std::shared_ptr<Heartbeat::Claim> claim)
+      : coordinator_(std::move(coordinator)),
+        store_(std::move(store)),
+        flight_(std::move(flight)),
+        claim_(std::move(claim)) {}
+  ReleaseGuard(const ReleaseGuard&) = delete;
+  ReleaseGuard& operator=(const ReleaseGuard&) = delete;
+  ~ReleaseGuard();
+
+  // The execution succeeded: nothing to release when the last reference goes.
+  void disarm() noexcept { armed_ = false; }
+
+ private:
+  std::shared_ptr<Coordinator> coordinator_;
+  std::shared_ptr<IdempotencyStore> store_;
+  std::shared_ptr<Flight> flight_;
+  std::shared_ptr<Heartbeat::Claim> claim_;
+  std::atomic<bool> armed_{true};
+};
+
+class Hold final : public ClaimHold {
+ public:
+  explicit Hold(std::shared_ptr<ReleaseGuard> guard) : guard_(std::move(guard)) {}
+  std::shared_ptr<void> retain() override {
+    std::lock_guard lock(mutex_);
+    if (!guard_) {
+      throw ConfigError("ClaimHold::retain() called after the execution finished");
+    }
+    return guard_;
+  }
+  // The owner lets go of its own reference once execute() has returned or thrown.
+  void drop() {
+    std::shared_ptr<ReleaseGuard> guard;
+    {
+      std::lock_guard lock(mutex_);
+      guard = std::move(guard_);
+    }
+  }
+
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<ReleaseGuard> guard_;
+};
+
+// ---- the coordinator --------------------------------------------------------------------------
+
+class Coordinator final : public IdempotencyCoordinator,
+                          public std::enable_shared_from_this<Coordinator> {
+ public:
+  // `store` is held strongly by an independent coordinator, weakly by a shared one (the
+  // registry must not keep users' stores alive).
+  Coordinator(std::shared_ptr<IdempotencyStore> store, bool hold_store)
+      : store_weak_(store),
+        store_strong_(hold_store ? store : nullptr),
+        identity_(store.get()),
+        heartbeat_(store) {}
+
+  CoordinatedResult run(const IdempotencyPolicy& policy, const IdempotentCall& call,
+                        const std::function<Execution(ClaimHold&)>& execute) override;
+
+  std::size_t waiters(std::string_view key) const override {
+    std::lock_guard lock(table_mutex_);
+    auto it = table_.find(key);
+    if (it == table_.end()) return 0;
+    std::lock_guard flight_lock(it->second->mutex);
+    return it->second->waiting;
+  }
+
+  // The flight leaves the table; returns how many callers had found it there.
+  std::size_t erase(const std::shared_ptr<Flight>& flight) {
+    std::lock_guard lock(table_mutex_);
+    auto it = table_.find(flight->key);
+    if (it != table_.end() && it->second == flight) table_.erase(it);
+    return flight->attached;
+  }
+
+  void forget_claim(const std::shared_ptr<Heartbeat::Claim>& claim) { heartbeat_.remove(claim); }
+
+ private:
+  struct KeyHash {
+    using is_transparent = void;
+    std::size_t operator()(std::string_view key) const noexcept {
+      return std::hash<std::string_view>{}(key);
+    }
+  };
+
+  std::shared_ptr<IdempotencyStore> lock_store() const {
+    if (store_strong_) return store_strong_;
+    auto store = store_weak_.lock();
+    if (!store) throw ConfigError("the idempotency store of this coordinator was destroyed");
+    return store;
+  }
+
+  CoordinatedResult join(const std::shared_ptr<Flight>& flight, const IdempotencyPolicy& policy,
+                         const IdempotentCall& call, bool& start_over);
+  CoordinatedResult lead(IdempotencyStore& store, const std::shared_ptr<Flight>& flight,
+                         const IdempotencyPolicy& policy, const IdempotentCall& call,
+                         const std::function<Execution(ClaimHold&)>& execute);
+  CoordinatedResult execute_owned(IdempotencyStore& store, const std::shared_ptr<Flight>& flight,
+                                  const ClaimOutcome& claim, const IdempotencyPolicy& policy,
+                                  const IdempotentCall& call,
+                                  const std::function<Execution(ClaimHold&)>& execute);
+  // Ends a flight that did not execute (replay, rejection, store error, or start over).
+  void finish(const std::shared_ptr<Flight>& flight, std::exception_ptr error,
+              const CoordinatedResult* result);
+  [[noreturn]] void fail(const std::shared_ptr<Flight>& flight, std::exception_ptr error) {
+    finish(flight, error, nullptr);
+    std::rethrow_exception(error);
+  }
+
+  std::weak_ptr<IdempotencyStore> store_weak_;
+  std::shared_ptr<IdempotencyStore> store_strong_;
+  const IdempotencyStore* identity_;
+  mutable std::mutex table_mutex_;
+  std::unordered_map<std::string_view, std::shared_ptr<Flight>, KeyHash, std::equal_to<>> table_;
+  Heartbeat heartbeat_;  // last: its thread stops before the table goes
+};
+
+ReleaseGuard::~ReleaseGuard() {
+  if (!armed_) return;
+  try {
+    store_->release(flight_->key, claim_->token);
+  } catch (...) {
+    // The claim then lapses with its lease (the heartbeat stops below); nothing else to do in a
+    // destructor.
+  }
+  coordinator_->forget_claim(claim_);
+  coordinator_->erase(flight_);
+  std::lock_guard lock(flight_->mutex);
+  flight_->phase = Flight::Phase::released;
+  flight_->changed.notify_all();
+}
+
+CoordinatedResult Coordinator::run(const IdempotencyPolicy& policy, const IdempotentCall& call,
+                                   const std::function<Execution(ClaimHold&)>& execute) {
+  validate_key("idempotency key", call.key);
+  validate_policy(policy);
+  if (t_owned_keys && t_owned_keys->contains(identity_, call.key)) {
+    throw ReentryError(call.key, "idempotency key " + quoted(call.key) +
+                                     " is already being executed by this caller" +
+                                     (call.operation.empty() ? "" : " (" + call.operation + ")") +
+                                     "; a nested call with the same key would wait for itself");
+  }
+  auto store = lock_store();
+  if (store->needs_bytes() &&
+      (call.codec == nullptr || !call.codec->encode || !call.codec->decode)) {
+    throw ConfigError("idempotency key " + quoted(call.key) +
+                      ": the store keeps results as bytes, so the call needs a codec "
+                      "(IdempotentCall::codec)");
+  }
+  for (;;) {
+    std::shared_ptr<Flight> flight;
+    bool leader = false;
+    {
+      std::lock_guard lock(table_mutex_);
+      auto it = table_.find(call.key);
+      if (it == table_.end()) {
+        flight = std::make_shared<Flight>(call.key, call.fingerprint);
+        table_.emplace(flight->key, flight);
+        leader = true;
+      } else {
+        flight = it->second;
+        ++flight->attached;
+      }
+    }
+    if (leader) return lead(*store, flight, policy, call, execute);
+    bool start_over = false;
+    CoordinatedResult result = join(flight, policy, call, start_over);
+    if (!start_over) return result;
+  }
+}
+
+CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
+                                    const IdempotencyPolicy& policy, const IdempotentCall& call,
+                                    bool& start_over) {
+  const auto& clock = policy.clock ? policy.clock : system_clock();
+  std::unique_lock lock(flight->mutex);
+  // A flight found running is joined: its outcome is ours. A failed one still holding its key
+  // is waited out: then we start over and execute (never beside the lingering work).
+  const bool joining = flight->phase == Flight::Phase::running;
+  if (joining && fingerprints_differ(flight->fingerprint, call.fingerprint)) {
+    throw KeyReuseError(call.key, "idempotency key " + quoted(call.key) +
+                                      " is being executed with different arguments (fingerprint "
+                                      "mismatch); this call did not run");
+  }
+  auto ready = [&] {
+    return joining ? flight->phase != Flight::Phase::running
+                   : flight->phase != Flight::Phase::lingering;
+  };
+  if (!ready()) {
+    ++flight->waiting;
+    struct Waiting {
+      Flight& flight;
+      ~Waiting() { --flight.waiting; }
+    } waiting{*flight};
+    for (;;) {
+      if (call.stop.stop_requested()) {
+        throw Cancelled("stopped waiting for idempotency key " + quoted(call.key) +
+                        " (the execution it waited for goes on)");
+      }
+      auto slice = RealClock::duration(kWaitSlice);
+      if (call.wait_deadline) {
+        const SteadyTime now = clock->steady_now();
+        if (now >= *call.wait_deadline) {
+          throw TimeoutError("gave up waiting for idempotency key " + quoted(call.key) +
+                             " at its wait deadline (the execution it waited for goes on)");
+        }
+        slice = std::min<RealClock::duration>(slice, *call.wait_deadline - now);
+      }
+      if (flight->changed.wait_for(lock, call.stop, slice, ready)) break;
+    }
+  }
+  if (joining && flight->error) std::rethrow_exception(flight->error);
+  if (!joining || !flight->has_value) {
+    // We waited out a failed execution's claim, or the leader gave up waiting for another
+    // process: start over (and perhaps lead).
+    start_over = true;
+    return {};
+  }
+  const IdempotencyStatus status = flight->status == IdempotencyStatus::replayed
+                                       ? IdempotencyStatus::replayed
+                                       : IdempotencyStatus::joined;
+  CoordinatedResult result;
+  result.value = flight->value;
+  result.status = status;
+  result.recorded = flight->recorded;
+  const auto report = flight->report;
+  lock.unlock();
+  result.report = with_metadata(*report, call.key, status, result.recorded);
+  return result;
+}
+
+void Coordinator::finish(const std::shared_ptr<Flight>& flight, std::exception_ptr error,
+                         const CoordinatedResult* result) {
+  if (erase(flight) == 0) return;  // nobody joined: nothing to hand over
+  std::lock_guard lock(flight->mutex);
+  flight->phase = Flight::Phase::done;
+  if (error) {
+    flight->error = std::move(error);
+  } else if (result != nullptr) {
+    flight->has_value = true;
+    flight->value = result->value;
+    flight->report = std::make_shared<const ExecutionReport>(result->report);
+    flight->status = result->status;
+    flight->recorded = result->recorded;
+  }
+  flight->changed.notify_all();
+}
+
+CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_ptr<Flight>& flight,
+                                    const IdempotencyPolicy& policy, const IdempotentCall& call,
+                                    const std::function<Execution(ClaimHold&)>& execute) {
+  const auto& clock = policy.clock ? policy.clock : system_clock();
+  std::optional<SteadyTime> max_wait_until;
+  for (;;) {
+    ClaimOutcome claim;
+    try {
+      claim = store.claim(call.key, call.fingerprint, policy.lease);
+    } catch (...) {
+      fail(flight, std::current_exception());
+    }
+    switch (claim.status) {
+      case ClaimOutcome::Status::acquired:
+        return execute_owned(store, flight, claim, policy, call, execute);
+
+      case ClaimOutcome::Status::completed: {
+        CoordinatedResult result;
+        try {
+          result.value = replayed_value(*claim.record, call);
+        } catch (...) {
+          fail(flight, std::current_exception());
+        }
+        result.status = IdempotencyStatus::replayed;
+        if (claim.record->report) {
+          result.report = std::move(*claim.record->report);
+        } else {
+          result.report.operation = call.operation;
+        }
+        finish(flight, nullptr, &result);
+        result.report =
+            with_metadata(std::move(result.report), call.key, IdempotencyStatus::replayed, true);
+        return result;
+      }
+
+      case ClaimOutcome::Status::mismatch:
+        fail(flight, std::make_exception_ptr(KeyReuseError(
+                         call.key, "idempotency key " + quoted(call.key) +
+                                       " was first used with different arguments (fingerprint "
+                                       "mismatch); this call did not run")));
+
+      case ClaimOutcome::Status::in_progress: {
+        const WallTime lease_until = claim.record ? claim.record->lease_until : WallTime{};
+        if (policy.in_progress == InProgressPolicy::reject) {
+          fail(flight, std::make_exception_ptr(AlreadyInProgress(
+                           "idempotency key " + quoted(call.key) +
+                           " is in progress elsewhere (another process holds its claim until " +
+                           format_wall(lease_until) + ")")));
+        }
+        const SteadyTime now = clock->steady_now();
+        if (!max_wait_until) max_wait_until = now + policy.max_wait;
+        const bool caller_deadline_first =
+            call.wait_deadline && *call.wait_deadline <= *max_wait_until;
+        const SteadyTime until = caller_deadline_first ? *call.wait_deadline : *max_wait_until;
+        if (now >= until) {
+          if (caller_deadline_first) {
+            // This caller gave up; its joiners did not: they start over without it.
+            finish(flight, nullptr, nullptr);
+            throw TimeoutError("gave up waiting for idempotency key " + quoted(call.key) +
+                               " (in progress in another process) at its wait deadline");
+          }
+          fail(flight, std::make_exception_ptr(
+                           AlreadyInProgress("idempotency key " + quoted(call.key) +
+                                             " is still in progress elsewhere after waiting " +
+                                             std::to_string(policy.max_wait.count()) +
+                                             " ms (another process holds its claim until " +
+                                             format_wall(lease_until) + ")")));
+        }
+        try {
+          store.wait(call.key, until, call.stop);
+        } catch (...) {
+          fail(flight, std::current_exception());
+        }
+        if (call.stop.stop_requested()) {
+          finish(flight, nullptr, nullptr);
+          throw Cancelled("stopped waiting for idempotency key " + quoted(call.key) +
+                          " (in progress in another process)");
+        }
+        continue;  // claim again: completed -> replay, absent/abandoned -> execute
+      }
+    }
+  }
+}
+
+CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
+                                             const std::shared_ptr<Flight>& flight,
+                                             const ClaimOutcome& claim,
+                                             const IdempotencyPolicy& policy,
+                                             const IdempotentCall& call,
+                                             const std::function<Execution(ClaimHold&)>& execute) {
+  std::shared_ptr<Heartbeat::Claim> renewal;
+  std::shared_ptr<ReleaseGuard> guard;
+  try {
+    renewal = heartbeat_.add(call.key, claim.token, policy.lease);
+    guard = std::make_shared<ReleaseGuard>(shared_from_this(), lock_store(), flight, renewal);
+  } catch (...) {
+    if (renewal) heartbeat_.remove(renewal);
+    try {
+      store.release(call.key, claim.token);
+    } catch (...) {
+    }
+    fail(flight, std::current_exception());
+  }
+  ReleaseGuard& release_guard = *guard;
+  Hold hold(std::move(guard));  // the owner's reference; tokens from retain() are the others
+
+  Execution execution;
+  try {
+    OwnedKeysScope owned(
+        std::make_shared<const OwnedKeys>(identity_, call.key, current_owned_keys()));
+    execution = execute(hold);
+  } catch (...) {
+    const std::exception_ptr error = std::current_exception();
+    {
+      // Joiners share the failure at once; the flight stays in the table (new callers wait)
+      // until the guard releases the key — now, or when the last ClaimHold token goes.
+      std::lock_guard lock(flight->mutex);
+      flight->phase = Flight::Phase::lingering;
+      flight->error = error;
+      flight->changed.notify_all();
+    }
+    hold.drop();
+    std::rethrow_exception(error);
+  }
+
+  // Success: record it, then hand it to the joiners. Tokens still alive no longer matter.
+  release_guard.disarm();
+  hold.drop();
+  bool recorded = false;
+  try {
+    StoredValue stored;
+    stored.object = execution.value;
+    stored.type = call.type;
+    if (store.needs_bytes()) stored.bytes = call.codec->encode(execution.value.get());
+    recorded =
+        store.complete(call.key, claim.token, std::move(stored), execution.report, policy.ttl);
+  } catch (...) {
+    // The work is done and its value is real; only the record is missing. Give the value back
+    // (recorded == false says a later call runs again) and free the key rather than leave it
+    // claimed until the lease lapses.
+    try {
+      store.release(call.key, claim.token);
+    } catch (...) {
+    }
+  }
+  heartbeat_.remove(renewal);
+
+  CoordinatedResult result;
+  result.value = std::move(execution.value);
+  result.status = IdempotencyStatus::executed;
+  result.took_over = claim.took_over;
+  result.recorded = recorded;
+  result.report = std::move(execution.report);
+  finish(flight, nullptr, &result);
+  result.report =
+      with_metadata(std::move(result.report), call.key, IdempotencyStatus::executed, recorded);
+  return result;
+}
+
+// ---- registry ---------------------------------------------------------------------------------
+
+// One coordinator per live store. The registry holds the coordinators (so a caller that asks for
+// one per call does not create one, and a heartbeat thread, per call) and only weak references to
+// the stores (so it never keeps a user's store, its files or connections, alive).
+struct Registry {
+  struct Entry {
+    std::weak_ptr<IdempotencyStore> store;
+    std::shared_ptr<Coordinator> coordinator;
+  };
+  std::mutex mutex;
+  std::unordered_map<const IdempotencyStore*, Entry> entries;
+};
+
+Registry& registry() {
+  // Never destroyed: coordinators may still be in use while static objects are torn down.
+  static Registry* instance = new Registry;
+  return *instance;
+}
+
+}  // namespace
+
+std::shared_ptr<IdempotencyCoordinator> IdempotencyCoordinator::for_store(
+    std::shared_ptr<IdempotencyStore> store) {
+  if (!store) store = default_idempotency_store();
+  Registry& r = registry();
+  std::lock_guard lock(r.mutex);
+  auto it = r.entries.find(store.get());
+  // An entry whose store is gone belongs to a dead store that lived at the same address.
+  if (it != r.entries.end() && !it->second.store.expired()) return it->second.coordinator;
+  // A new store: also drop the coordinators of stores that died (first use of a store is rare,
+  // so this sweep costs nothing on the call path).
+  std::erase_if(r.entries, [](const auto& entry) { return entry.second.store.expired(); });
+  auto coordinator = std::make_shared<Coordinator>(store, /*hold_store=*/false);
+  r.entries[store.get()] = Registry::Entry{store, coordinator};
+  return coordinator;
+}
+
+std::shared_ptr<IdempotencyCoordinator> make_idempotency_coordinator(
+    std::shared_ptr<IdempotencyStore> store) {
+  if (!store) store = default_idempotency_store();
+  return std::make_shared<Coordinator>(std::move(store), /*hold_store=*/true);
+}
+
+}  // namespace idem
