@@ -274,11 +274,12 @@ struct Flight {
     released,   // the lingering claim was released; no longer in the table
   };
 
-  Flight(std::string k, std::optional<std::string> fp)
-      : key(std::move(k)), fingerprint(std::move(fp)) {}
+  Flight(std::string k, std::optional<std::string> fp, std::optional<std::type_index> t)
+      : key(std::move(k)), fingerprint(std::move(fp)), type(t) {}
 
   const std::string key;
   const std::optional<std::string> fingerprint;
+  const std::optional<std::type_index> type;  // the leader's value type
   std::size_t attached = 0;  // callers that found this flight in the table (table mutex)
 
   std::mutex mutex;
@@ -458,7 +459,7 @@ CoordinatedResult Coordinator::run(const IdempotencyPolicy& policy, const Idempo
       std::lock_guard lock(table_mutex_);
       auto it = table_.find(call.key);
       if (it == table_.end()) {
-        flight = std::make_shared<Flight>(call.key, call.fingerprint);
+        flight = std::make_shared<Flight>(call.key, call.fingerprint, call.type);
         table_.emplace(flight->key, flight);
         leader = true;
       } else {
@@ -485,6 +486,12 @@ CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
     throw KeyReuseError(call.key, "idempotency key " + quoted(call.key) +
                                       " is being executed with different arguments (fingerprint "
                                       "mismatch); this call did not run");
+  }
+  if (joining && call.type && flight->type && *call.type != *flight->type) {
+    // Handing over the leader's object would give this caller a value of the wrong type.
+    throw DecodeError("idempotency key " + quoted(call.key) + " is being executed for a " +
+                      type_name(*flight->type) + " result but this call expects a " +
+                      type_name(*call.type) + " (is the key shared by two operations?)");
   }
   auto ready = [&] {
     return joining ? flight->phase != Flight::Phase::running

@@ -738,6 +738,25 @@ TEST_F(CoordinatorTest, AReplayOfAnotherTypeIsADecodeError) {
   }
 }
 
+TEST_F(CoordinatorTest, AJoinerExpectingAnotherTypeIsADecodeError) {
+  Gate owner_running;
+  Gate release_owner;
+  auto execute = [&](ClaimHold&) {
+    owner_running.open();
+    release_owner.wait();
+    return int_result(1);
+  };
+  Outcome owner;
+  std::thread owner_thread([&] { owner.result = coordinator_->run(policy_, call("k"), execute); });
+  owner_running.wait();
+  auto as_string = call("k");
+  as_string.type = std::type_index(typeid(std::string));
+  EXPECT_THROW(coordinator_->run(policy_, as_string, execute), idem::DecodeError);
+  release_owner.open();
+  owner_thread.join();
+  EXPECT_EQ(owner.result->status, IdempotencyStatus::executed);
+}
+
 // ---- TTL ----------------------------------------------------------------------------------------
 
 TEST_F(CoordinatorTest, TtlCountsFromCompletionAndEndsAtTheBoundary) {
