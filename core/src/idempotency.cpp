@@ -193,11 +193,15 @@ class Heartbeat {
     claim->due = RealClock::now() + period(lease);
     std::lock_guard lock(mutex_);
     claims_.push_back(claim);
-    ++generation_;
     if (!thread_.joinable()) {
       thread_ = std::jthread([this](std::stop_token stop) { run(std::move(stop)); });
     }
-    cv_.notify_all();
+    // Wake the thread only if it would otherwise sleep past this claim's first renewal: with
+    // equal leases it never does, so a call costs no context switch.
+    if (claim->due < wake_at_) {
+      ++generation_;
+      cv_.notify_all();
+    }
     return claim;
   }
 
@@ -215,6 +219,7 @@ class Heartbeat {
     std::unique_lock lock(mutex_);
     while (!stop.stop_requested()) {
       if (claims_.empty()) {
+        wake_at_ = RealClock::time_point::max();
         cv_.wait(lock, stop, [&] { return !claims_.empty(); });
         continue;
       }
@@ -230,6 +235,7 @@ class Heartbeat {
       }
       if (due.empty()) {
         const std::uint64_t seen = generation_;
+        wake_at_ = next;
         cv_.wait_until(lock, stop, next, [&] { return generation_ != seen; });
         continue;
       }
@@ -260,6 +266,7 @@ class Heartbeat {
   std::condition_variable_any cv_;
   std::vector<std::shared_ptr<Claim>> claims_;
   std::uint64_t generation_ = 0;
+  RealClock::time_point wake_at_ = RealClock::time_point::min();  // when the thread wakes next
   std::jthread thread_;  // last: stopped and joined before the members above go
 };
 
