@@ -581,6 +581,11 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
         return execute_owned(store, flight, claim, policy, call, execute);
 
       case ClaimOutcome::Status::completed: {
+        if (!claim.record) {
+          fail(flight, std::make_exception_ptr(
+                           StoreError("the idempotency store answered 'completed' for key " +
+                                      quoted(call.key) + " without the record")));
+        }
         CoordinatedResult result;
         try {
           result.value = replayed_value(*claim.record, call);
@@ -606,12 +611,13 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
                                        "mismatch); this call did not run")));
 
       case ClaimOutcome::Status::in_progress: {
-        const WallTime lease_until = claim.record ? claim.record->lease_until : WallTime{};
+        const std::string lease_until =
+            claim.record ? format_wall(claim.record->lease_until) : std::string("an unknown time");
         if (policy.in_progress == InProgressPolicy::reject) {
           fail(flight, std::make_exception_ptr(AlreadyInProgress(
                            "idempotency key " + quoted(call.key) +
                            " is in progress elsewhere (another process holds its claim until " +
-                           format_wall(lease_until) + ")")));
+                           lease_until + ")")));
         }
         const SteadyTime now = clock->steady_now();
         if (!max_wait_until) max_wait_until = now + policy.max_wait;
@@ -625,12 +631,11 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
             throw TimeoutError("gave up waiting for idempotency key " + quoted(call.key) +
                                " (in progress in another process) at its wait deadline");
           }
-          fail(flight, std::make_exception_ptr(
-                           AlreadyInProgress("idempotency key " + quoted(call.key) +
-                                             " is still in progress elsewhere after waiting " +
-                                             std::to_string(policy.max_wait.count()) +
-                                             " ms (another process holds its claim until " +
-                                             format_wall(lease_until) + ")")));
+          fail(flight, std::make_exception_ptr(AlreadyInProgress(
+                           "idempotency key " + quoted(call.key) +
+                           " is still in progress elsewhere after waiting " +
+                           std::to_string(policy.max_wait.count()) +
+                           " ms (another process holds its claim until " + lease_until + ")")));
         }
         try {
           store.wait(call.key, until, call.stop);
