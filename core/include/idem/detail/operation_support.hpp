@@ -1,0 +1,108 @@
+// Internal: the non-template half of the resilient-operation engine.
+//
+// The typed engine (operation_engine.hpp) only invokes the user's functions; everything else —
+// the report, retry decisions and backoff waits, breaker bookkeeping, events, the final error —
+// lives here, compiled once in idem::core, so every operation type shares it.
+//
+// Thread-safety: PolicyCore is immutable once built and shared by every call. A Lifecycle
+// belongs to one call on one thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <exception>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/circuit_breaker.hpp"
+#include "idem/clock.hpp"
+#include "idem/events.hpp"
+#include "idem/fallback.hpp"
+#include "idem/report.hpp"
+#include "idem/retry.hpp"
+
+namespace idem::detail {
+
+// The demangled name of a type_info name.
+std::string demangle(const char* mangled);
+
+struct FailureInfo {
+  std::string type{};     // demangled dynamic type ("int" for `throw 42`)
+  std::string message{};  // what(), or a note for non-std exceptions
+  AttemptStatus status = AttemptStatus::failed;
+  bool retryable = false;
+  bool counts_for_breaker = true;  // bad input, re-entrancy, cancellation do not
+  std::string validator{};         // set for a ValidationError
+  std::string reason{};            // set for a ValidationError
+};
+
+// Describes a failed attempt. `retry` null: the attempt is never retried (fallbacks).
+FailureInfo describe_failure(const std::exception_ptr& error, const RetryPolicy* retry);
+
+// The policies shared by every call of one operation (no types of the user's function).
+struct PolicyCore {
+  std::string name = "operation";
+  RetryPolicy retry{.max_attempts = 1};
+  std::optional<std::chrono::nanoseconds> timeout{};
+  std::shared_ptr<CircuitBreaker> breaker{};
+  std::vector<std::shared_ptr<EventSink>> sinks{};
+  std::shared_ptr<Clock> clock_option{};  // as configured (may be null)
+
+  // Resolved by resolve():
+  std::shared_ptr<Clock> clock{};  // never null
+  EventEmitter events{};
+  std::vector<std::string> fallback_sources{};  // "fallback:<name or position>"
+  std::shared_ptr<std::mutex> random_mutex{};   // serialises a user random source
+
+  // Checks name, retry and timeout (ConfigError) and resolves the fields above.
+  void resolve(const std::vector<std::string>& fallback_names);
+  // A jitter draw in [0, 1).
+  double draw() const noexcept;
+};
+
+// Bookkeeping for one call: the report, events, breaker permits, retry decisions.
+class Lifecycle {
+ public:
+  explicit Lifecycle(const PolicyCore& core);
+
+  // Emits attempt.started and asks the breaker. False: the breaker rejected the attempt (it is
+  // recorded) and the primary gives up.
+  bool start_attempt(int attempt, CircuitBreaker::Permit& permit);
+  void attempt_succeeded(int attempt, CircuitBreaker::Permit& permit);
+  // Records the failure; when it is retried (true) the backoff has already been waited out.
+  bool attempt_failed(int attempt, CircuitBreaker::Permit& permit, std::exception_ptr error);
+
+  // Why the primary gave up, for fallbacks. Valid until the Lifecycle ends.
+  const FallbackContext& fallback_context();
+  void fallback_started(std::size_t index);
+  void fallback_succeeded(std::size_t index);
+  void fallback_failed(std::size_t index, std::exception_ptr error);
+
+  // Completes the report as a success (the report is moved out).
+  ExecutionReport succeed();
+  // Completes the report as a failure and throws OperationError with the cause nested.
+  [[noreturn]] void fail();
+
+ private:
+  void emit(EventType type, int attempt, std::map<std::string, std::string> fields) const;
+  void emit_transition(const std::optional<CircuitTransition>& transition, int attempt) const;
+  void record_failure(int attempt, std::string source, const FailureInfo& info);
+
+  const PolicyCore& core_;
+  ExecutionReport report_{};
+  SteadyTime started_{};
+  SteadyTime attempt_started_{};
+  int primary_attempts_ = 0;
+  std::exception_ptr last_error_{};
+  std::string last_type_{};
+  std::string last_message_{};
+  std::vector<FallbackFailure> fallback_failures_{};
+  FallbackContext fallback_context_{};
+};
+
+}  // namespace idem::detail

@@ -1,0 +1,213 @@
+// idem::resilient: wrap a call in retries, timeouts, a circuit breaker, validation, fallbacks,
+// an execution report and structured events — with idempotency around the whole lifecycle.
+//
+//   auto create_payment = idem::resilient(
+//       [&](const std::string& request_id, int amount) { return gateway.create(request_id, amount);
+//       },
+//       {.retries = 2, .timeout = 10s,
+//        .idempotency_key = [](const std::string& id, int) { return "create-payment:" + id; },
+//        .idempotency_ttl = 1h});
+//   auto first  = create_payment("request-123", 2499);  // report.metadata["idempotency_status"]
+//   auto second = create_payment("request-123", 2499);  //   "executed", then "replayed"
+//
+// resilient(fn, options) returns a Resilient<R(Params...)>: a callable with fn's parameters
+// (a leading idem::AttemptContext& parameter of fn is supplied by idem and not part of them)
+// returning idem::OperationResult<T>{value, report} with T = fn's result without cv/ref
+// (OperationResult<void> has only the report). Failure throws idem::OperationError carrying the
+// final ExecutionReport and the cause (operation_result.hpp).
+//
+// Every option has a default, so resilient(fn) alone is a plain call with a report; options are
+// checked at construction and contradictory ones throw idem::ConfigError. The semantics of each
+// policy are in retry.hpp, timeout.hpp, circuit_breaker.hpp, validation.hpp, fallback.hpp,
+// events.hpp and operation_idempotency.hpp; the whole picture is in docs/resilience.md.
+// idem::operation(name, fn) (operation.hpp) is the same engine behind a builder.
+//
+// Arguments are passed to fn as lvalues, once per attempt, so fn may take them by value (a fresh
+// copy per attempt) or by reference, not by rvalue reference. With a timeout the attempt runs on
+// its own thread with copies of the arguments.
+//
+// Thread-safety: a Resilient is immutable; copies share one configuration and may be called from
+// any number of threads at once. The functions you give it (fn, validators, fallbacks, key and
+// fingerprint functions, sinks) are called concurrently and must be safe so.
+#pragma once
+
+#include <chrono>
+#include <concepts>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "idem/call_options.hpp"
+#include "idem/circuit_breaker.hpp"
+#include "idem/clock.hpp"
+#include "idem/detail/callable_traits.hpp"
+#include "idem/detail/operation_engine.hpp"
+#include "idem/events.hpp"
+#include "idem/fallback.hpp"
+#include "idem/idempotency.hpp"
+#include "idem/idempotency_store.hpp"
+#include "idem/operation_idempotency.hpp"
+#include "idem/operation_result.hpp"
+#include "idem/retry.hpp"
+#include "idem/timeout.hpp"
+#include "idem/validation.hpp"
+
+namespace idem {
+
+template <class Signature>
+struct ResilientOptions;
+
+// Designated initialisers must follow this field order.
+template <class R, class... Params>
+struct ResilientOptions<R(Params...)> {
+  using Value = std::remove_cvref_t<R>;
+
+  // Name in reports, events and errors. Not empty. Default "operation".
+  std::string name = "operation";
+
+  // Retries after the first attempt (N retries = N + 1 attempts). >= 0. Default 0: resilient()
+  // retries only when asked, since a retry of a non-idempotent call may repeat its effect.
+  int retries = 0;
+  // Waits between attempts. Default: 100 ms doubling up to 10 s, full jitter (retry.hpp).
+  Backoff backoff{};
+  // Which failures are retried. Default: empty = idem::default_retry_on (retry.hpp).
+  RetryPredicate retry_on{};
+  // Retry failures whose outcome is in doubt (Error::in_doubt()). Default false.
+  bool retry_in_doubt = false;
+  // Retry results rejected by a validator. Default false.
+  bool retry_invalid_results = false;
+
+  // Deadline of each primary attempt, measured in real time. Positive. Default: none.
+  std::optional<std::chrono::nanoseconds> timeout{};
+
+  // Guards each primary attempt; may be shared between operations. Default: none.
+  std::shared_ptr<CircuitBreaker> circuit_breaker{};
+
+  // Checks every result (primary and fallback) must pass. Default: none.
+  std::vector<Validator<Value>> validate{};
+
+  // Tried once the primary gives up: `fallback` first, then `fallbacks` in order. Default none.
+  Fallback<R(Params...)> fallback{};
+  std::vector<Fallback<R(Params...)>> fallbacks{};
+
+  // Where structured events go. Default: nowhere (no events are built).
+  std::vector<std::shared_ptr<EventSink>> events{};
+
+  // The idempotency key of a call, from its arguments. Default: none (no idempotency). All
+  // other idempotency_* options require it.
+  typename IdempotencyOptions<R(Params...)>::KeyFunction idempotency_key{};
+  // How long a success is replayed, from completion. Positive. Default (unset): 1 h.
+  std::optional<Millis> idempotency_ttl{};
+  // Where records live. Default (null): the process-wide in-memory store.
+  std::shared_ptr<IdempotencyStore> idempotency_store{};
+  // `true` or a function of the arguments: detect a key reused with other arguments. Default off.
+  IdempotencyFingerprint<R(Params...)> idempotency_fingerprint{};
+  // A key in progress in another process: wait or reject. Default (unset): wait.
+  std::optional<InProgressPolicy> idempotency_in_progress{};
+  // The longest such a wait lasts before AlreadyInProgress. >= 0. Default (unset): 30 s.
+  std::optional<Millis> idempotency_max_wait{};
+  // The owner's lease on the key, renewed while it runs. Positive. Default (unset): 30 s.
+  std::optional<Millis> idempotency_lease{};
+
+  // Time for backoff waits, breaker-free bookkeeping, reports, events and idempotency expiry.
+  // Default: the system clock. (Breakers use their own clock.)
+  std::shared_ptr<Clock> clock{};
+  // Jitter draws in [0, 1); called under a lock. Default: a thread-local PRNG.
+  RandomSource random{};
+};
+
+template <class Signature>
+class Resilient;
+
+template <class R, class... Params>
+class Resilient<R(Params...)> {
+ public:
+  using value_type = std::remove_cvref_t<R>;
+  using result_type = OperationResult<value_type>;
+  using Spec = detail::OperationSpec<R, Params...>;
+
+  explicit Resilient(std::shared_ptr<const Spec> spec) : spec_(std::move(spec)) {}
+
+  result_type operator()(Params... args) const {
+    return detail::Engine<R, Params...>::call(spec_, no_options(), args...);
+  }
+
+  // The same call with per-call settings (a waiter's stop token / deadline).
+  result_type call_with(const CallOptions& options, Params... args) const {
+    return detail::Engine<R, Params...>::call(spec_, options, args...);
+  }
+
+  const std::string& name() const noexcept { return spec_->core.name; }
+
+ private:
+  static const CallOptions& no_options() noexcept {
+    static const CallOptions kNone{};
+    return kNone;
+  }
+
+  std::shared_ptr<const Spec> spec_{};
+};
+
+namespace detail {
+
+template <class R, class... Params, class F>
+std::shared_ptr<const OperationSpec<R, Params...>> make_spec(
+    F fn, ResilientOptions<R(Params...)>&& options) {
+  auto spec = std::make_shared<OperationSpec<R, Params...>>();
+  spec->primary = OperationSpec<R, Params...>::wrap(std::move(fn));
+  spec->core.name = std::move(options.name);
+  if (options.retries < 0) {
+    throw ConfigError("operation '" + spec->core.name + "': retries must be >= 0, got " +
+                      std::to_string(options.retries));
+  }
+  spec->core.retry.max_attempts = options.retries + 1;
+  spec->core.retry.backoff = options.backoff;
+  spec->core.retry.retry_on = std::move(options.retry_on);
+  spec->core.retry.retry_in_doubt = options.retry_in_doubt;
+  spec->core.retry.retry_invalid_results = options.retry_invalid_results;
+  spec->core.retry.random = std::move(options.random);
+  spec->core.timeout = options.timeout;
+  spec->core.breaker = std::move(options.circuit_breaker);
+  spec->core.sinks = std::move(options.events);
+  spec->core.clock_option = std::move(options.clock);
+  spec->validators = std::move(options.validate);
+  if (options.fallback.call || !options.fallback.name.empty()) {
+    spec->fallbacks.push_back(std::move(options.fallback));
+  }
+  for (auto& fallback : options.fallbacks)
+    spec->fallbacks.push_back(std::move(fallback));
+  spec->key = std::move(options.idempotency_key);
+  spec->ttl = options.idempotency_ttl;
+  spec->store = std::move(options.idempotency_store);
+  spec->fingerprint = std::move(options.idempotency_fingerprint);
+  spec->in_progress = options.idempotency_in_progress;
+  spec->max_wait = options.idempotency_max_wait;
+  spec->lease = options.idempotency_lease;
+  spec->resolve();
+  return spec;
+}
+
+}  // namespace detail
+
+// With the signature named (needed for generic lambdas): resilient<R(Params...)>(fn, {...}).
+template <class Signature, class F>
+Resilient<Signature> resilient(F fn, ResilientOptions<Signature> options = {}) {
+  return Resilient<Signature>(detail::make_spec(std::move(fn), std::move(options)));
+}
+
+// The signature deduced from fn (a function, function pointer, or lambda / function object with
+// one non-template operator()).
+template <class F>
+requires(!std::is_function_v<F>) auto resilient(
+    F fn, ResilientOptions<detail::deduced_signature_t<F>> options = {}) {
+  static_assert(detail::CallableTraits<std::decay_t<F>>::known,
+                "idem::resilient: cannot deduce the parameters of this function (a generic "
+                "lambda or an overloaded function object?). Name the signature: "
+                "idem::resilient<Receipt(const std::string&, int)>(fn, {...})");
+  return resilient<detail::deduced_signature_t<F>>(std::move(fn), std::move(options));
+}
+
+}  // namespace idem
