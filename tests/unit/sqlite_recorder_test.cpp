@@ -592,8 +592,8 @@ TEST(SqliteRecorderGroupCommit, EightThreadsMarkEverythingOnce) {
           // Returned means committed: visible to a fresh read at once.
           if (!recorder.is_processed("billing", own)) errors.fetch_add(1);
           recorder.mark_processed("billing", shared[static_cast<std::size_t>(i)]);  // 8x each
-        } catch (...) {
-          errors.fetch_add(1);
+        } catch (const std::exception& e) {
+          if (errors.fetch_add(1) == 0) ADD_FAILURE() << e.what();
         }
       }
     });
