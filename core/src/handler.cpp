@@ -147,7 +147,9 @@ class LeaseKeeper {
       auto it = entries_.find(id);
       if (it == entries_.end()) continue;
       if (renewed) {
-        it->second.due = clock_->steady_now() + interval_;
+        // From the moment the renewal was decided, not when it returned: the schedule does not
+        // drift by the store's latency.
+        it->second.due = now + interval_;
       } else {
         // Fenced off: someone took the claim over. Stop renewing; complete() will report it.
         entries_.erase(it);
