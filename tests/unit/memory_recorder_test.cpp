@@ -1,0 +1,184 @@
+// InMemoryIdempotencyRecorder beyond the shared contract (which
+// tests/conformance/memory_recorder_conformance_test.cpp checks): options, counters, its own
+// documented choices, edge values.
+#include "idem/memory_recorder.hpp"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <latch>
+#include <thread>
+#include <vector>
+
+#include "idem/error.hpp"
+#include "idem/event.hpp"
+#include "idem/testing/manual_clock.hpp"
+
+namespace {
+
+using idem::Claim;
+using idem::InMemoryIdempotencyRecorder;
+using idem::InMemoryRecorderOptions;
+using idem::testing::ManualClock;
+using namespace std::chrono_literals;
+
+class MemoryRecorder : public ::testing::Test {
+ protected:
+  std::shared_ptr<ManualClock> clock_ = std::make_shared<ManualClock>();
+  InMemoryIdempotencyRecorder recorder_{InMemoryRecorderOptions{.clock = clock_}};
+};
+
+TEST(MemoryRecorderOptions, ShardCountIsValidated) {
+  EXPECT_THROW(InMemoryIdempotencyRecorder({.shards = 0}), idem::ConfigError);
+  EXPECT_THROW(InMemoryIdempotencyRecorder({.shards = (1u << 16) + 1}), idem::ConfigError);
+  for (std::size_t shards : {1u, 3u, 64u, 100u}) {
+    InMemoryIdempotencyRecorder recorder({.shards = shards});
+    for (int i = 0; i < 50; ++i)
+      recorder.mark_processed("c", idem::new_event_id());
+    EXPECT_EQ(recorder.marker_count(), 50u) << shards << " shards";
+  }
+}
+
+TEST(MemoryRecorderOptions, DefaultsToTheSystemClock) {
+  InMemoryIdempotencyRecorder recorder;
+  const auto before = std::chrono::system_clock::now();
+  const Claim claim = recorder.claim("c", "e", 1h);
+  EXPECT_GE(claim.lease_until, before + 1h);
+  EXPECT_TRUE(recorder.supports_claims());
+  EXPECT_FALSE(recorder.supports_transactions());
+  EXPECT_THROW(recorder.run_transactional("c", "e", [](idem::Transaction&) {}), idem::NotSupported);
+}
+
+TEST_F(MemoryRecorder, CountsMarkersAndClaims) {
+  EXPECT_EQ(recorder_.marker_count(), 0u);
+  recorder_.mark_processed("a", idem::new_event_id());  // packed uuid
+  recorder_.mark_processed("a", "order-17");            // text
+  const Claim claim = recorder_.claim("a", "order-18", 1min);
+  EXPECT_EQ(recorder_.marker_count(), 2u);
+  EXPECT_EQ(recorder_.claim_count(), 1u);
+  EXPECT_TRUE(recorder_.complete("a", "order-18", claim.token));
+  EXPECT_EQ(recorder_.marker_count(), 3u);
+  EXPECT_EQ(recorder_.claim_count(), 0u);
+}
+
+TEST_F(MemoryRecorder, RepeatedMarkKeepsTheFirstTimestamp) {
+  // Otherwise a redelivered duplicate would keep an old event's marker from ever aging out.
+  recorder_.mark_processed("c", "e");
+  clock_->advance(2h);
+  recorder_.mark_processed("c", "e");
+  EXPECT_EQ(recorder_.purge(1h), 1u);
+  EXPECT_FALSE(recorder_.is_processed("c", "e"));
+}
+
+TEST_F(MemoryRecorder, PurgeBoundaryIsStrictlyOlder) {
+  recorder_.mark_processed("c", "e");
+  clock_->advance(1h);
+  EXPECT_EQ(recorder_.purge(1h), 0u) << "exactly one hour old is not older than one hour";
+  clock_->advance(1ns);
+  EXPECT_EQ(recorder_.purge(1h), 1u);
+}
+
+TEST_F(MemoryRecorder, PurgeDropsLongDeadClaimsButNotLiveOnes) {
+  recorder_.claim("c", "dead", 1s);
+  recorder_.claim("c", "alive", 10h);
+  clock_->advance(2h);
+  EXPECT_EQ(recorder_.purge(1h), 0u) << "claims are not counted as markers";
+  EXPECT_EQ(recorder_.claim_count(), 1u);
+  EXPECT_EQ(recorder_.claim("c", "alive", 1s).status, Claim::Status::in_progress);
+}
+
+TEST_F(MemoryRecorder, RejectsNonPositiveLeasesAndNegativeAges) {
+  EXPECT_THROW(recorder_.claim("c", "e", 0ms), idem::InvalidArgument);
+  EXPECT_THROW(recorder_.claim("c", "e", -5ms), idem::InvalidArgument);
+  const Claim claim = recorder_.claim("c", "e", 1s);
+  EXPECT_THROW(recorder_.renew("c", "e", claim.token, 0ms), idem::InvalidArgument);
+  EXPECT_THROW(recorder_.purge(-1s), idem::InvalidArgument);
+  EXPECT_EQ(recorder_.claim("c", "e", 1s).status, Claim::Status::in_progress);
+}
+
+TEST_F(MemoryRecorder, HugeLeasesSaturateInsteadOfOverflowing) {
+  const Claim claim = recorder_.claim("c", "e", idem::Millis::max());
+  ASSERT_EQ(claim.status, Claim::Status::acquired);
+  EXPECT_GT(claim.lease_until, clock_->wall_now() + 24h * 365 * 100);
+  clock_->advance(24h * 365 * 100);
+  EXPECT_EQ(recorder_.claim("c", "e", 1s).status, Claim::Status::in_progress);
+  EXPECT_TRUE(recorder_.renew("c", "e", claim.token, idem::Millis::max()));
+  EXPECT_EQ(recorder_.purge(std::chrono::system_clock::duration::max()), 0u);
+}
+
+TEST_F(MemoryRecorder, ALapsedClaimNobodyTookStillBelongsToItsOwner) {
+  const Claim claim = recorder_.claim("c", "e", 1s);
+  clock_->advance(5s);
+  EXPECT_TRUE(recorder_.renew("c", "e", claim.token, 1s));
+  EXPECT_TRUE(recorder_.complete("c", "e", claim.token));
+  EXPECT_TRUE(recorder_.is_processed("c", "e"));
+}
+
+TEST_F(MemoryRecorder, ALeaseEndingExactlyNowCanBeTakenOver) {
+  const Claim first = recorder_.claim("c", "e", 1s);
+  clock_->advance(1s);
+  const Claim second = recorder_.claim("c", "e", 1s);
+  EXPECT_EQ(second.status, Claim::Status::acquired);
+  EXPECT_TRUE(second.took_over);
+  EXPECT_GT(second.token, first.token);
+}
+
+TEST_F(MemoryRecorder, ManyConsumersStayApart) {
+  const std::string id = idem::new_event_id();
+  for (int c = 0; c < 1000; c += 2)
+    recorder_.mark_processed("consumer-" + std::to_string(c), id);
+  for (int c = 0; c < 1000; ++c) {
+    ASSERT_EQ(recorder_.is_processed("consumer-" + std::to_string(c), id), c % 2 == 0) << c;
+  }
+}
+
+TEST_F(MemoryRecorder, UnknownConsumerCallsDoNotRegisterIt) {
+  EXPECT_FALSE(recorder_.is_processed("ghost", "e"));
+  EXPECT_FALSE(recorder_.complete("ghost", "e", 1));
+  EXPECT_FALSE(recorder_.release("ghost", "e", 1));
+  EXPECT_FALSE(recorder_.renew("ghost", "e", 1, 1s));
+  EXPECT_EQ(recorder_.marker_count(), 0u);
+  EXPECT_EQ(recorder_.claim_count(), 0u);
+}
+
+TEST_F(MemoryRecorder, PurgeRacesWithWritersSafely) {
+  // Writers mark and claim while a purger sweeps and the clock moves: no crash, no lost
+  // fencing, and whatever survives is consistent (run under ThreadSanitizer too).
+  constexpr int kWriters = 6;
+  constexpr int kPerWriter = 2'000;
+  std::atomic<int> errors{0};
+  std::atomic<bool> writing{true};
+  std::latch start(kWriters + 1);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([&, w] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kPerWriter; ++i) {
+        const std::string id = std::to_string(w) + ":" + std::to_string(i);
+        try {
+          recorder_.mark_processed("c", id);
+          const Claim claim = recorder_.claim("d", id, 24h * 365 * 10);
+          if (claim.status != Claim::Status::acquired) errors++;
+          if (!recorder_.complete("d", id, claim.token)) errors++;
+        } catch (...) {
+          errors++;
+        }
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    while (writing.load()) {
+      clock_->advance(1s);
+      recorder_.purge(1h);
+    }
+  });
+  for (int w = 0; w < kWriters; ++w)
+    threads[static_cast<std::size_t>(w)].join();
+  writing = false;
+  threads.back().join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(recorder_.claim_count(), 0u);
+}
+
+}  // namespace
