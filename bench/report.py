@@ -1,0 +1,88 @@
+#!/usr/bin/env python3
+"""Prints medians from Google Benchmark JSON files and the ratios idem's targets are stated in.
+
+Usage: bench/report.py bench/results/sqlite_recorder [more ...]   (".json" is added)
+Every ratio compares two figures measured in the same run on the same machine.
+"""
+import json
+import sys
+
+
+def load(paths):
+    medians = {}
+    for path in paths:
+        if not path.endswith(".json"):
+            path += ".json"
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except FileNotFoundError:
+            continue
+        for b in data["benchmarks"]:
+            if b.get("aggregate_name") != "median":
+                continue
+            name = b["run_name"]
+            medians[name] = {
+                "ns": b["real_time"] if b.get("time_unit", "ns") == "ns" else None,
+                "time": b["real_time"],
+                "unit": b.get("time_unit", "ns"),
+                "rate": b.get("items_per_second"),
+            }
+    return medians
+
+
+def fmt_rate(rate):
+    if rate is None:
+        return "-"
+    if rate >= 1e6:
+        return f"{rate / 1e6:.2f} M/s"
+    if rate >= 1e3:
+        return f"{rate / 1e3:.1f} k/s"
+    return f"{rate:.0f} /s"
+
+
+def main(argv):
+    medians = load(argv[1:])
+    if not medians:
+        print("no results", file=sys.stderr)
+        return 1
+    print(f"{'benchmark (median)':<62} {'time':>12} {'rate':>12}")
+    for name, m in medians.items():
+        print(f"{name:<62} {m['time']:>9.1f} {m['unit']:<2} {fmt_rate(m['rate']):>12}")
+
+    def rate(name):
+        m = medians.get(name)
+        return m["rate"] if m else None
+
+    def time(name):
+        m = medians.get(name)
+        return m["time"] if m else None
+
+    ratios = []
+    for full in (0, 1):
+        r_idem = rate(f"BM_SqliteRecorder_CheckMark/full:{full}/real_time")
+        r_raw = rate(f"BM_RawSqlite_CheckMark/full:{full}/real_time")
+        if r_idem and r_raw:
+            ratios.append((f"sqlite recorder check+mark / raw loop (synchronous={'FULL' if full else 'NORMAL'})",
+                           r_idem / r_raw, "target >= 0.50"))
+        r_idem8 = rate(f"BM_SqliteRecorder_Marks/full:{full}/real_time/threads:8")
+        r_raw8 = rate(f"BM_RawSqlite_Marks/full:{full}/real_time/threads:8")
+        if r_idem8 and r_raw8:
+            ratios.append((f"sqlite recorder 8-thread marks / raw 8 connections (synchronous={'FULL' if full else 'NORMAL'})",
+                           r_idem8 / r_raw8, f"idem {fmt_rate(r_idem8)}; target >= 40 k/s"))
+    direct = time("BM_DirectCall")
+    plain = time("BM_ResilientNoPolicies")
+    if direct is not None and plain is not None:
+        ratios.append(("resilient() overhead over a direct call (ns)", plain - direct, "target <= 300 ns"))
+    replay = time("BM_ResilientReplay")
+    if replay is not None:
+        ratios.append(("replay from the memory store (ns, median)", replay, "target <= 1000 ns"))
+    if ratios:
+        print()
+        for label, value, note in ratios:
+            print(f"{label:<86} {value:>10.2f}   {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,190 @@
+// The SQLite recorder against a raw sqlite3 loop doing the same statements at the same
+// durability (WAL, synchronous=NORMAL unless the benchmark says FULL), measured in one run.
+//
+//   *_CheckMark      one thread: SELECT 1 ... ; INSERT OR IGNORE ... (autocommit), a new event
+//                    each iteration
+//   *_Marks/threads  N threads marking concurrently; every mark returns after its commit. The
+//                    recorder groups concurrent marks into shared transactions; the raw baseline
+//                    is one connection per thread committing each mark.
+#include <benchmark/benchmark.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+#include "bench_ids.hpp"
+#include "idem/clock.hpp"
+#include "idem/sqlite/sqlite_recorder.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string fresh_db_path() {
+  static std::atomic<int> counter{0};
+  const fs::path dir = fs::temp_directory_path() / ("idem-bench-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  return (dir / ("bench-" + std::to_string(counter++) + ".db")).string();
+}
+
+void remove_db(const std::string& path) {
+  for (const char* suffix : {"", "-wal", "-shm"})
+    fs::remove(path + suffix);
+}
+
+idem::sqlite::Durability durability_of(benchmark::State& state) {
+  return state.range(0) == 0 ? idem::sqlite::Durability::normal : idem::sqlite::Durability::full;
+}
+
+// ---- raw sqlite3 ----------------------------------------------------------------------------
+
+class RawConnection {
+ public:
+  RawConnection(const std::string& path, bool full) {
+    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("open");
+    sqlite3_busy_timeout(db_, 5000);
+    exec("PRAGMA journal_mode=WAL");
+    exec(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+    exec(
+        "CREATE TABLE IF NOT EXISTS processed_log(consumer TEXT, event_id TEXT, ts TEXT, "
+        "PRIMARY KEY(consumer, event_id))");
+    sqlite3_prepare_v2(db_, "SELECT 1 FROM processed_log WHERE consumer = ?1 AND event_id = ?2", -1,
+                       &select_, nullptr);
+    sqlite3_prepare_v2(db_,
+                       "INSERT OR IGNORE INTO processed_log(consumer, event_id, ts) "
+                       "VALUES (?1, ?2, ?3)",
+                       -1, &insert_, nullptr);
+  }
+  ~RawConnection() {
+    sqlite3_finalize(select_);
+    sqlite3_finalize(insert_);
+    sqlite3_close(db_);
+  }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  bool is_processed(std::string_view consumer, std::string_view id) {
+    sqlite3_bind_text(select_, 1, consumer.data(), static_cast<int>(consumer.size()),
+                      SQLITE_STATIC);
+    sqlite3_bind_text(select_, 2, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
+    const bool found = sqlite3_step(select_) == SQLITE_ROW;
+    sqlite3_reset(select_);
+    return found;
+  }
+  void mark(std::string_view consumer, std::string_view id) {
+    const std::string ts = idem::sqlite::marker_timestamp(std::chrono::system_clock::now());
+    sqlite3_bind_text(insert_, 1, consumer.data(), static_cast<int>(consumer.size()),
+                      SQLITE_STATIC);
+    sqlite3_bind_text(insert_, 2, id.data(), static_cast<int>(id.size()), SQLITE_STATIC);
+    sqlite3_bind_text(insert_, 3, ts.data(), static_cast<int>(ts.size()), SQLITE_STATIC);
+    int rc;
+    while ((rc = sqlite3_step(insert_)) == SQLITE_BUSY)
+      sqlite3_reset(insert_);
+    sqlite3_reset(insert_);
+    if (rc != SQLITE_DONE) throw std::runtime_error(sqlite3_errmsg(db_));
+  }
+
+ private:
+  void exec(const char* sql) { sqlite3_exec(db_, sql, nullptr, nullptr, nullptr); }
+  sqlite3* db_ = nullptr;
+  sqlite3_stmt* select_ = nullptr;
+  sqlite3_stmt* insert_ = nullptr;
+};
+
+void BM_RawSqlite_CheckMark(benchmark::State& state) {
+  const std::string path = fresh_db_path();
+  {
+    RawConnection db(path, state.range(0) != 0);
+    idem::bench::IdSequence ids(1);
+    for (auto _ : state) {
+      const std::string_view id = ids.next();
+      if (!db.is_processed("billing", id)) db.mark("billing", id);
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+  remove_db(path);
+}
+BENCHMARK(BM_RawSqlite_CheckMark)->Arg(0)->Arg(1)->ArgName("full")->UseRealTime();
+
+std::string g_raw_path;
+void BM_RawSqlite_Marks(benchmark::State& state) {
+  if (state.thread_index() == 0) {
+    g_raw_path = fresh_db_path();
+    RawConnection init(g_raw_path, state.range(0) != 0);
+  }
+  std::unique_ptr<RawConnection> db;
+  idem::bench::IdSequence ids(static_cast<std::uint64_t>(state.thread_index()) + 1);
+  for (auto _ : state) {
+    if (!db) {
+      state.PauseTiming();
+      db = std::make_unique<RawConnection>(g_raw_path, state.range(0) != 0);
+      state.ResumeTiming();
+    }
+    db->mark("billing", ids.next());
+  }
+  db.reset();
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) remove_db(g_raw_path);
+}
+BENCHMARK(BM_RawSqlite_Marks)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("full")
+    ->Threads(1)
+    ->Threads(8)
+    ->UseRealTime();
+
+// ---- idem -----------------------------------------------------------------------------------
+
+void BM_SqliteRecorder_CheckMark(benchmark::State& state) {
+  const std::string path = fresh_db_path();
+  {
+    idem::sqlite::SqliteOptions options;
+    options.durability = durability_of(state);
+    idem::sqlite::SqliteIdempotencyRecorder recorder(path, options);
+    idem::bench::IdSequence ids(1);
+    for (auto _ : state) {
+      const std::string_view id = ids.next();
+      if (!recorder.is_processed("billing", id)) recorder.mark_processed("billing", id);
+    }
+  }
+  state.SetItemsProcessed(state.iterations());
+  remove_db(path);
+}
+BENCHMARK(BM_SqliteRecorder_CheckMark)->Arg(0)->Arg(1)->ArgName("full")->UseRealTime();
+
+std::unique_ptr<idem::sqlite::SqliteIdempotencyRecorder> g_recorder;
+std::string g_recorder_path;
+void BM_SqliteRecorder_Marks(benchmark::State& state) {
+  if (state.thread_index() == 0) {
+    g_recorder_path = fresh_db_path();
+    idem::sqlite::SqliteOptions options;
+    options.durability = durability_of(state);
+    g_recorder =
+        std::make_unique<idem::sqlite::SqliteIdempotencyRecorder>(g_recorder_path, options);
+  }
+  idem::bench::IdSequence ids(static_cast<std::uint64_t>(state.thread_index()) + 1);
+  for (auto _ : state)
+    g_recorder->mark_processed("billing", ids.next());
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    g_recorder.reset();
+    remove_db(g_recorder_path);
+  }
+}
+BENCHMARK(BM_SqliteRecorder_Marks)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("full")
+    ->Threads(1)
+    ->Threads(8)
+    ->UseRealTime();
+
+}  // namespace
+
+BENCHMARK_MAIN();
