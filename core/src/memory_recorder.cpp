@@ -1,5 +1,6 @@
 #include "idem/memory_recorder.hpp"
 
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <functional>
@@ -7,6 +8,7 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "idem/error.hpp"
 #include "idem/key.hpp"
@@ -142,15 +144,128 @@ struct ClaimState {
   Ticks lease_until;
 };
 
-// Markers and claims for one kind of key.
-template <class Key, class Hash, class Eq>
+// Markers of packed ids: an open-addressing table (linear probing) of 32-byte slots in one
+// array. The hot path — check, then mark — touches one or two adjacent cache lines and allocates
+// only when the table doubles.
+class PackedMarkers {
+ public:
+  bool contains(const UuidKey& key) const noexcept {
+    if (slots_.empty()) return false;
+    for (std::size_t i = index(key);; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (slot.consumer == kEmpty) return false;
+      if (slot.hi == key.hi && slot.lo == key.lo && slot.consumer == key.consumer) return true;
+    }
+  }
+
+  // Inserts unless present (a present marker keeps its first timestamp).
+  void insert(const UuidKey& key, Ticks marked_at) {
+    if ((size_ + 1) * kMaxLoadDen > slots_.size() * kMaxLoadNum) {
+      rebuild(std::max<std::size_t>(kMinCapacity, slots_.size() * 2));
+    }
+    for (std::size_t i = index(key);; i = (i + 1) & mask_) {
+      Slot& slot = slots_[i];
+      if (slot.consumer == kEmpty) {
+        slot = Slot{key.hi, key.lo, marked_at, key.consumer};
+        ++size_;
+        return;
+      }
+      if (slot.hi == key.hi && slot.lo == key.lo && slot.consumer == key.consumer) return;
+    }
+  }
+
+  // Removes markers older than `cutoff`; returns how many. Rebuilds the table (linear probing
+  // has no cheap single delete), shrinking it when most markers went.
+  std::size_t erase_older(Ticks cutoff) {
+    std::vector<Slot> survivors;
+    for (const Slot& slot : slots_) {
+      if (slot.consumer != kEmpty && slot.marked_at >= cutoff) survivors.push_back(slot);
+    }
+    const std::size_t removed = size_ - survivors.size();
+    if (removed == 0) return 0;
+    std::size_t capacity = kMinCapacity;
+    while (survivors.size() * kMaxLoadDen > capacity * kMaxLoadNum / 2)
+      capacity *= 2;
+    reset(survivors.empty() ? 0 : capacity);
+    for (const Slot& slot : survivors)
+      place(slot);
+    size_ = survivors.size();
+    return removed;
+  }
+
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  struct Slot {
+    std::uint64_t hi;
+    std::uint64_t lo;
+    Ticks marked_at;
+    std::uint32_t consumer;  // kEmpty: a free slot
+  };
+  static constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
+  static constexpr std::size_t kMinCapacity = 16;
+  static constexpr std::size_t kMaxLoadNum = 7;  // grow past 70% full
+  static constexpr std::size_t kMaxLoadDen = 10;
+
+  std::size_t index(const UuidKey& key) const noexcept {
+    // Fibonacci hashing: the top bits of the product index a power-of-two table.
+    return static_cast<std::size_t>((UuidKeyHash{}(key)*0x9e3779b97f4a7c15ull) >> shift_);
+  }
+
+  void reset(std::size_t capacity) {
+    slots_.assign(capacity, Slot{0, 0, 0, kEmpty});
+    mask_ = capacity == 0 ? 0 : capacity - 1;
+    shift_ = capacity == 0 ? 63 : 64 - std::countr_zero(capacity);
+  }
+
+  void place(const Slot& moved) {
+    const UuidKey key{moved.hi, moved.lo, moved.consumer};
+    std::size_t i = index(key);
+    while (slots_[i].consumer != kEmpty)
+      i = (i + 1) & mask_;
+    slots_[i] = moved;
+  }
+
+  void rebuild(std::size_t capacity) {
+    std::vector<Slot> old = std::move(slots_);
+    reset(capacity);
+    for (const Slot& slot : old) {
+      if (slot.consumer != kEmpty) place(slot);
+    }
+  }
+
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  int shift_ = 63;
+  std::size_t size_ = 0;
+};
+
+// Markers of text ids: a node map with allocation-free lookups by TextKeyView.
+class TextMarkers {
+ public:
+  bool contains(const TextKeyView& key) const { return map_.find(key) != map_.end(); }
+  void insert(const TextKeyView& key, Ticks marked_at) {
+    if (map_.find(key) == map_.end())
+      map_.emplace(TextKey{key.consumer, std::string(key.id)}, marked_at);
+  }
+  std::size_t erase_older(Ticks cutoff) {
+    return std::erase_if(map_, [&](const auto& m) { return m.second < cutoff; });
+  }
+  std::size_t size() const noexcept { return map_.size(); }
+
+ private:
+  std::unordered_map<TextKey, Ticks, TextKeyHash, TextKeyEq> map_;
+};
+
+// Markers and claims for one kind of key. Claims are few and short-lived: a node map is fine.
+template <class Markers, class Key, class Hash, class Eq>
 struct Table {
-  std::unordered_map<Key, Ticks, Hash, Eq> markers;  // value: when it was marked
+  Markers markers;
   std::unordered_map<Key, ClaimState, Hash, Eq> claims;
 };
 
-using UuidTable = Table<UuidKey, UuidKeyHash, std::equal_to<UuidKey>>;
-using TextTable = Table<TextKey, TextKeyHash, TextKeyEq>;
+using UuidTable = Table<PackedMarkers, UuidKey, UuidKeyHash, std::equal_to<UuidKey>>;
+using TextTable = Table<TextMarkers, TextKey, TextKeyHash, TextKeyEq>;
 
 }  // namespace
 
@@ -168,6 +283,10 @@ struct alignas(64) MemoryRecorderShard {
   std::uint32_t intern_consumer(std::string_view consumer) {
     auto it = consumers.find(consumer);
     if (it != consumers.end()) return it->second;
+    // Markers reserve the largest index to mean "free slot".
+    if (consumers.size() >= std::numeric_limits<std::uint32_t>::max() - 1) {
+      throw StoreError("in-memory recorder: too many consumer names");
+    }
     const auto index = static_cast<std::uint32_t>(consumers.size());
     consumers.emplace(std::string(consumer), index);
     return index;
@@ -251,9 +370,8 @@ bool InMemoryIdempotencyRecorder::is_processed(std::string_view consumer,
   std::lock_guard lock(shard.mutex);
   const std::uint32_t* index = shard.find_consumer(consumer);
   if (index == nullptr) return false;
-  return detail::with_key(shard, a, *index, [](auto& table, const auto& key) {
-    return table.markers.find(key) != table.markers.end();
-  });
+  return detail::with_key(shard, a, *index,
+                          [](auto& table, const auto& key) { return table.markers.contains(key); });
 }
 
 void InMemoryIdempotencyRecorder::mark_processed(std::string_view consumer,
@@ -265,9 +383,7 @@ void InMemoryIdempotencyRecorder::mark_processed(std::string_view consumer,
   const std::uint32_t index = shard.intern_consumer(consumer);
   detail::with_key(shard, a, index, [now](auto& table, const auto& key) {
     // The first marker wins: a repeated mark must not make an old event look new to purge().
-    if (table.markers.find(key) == table.markers.end()) {
-      table.markers.emplace(detail::make_owned(key), now);
-    }
+    table.markers.insert(key, now);
   });
 }
 
@@ -282,7 +398,7 @@ Claim InMemoryIdempotencyRecorder::claim(std::string_view consumer, std::string_
   const std::uint32_t index = shard.intern_consumer(consumer);
   return detail::with_key(shard, a, index, [&](auto& table, const auto& key) {
     Claim result;
-    if (table.markers.find(key) != table.markers.end()) {
+    if (table.markers.contains(key)) {
       result.status = Claim::Status::processed;
       return result;
     }
@@ -319,9 +435,7 @@ bool InMemoryIdempotencyRecorder::complete(std::string_view consumer, std::strin
     auto it = table.claims.find(key);
     if (it == table.claims.end() || it->second.token != token) return false;
     table.claims.erase(it);
-    if (table.markers.find(key) == table.markers.end()) {
-      table.markers.emplace(detail::make_owned(key), now);
-    }
+    table.markers.insert(key, now);
     return true;
   });
 }
@@ -369,7 +483,7 @@ std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::durati
     auto& shard = shards_[i];
     std::lock_guard lock(shard.mutex);
     const auto sweep = [&](auto& table) {
-      removed += std::erase_if(table.markers, [&](const auto& m) { return m.second < cutoff; });
+      removed += table.markers.erase_older(cutoff);
       std::erase_if(table.claims, [&](const auto& c) { return c.second.lease_until < cutoff; });
     };
     sweep(shard.uuids);
