@@ -18,7 +18,7 @@ constexpr std::array<std::string_view, kEventTypeCount> kNames = {
     "validation.failed",    "idempotency.executed",     "idempotency.joined",
     "idempotency.replayed", "idempotency.rejected",
 };
-static_assert(static_cast<std::size_t>(EventType::idempotency_rejected) + 1 == kEventTypeCount,
+static_assert(static_cast<std::size_t>(EventType::idempotency_takeover) + 1 == kEventTypeCount,
               "kEventTypeCount and kNames must follow EventType");
 
 std::atomic<std::uint64_t> g_sink_failures{0};

@@ -3,9 +3,9 @@
 // Every resilient operation (idem::resilient, idem::operation) can report what it does as a stream
 // of OperationEvent values: operation.started/succeeded/failed, attempt.started/succeeded/failed,
 // retry.scheduled, circuit_breaker.rejected/state_changed, fallback.started/succeeded/failed,
-// validation.failed and idempotency.executed/joined/replayed/rejected. Each event carries its
-// type, the operation name, the wall time (from the operation's clock), the attempt number (0 when
-// the event belongs to no attempt) and a string field map (key, status, delay_ms, error, ...).
+// validation.failed and idempotency.executed/joined/replayed/rejected/takeover. Each event carries
+// its type, the operation name, the wall time (from the operation's clock), the attempt number (0
+// when the event belongs to no attempt) and a string field map (key, status, delay_ms, error, ...).
 //
 // Sinks are injected (ResilientOptions::events, Operation::with_events). Four are provided:
 //   * InMemoryEventSink   — keeps every event; for tests.
@@ -57,10 +57,11 @@ enum class EventType {
   idempotency_joined,
   idempotency_replayed,
   idempotency_rejected,
+  idempotency_takeover,
 };
 
 // Number of EventType values (they are dense, starting at 0).
-inline constexpr std::size_t kEventTypeCount = 17;
+inline constexpr std::size_t kEventTypeCount = 18;
 
 // The dotted name, e.g. "retry.scheduled".
 std::string_view to_string(EventType type) noexcept;

@@ -298,6 +298,10 @@ class Engine {
       emit_idempotency_event(s.core, EventType::idempotency_rejected, request.key, "reentry");
       throw;
     }
+    if (outcome.took_over) {
+      // This caller executed after an owner whose lease ran out; that owner's work may have run.
+      emit_idempotency_event(s.core, EventType::idempotency_takeover, request.key, {});
+    }
     if (outcome.status == IdempotencyStatus::joined) {
       emit_idempotency_event(s.core, EventType::idempotency_joined, request.key, {});
     } else if (outcome.status == IdempotencyStatus::replayed) {
