@@ -22,4 +22,7 @@ scripts/install-deps.sh
 jobs=$(nproc)
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$jobs"
-ctest --preset "$preset" "${ctest_args[@]}"
+# Real servers for the Redis and PostgreSQL tests, on free ports, stopped afterwards. In this
+# command a test that finds no server fails instead of skipping.
+export IDEM_REQUIRE_SERVERS=1
+scripts/servers.sh ctest --preset "$preset" "${ctest_args[@]}"

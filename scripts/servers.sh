@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# Starts the servers idem's tests use — redis-server and PostgreSQL — on 127.0.0.1 with free
+# ports and temp data dirs, runs a command with their URLs in the environment, and stops them
+# afterwards (also when the command fails or is interrupted).
+#
+#   scripts/servers.sh ctest --preset default
+#
+# Exports IDEM_TEST_REDIS_URL (redis://127.0.0.1:PORT/0) and IDEM_TEST_POSTGRES_URL
+# (postgresql://idem@127.0.0.1:PORT/idem_test) plus IDEM_TEST_SERVERS_DIR (logs, data) and
+# IDEM_TEST_REDIS_CLI / IDEM_TEST_PG_CTL_CMD for tests that stop and restart a server.
+# A server whose binaries are missing is an error: CI must not silently skip its tests.
+set -euo pipefail
+
+[ $# -gt 0 ] || { echo "usage: scripts/servers.sh COMMAND [ARGS...]" >&2; exit 2; }
+
+work=$(mktemp -d /tmp/idem-servers-XXXXXX)
+chmod 755 "$work"
+export IDEM_TEST_SERVERS_DIR=$work
+pids=()
+
+free_port() {
+  python3 - <<'PY'
+import socket
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+s.close()
+PY
+}
+
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
+pg_user=postgres
+as_pg() {
+  if [ "$(id -u)" -eq 0 ]; then runuser -u "$pg_user" -- "$@"; else "$@"; fi
+}
+
+cleanup() {
+  set +e
+  if [ -n "${redis_port:-}" ]; then
+    redis-cli -h 127.0.0.1 -p "$redis_port" shutdown nosave >/dev/null 2>&1
+  fi
+  if [ -n "${pg_data:-}" ] && [ -d "$pg_data" ]; then
+    as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m immediate stop >/dev/null 2>&1
+  fi
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT INT TERM
+
+# ---- Redis -----------------------------------------------------------------------------------
+command -v redis-server >/dev/null || { echo "servers.sh: redis-server is not installed" >&2; exit 1; }
+redis_port=$(free_port)
+mkdir -p "$work/redis"
+redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$work/redis" --save "" \
+  --appendonly no --daemonize yes --logfile "$work/redis/redis.log" \
+  --pidfile "$work/redis/redis.pid" >/dev/null
+for _ in $(seq 1 100); do
+  redis-cli -h 127.0.0.1 -p "$redis_port" ping >/dev/null 2>&1 && break
+  sleep 0.1
+done
+redis-cli -h 127.0.0.1 -p "$redis_port" ping >/dev/null || { cat "$work/redis/redis.log" >&2; exit 1; }
+export IDEM_TEST_REDIS_URL="redis://127.0.0.1:${redis_port}/0"
+export IDEM_TEST_REDIS_PORT=$redis_port
+
+# ---- PostgreSQL ------------------------------------------------------------------------------
+[ -x "$pg_bin/initdb" ] || { echo "servers.sh: PostgreSQL server binaries not found" >&2; exit 1; }
+pg_port=$(free_port)
+pg_data=$work/pg/data
+mkdir -p "$work/pg"
+if [ "$(id -u)" -eq 0 ]; then chown -R "$pg_user" "$work/pg"; fi
+as_pg "$pg_bin/initdb" -D "$pg_data" -U idem --auth=trust -E UTF8 --no-sync >/dev/null
+as_pg "$pg_bin/pg_ctl" -D "$pg_data" -l "$work/pg/postgres.log" -w -t 60 \
+  -o "-c listen_addresses=127.0.0.1 -p $pg_port -k $work/pg -c fsync=off -c max_connections=200" \
+  start >/dev/null
+as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U idem idem_test
+export IDEM_TEST_POSTGRES_URL="postgresql://idem@127.0.0.1:${pg_port}/idem_test"
+export IDEM_TEST_POSTGRES_PORT=$pg_port
+export IDEM_TEST_PG_CTL_CMD="$pg_bin/pg_ctl -D $pg_data"
+
+echo "servers.sh: redis on $redis_port, postgresql on $pg_port (dir $work)" >&2
+set +e
+"$@"
+status=$?
+exit $status
