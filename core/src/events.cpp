@@ -10,16 +10,58 @@
 namespace idem {
 namespace {
 
-constexpr std::array<std::string_view, kEventTypeCount> kNames = {
-    "operation.started",    "operation.succeeded",      "operation.failed",
-    "attempt.started",      "attempt.succeeded",        "attempt.failed",
-    "retry.scheduled",      "circuit_breaker.rejected", "circuit_breaker.state_changed",
-    "fallback.started",     "fallback.succeeded",       "fallback.failed",
-    "validation.failed",    "idempotency.executed",     "idempotency.joined",
-    "idempotency.replayed", "idempotency.rejected",
-};
+// A switch, so that -Wswitch flags a new EventType without a name.
+constexpr std::string_view name_of(EventType type) noexcept {
+  switch (type) {
+    case EventType::operation_started:
+      return "operation.started";
+    case EventType::operation_succeeded:
+      return "operation.succeeded";
+    case EventType::operation_failed:
+      return "operation.failed";
+    case EventType::attempt_started:
+      return "attempt.started";
+    case EventType::attempt_succeeded:
+      return "attempt.succeeded";
+    case EventType::attempt_failed:
+      return "attempt.failed";
+    case EventType::retry_scheduled:
+      return "retry.scheduled";
+    case EventType::circuit_breaker_rejected:
+      return "circuit_breaker.rejected";
+    case EventType::circuit_breaker_state_changed:
+      return "circuit_breaker.state_changed";
+    case EventType::fallback_started:
+      return "fallback.started";
+    case EventType::fallback_succeeded:
+      return "fallback.succeeded";
+    case EventType::fallback_failed:
+      return "fallback.failed";
+    case EventType::validation_failed:
+      return "validation.failed";
+    case EventType::idempotency_executed:
+      return "idempotency.executed";
+    case EventType::idempotency_joined:
+      return "idempotency.joined";
+    case EventType::idempotency_replayed:
+      return "idempotency.replayed";
+    case EventType::idempotency_rejected:
+      return "idempotency.rejected";
+    case EventType::idempotency_takeover:
+      return "idempotency.takeover";
+  }
+  return {};
+}
+
+constexpr std::array<std::string_view, kEventTypeCount> kNames = [] {
+  std::array<std::string_view, kEventTypeCount> names{};
+  for (std::size_t i = 0; i < kEventTypeCount; ++i)
+    names[i] = name_of(static_cast<EventType>(i));
+  return names;
+}();
 static_assert(static_cast<std::size_t>(EventType::idempotency_takeover) + 1 == kEventTypeCount,
-              "kEventTypeCount and kNames must follow EventType");
+              "kEventTypeCount must follow EventType");
+static_assert(!kNames.back().empty(), "every EventType needs a name");
 
 std::atomic<std::uint64_t> g_sink_failures{0};
 

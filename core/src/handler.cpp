@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <map>
+#include <optional>
 #include <stop_token>
 #include <thread>
 
@@ -268,12 +269,16 @@ HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
       break;
   }
 
-  LeaseKeeper& heartbeat = keeper();
-  const std::uint64_t registration = heartbeat.add(event.id, claim.token);
+  LeaseKeeper* heartbeat = nullptr;
+  std::optional<std::uint64_t> registration;
   try {
+    // Inside the try: if even starting the heartbeat fails, the claim is released at once
+    // instead of blocking redeliveries for a whole lease.
+    heartbeat = &keeper();
+    registration = heartbeat->add(event.id, claim.token);
     invoke(bus);
   } catch (...) {
-    heartbeat.remove(registration);
+    if (registration) heartbeat->remove(*registration);
     try {
       recorder_->release(consumer_, event.id, claim.token);
     } catch (...) {
@@ -281,7 +286,7 @@ HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
     }
     throw;
   }
-  heartbeat.remove(registration);
+  heartbeat->remove(*registration);
   if (!recorder_->complete(consumer_, event.id, claim.token)) {
     throw LeaseLost("consumer '" + consumer_ + "': event " + event.id +
                     " was handled, but its claim had been taken over by another delivery (the "

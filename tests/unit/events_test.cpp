@@ -33,6 +33,7 @@ TEST(EventType, NamesRoundTrip) {
   for (std::size_t i = 0; i < idem::kEventTypeCount; ++i) {
     const auto type = static_cast<EventType>(i);
     const std::string name(idem::to_string(type));
+    EXPECT_FALSE(name.empty());
     EXPECT_NE(name, "unknown");
     names.insert(name);
     EXPECT_EQ(idem::event_type_from_string(name), type);
@@ -41,6 +42,7 @@ TEST(EventType, NamesRoundTrip) {
   EXPECT_EQ(idem::to_string(ET::retry_scheduled), "retry.scheduled");
   EXPECT_EQ(idem::to_string(ET::circuit_breaker_state_changed), "circuit_breaker.state_changed");
   EXPECT_EQ(idem::to_string(ET::idempotency_rejected), "idempotency.rejected");
+  EXPECT_EQ(idem::to_string(ET::idempotency_takeover), "idempotency.takeover");
   EXPECT_FALSE(idem::event_type_from_string("retry.maybe").has_value());
 }
 

@@ -97,6 +97,7 @@ class Lifecycle {
   ExecutionReport report_{};
   SteadyTime started_{};
   SteadyTime attempt_started_{};
+  std::optional<SteadyTime> ended_{};  // when the successful attempt ended
   int primary_attempts_ = 0;
   std::exception_ptr last_error_{};
   std::string last_type_{};
