@@ -1,0 +1,173 @@
+// ConnectionPool: a bounded set of blocking hiredis connections, lent out one call at a time.
+//
+// Every Redis call idem makes borrows a connection with lease() and gives it back when the
+// ConnectionLease goes out of scope (RAII): the connection returns to the pool, or — when it
+// broke during the call (reset, EOF, timeout, a reply idem could not parse) — it is closed and
+// forgotten, so the next lease opens a fresh one. That is how the pool "reconnects": after a
+// server restart the idle connections are found dead (checked without a round trip when they are
+// leased, and anyway on first use) and replaced one lease at a time. There is no retry loop:
+// when the server is down, lease() fails within RedisOptions::connect_timeout with a retryable
+// RedisError, and the caller decides what to do.
+//
+// The pool opens connections lazily, up to RedisOptions::pool_size; when all are leased, lease()
+// waits up to RedisOptions::wait_timeout for one to come back. Each new connection sends AUTH
+// (when a password is set) and SELECT (when db != 0) before it is lent out, and has
+// command_timeout applied to every send and receive.
+//
+// RedisConnection speaks RESP directly for requests (commands are formatted into one buffer and
+// sent with MSG_NOSIGNAL, so a dead server never raises SIGPIPE) and uses hiredis to read
+// replies. It supports pipelining: append() any number of commands, then read() their replies in
+// order — one write and one round trip for the batch.
+//
+// Thread-safety: ConnectionPool is safe to share between threads (lease(), stats()). A lease and
+// its RedisConnection belong to one thread at a time. The pool must outlive its leases.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/redis/redis_options.hpp"
+
+struct redisContext;  // hiredis; public headers never include <hiredis/hiredis.h>
+
+namespace idem::redis {
+
+// One reply, copied out of hiredis (RESP2 types).
+struct RedisReply {
+  enum class Type { nil, status, error, integer, string, array };
+  Type type = Type::nil;
+  long long integer = 0;             // Type::integer
+  std::string str;                   // Type::status, Type::error, Type::string
+  std::vector<RedisReply> elements;  // Type::array
+
+  bool is_nil() const noexcept { return type == Type::nil; }
+  bool is_error() const noexcept { return type == Type::error; }
+};
+
+// What a command does to the data, so a lost reply is classified correctly (redis_error.hpp).
+enum class CommandKind {
+  read,              // changes nothing: a lost reply is simply retryable
+  write,             // a lost reply leaves the outcome in doubt; repeating it is not safe
+  idempotent_write,  // a lost reply leaves the outcome in doubt, but repeating it is harmless
+};
+
+class RedisConnection {
+ public:
+  ~RedisConnection();
+  RedisConnection(const RedisConnection&) = delete;
+  RedisConnection& operator=(const RedisConnection&) = delete;
+
+  // Sends one command and waits for its reply. An error reply (-ERR ...) is returned, not
+  // thrown; a failure of the connection throws RedisError and leaves the connection broken().
+  // `what` names the operation in error messages ("claim", "purge", ...).
+  RedisReply command(std::span<const std::string_view> args, CommandKind kind = CommandKind::write,
+                     std::string_view what = "command");
+  RedisReply command(std::initializer_list<std::string_view> args,
+                     CommandKind kind = CommandKind::write, std::string_view what = "command");
+
+  // Pipelining: queue a command without sending it ...
+  void append(std::span<const std::string_view> args);
+  void append(std::initializer_list<std::string_view> args);
+  // ... then send everything queued in one write and read every reply, in order. A lost
+  // connection throws RedisError: in doubt when `kind` writes and at least one whole command had
+  // been handed to the network.
+  std::vector<RedisReply> read_replies(CommandKind kind = CommandKind::write,
+                                       std::string_view what = "pipeline");
+  std::size_t pending() const noexcept { return pending_; }
+
+  // The connection failed and must not be used again (the pool closes it).
+  bool broken() const noexcept { return broken_; }
+  // "host:port/db", for messages.
+  const std::string& endpoint() const noexcept { return endpoint_; }
+
+ private:
+  friend class ConnectionPool;
+  // Connects, applies timeouts, AUTH and SELECT. Throws RedisError (connect, auth).
+  explicit RedisConnection(const RedisOptions& options);
+
+  // True when the idle connection shows a hang-up or unexpected data (checked with poll(), no
+  // round trip): it must be replaced.
+  bool looks_dead() const noexcept;
+  void send_pending(CommandKind kind, std::string_view what);
+  RedisReply read_one(CommandKind kind, std::string_view what, bool any_sent);
+  [[noreturn]] void fail_io(std::string_view what, int error_number, bool sent, CommandKind kind,
+                            const std::string& detail);
+
+  redisContext* context_ = nullptr;
+  std::string endpoint_;
+  std::string out_;                      // formatted commands not yet sent
+  std::vector<std::size_t> boundaries_;  // end offset of each queued command in out_
+  std::size_t pending_ = 0;              // commands queued or sent whose replies are unread
+  bool broken_ = false;
+};
+
+class ConnectionPool;
+
+// A connection borrowed from a pool; gives it back (or drops it when broken) on destruction.
+// Move-only.
+class ConnectionLease {
+ public:
+  ConnectionLease(ConnectionLease&& other) noexcept;
+  ConnectionLease& operator=(ConnectionLease&& other) noexcept;
+  ConnectionLease(const ConnectionLease&) = delete;
+  ConnectionLease& operator=(const ConnectionLease&) = delete;
+  ~ConnectionLease();
+
+  RedisConnection& operator*() const noexcept { return *connection_; }
+  RedisConnection* operator->() const noexcept { return connection_.get(); }
+
+ private:
+  friend class ConnectionPool;
+  ConnectionLease(ConnectionPool* pool, std::unique_ptr<RedisConnection> connection) noexcept;
+  void give_back() noexcept;
+
+  ConnectionPool* pool_ = nullptr;
+  std::unique_ptr<RedisConnection> connection_;
+};
+
+// Counters of one pool, for tests and monitoring.
+struct PoolStats {
+  std::size_t open = 0;                // connections that exist now (idle + leased + connecting)
+  std::size_t idle = 0;                // connections waiting in the pool
+  std::uint64_t connects = 0;          // connections opened successfully since the pool was made
+  std::uint64_t connect_failures = 0;  // attempts that failed (server down, refused, auth)
+  std::uint64_t dropped = 0;           // connections closed because they broke or were found dead
+};
+
+class ConnectionPool {
+ public:
+  // Validates the options (ConfigError); opens nothing yet.
+  explicit ConnectionPool(RedisOptions options);
+  ~ConnectionPool();
+  ConnectionPool(const ConnectionPool&) = delete;
+  ConnectionPool& operator=(const ConnectionPool&) = delete;
+
+  // An idle connection, or a new one when fewer than pool_size exist, or the first one given
+  // back within wait_timeout. Throws RedisError: connect (retryable; the server is down or
+  // refuses), auth (AUTH/SELECT refused), pool_exhausted (retryable).
+  ConnectionLease lease();
+
+  PoolStats stats() const;
+  const RedisOptions& options() const noexcept { return options_; }
+
+ private:
+  friend class ConnectionLease;
+  void give_back(std::unique_ptr<RedisConnection> connection) noexcept;
+
+  const RedisOptions options_;
+  mutable std::mutex mutex_;
+  std::condition_variable returned_;
+  std::vector<std::unique_ptr<RedisConnection>> idle_;
+  std::size_t open_ = 0;
+  PoolStats counters_;
+};
+
+}  // namespace idem::redis

@@ -1,0 +1,69 @@
+// RedisError: a failure talking to Redis, as an idem StoreError.
+//
+// Every hiredis failure and every error reply idem meets becomes a RedisError in one place
+// (redis_error.cpp), with a RedisFailure saying what went wrong and the two flags retry logic
+// reads:
+//
+//   failure          when                                     retryable  in_doubt
+//   connect          connection refused, unreachable, DNS,    yes        no
+//                    connect timeout
+//   pool_exhausted   every pooled connection stayed busy      yes        no
+//                    past RedisOptions::wait_timeout
+//   io               reset, closed, or timed out              yes        no    (before the
+//                    (RedisOptions::command_timeout)                           command was sent,
+//                                                                              or a read)
+//                                                             *          yes   (a write that was
+//                                                                              sent, reply lost)
+//   auth             AUTH or SELECT refused                   no         no
+//   protocol         a reply idem cannot parse                no         *
+//   reply            the server answered with an error        no         no
+//                    (-ERR, -WRONGTYPE, a script error, ...)
+//
+// * A write whose reply was lost may or may not have been applied. It is retryable only where
+//   repeating it is harmless (mark_processed and mark_processed_batch: marking twice is a
+//   no-op); claims, completions, releases and renewals that are in doubt are not retryable —
+//   the caller must find out what happened (lookup, or wait for the lease) before acting again.
+//   -NOSCRIPT is never seen by callers: idem sends the script's source and retries once.
+//
+// Messages name the operation, the endpoint (host:port/db, never the password) and hiredis's or
+// the server's own text, e.g.
+//   "idem redis: claim on 127.0.0.1:6379/0: connection refused (connect)".
+//
+// Thread-safety: immutable after construction.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include "idem/error.hpp"
+
+namespace idem::redis {
+
+enum class RedisFailure {
+  connect,         // no connection could be established
+  pool_exhausted,  // no pooled connection became free in time
+  io,              // the connection failed (reset, EOF, timeout) during a command
+  auth,            // the server refused AUTH or SELECT
+  protocol,        // the reply could not be parsed, or was not what the command returns
+  reply,           // the server answered with an error reply
+};
+
+// "connect", "pool_exhausted", ...
+std::string_view to_string(RedisFailure failure) noexcept;
+
+class RedisError : public StoreError {
+ public:
+  RedisError(RedisFailure failure, const std::string& message, bool retryable, bool in_doubt,
+             bool timed_out = false, ErrorCode code = ErrorCode::store_error)
+      : StoreError(code, message, retryable, in_doubt), failure_(failure), timed_out_(timed_out) {}
+
+  RedisFailure failure() const noexcept { return failure_; }
+  // The failure was a timeout (connect_timeout or command_timeout), not a refusal or a reset.
+  bool timed_out() const noexcept { return timed_out_; }
+
+ private:
+  RedisFailure failure_;
+  bool timed_out_;
+};
+
+}  // namespace idem::redis

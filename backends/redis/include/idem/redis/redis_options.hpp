@@ -1,0 +1,99 @@
+// Options for idem's Redis backend: where the server is, how long to wait for it, how many
+// connections to keep, and how idem names its keys.
+//
+// RedisOptions is a plain struct; every field has a default, so `RedisOptions{}` talks to
+// redis://127.0.0.1:6379/0 with the key prefix "idem:". It can also be built from a URL:
+//
+//   redis://[[user]:password@]host[:port][/db][?param=value&...]
+//
+// with these query parameters (each one sets the field of the same name):
+//   prefix=app:            key_prefix (percent-decoded, so prefix=%7Bapp%7D: gives "{app}:")
+//   pool_size=8            pool_size
+//   connect_timeout_ms=N   connect_timeout        command_timeout_ms=N   command_timeout
+//   wait_timeout_ms=N      wait_timeout           marker_ttl_ms=N        marker_ttl
+//   expiry_slack_ms=N      expiry_slack           scan_count=N           scan_count
+// e.g. "redis://:secret@10.0.0.5:6380/2?prefix=orders:&pool_size=16". Anything malformed — a
+// scheme other than redis://, a bad port, db or number, an unknown parameter — throws
+// ConfigError naming the offending part; the password is never repeated in a message.
+//
+// Thread-safety: a plain value; copy it freely.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idem/clock.hpp"
+
+namespace idem::redis {
+
+struct RedisOptions {
+  // Server host name or IP address. Default "127.0.0.1".
+  std::string host = "127.0.0.1";
+  // Server TCP port, 1..65535. Default 6379.
+  int port = 6379;
+  // Logical database selected on every new connection (SELECT), >= 0. Default 0.
+  int db = 0;
+  // ACL user name sent with AUTH (Redis 6+); only used together with a password. Default none
+  // (AUTH <password> alone, the "default" user).
+  std::optional<std::string> username{};
+  // Password sent with AUTH on every new connection. Default none (no AUTH).
+  std::optional<std::string> password{};
+
+  // The longest a new connection may take to establish (TCP connect). When the server is down
+  // or unreachable a call fails after at most this long with a retryable RedisError; there is no
+  // retry loop inside idem. Must be > 0. Default 1 s.
+  std::chrono::milliseconds connect_timeout = std::chrono::seconds(1);
+  // The longest one command (or one pipelined batch) may wait to be sent or answered. A command
+  // that times out fails with a retryable RedisError (in doubt for writes) and its connection is
+  // dropped. Must be > 0. Default 2 s.
+  std::chrono::milliseconds command_timeout = std::chrono::seconds(2);
+  // Connections the pool opens at most; a call holds one for its duration. Must be >= 1.
+  // Default 8.
+  std::size_t pool_size = 8;
+  // The longest a call waits for a connection when all pool_size are busy, before failing with
+  // a retryable RedisError (pool_exhausted). Must be >= 0; 0 fails at once. Default 1 s.
+  std::chrono::milliseconds wait_timeout = std::chrono::seconds(1);
+
+  // Prepended to every key idem writes, so several applications (or tests) share one database.
+  // Any bytes but control characters; at most 128 bytes. A hash tag in it ("{app}:") pins
+  // every idem key to one cluster slot (see docs/redis.md). Default "idem:".
+  std::string key_prefix = "idem:";
+
+  // Recorder: markers expire this long after they were written (SET ... PX), so Redis forgets
+  // old markers by itself. A marker that expired counts as unprocessed, exactly like a purged
+  // one: keep it longer than the transport's longest redelivery window. Must be > 0 when set.
+  // Default none (markers live until purge()).
+  std::optional<std::chrono::milliseconds> marker_ttl{};
+  // Store and recorder: every record and claim gets a Redis expiry (PEXPIREAT) at its own end —
+  // a result's expires_at, a claim's lease_until — plus this slack, so Redis reclaims the space
+  // of dead records. idem decides liveness itself from the stored times on every read; the slack
+  // only has to cover clock skew between clients and the server, and how long an owner past its
+  // lease may still complete (after lease_until + slack its claim is gone). Must be >= 0.
+  // Default 1 h.
+  std::chrono::milliseconds expiry_slack = std::chrono::hours(1);
+  // The COUNT hint of the SCAN calls behind purge(), purge_expired() and entry_count(). Must be
+  // >= 1. Default 1000.
+  std::size_t scan_count = 1000;
+
+  // Wall time for marker timestamps, lease deadlines and expiries; passed into every script as
+  // an argument (milliseconds since the epoch), so the server's own clock is never used.
+  // Default (null): idem::system_clock().
+  std::shared_ptr<Clock> clock{};
+
+  // Parses a redis:// URL (see the top of this file). Fields the URL does not mention keep their
+  // defaults. Throws ConfigError naming the part that is wrong.
+  static RedisOptions from_url(std::string_view url);
+
+  // Throws ConfigError naming the first field that is out of range. Called by every constructor
+  // that takes options.
+  void validate() const;
+
+  // "host:port/db" — for messages (never includes the password).
+  std::string endpoint() const;
+};
+
+}  // namespace idem::redis

@@ -1,0 +1,94 @@
+// RedisIdempotencyStore: the record-per-key protocol of idem/idempotency_store.hpp in Redis, for
+// idempotent operations shared by many processes and machines.
+//
+// One hash per idempotency key K, at P s:{K} (P = RedisOptions::key_prefix):
+//   state            "in_progress" | "completed"
+//   token            the fencing token (decimal)
+//   fingerprint      the claiming call's fingerprint (absent when it had none)
+//   lease_until      ms since the epoch (in_progress)
+//   completed_at     ms since the epoch (completed)
+//   expires_at       ms since the epoch (completed: completed_at + ttl)
+//   value            the result's bytes, as encoded by idem::Codec<T> (needs_bytes() == true)
+//   report           the original ExecutionReport as JSON (ExecutionReport::to_json)
+// and the token counter P tokens (INCR; shared with RedisIdempotencyRecorder under one prefix).
+//
+// claim/complete/release/renew are Lua scripts (EVALSHA, NOSCRIPT answered by sending the source
+// once), each atomic on the server:
+//   claim     a live record (in_progress with lease_until > now, completed with expires_at >
+//             now) is returned as completed / in_progress / mismatch (both fingerprints set and
+//             different), unchanged; anything else (absent, expired, abandoned) is replaced by a
+//             new claim with the next token from the counter (took_over for an abandoned claim).
+//   complete  in_progress with our token → completed with value, report, completed_at,
+//             expires_at = now + ttl (ttl 0: the record is deleted — expired at once).
+//   release   in_progress with our token → deleted.
+//   renew     in_progress with our token → lease_until = now + lease (may also shorten it).
+// "now" is options.clock's wall time passed as an argument (never the server's clock), so expiry
+// at the boundary instant agrees with every other backend: a result is expired when now >=
+// expires_at, a lease has ended when now >= lease_until. Every record also gets a Redis expiry
+// (PEXPIREAT) at expires_at or lease_until plus RedisOptions::expiry_slack, only so Redis
+// reclaims the space; idem never relies on it.
+//
+// lookup() is HGETALL; purge_expired() and entry_count() SCAN the prefix (their cost grows with
+// the whole database — see docs/redis.md). wait() polls lookup() with capped backoff on
+// options.clock (the default of IdempotencyStore).
+//
+// Errors: bad keys → InvalidKey; lease <= 0 or ttl < 0 → InvalidArgument; bad options →
+// ConfigError; server down → RedisError(connect), retryable; lost replies → redis_error.hpp. A
+// hash idem cannot read (unknown state, missing or malformed field, a report that is not valid
+// JSON, a key of another type) → StoreError with code store_corrupt_record naming the key and
+// the field; delete the key to reset it.
+//
+// Thread-safety: one store may be shared by any number of threads (each call leases its own
+// connection); any number of processes may share a server and prefix.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idem/idempotency_store.hpp"
+#include "idem/redis/connection_pool.hpp"
+#include "idem/redis/redis_error.hpp"
+#include "idem/redis/redis_options.hpp"
+
+namespace idem::redis {
+
+class RedisIdempotencyStore final : public IdempotencyStore {
+ public:
+  // Opens a pool of its own and checks the server with one PING (RedisError when it cannot be
+  // reached or refuses AUTH/SELECT). Throws ConfigError for bad options.
+  explicit RedisIdempotencyStore(RedisOptions options);
+  // Shares `pool` (and its options) with recorders or other stores.
+  explicit RedisIdempotencyStore(std::shared_ptr<ConnectionPool> pool);
+  ~RedisIdempotencyStore() override;
+
+  RedisIdempotencyStore(const RedisIdempotencyStore&) = delete;
+  RedisIdempotencyStore& operator=(const RedisIdempotencyStore&) = delete;
+
+  bool needs_bytes() const noexcept override { return true; }
+
+  ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                     Millis lease) override;
+  // value.bytes is stored (an absent bytes is stored as "", a void result).
+  bool complete(std::string_view key, std::uint64_t token, StoredValue value,
+                const ExecutionReport& report, Millis ttl) override;
+  bool release(std::string_view key, std::uint64_t token) override;
+  bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
+  std::optional<IdempotencyRecord> lookup(std::string_view key) override;
+  std::size_t purge_expired() override;
+  std::size_t entry_count() override;
+
+  // The Redis key of the record for `key` (for operators and tests).
+  std::string record_key(std::string_view key) const;
+
+  const std::shared_ptr<ConnectionPool>& pool() const noexcept { return pool_; }
+
+ private:
+  std::shared_ptr<ConnectionPool> pool_;
+  std::shared_ptr<Clock> clock_;
+};
+
+}  // namespace idem::redis

@@ -1,0 +1,77 @@
+// Helpers shared by the Redis recorder and store (not installed).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "idem/clock.hpp"
+#include "idem/redis/connection_pool.hpp"
+#include "idem/redis/redis_error.hpp"
+
+namespace idem::redis::detail {
+
+// ---- keys ---------------------------------------------------------------------------------
+// See redis_recorder.hpp / redis_store.hpp for the layout. The consumer is escaped ('\' and ':'
+// get a '\' in front) so that "consumer:event" inside the hash tag can be split back in exactly
+// one way: (consumer, event id) → key is one-to-one.
+std::string escape_consumer(std::string_view consumer);
+std::string marker_key(std::string_view prefix, std::string_view consumer,
+                       std::string_view event_id);
+std::string claim_key(std::string_view prefix, std::string_view consumer,
+                      std::string_view event_id);
+std::string record_key(std::string_view prefix, std::string_view key);
+std::string token_counter_key(std::string_view prefix);
+// `text` with the glob characters of SCAN MATCH (* ? [ ] \) escaped.
+std::string glob_escape(std::string_view text);
+
+// ---- time ---------------------------------------------------------------------------------
+std::int64_t to_ms(WallTime t);
+WallTime from_ms(std::int64_t ms);
+
+// ---- scripts ------------------------------------------------------------------------------
+struct Script {
+  std::string_view name;    // for messages
+  std::string_view source;  // Lua
+  std::string sha;          // SHA-1 of source, lower-case hex (EVALSHA)
+};
+
+const Script& recorder_claim_script();
+const Script& recorder_complete_script();
+const Script& recorder_release_script();
+const Script& recorder_renew_script();
+const Script& recorder_purge_script();
+const Script& store_claim_script();
+const Script& store_complete_script();
+const Script& store_release_script();
+const Script& store_renew_script();
+const Script& store_purge_script();
+
+// EVALSHA; when the server does not know the script (NOSCRIPT — a restart, SCRIPT FLUSH), EVAL
+// with the source, which also caches it again. Error replies are returned, not thrown.
+RedisReply run_script(RedisConnection& connection, const Script& script,
+                      std::span<const std::string_view> keys,
+                      std::span<const std::string_view> args, CommandKind kind,
+                      std::string_view what);
+// Queues EVALSHA on a pipeline (the caller made sure the script is loaded).
+void append_script(RedisConnection& connection, const Script& script,
+                   std::span<const std::string_view> keys, std::span<const std::string_view> args);
+// SCRIPT LOAD, so pipelined EVALSHA calls find it.
+void load_script(RedisConnection& connection, const Script& script, std::string_view what);
+
+std::string sha1_hex(std::string_view data);
+
+// ---- errors -------------------------------------------------------------------------------
+// An error reply as a RedisError (reply, not retryable); WRONGTYPE → store_corrupt_record.
+[[noreturn]] void throw_reply_error(const RedisReply& reply, std::string_view what,
+                                    const std::string& endpoint);
+// A reply of an unexpected shape (a bug or a foreign script under our name).
+[[noreturn]] void throw_unexpected_reply(const RedisReply& reply, std::string_view what,
+                                         const std::string& endpoint);
+// An integer reply's value, or the integer a string reply holds; throws otherwise.
+long long reply_integer(const RedisReply& reply, std::string_view what,
+                        const std::string& endpoint);
+
+}  // namespace idem::redis::detail

@@ -1,0 +1,140 @@
+// The one place where Redis error replies and unexpected replies become idem errors. (Connection
+// failures are classified where they happen, in connection_pool.cpp, which knows whether the
+// command had been sent.)
+#include "idem/redis/redis_error.hpp"
+
+#include <charconv>
+#include <string>
+
+#include "internal.hpp"
+
+namespace idem::redis {
+
+std::string_view to_string(RedisFailure failure) noexcept {
+  switch (failure) {
+    case RedisFailure::connect:
+      return "connect";
+    case RedisFailure::pool_exhausted:
+      return "pool_exhausted";
+    case RedisFailure::io:
+      return "io";
+    case RedisFailure::auth:
+      return "auth";
+    case RedisFailure::protocol:
+      return "protocol";
+    case RedisFailure::reply:
+      return "reply";
+  }
+  return "unknown";
+}
+
+namespace detail {
+
+void throw_reply_error(const RedisReply& reply, std::string_view what,
+                       const std::string& endpoint) {
+  // WRONGTYPE: something else lives under one of idem's keys — the record cannot be read.
+  const bool wrong_type = reply.str.find("WRONGTYPE") != std::string::npos;
+  throw RedisError(RedisFailure::reply,
+                   "idem redis: " + std::string(what) + " on " + endpoint +
+                       ": the server answered: " + reply.str,
+                   /*retryable=*/false, /*in_doubt=*/false, /*timed_out=*/false,
+                   wrong_type ? ErrorCode::store_corrupt_record : ErrorCode::store_error);
+}
+
+void throw_unexpected_reply(const RedisReply& reply, std::string_view what,
+                            const std::string& endpoint) {
+  if (reply.is_error()) throw_reply_error(reply, what, endpoint);
+  static constexpr const char* kTypes[] = {"nil", "status", "error", "integer", "string", "array"};
+  throw RedisError(RedisFailure::protocol,
+                   "idem redis: " + std::string(what) + " on " + endpoint +
+                       ": unexpected reply of type " + kTypes[static_cast<int>(reply.type)],
+                   /*retryable=*/false, /*in_doubt=*/false);
+}
+
+long long reply_integer(const RedisReply& reply, std::string_view what,
+                        const std::string& endpoint) {
+  if (reply.type == RedisReply::Type::integer) return reply.integer;
+  if (reply.type == RedisReply::Type::string || reply.type == RedisReply::Type::status) {
+    long long value = 0;
+    const char* first = reply.str.data();
+    const char* last = first + reply.str.size();
+    const auto [end, ec] = std::from_chars(first, last, value);
+    if (ec == std::errc() && end == last && first != last) return value;
+  }
+  throw_unexpected_reply(reply, what, endpoint);
+}
+
+// ---- keys ---------------------------------------------------------------------------------
+
+std::string escape_consumer(std::string_view consumer) {
+  std::string out;
+  out.reserve(consumer.size() + 4);
+  for (char c : consumer) {
+    if (c == '\\' || c == ':') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+namespace {
+std::string record_pair_key(std::string_view prefix, char kind, std::string_view consumer,
+                            std::string_view event_id) {
+  std::string key;
+  key.reserve(prefix.size() + consumer.size() + event_id.size() + 8);
+  key.append(prefix);
+  key += kind;
+  key += ":{";
+  key += escape_consumer(consumer);
+  key += ':';
+  key.append(event_id);
+  key += '}';
+  return key;
+}
+}  // namespace
+
+std::string marker_key(std::string_view prefix, std::string_view consumer,
+                       std::string_view event_id) {
+  return record_pair_key(prefix, 'm', consumer, event_id);
+}
+
+std::string claim_key(std::string_view prefix, std::string_view consumer,
+                      std::string_view event_id) {
+  return record_pair_key(prefix, 'c', consumer, event_id);
+}
+
+std::string record_key(std::string_view prefix, std::string_view key) {
+  std::string out;
+  out.reserve(prefix.size() + key.size() + 4);
+  out.append(prefix);
+  out += "s:{";
+  out.append(key);
+  out += '}';
+  return out;
+}
+
+std::string token_counter_key(std::string_view prefix) {
+  return std::string(prefix) + "tokens";
+}
+
+std::string glob_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+// ---- time ---------------------------------------------------------------------------------
+
+std::int64_t to_ms(WallTime t) {
+  return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+WallTime from_ms(std::int64_t ms) {
+  return WallTime(std::chrono::milliseconds(ms));
+}
+
+}  // namespace detail
+}  // namespace idem::redis

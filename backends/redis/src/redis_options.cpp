@@ -1,0 +1,245 @@
+#include "idem/redis/redis_options.hpp"
+
+#include <charconv>
+#include <limits>
+#include <string>
+#include <system_error>
+#include <type_traits>
+
+#include "idem/error.hpp"
+
+namespace idem::redis {
+namespace {
+
+constexpr std::size_t kMaxPrefixLength = 128;
+constexpr std::size_t kMaxPoolSize = 10'000;
+
+[[noreturn]] void bad_url(const std::string& message) {
+  throw ConfigError("redis URL: " + message);
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// %XX decoding; `part` names the URL part for the message. `secret` keeps the text out of it.
+std::string percent_decode(std::string_view text, std::string_view part, bool secret = false) {
+  std::string out;
+  out.reserve(text.size());
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] != '%') {
+      out += text[i];
+      continue;
+    }
+    const bool complete = i + 2 < text.size();
+    const int high = complete ? hex_digit(text[i + 1]) : -1;
+    const int low = complete ? hex_digit(text[i + 2]) : -1;
+    if (high < 0 || low < 0) {
+      bad_url(std::string(part) + (secret ? "" : " '" + std::string(text) + "'") +
+              " has a malformed %-escape (expected %XX with two hex digits)");
+    }
+    out += static_cast<char>(high * 16 + low);
+    i += 2;
+  }
+  return out;
+}
+
+// A non-negative decimal integer that fits `T`, the whole text.
+template <class T>
+T parse_number(std::string_view text, std::string_view part) {
+  T value{};
+  const char* first = text.data();
+  const char* last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(first, last, value);
+  bool negative = false;
+  if constexpr (std::is_signed_v<T>) negative = value < 0;
+  if (text.empty() || ec != std::errc() || end != last || negative) {
+    bad_url(std::string(part) + " must be a non-negative integer, got '" + std::string(text) + "'");
+  }
+  return value;
+}
+
+void check_text(std::string_view value, std::string_view field) {
+  for (unsigned char c : value) {
+    if (c < 0x20 || c == 0x7f) {
+      throw ConfigError("RedisOptions::" + std::string(field) + " contains a control character");
+    }
+  }
+}
+
+void apply_parameter(RedisOptions& options, std::string_view name, std::string_view raw) {
+  const std::string part = "parameter '" + std::string(name) + "'";
+  const std::string value = percent_decode(raw, part);
+  if (name == "prefix") {
+    options.key_prefix = value;
+  } else if (name == "pool_size") {
+    options.pool_size = parse_number<std::size_t>(value, part);
+  } else if (name == "connect_timeout_ms") {
+    options.connect_timeout = std::chrono::milliseconds(parse_number<long long>(value, part));
+  } else if (name == "command_timeout_ms") {
+    options.command_timeout = std::chrono::milliseconds(parse_number<long long>(value, part));
+  } else if (name == "wait_timeout_ms") {
+    options.wait_timeout = std::chrono::milliseconds(parse_number<long long>(value, part));
+  } else if (name == "marker_ttl_ms") {
+    options.marker_ttl = std::chrono::milliseconds(parse_number<long long>(value, part));
+  } else if (name == "expiry_slack_ms") {
+    options.expiry_slack = std::chrono::milliseconds(parse_number<long long>(value, part));
+  } else if (name == "scan_count") {
+    options.scan_count = parse_number<std::size_t>(value, part);
+  } else {
+    bad_url("unknown parameter '" + std::string(name) +
+            "' (known: prefix, pool_size, connect_timeout_ms, command_timeout_ms, "
+            "wait_timeout_ms, marker_ttl_ms, expiry_slack_ms, scan_count)");
+  }
+}
+
+}  // namespace
+
+RedisOptions RedisOptions::from_url(std::string_view url) {
+  constexpr std::string_view kScheme = "redis://";
+  if (url.substr(0, kScheme.size()) != kScheme) {
+    const auto colon = url.find("://");
+    if (colon != std::string_view::npos) {
+      const std::string scheme(url.substr(0, colon));
+      bad_url("scheme '" + scheme + "' is not supported (expected redis://" +
+              (scheme == "rediss" ? "; TLS is not available with this hiredis" : "") + ")");
+    }
+    bad_url("'" + std::string(url.substr(0, 64)) + "' does not start with redis://");
+  }
+  RedisOptions options;
+  std::string_view rest = url.substr(kScheme.size());
+
+  const std::size_t authority_end = rest.find_first_of("/?#");
+  std::string_view authority = rest.substr(0, authority_end);
+  rest = authority_end == std::string_view::npos ? std::string_view() : rest.substr(authority_end);
+  if (!rest.empty() && rest.front() == '#') bad_url("fragments (#...) are not allowed");
+
+  // userinfo: ":password" or "user:password"
+  const std::size_t at = authority.rfind('@');
+  if (at != std::string_view::npos) {
+    const std::string_view userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    const std::size_t colon = userinfo.find(':');
+    if (colon == std::string_view::npos) {
+      bad_url("user info must be ':password' or 'user:password' (no ':' found before '@')");
+    }
+    const std::string user = percent_decode(userinfo.substr(0, colon), "user name");
+    options.password = percent_decode(userinfo.substr(colon + 1), "password", /*secret=*/true);
+    if (!user.empty()) options.username = user;
+  }
+
+  // host, [ipv6] or name, then :port
+  std::string_view host;
+  std::string_view port;
+  if (!authority.empty() && authority.front() == '[') {
+    const std::size_t close = authority.find(']');
+    if (close == std::string_view::npos)
+      bad_url("host '" + std::string(authority) + "' misses ']'");
+    host = authority.substr(1, close - 1);
+    const std::string_view after = authority.substr(close + 1);
+    if (!after.empty()) {
+      if (after.front() != ':') bad_url("unexpected '" + std::string(after) + "' after the host");
+      port = after.substr(1);
+      if (port.empty()) bad_url("port is empty");
+    }
+  } else {
+    const std::size_t colon = authority.rfind(':');
+    host = authority.substr(0, colon);
+    if (colon != std::string_view::npos) {
+      port = authority.substr(colon + 1);
+      if (port.empty()) bad_url("port is empty");
+    }
+  }
+  if (host.empty()) bad_url("host is missing");
+  options.host = percent_decode(host, "host");
+  if (!port.empty()) {
+    const long long number = parse_number<long long>(port, "port");
+    if (number < 1 || number > 65535) {
+      bad_url("port must be 1..65535, got '" + std::string(port) + "'");
+    }
+    options.port = static_cast<int>(number);
+  }
+
+  // /db
+  std::string_view query;
+  if (!rest.empty() && rest.front() == '/') {
+    const std::size_t q = rest.find('?');
+    const std::string_view path = rest.substr(1, q == std::string_view::npos ? q : q - 1);
+    query = q == std::string_view::npos ? std::string_view() : rest.substr(q + 1);
+    if (!path.empty()) {
+      const long long db = parse_number<long long>(path, "database (the path after the host)");
+      if (db > std::numeric_limits<int>::max())
+        bad_url("database '" + std::string(path) + "' is too large");
+      options.db = static_cast<int>(db);
+    }
+  } else if (!rest.empty() && rest.front() == '?') {
+    query = rest.substr(1);
+  }
+  if (query.find('#') != std::string_view::npos) bad_url("fragments (#...) are not allowed");
+
+  while (!query.empty()) {
+    const std::size_t amp = query.find('&');
+    const std::string_view pair = query.substr(0, amp);
+    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
+    if (pair.empty()) continue;
+    const std::size_t eq = pair.find('=');
+    if (eq == std::string_view::npos) {
+      bad_url("parameter '" + std::string(pair) + "' has no value (expected name=value)");
+    }
+    apply_parameter(options, pair.substr(0, eq), pair.substr(eq + 1));
+  }
+  options.validate();
+  return options;
+}
+
+void RedisOptions::validate() const {
+  if (host.empty()) throw ConfigError("RedisOptions::host must not be empty");
+  check_text(host, "host");
+  if (port < 1 || port > 65535) {
+    throw ConfigError("RedisOptions::port must be 1..65535, got " + std::to_string(port));
+  }
+  if (db < 0) throw ConfigError("RedisOptions::db must be >= 0, got " + std::to_string(db));
+  if (username && !password) {
+    throw ConfigError("RedisOptions::username is set without a password");
+  }
+  if (connect_timeout <= std::chrono::milliseconds::zero()) {
+    throw ConfigError("RedisOptions::connect_timeout must be > 0 ms, got " +
+                      std::to_string(connect_timeout.count()));
+  }
+  if (command_timeout <= std::chrono::milliseconds::zero()) {
+    throw ConfigError("RedisOptions::command_timeout must be > 0 ms, got " +
+                      std::to_string(command_timeout.count()));
+  }
+  if (wait_timeout < std::chrono::milliseconds::zero()) {
+    throw ConfigError("RedisOptions::wait_timeout must be >= 0 ms, got " +
+                      std::to_string(wait_timeout.count()));
+  }
+  if (pool_size < 1 || pool_size > kMaxPoolSize) {
+    throw ConfigError("RedisOptions::pool_size must be 1.." + std::to_string(kMaxPoolSize) +
+                      ", got " + std::to_string(pool_size));
+  }
+  if (key_prefix.size() > kMaxPrefixLength) {
+    throw ConfigError("RedisOptions::key_prefix is too long (" + std::to_string(key_prefix.size()) +
+                      " bytes, at most " + std::to_string(kMaxPrefixLength) + ")");
+  }
+  check_text(key_prefix, "key_prefix");
+  if (marker_ttl && *marker_ttl <= std::chrono::milliseconds::zero()) {
+    throw ConfigError("RedisOptions::marker_ttl must be > 0 ms when set, got " +
+                      std::to_string(marker_ttl->count()));
+  }
+  if (expiry_slack < std::chrono::milliseconds::zero()) {
+    throw ConfigError("RedisOptions::expiry_slack must be >= 0 ms, got " +
+                      std::to_string(expiry_slack.count()));
+  }
+  if (scan_count < 1) throw ConfigError("RedisOptions::scan_count must be >= 1");
+}
+
+std::string RedisOptions::endpoint() const {
+  const bool ipv6 = host.find(':') != std::string::npos;
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/" + std::to_string(db);
+}
+
+}  // namespace idem::redis

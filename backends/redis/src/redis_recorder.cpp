@@ -1,0 +1,274 @@
+#include "idem/redis/redis_recorder.hpp"
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+#include "internal.hpp"
+
+namespace idem::redis {
+namespace {
+
+// Ids per pipelined round trip in mark_processed_batch (bounds the buffers of one batch).
+constexpr std::size_t kBatchChunk = 512;
+
+void check_ids(std::string_view consumer, std::string_view event_id) {
+  validate_key("consumer", consumer);
+  validate_key("event id", event_id);
+}
+
+void check_lease(Millis lease) {
+  if (lease <= Millis::zero()) {
+    throw InvalidArgument("claim lease must be positive (got " + std::to_string(lease.count()) +
+                          " ms)");
+  }
+}
+
+void ping(ConnectionPool& pool) {
+  auto connection = pool.lease();
+  const RedisReply reply = connection->command({"PING"}, CommandKind::read, "PING");
+  if (reply.type != RedisReply::Type::status) {
+    detail::throw_unexpected_reply(reply, "PING", connection->endpoint());
+  }
+}
+
+bool flag_reply(const RedisReply& reply, std::string_view what, const std::string& endpoint) {
+  if (reply.is_error()) detail::throw_reply_error(reply, what, endpoint);
+  return detail::reply_integer(reply, what, endpoint) == 1;
+}
+
+std::size_t mark_chunk(ConnectionPool& pool, std::string_view consumer,
+                       std::span<const std::string_view> ids, const std::string& ts) {
+  const RedisOptions& options = pool.options();
+  const std::string ttl = options.marker_ttl ? std::to_string(options.marker_ttl->count()) : "";
+  auto connection = pool.lease();
+  std::vector<std::string> keys;
+  keys.reserve(ids.size());
+  for (std::string_view id : ids) {
+    keys.push_back(detail::marker_key(options.key_prefix, consumer, id));
+    if (options.marker_ttl) {
+      connection->append({"SET", keys.back(), ts, "NX", "PX", ttl});
+    } else {
+      connection->append({"SET", keys.back(), ts, "NX"});
+    }
+  }
+  const auto replies = connection->read_replies(CommandKind::idempotent_write, "mark_processed");
+  std::size_t fresh = 0;
+  for (const RedisReply& reply : replies) {
+    if (reply.is_error()) {
+      detail::throw_reply_error(reply, "mark_processed", connection->endpoint());
+    }
+    if (reply.type == RedisReply::Type::status) ++fresh;  // "OK"; nil: it already existed
+  }
+  return fresh;
+}
+
+}  // namespace
+
+RedisIdempotencyRecorder::RedisIdempotencyRecorder(RedisOptions options)
+    : RedisIdempotencyRecorder(std::make_shared<ConnectionPool>(std::move(options))) {}
+
+RedisIdempotencyRecorder::RedisIdempotencyRecorder(std::shared_ptr<ConnectionPool> pool)
+    : pool_(std::move(pool)) {
+  if (!pool_) throw InvalidArgument("RedisIdempotencyRecorder: the connection pool is null");
+  clock_ = pool_->options().clock ? pool_->options().clock : system_clock();
+  ping(*pool_);
+}
+
+RedisIdempotencyRecorder::~RedisIdempotencyRecorder() = default;
+
+std::string RedisIdempotencyRecorder::marker_key(std::string_view consumer,
+                                                 std::string_view event_id) const {
+  return detail::marker_key(pool_->options().key_prefix, consumer, event_id);
+}
+
+std::string RedisIdempotencyRecorder::claim_key(std::string_view consumer,
+                                                std::string_view event_id) const {
+  return detail::claim_key(pool_->options().key_prefix, consumer, event_id);
+}
+
+bool RedisIdempotencyRecorder::is_processed(std::string_view consumer, std::string_view event_id) {
+  check_ids(consumer, event_id);
+  const std::string key = marker_key(consumer, event_id);
+  auto connection = pool_->lease();
+  const RedisReply reply = connection->command({"EXISTS", key}, CommandKind::read, "is_processed");
+  return flag_reply(reply, "is_processed", connection->endpoint());
+}
+
+void RedisIdempotencyRecorder::mark_processed(std::string_view consumer,
+                                              std::string_view event_id) {
+  check_ids(consumer, event_id);
+  const std::array<std::string_view, 1> ids = {event_id};
+  mark_chunk(*pool_, consumer, ids, std::to_string(detail::to_ms(clock_->wall_now())));
+}
+
+std::size_t RedisIdempotencyRecorder::mark_processed_batch(
+    std::string_view consumer, std::span<const std::string_view> event_ids) {
+  validate_key("consumer", consumer);
+  for (std::string_view id : event_ids)
+    validate_key("event id", id);
+  const std::string ts = std::to_string(detail::to_ms(clock_->wall_now()));
+  std::size_t fresh = 0;
+  for (std::size_t offset = 0; offset < event_ids.size(); offset += kBatchChunk) {
+    const std::size_t n = std::min(kBatchChunk, event_ids.size() - offset);
+    fresh += mark_chunk(*pool_, consumer, event_ids.subspan(offset, n), ts);
+  }
+  return fresh;
+}
+
+std::size_t RedisIdempotencyRecorder::mark_processed_batch(std::string_view consumer,
+                                                           std::span<const std::string> event_ids) {
+  std::vector<std::string_view> views(event_ids.begin(), event_ids.end());
+  return mark_processed_batch(consumer, std::span<const std::string_view>(views));
+}
+
+Claim RedisIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
+                                      Millis lease) {
+  check_ids(consumer, event_id);
+  check_lease(lease);
+  const RedisOptions& options = pool_->options();
+  const std::string marker = marker_key(consumer, event_id);
+  const std::string claim = claim_key(consumer, event_id);
+  const std::string counter = detail::token_counter_key(options.key_prefix);
+  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
+  const std::string lease_ms = std::to_string(lease.count());
+  const std::string slack = std::to_string(options.expiry_slack.count());
+  const std::array<std::string_view, 3> keys = {marker, claim, counter};
+  const std::array<std::string_view, 3> args = {now, lease_ms, slack};
+
+  auto connection = pool_->lease();
+  const RedisReply reply = detail::run_script(*connection, detail::recorder_claim_script(), keys,
+                                              args, CommandKind::write, "claim");
+  const std::string& endpoint = connection->endpoint();
+  if (reply.is_error()) {
+    if (reply.str.rfind("IDEMCORRUPT", 0) == 0) {
+      throw StoreError(ErrorCode::store_corrupt_record,
+                       "idem redis: claim on " + endpoint + ": the claim of event '" +
+                           std::string(event_id) + "' for consumer '" + std::string(consumer) +
+                           "' (key " + claim + ") is corrupt: " + reply.str.substr(12) +
+                           "; delete the key to reset it");
+    }
+    detail::throw_reply_error(reply, "claim", endpoint);
+  }
+  if (reply.type != RedisReply::Type::array || reply.elements.empty()) {
+    detail::throw_unexpected_reply(reply, "claim", endpoint);
+  }
+  const auto& e = reply.elements;
+  Claim result;
+  switch (detail::reply_integer(e[0], "claim", endpoint)) {
+    case 1:
+      result.status = Claim::Status::processed;
+      return result;
+    case 2:
+      if (e.size() != 3) detail::throw_unexpected_reply(reply, "claim", endpoint);
+      result.status = Claim::Status::in_progress;
+      result.lease_until = detail::from_ms(detail::reply_integer(e[2], "claim", endpoint));
+      return result;
+    case 0:
+      if (e.size() != 4) detail::throw_unexpected_reply(reply, "claim", endpoint);
+      result.status = Claim::Status::acquired;
+      result.token = static_cast<std::uint64_t>(detail::reply_integer(e[1], "claim", endpoint));
+      result.lease_until = detail::from_ms(detail::reply_integer(e[2], "claim", endpoint));
+      result.took_over = detail::reply_integer(e[3], "claim", endpoint) == 1;
+      return result;
+    default:
+      detail::throw_unexpected_reply(reply, "claim", endpoint);
+  }
+}
+
+bool RedisIdempotencyRecorder::complete(std::string_view consumer, std::string_view event_id,
+                                        std::uint64_t token) {
+  check_ids(consumer, event_id);
+  const RedisOptions& options = pool_->options();
+  const std::string marker = marker_key(consumer, event_id);
+  const std::string claim = claim_key(consumer, event_id);
+  const std::string token_text = std::to_string(token);
+  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
+  const std::string ttl = options.marker_ttl ? std::to_string(options.marker_ttl->count()) : "0";
+  const std::array<std::string_view, 2> keys = {marker, claim};
+  const std::array<std::string_view, 3> args = {token_text, now, ttl};
+  auto connection = pool_->lease();
+  const RedisReply reply = detail::run_script(*connection, detail::recorder_complete_script(), keys,
+                                              args, CommandKind::write, "complete");
+  return flag_reply(reply, "complete", connection->endpoint());
+}
+
+bool RedisIdempotencyRecorder::release(std::string_view consumer, std::string_view event_id,
+                                       std::uint64_t token) {
+  check_ids(consumer, event_id);
+  const std::string claim = claim_key(consumer, event_id);
+  const std::string token_text = std::to_string(token);
+  const std::array<std::string_view, 1> keys = {claim};
+  const std::array<std::string_view, 1> args = {token_text};
+  auto connection = pool_->lease();
+  const RedisReply reply = detail::run_script(*connection, detail::recorder_release_script(), keys,
+                                              args, CommandKind::write, "release");
+  return flag_reply(reply, "release", connection->endpoint());
+}
+
+bool RedisIdempotencyRecorder::renew(std::string_view consumer, std::string_view event_id,
+                                     std::uint64_t token, Millis lease) {
+  check_ids(consumer, event_id);
+  check_lease(lease);
+  const std::string claim = claim_key(consumer, event_id);
+  const std::string token_text = std::to_string(token);
+  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
+  const std::string lease_ms = std::to_string(lease.count());
+  const std::string slack = std::to_string(pool_->options().expiry_slack.count());
+  const std::array<std::string_view, 1> keys = {claim};
+  const std::array<std::string_view, 4> args = {token_text, now, lease_ms, slack};
+  auto connection = pool_->lease();
+  const RedisReply reply = detail::run_script(*connection, detail::recorder_renew_script(), keys,
+                                              args, CommandKind::write, "renew");
+  return flag_reply(reply, "renew", connection->endpoint());
+}
+
+std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
+  if (older_than < std::chrono::system_clock::duration::zero()) {
+    throw InvalidArgument("purge: older_than must not be negative");
+  }
+  const RedisOptions& options = pool_->options();
+  const std::int64_t cutoff_ms = detail::to_ms(clock_->wall_now() - older_than);
+  const std::string cutoff = std::to_string(cutoff_ms);
+  // Markers and claims of this prefix: "<prefix>m:{..." and "<prefix>c:{...".
+  const std::string pattern = detail::glob_escape(options.key_prefix) + "[mc]:{*";
+  const std::string count = std::to_string(options.scan_count);
+  const std::size_t kind_at = options.key_prefix.size();
+
+  auto connection = pool_->lease();
+  const std::string& endpoint = connection->endpoint();
+  detail::load_script(*connection, detail::recorder_purge_script(), "purge");
+  // SCAN may return a key twice; the second compare-and-delete then finds nothing, so nothing
+  // is counted twice.
+  std::size_t purged_markers = 0;
+  std::string cursor = "0";
+  do {
+    const RedisReply page = connection->command({"SCAN", cursor, "MATCH", pattern, "COUNT", count},
+                                                CommandKind::read, "purge");
+    if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
+        page.elements[1].type != RedisReply::Type::array) {
+      detail::throw_unexpected_reply(page, "purge", endpoint);
+    }
+    cursor = page.elements[0].str;
+    std::vector<bool> is_marker;
+    for (const RedisReply& key : page.elements[1].elements) {
+      const bool marker = key.str[kind_at] == 'm';
+      const std::array<std::string_view, 1> keys = {key.str};
+      const std::array<std::string_view, 2> args = {marker ? "m" : "c", cutoff};
+      detail::append_script(*connection, detail::recorder_purge_script(), keys, args);
+      is_marker.push_back(marker);
+    }
+    if (is_marker.empty()) continue;
+    const auto replies = connection->read_replies(CommandKind::write, "purge");
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (flag_reply(replies[i], "purge", endpoint) && is_marker[i]) ++purged_markers;
+    }
+  } while (cursor != "0");
+  return purged_markers;
+}
+
+}  // namespace idem::redis

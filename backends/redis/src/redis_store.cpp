@@ -1,0 +1,319 @@
+#include "idem/redis/redis_store.hpp"
+
+#include <array>
+#include <charconv>
+#include <map>
+#include <string>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+#include "internal.hpp"
+
+namespace idem::redis {
+namespace {
+
+constexpr std::string_view kInProgress = "in_progress";
+constexpr std::string_view kCompleted = "completed";
+
+void check_lease(Millis lease) {
+  if (lease <= Millis::zero()) {
+    throw InvalidArgument("idempotency lease must be positive (got " +
+                          std::to_string(lease.count()) + " ms)");
+  }
+}
+
+void check_ttl(Millis ttl) {
+  if (ttl < Millis::zero()) {
+    throw InvalidArgument("idempotency ttl must not be negative (got " +
+                          std::to_string(ttl.count()) + " ms)");
+  }
+}
+
+bool flag_reply(const RedisReply& reply, std::string_view what, const std::string& endpoint) {
+  if (reply.is_error()) detail::throw_reply_error(reply, what, endpoint);
+  return detail::reply_integer(reply, what, endpoint) == 1;
+}
+
+// Turns a record hash (HGETALL's field/value list) back into an IdempotencyRecord, checking
+// every field a state needs. Anything missing or malformed is reported, never guessed.
+class RecordDecoder {
+ public:
+  RecordDecoder(std::string_view key, std::string redis_key, const RedisReply& fields)
+      : key_(key), redis_key_(std::move(redis_key)) {
+    if (fields.type != RedisReply::Type::array || fields.elements.size() % 2 != 0) {
+      corrupt("it is not a hash of field/value pairs");
+    }
+    for (std::size_t i = 0; i + 1 < fields.elements.size(); i += 2)
+      fields_[fields.elements[i].str] = &fields.elements[i + 1].str;
+  }
+
+  IdempotencyRecord decode() {
+    IdempotencyRecord record;
+    record.key = std::string(key_);
+    const std::string& state = required("state");
+    record.token = unsigned_field("token");
+    if (const std::string* fingerprint = optional("fingerprint")) {
+      record.fingerprint = *fingerprint;
+    }
+    if (state == kInProgress) {
+      record.state = IdempotencyRecord::State::in_progress;
+      record.lease_until = time_field("lease_until");
+    } else if (state == kCompleted) {
+      record.state = IdempotencyRecord::State::completed;
+      if (optional("lease_until") != nullptr) record.lease_until = time_field("lease_until");
+      record.completed_at = time_field("completed_at");
+      record.expires_at = time_field("expires_at");
+      record.value.bytes = required("value");
+      const std::string& report = required("report");
+      try {
+        record.report = ExecutionReport::from_json(report);
+      } catch (const std::exception& e) {
+        corrupt("field 'report' is not a valid execution report (" + std::string(e.what()) + ")");
+      }
+    } else {
+      corrupt("unknown state '" + state.substr(0, 40) + "'");
+    }
+    return record;
+  }
+
+ private:
+  [[noreturn]] void corrupt(const std::string& why) const {
+    throw StoreError(ErrorCode::store_corrupt_record,
+                     "idem redis: the record of idempotency key '" + std::string(key_) +
+                         "' (redis key " + redis_key_ + ") is corrupt: " + why +
+                         "; delete the key to reset it");
+  }
+  const std::string* optional(const char* name) const {
+    const auto it = fields_.find(name);
+    return it == fields_.end() ? nullptr : it->second;
+  }
+  const std::string& required(const char* name) const {
+    const std::string* value = optional(name);
+    if (value == nullptr) corrupt("field '" + std::string(name) + "' is missing");
+    return *value;
+  }
+  template <class T>
+  T number(const char* name) const {
+    const std::string& text = required(name);
+    T value{};
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+      corrupt("field '" + std::string(name) + "' is not an integer ('" + text.substr(0, 40) + "')");
+    }
+    return value;
+  }
+  std::uint64_t unsigned_field(const char* name) const { return number<std::uint64_t>(name); }
+  WallTime time_field(const char* name) const {
+    return detail::from_ms(number<std::int64_t>(name));
+  }
+
+  std::string_view key_;
+  std::string redis_key_;
+  std::map<std::string, const std::string*, std::less<>> fields_;
+};
+
+}  // namespace
+
+RedisIdempotencyStore::RedisIdempotencyStore(RedisOptions options)
+    : RedisIdempotencyStore(std::make_shared<ConnectionPool>(std::move(options))) {}
+
+RedisIdempotencyStore::RedisIdempotencyStore(std::shared_ptr<ConnectionPool> pool)
+    : pool_(std::move(pool)) {
+  if (!pool_) throw InvalidArgument("RedisIdempotencyStore: the connection pool is null");
+  clock_ = pool_->options().clock ? pool_->options().clock : system_clock();
+  wait_clock_ = clock_;
+  auto connection = pool_->lease();
+  const RedisReply reply = connection->command({"PING"}, CommandKind::read, "PING");
+  if (reply.type != RedisReply::Type::status) {
+    detail::throw_unexpected_reply(reply, "PING", connection->endpoint());
+  }
+}
+
+RedisIdempotencyStore::~RedisIdempotencyStore() = default;
+
+std::string RedisIdempotencyStore::record_key(std::string_view key) const {
+  return detail::record_key(pool_->options().key_prefix, key);
+}
+
+ClaimOutcome RedisIdempotencyStore::claim(std::string_view key,
+                                          std::optional<std::string_view> fingerprint,
+                                          Millis lease) {
+  validate_key("idempotency key", key);
+  check_lease(lease);
+  const RedisOptions& options = pool_->options();
+  const std::string record = record_key(key);
+  const std::string counter = detail::token_counter_key(options.key_prefix);
+  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
+  const std::string lease_ms = std::to_string(lease.count());
+  const std::string slack = std::to_string(options.expiry_slack.count());
+  const std::array<std::string_view, 2> keys = {record, counter};
+  const std::array<std::string_view, 5> args = {now, lease_ms, fingerprint ? "1" : "0",
+                                                fingerprint.value_or(""), slack};
+  auto connection = pool_->lease();
+  const std::string& endpoint = connection->endpoint();
+  const RedisReply reply = detail::run_script(*connection, detail::store_claim_script(), keys, args,
+                                              CommandKind::write, "claim");
+  if (reply.is_error()) detail::throw_reply_error(reply, "claim", endpoint);
+  if (reply.type != RedisReply::Type::array || reply.elements.empty() ||
+      reply.elements[0].type != RedisReply::Type::string) {
+    detail::throw_unexpected_reply(reply, "claim", endpoint);
+  }
+  const std::string& status = reply.elements[0].str;
+  ClaimOutcome outcome;
+  if (status == "acquired") {
+    if (reply.elements.size() != 3) detail::throw_unexpected_reply(reply, "claim", endpoint);
+    outcome.status = ClaimOutcome::Status::acquired;
+    outcome.token =
+        static_cast<std::uint64_t>(detail::reply_integer(reply.elements[1], "claim", endpoint));
+    outcome.took_over = detail::reply_integer(reply.elements[2], "claim", endpoint) == 1;
+    return outcome;
+  }
+  if (reply.elements.size() != 2) detail::throw_unexpected_reply(reply, "claim", endpoint);
+  IdempotencyRecord found = RecordDecoder(key, record, reply.elements[1]).decode();
+  if (status == "corrupt") {
+    // The decoder found nothing wrong, but the script could not read the state's time either:
+    // report it rather than act on a record two readers disagree about.
+    throw StoreError(ErrorCode::store_corrupt_record,
+                     "idem redis: the record of idempotency key '" + std::string(key) +
+                         "' (redis key " + record + ") is corrupt; delete the key to reset it");
+  }
+  if (status == "completed") {
+    outcome.status = ClaimOutcome::Status::completed;
+  } else if (status == "in_progress") {
+    outcome.status = ClaimOutcome::Status::in_progress;
+  } else if (status == "mismatch") {
+    outcome.status = ClaimOutcome::Status::mismatch;
+  } else {
+    detail::throw_unexpected_reply(reply, "claim", endpoint);
+  }
+  outcome.record = std::move(found);
+  return outcome;
+}
+
+bool RedisIdempotencyStore::complete(std::string_view key, std::uint64_t token, StoredValue value,
+                                     const ExecutionReport& report, Millis ttl) {
+  validate_key("idempotency key", key);
+  check_ttl(ttl);
+  const RedisOptions& options = pool_->options();
+  const std::string record = record_key(key);
+  const std::string token_text = std::to_string(token);
+  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
+  const std::string ttl_ms = std::to_string(ttl.count());
+  const std::string report_json = report.to_json();
+  const std::string slack = std::to_string(options.expiry_slack.count());
+  const std::string empty;
+  const std::array<std::string_view, 1> keys = {record};
+  const std::array<std::string_view, 6> args = {
+      token_text, now, ttl_ms, value.bytes ? *value.bytes : empty, report_json, slack};
+  auto connection = pool_->lease();
+  const RedisReply reply = detail::run_script(*connection, detail::store_complete_script(), keys,
+                                              args, CommandKind::write, "complete");
+  return flag_reply(reply, "complete", connection->endpoint());
+}
+
+bool RedisIdempotencyStore::release(std::string_view key, std::uint64_t token) {
+  validate_key("idempotency key", key);
+  const std::string record = record_key(key);
+  const std::string token_text = std::to_string(token);
+  const std::array<std::string_view, 1> keys = {record};
+  const std::array<std::string_view, 1> args = {token_text};
+  auto connection = pool_->lease();
+  const RedisReply reply = detail::run_script(*connection, detail::store_release_script(), keys,
+                                              args, CommandKind::write, "release");
+  return flag_reply(reply, "release", connection->endpoint());
+}
+
+bool RedisIdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
+  validate_key("idempotency key", key);
+  check_lease(lease);
+  const std::string record = record_key(key);
+  const std::string token_text = std::to_string(token);
+  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
+  const std::string lease_ms = std::to_string(lease.count());
+  const std::string slack = std::to_string(pool_->options().expiry_slack.count());
+  const std::array<std::string_view, 1> keys = {record};
+  const std::array<std::string_view, 4> args = {token_text, now, lease_ms, slack};
+  auto connection = pool_->lease();
+  const RedisReply reply = detail::run_script(*connection, detail::store_renew_script(), keys, args,
+                                              CommandKind::write, "renew");
+  return flag_reply(reply, "renew", connection->endpoint());
+}
+
+std::optional<IdempotencyRecord> RedisIdempotencyStore::lookup(std::string_view key) {
+  validate_key("idempotency key", key);
+  const std::string record = record_key(key);
+  auto connection = pool_->lease();
+  const RedisReply reply = connection->command({"HGETALL", record}, CommandKind::read, "lookup");
+  if (reply.is_error()) detail::throw_reply_error(reply, "lookup", connection->endpoint());
+  if (reply.type == RedisReply::Type::array && reply.elements.empty()) return std::nullopt;
+  IdempotencyRecord found = RecordDecoder(key, record, reply).decode();
+  if (found.state == IdempotencyRecord::State::completed &&
+      clock_->wall_now() >= found.expires_at) {
+    return std::nullopt;  // expired: reported absent; purge_expired() or Redis removes it
+  }
+  return found;
+}
+
+namespace {
+
+// Calls `each_page(keys)` for every page of SCAN MATCH `pattern`.
+template <class EachPage>
+void scan(RedisConnection& connection, const std::string& pattern, std::size_t count,
+          std::string_view what, EachPage&& each_page) {
+  const std::string count_text = std::to_string(count);
+  std::string cursor = "0";
+  do {
+    const RedisReply page = connection.command(
+        {"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}, CommandKind::read, what);
+    if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
+        page.elements[1].type != RedisReply::Type::array) {
+      detail::throw_unexpected_reply(page, what, connection.endpoint());
+    }
+    cursor = page.elements[0].str;
+    each_page(page.elements[1].elements);
+  } while (cursor != "0");
+}
+
+}  // namespace
+
+std::size_t RedisIdempotencyStore::purge_expired() {
+  const RedisOptions& options = pool_->options();
+  const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
+  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
+  auto connection = pool_->lease();
+  detail::load_script(*connection, detail::store_purge_script(), "purge_expired");
+  std::size_t purged = 0;
+  scan(*connection, pattern, options.scan_count, "purge_expired",
+       [&](const std::vector<RedisReply>& keys) {
+         if (keys.empty()) return;
+         for (const RedisReply& key : keys) {
+           const std::array<std::string_view, 1> script_keys = {key.str};
+           const std::array<std::string_view, 1> args = {now};
+           detail::append_script(*connection, detail::store_purge_script(), script_keys, args);
+         }
+         // A key SCAN returned twice is found gone the second time: counted once.
+         for (const RedisReply& reply :
+              connection->read_replies(CommandKind::write, "purge_expired")) {
+           if (flag_reply(reply, "purge_expired", connection->endpoint())) ++purged;
+         }
+       });
+  return purged;
+}
+
+std::size_t RedisIdempotencyStore::entry_count() {
+  const RedisOptions& options = pool_->options();
+  const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
+  auto connection = pool_->lease();
+  std::unordered_set<std::string> seen;  // SCAN may return a key more than once
+  scan(*connection, pattern, options.scan_count, "entry_count",
+       [&](const std::vector<RedisReply>& keys) {
+         for (const RedisReply& key : keys)
+           seen.insert(key.str);
+       });
+  return seen.size();
+}
+
+}  // namespace idem::redis

@@ -1,0 +1,262 @@
+// The Lua scripts behind every atomic step of the Redis recorder and store.
+//
+// Conventions: keys arrive in KEYS, everything else (times, tokens, fingerprints, values) in
+// ARGV — nothing from a caller is ever part of a script's source. Times are milliseconds since
+// the epoch from the client's injected clock (ARGV), never redis TIME. Numbers written into
+// hashes go through fmt() ('%.0f'), because Lua would print large numbers in exponent form.
+// Tokens are compared as the decimal strings they were stored as.
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "internal.hpp"
+
+namespace idem::redis::detail {
+namespace {
+
+// ---- recorder -------------------------------------------------------------------------------
+
+// KEYS: marker, claim, token counter.  ARGV: now_ms, lease_ms, expiry_slack_ms.
+// Returns {1} processed | {2, token, lease_until} in progress |
+//         {0, token, lease_until, took_over} acquired.
+constexpr std::string_view kRecorderClaim = R"lua(
+local function fmt(n) return string.format('%.0f', n) end
+if redis.call('EXISTS', KEYS[1]) == 1 then return {1} end
+local now = tonumber(ARGV[1])
+local held = redis.call('HMGET', KEYS[2], 'token', 'lease_until')
+local took_over = 0
+if held[1] or held[2] then
+  local token, lease_until = tonumber(held[1]), tonumber(held[2])
+  if not token or not lease_until then
+    return redis.error_reply('IDEMCORRUPT claim ' .. KEYS[2] .. ' has no valid token/lease_until')
+  end
+  if now < lease_until then return {2, token, lease_until} end
+  took_over = 1
+end
+local token = redis.call('INCR', KEYS[3])
+local lease_until = now + tonumber(ARGV[2])
+redis.call('DEL', KEYS[2])
+redis.call('HSET', KEYS[2], 'token', fmt(token), 'lease_until', fmt(lease_until))
+redis.call('PEXPIREAT', KEYS[2], fmt(lease_until + tonumber(ARGV[3])))
+return {0, token, lease_until, took_over}
+)lua";
+
+// KEYS: marker, claim.  ARGV: token, now_ms, marker_ttl_ms (0: none).  Returns 1 | 0 (fenced).
+constexpr std::string_view kRecorderComplete = R"lua(
+if redis.call('HGET', KEYS[2], 'token') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[2])
+if tonumber(ARGV[3]) > 0 then
+  redis.call('SET', KEYS[1], ARGV[2], 'NX', 'PX', ARGV[3])
+else
+  redis.call('SET', KEYS[1], ARGV[2], 'NX')
+end
+return 1
+)lua";
+
+// KEYS: claim.  ARGV: token.  Returns 1 | 0 (fenced).
+constexpr std::string_view kRecorderRelease = R"lua(
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+)lua";
+
+// KEYS: claim.  ARGV: token, now_ms, lease_ms, expiry_slack_ms.  Returns 1 | 0 (fenced).
+constexpr std::string_view kRecorderRenew = R"lua(
+local function fmt(n) return string.format('%.0f', n) end
+if redis.call('HGET', KEYS[1], 'token') ~= ARGV[1] then return 0 end
+local lease_until = tonumber(ARGV[2]) + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'lease_until', fmt(lease_until))
+redis.call('PEXPIREAT', KEYS[1], fmt(lease_until + tonumber(ARGV[4])))
+return 1
+)lua";
+
+// One key found by purge's SCAN. KEYS: the key.  ARGV: 'm' (marker) | 'c' (claim), cutoff_ms.
+// Deletes a marker whose time is before the cutoff, or a claim whose lease ended before it.
+// Returns 1 when deleted. Values idem cannot read are kept (never lose what we do not own).
+constexpr std::string_view kRecorderPurge = R"lua(
+local cutoff = tonumber(ARGV[2])
+local at
+if ARGV[1] == 'm' then
+  local value = redis.pcall('GET', KEYS[1])
+  if type(value) ~= 'string' then return 0 end
+  at = tonumber(value)
+else
+  local value = redis.pcall('HGET', KEYS[1], 'lease_until')
+  if type(value) ~= 'string' then return 0 end
+  at = tonumber(value)
+end
+if at and at < cutoff then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+)lua";
+
+// ---- store ----------------------------------------------------------------------------------
+
+// KEYS: record, token counter.
+// ARGV: now_ms, lease_ms, has_fingerprint ('1'|'0'), fingerprint, expiry_slack_ms.
+// Returns {'acquired', token, took_over} | {'in_progress'|'completed'|'mismatch', HGETALL} |
+//         {'corrupt', HGETALL} (the client decodes it and reports what is wrong).
+constexpr std::string_view kStoreClaim = R"lua(
+local function fmt(n) return string.format('%.0f', n) end
+local now = tonumber(ARGV[1])
+local took_over = 0
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at', 'fingerprint')
+  local live
+  if r[1] == 'in_progress' then
+    local lease_until = tonumber(r[2])
+    if not lease_until then return {'corrupt', redis.call('HGETALL', KEYS[1])} end
+    live = now < lease_until
+    took_over = 1
+  elseif r[1] == 'completed' then
+    local expires_at = tonumber(r[3])
+    if not expires_at then return {'corrupt', redis.call('HGETALL', KEYS[1])} end
+    live = now < expires_at
+  else
+    return {'corrupt', redis.call('HGETALL', KEYS[1])}
+  end
+  if live then
+    local status = r[1]
+    if ARGV[3] == '1' and r[4] and r[4] ~= ARGV[4] then status = 'mismatch' end
+    return {status, redis.call('HGETALL', KEYS[1])}
+  end
+end
+local token = redis.call('INCR', KEYS[2])
+local lease_until = now + tonumber(ARGV[2])
+redis.call('DEL', KEYS[1])
+if ARGV[3] == '1' then
+  redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', fmt(token),
+             'lease_until', fmt(lease_until), 'fingerprint', ARGV[4])
+else
+  redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', fmt(token),
+             'lease_until', fmt(lease_until))
+end
+redis.call('PEXPIREAT', KEYS[1], fmt(lease_until + tonumber(ARGV[5])))
+return {'acquired', token, took_over}
+)lua";
+
+// KEYS: record.  ARGV: token, now_ms, ttl_ms, value, report, expiry_slack_ms.
+// Returns 1 | 0 (fenced: not in progress, or another token).
+constexpr std::string_view kStoreComplete = R"lua(
+local function fmt(n) return string.format('%.0f', n) end
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'in_progress' or r[2] ~= ARGV[1] then return 0 end
+local ttl = tonumber(ARGV[3])
+if ttl <= 0 then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+local now = tonumber(ARGV[2])
+local expires_at = now + ttl
+redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', fmt(now),
+           'expires_at', fmt(expires_at), 'value', ARGV[4], 'report', ARGV[5])
+redis.call('PEXPIREAT', KEYS[1], fmt(expires_at + tonumber(ARGV[6])))
+return 1
+)lua";
+
+// KEYS: record.  ARGV: token.  Returns 1 | 0 (fenced).
+constexpr std::string_view kStoreRelease = R"lua(
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'in_progress' or r[2] ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+)lua";
+
+// KEYS: record.  ARGV: token, now_ms, lease_ms, expiry_slack_ms.  Returns 1 | 0 (fenced).
+constexpr std::string_view kStoreRenew = R"lua(
+local function fmt(n) return string.format('%.0f', n) end
+local r = redis.call('HMGET', KEYS[1], 'state', 'token')
+if r[1] ~= 'in_progress' or r[2] ~= ARGV[1] then return 0 end
+local lease_until = tonumber(ARGV[2]) + tonumber(ARGV[3])
+redis.call('HSET', KEYS[1], 'lease_until', fmt(lease_until))
+redis.call('PEXPIREAT', KEYS[1], fmt(lease_until + tonumber(ARGV[4])))
+return 1
+)lua";
+
+// One key found by purge_expired's SCAN. KEYS: the record.  ARGV: now_ms.
+// Deletes a completed record with expires_at <= now. Returns 1 when deleted.
+constexpr std::string_view kStorePurge = R"lua(
+local r = redis.pcall('HMGET', KEYS[1], 'state', 'expires_at')
+if type(r) ~= 'table' or r.err then return 0 end
+local expires_at = tonumber(r[2])
+if r[1] == 'completed' and expires_at and expires_at <= tonumber(ARGV[1]) then
+  redis.call('DEL', KEYS[1])
+  return 1
+end
+return 0
+)lua";
+
+Script make_script(std::string_view name, std::string_view source) {
+  return Script{name, source, sha1_hex(source)};
+}
+
+bool is_noscript(const RedisReply& reply) {
+  return reply.is_error() && reply.str.rfind("NOSCRIPT", 0) == 0;
+}
+
+// EVALSHA/EVAL <sha|source> <numkeys> keys... args...
+std::vector<std::string_view> script_command(std::string_view verb, std::string_view body,
+                                             const std::string& numkeys,
+                                             std::span<const std::string_view> keys,
+                                             std::span<const std::string_view> args) {
+  std::vector<std::string_view> argv;
+  argv.reserve(3 + keys.size() + args.size());
+  argv.push_back(verb);
+  argv.push_back(body);
+  argv.push_back(numkeys);
+  argv.insert(argv.end(), keys.begin(), keys.end());
+  argv.insert(argv.end(), args.begin(), args.end());
+  return argv;
+}
+
+}  // namespace
+
+#define IDEM_REDIS_SCRIPT(function, name, source)           \
+  const Script& function() {                                \
+    static const Script script = make_script(name, source); \
+    return script;                                          \
+  }
+
+IDEM_REDIS_SCRIPT(recorder_claim_script, "recorder claim", kRecorderClaim)
+IDEM_REDIS_SCRIPT(recorder_complete_script, "recorder complete", kRecorderComplete)
+IDEM_REDIS_SCRIPT(recorder_release_script, "recorder release", kRecorderRelease)
+IDEM_REDIS_SCRIPT(recorder_renew_script, "recorder renew", kRecorderRenew)
+IDEM_REDIS_SCRIPT(recorder_purge_script, "recorder purge", kRecorderPurge)
+IDEM_REDIS_SCRIPT(store_claim_script, "store claim", kStoreClaim)
+IDEM_REDIS_SCRIPT(store_complete_script, "store complete", kStoreComplete)
+IDEM_REDIS_SCRIPT(store_release_script, "store release", kStoreRelease)
+IDEM_REDIS_SCRIPT(store_renew_script, "store renew", kStoreRenew)
+IDEM_REDIS_SCRIPT(store_purge_script, "store purge", kStorePurge)
+
+#undef IDEM_REDIS_SCRIPT
+
+RedisReply run_script(RedisConnection& connection, const Script& script,
+                      std::span<const std::string_view> keys,
+                      std::span<const std::string_view> args, CommandKind kind,
+                      std::string_view what) {
+  const std::string numkeys = std::to_string(keys.size());
+  RedisReply reply =
+      connection.command(script_command("EVALSHA", script.sha, numkeys, keys, args), kind, what);
+  if (!is_noscript(reply)) return reply;
+  // Not run (the server does not know the script): send the source, which runs and caches it.
+  return connection.command(script_command("EVAL", script.source, numkeys, keys, args), kind, what);
+}
+
+void append_script(RedisConnection& connection, const Script& script,
+                   std::span<const std::string_view> keys, std::span<const std::string_view> args) {
+  const std::string numkeys = std::to_string(keys.size());
+  connection.append(script_command("EVALSHA", script.sha, numkeys, keys, args));
+}
+
+void load_script(RedisConnection& connection, const Script& script, std::string_view what) {
+  const RedisReply reply =
+      connection.command({"SCRIPT", "LOAD", script.source}, CommandKind::read, what);
+  if (reply.type != RedisReply::Type::string || reply.str != script.sha) {
+    throw_unexpected_reply(reply, what, connection.endpoint());
+  }
+}
+
+}  // namespace idem::redis::detail

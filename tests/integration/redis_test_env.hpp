@@ -1,0 +1,139 @@
+// Shared by idem's Redis tests: where the server is, and a private key prefix per test.
+//
+// Tests find the server in IDEM_TEST_REDIS_URL (scripts/servers.sh exports it). When it is
+// missing, every test of the binary is skipped with a message naming the variable — or, when
+// IDEM_REQUIRE_SERVERS=1 (the test command sets it), the binary fails: in CI a missing server is
+// an error, not a skip. A test binary opts in with IDEM_REDIS_TEST_ENVIRONMENT() at namespace
+// scope.
+//
+// RedisTestPrefix gives each test a unique key prefix ("idemtest:<pid>:<n>:<random>:") and
+// deletes every key under it when destroyed, so tests never see each other's keys and leave
+// nothing behind.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdlib>
+#include <initializer_list>
+#include <memory>
+#include <random>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "idem/redis/connection_pool.hpp"
+#include "idem/redis/redis_options.hpp"
+
+namespace idem::test {
+
+inline std::string redis_url() {
+  const char* url = std::getenv("IDEM_TEST_REDIS_URL");
+  return url != nullptr ? std::string(url) : std::string();
+}
+
+inline bool servers_required() {
+  const char* required = std::getenv("IDEM_REQUIRE_SERVERS");
+  return required != nullptr && std::string_view(required) == "1";
+}
+
+class RedisEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    if (!redis_url().empty()) return;
+    if (servers_required()) {
+      FAIL() << "IDEM_TEST_REDIS_URL is not set but IDEM_REQUIRE_SERVERS=1: run the tests "
+                "through scripts/servers.sh (or scripts/test.sh)";
+    }
+    GTEST_SKIP() << "no Redis server: set IDEM_TEST_REDIS_URL=redis://127.0.0.1:PORT/0 or run "
+                    "the test through scripts/servers.sh";
+  }
+};
+
+#define IDEM_REDIS_TEST_ENVIRONMENT()                                                 \
+  [[maybe_unused]] static ::testing::Environment* const idem_redis_test_environment = \
+      ::testing::AddGlobalTestEnvironment(new ::idem::test::RedisEnvironment)
+
+// Options for the test server with `prefix` (and `clock`, when given).
+inline redis::RedisOptions redis_test_options(std::string prefix,
+                                              std::shared_ptr<Clock> clock = nullptr) {
+  redis::RedisOptions options = redis::RedisOptions::from_url(redis_url());
+  options.key_prefix = std::move(prefix);
+  options.clock = std::move(clock);
+  return options;
+}
+
+class RedisTestPrefix {
+ public:
+  explicit RedisTestPrefix(std::string_view name = "t") {
+    static std::atomic<int> counter{0};
+    std::random_device device;
+    prefix_ = "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" +
+              std::to_string(device() % 1000000) + ":" + std::string(name) + ":";
+    pool_ = std::make_shared<redis::ConnectionPool>(redis_test_options(prefix_));
+  }
+  RedisTestPrefix(const RedisTestPrefix&) = delete;
+  RedisTestPrefix& operator=(const RedisTestPrefix&) = delete;
+  ~RedisTestPrefix() {
+    try {
+      delete_all();
+    } catch (...) {
+      // The server may be gone (fault tests); nothing else to clean then.
+    }
+  }
+
+  const std::string& prefix() const { return prefix_; }
+  redis::RedisOptions options(std::shared_ptr<Clock> clock = nullptr) const {
+    return redis_test_options(prefix_, std::move(clock));
+  }
+
+  // A raw command on the test server (outside idem's API: to inspect or damage records).
+  redis::RedisReply command(std::initializer_list<std::string_view> args) const {
+    auto connection = pool_->lease();
+    return connection->command(args);
+  }
+
+  // How many keys live under the prefix.
+  std::size_t key_count() const { return keys().size(); }
+
+  std::vector<std::string> keys() const {
+    auto connection = pool_->lease();
+    std::vector<std::string> found;
+    std::string cursor = "0";
+    const std::string pattern = glob_escaped(prefix_) + "*";
+    do {
+      const auto page = connection->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "1000"});
+      cursor = page.elements.at(0).str;
+      for (const auto& key : page.elements.at(1).elements)
+        found.push_back(key.str);
+    } while (cursor != "0");
+    std::sort(found.begin(), found.end());
+    found.erase(std::unique(found.begin(), found.end()), found.end());
+    return found;
+  }
+
+  void delete_all() const {
+    const auto all = keys();
+    auto connection = pool_->lease();
+    for (const auto& key : all)
+      connection->append({"UNLINK", key});
+    if (!all.empty()) connection->read_replies();
+  }
+
+ private:
+  static std::string glob_escaped(std::string_view text) {
+    std::string out;
+    for (char c : text) {
+      if (c == '*' || c == '?' || c == '[' || c == ']' || c == '\\') out += '\\';
+      out += c;
+    }
+    return out;
+  }
+
+  std::string prefix_;
+  std::shared_ptr<redis::ConnectionPool> pool_;
+};
+
+}  // namespace idem::test
