@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <mutex>
@@ -85,8 +86,24 @@ bool pack_id(std::string_view id, PackedId& out) noexcept {
   return true;
 }
 
+// A small inlined hash (8 bytes per step, splitmix finish). Consumer names and ids are short,
+// and the library's std::hash is an out-of-line call that costs more than the rest of a lookup.
 std::size_t hash_text(std::string_view text) noexcept {
-  return std::hash<std::string_view>{}(text);
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ text.size();
+  const char* p = text.data();
+  std::size_t n = text.size();
+  for (; n >= 8; p += 8, n -= 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);
+    h = (h ^ word) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  if (n > 0) {
+    std::uint64_t word = 0;
+    std::memcpy(&word, p, n);
+    h = (h ^ word) * 0x94d049bb133111ebull;
+  }
+  return static_cast<std::size_t>(mix(h));
 }
 
 // Keys inside one shard. The consumer name is interned per shard into a small integer, so a
@@ -275,20 +292,26 @@ struct alignas(64) MemoryRecorderShard {
   UuidTable uuids;
   TextTable texts;
 
+  // The consumer looked up last: most shards serve one consumer, or a few in turn, so this
+  // saves a second hash of the name. Points into `consumers` (nodes never move).
+  const std::pair<const std::string, std::uint32_t>* last = nullptr;
+
   // The consumer's index in this shard, or nullptr when it never wrote here.
-  const std::uint32_t* find_consumer(std::string_view consumer) const {
+  const std::uint32_t* find_consumer(std::string_view consumer) {
+    if (last != nullptr && last->first == consumer) return &last->second;
     auto it = consumers.find(consumer);
-    return it == consumers.end() ? nullptr : &it->second;
+    if (it == consumers.end()) return nullptr;
+    last = &*it;
+    return &it->second;
   }
   std::uint32_t intern_consumer(std::string_view consumer) {
-    auto it = consumers.find(consumer);
-    if (it != consumers.end()) return it->second;
+    if (const std::uint32_t* index = find_consumer(consumer)) return *index;
     // Markers reserve the largest index to mean "free slot".
     if (consumers.size() >= std::numeric_limits<std::uint32_t>::max() - 1) {
       throw StoreError("in-memory recorder: too many consumer names");
     }
     const auto index = static_cast<std::uint32_t>(consumers.size());
-    consumers.emplace(std::string(consumer), index);
+    last = &*consumers.emplace(std::string(consumer), index).first;
     return index;
   }
 };
