@@ -1,0 +1,96 @@
+// PostgresIdempotencyRecorder: processed-event markers in PostgreSQL, shared by every process
+// and machine that reaches the database.
+//
+// It implements every level of idem/recorder.hpp:
+//   * check/mark    — markers live in <schema>.processed_log(consumer, event_id, ts timestamptz,
+//                     PRIMARY KEY (consumer, event_id)); mark_processed() is one
+//                     INSERT ... ON CONFLICT DO NOTHING;
+//   * claims        — <schema>.claims(consumer, event_id, token, lease_until, done_at, took_over);
+//                     claim() is ONE statement: it checks the marker and runs
+//                     INSERT ... ON CONFLICT DO UPDATE ... WHERE <lease passed> RETURNING token.
+//                     complete() marks the claim done and inserts the marker in one statement; the
+//                     done claim stays (until purge) so that a claim racing with the complete
+//                     finds it instead of inserting a fresh claim beside the new marker;
+//   * transactions  — run_transactional() runs the handler inside the transaction that inserts
+//                     the marker (a "transactional inbox"): PostgresTransaction exposes the
+//                     connection; the handler's writes commit with the marker or not at all. The
+//                     same transaction writes a done claim, so a concurrent exclusive-mode claim
+//                     on the same event waits for it instead of running beside it.
+// Tokens come from a sequence, so they grow per key forever and are unique across keys.
+// Every instant (ts, lease deadlines) comes from options.clock and is sent as a parameter.
+//
+// Schema: created or migrated at construction under an advisory lock, its version kept in
+// <schema>.schema_version (see docs/postgres.md). A database whose tables are newer than this
+// idem is refused.
+//
+// Errors: bad keys → InvalidKey (also for text that is not valid UTF-8: PostgreSQL text is
+// UTF-8); bad options → ConfigError; server and connection failures → PostgresError
+// (postgres_error.hpp) with retryable()/in_doubt() set — an unreachable server fails fast and
+// retryable; a COMMIT whose outcome is unknown is in_doubt(). Nothing is ever marked that the
+// caller did not ask to mark.
+//
+// Thread-safety: one recorder may be shared by any number of threads; each call leases a pooled
+// connection for its duration. Any number of processes may use the same schema at once.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string_view>
+
+#include "idem/postgres/connection_pool.hpp"
+#include "idem/postgres/postgres_error.hpp"
+#include "idem/postgres/postgres_options.hpp"
+#include "idem/postgres/postgres_transaction.hpp"
+#include "idem/recorder.hpp"
+
+namespace idem::postgres {
+
+class PostgresIdempotencyRecorder final : public IdempotencyRecorder {
+ public:
+  // The version of the recorder's tables this idem writes.
+  static constexpr int kSchemaVersion = 1;
+
+  // Opens a pool for `options` and creates/migrates the tables (unless
+  // options.create_schema is false: then they must exist). Throws ConfigError for bad options,
+  // PostgresError when the server cannot be used.
+  explicit PostgresIdempotencyRecorder(PostgresOptions options);
+  // Shares `pool` (and its options) with other recorders or stores.
+  explicit PostgresIdempotencyRecorder(std::shared_ptr<ConnectionPool> pool);
+  ~PostgresIdempotencyRecorder() override;
+
+  PostgresIdempotencyRecorder(const PostgresIdempotencyRecorder&) = delete;
+  PostgresIdempotencyRecorder& operator=(const PostgresIdempotencyRecorder&) = delete;
+
+  bool is_processed(std::string_view consumer, std::string_view event_id) override;
+  void mark_processed(std::string_view consumer, std::string_view event_id) override;
+
+  bool supports_claims() const noexcept override { return true; }
+  // lease must be > 0 (InvalidArgument otherwise).
+  Claim claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
+  bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
+  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
+  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+             Millis lease) override;
+
+  bool supports_transactions() const noexcept override { return true; }
+  // `fn` receives an idem::postgres::PostgresTransaction. When another owner holds a live
+  // exclusive-mode claim on the same (consumer, event_id), nothing runs and AlreadyInProgress is
+  // thrown; a dead claim is replaced (its old owner is fenced off) when the transaction commits.
+  bool run_transactional(std::string_view consumer, std::string_view event_id,
+                         const std::function<void(Transaction&)>& fn) override;
+
+  // Deletes markers whose ts is older than now - older_than (older_than must be >= 0), and
+  // claims done or whose lease ended before that instant. Returns how many markers went.
+  std::size_t purge(std::chrono::system_clock::duration older_than) override;
+
+  const std::shared_ptr<ConnectionPool>& pool() const noexcept;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem::postgres

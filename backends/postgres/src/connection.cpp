@@ -1,0 +1,509 @@
+#include "connection.hpp"
+
+#include <poll.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+
+namespace idem::postgres::detail {
+
+namespace {
+
+// 2000-01-01T00:00:00Z in microseconds since the Unix epoch: PostgreSQL's timestamp epoch.
+constexpr std::int64_t kPgEpochUs = 946'684'800'000'000;
+
+// WallTime's range in microseconds.
+constexpr std::int64_t kMinWallUs =
+    std::chrono::duration_cast<std::chrono::microseconds>(WallTime::duration::min()).count();
+constexpr std::int64_t kMaxWallUs =
+    std::chrono::duration_cast<std::chrono::microseconds>(WallTime::duration::max()).count();
+
+std::uint64_t fnv1a(std::string_view text) noexcept {
+  std::uint64_t hash = 14695981039346656037ull;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 1099511628211ull;
+  }
+  return hash;
+}
+
+void put_be64(std::array<char, 8>& out, std::uint64_t v) noexcept {
+  for (int i = 7; i >= 0; --i) {
+    out[static_cast<std::size_t>(i)] = static_cast<char>(v & 0xff);
+    v >>= 8;
+  }
+}
+
+std::uint64_t get_be(std::string_view bytes) noexcept {
+  std::uint64_t v = 0;
+  for (unsigned char c : bytes)
+    v = (v << 8) | c;
+  return v;
+}
+
+[[noreturn]] void throw_bad_column(int column, std::string_view type, std::size_t size) {
+  throw StoreError(ErrorCode::store_corrupt_record,
+                   "PostgreSQL returned " + std::to_string(size) + " bytes for column " +
+                       std::to_string(column) + ", which should be a binary " + std::string(type));
+}
+
+void ignore_notice(void*, const char*) {}
+
+// One line: libpq messages span lines ("server closed the connection unexpectedly\n\tThis
+// probably means ..."); LOCATION lines of verbose messages are dropped.
+std::string flatten(std::string_view message) {
+  std::string out;
+  std::size_t start = 0;
+  while (start < message.size()) {
+    std::size_t end = message.find('\n', start);
+    if (end == std::string_view::npos) end = message.size();
+    std::string_view line = message.substr(start, end - start);
+    start = end + 1;
+    while (!line.empty() && (line.front() == ' ' || line.front() == '\t'))
+      line.remove_prefix(1);
+    while (!line.empty() && (line.back() == ' ' || line.back() == '\t' || line.back() == '\r'))
+      line.remove_suffix(1);
+    if (line.empty() || line.rfind("LOCATION:", 0) == 0) continue;
+    if (!out.empty()) out += ' ';
+    out += line;
+  }
+  return out;
+}
+
+// The SQLSTATE of a verbose startup error ("... FATAL:  3D000: database ... does not exist").
+std::string sqlstate_in(std::string_view message) {
+  for (std::string_view marker : {"FATAL:  ", "ERROR:  "}) {
+    const std::size_t at = message.find(marker);
+    if (at == std::string_view::npos) continue;
+    std::string_view rest = message.substr(at + marker.size());
+    if (rest.size() < 6 || rest[5] != ':') continue;
+    const bool plausible = std::all_of(rest.begin(), rest.begin() + 5, [](char c) {
+      return (c >= '0' && c <= '9') || (c >= 'A' && c <= 'Z');
+    });
+    if (plausible) return std::string(rest.substr(0, 5));
+  }
+  return {};
+}
+
+}  // namespace
+
+// ---- helpers --------------------------------------------------------------------------------
+
+void check_identifier(std::string_view what, std::string_view name) {
+  const auto fail = [&](const std::string& why) {
+    throw ConfigError(std::string(what) + " '" + std::string(name.substr(0, 80)) + "' " + why +
+                      " (use ASCII letters, digits and '_', not starting with a digit, at most "
+                      "63 bytes)");
+  };
+  if (name.empty()) fail("is empty");
+  if (name.size() > 63) fail("is longer than 63 bytes");
+  if (name.front() >= '0' && name.front() <= '9') fail("starts with a digit");
+  for (char c : name) {
+    const bool ok =
+        (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+    if (!ok) fail("contains a character other than letters, digits and '_'");
+  }
+}
+
+std::string quote_identifier(std::string_view name) {
+  std::string out = "\"";
+  for (char c : name) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  out += '"';
+  return out;
+}
+
+bool is_utf8(std::string_view text) noexcept {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned char c = *p;
+    if (c < 0x80) {
+      ++p;
+      continue;
+    }
+    int extra = 0;
+    std::uint32_t cp = 0;
+    if (c >= 0xc2 && c <= 0xdf) {
+      extra = 1;
+      cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      extra = 2;
+      cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      extra = 3;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (end - p <= extra) return false;
+    for (int i = 1; i <= extra; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i] & 0x3f);
+    }
+    if ((extra == 2 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
+        (extra == 3 && (cp < 0x10000 || cp > 0x10ffff))) {
+      return false;
+    }
+    p += extra + 1;
+  }
+  return true;
+}
+
+void validate_text_key(std::string_view what, std::string_view value) {
+  validate_key(what, value);
+  if (!is_utf8(value)) {
+    throw InvalidKey(std::string(what) +
+                     " is not valid UTF-8 (PostgreSQL keeps keys as UTF-8 text)");
+  }
+}
+
+std::int64_t to_pg_time(WallTime t) noexcept {
+  const std::int64_t us =
+      std::chrono::floor<std::chrono::microseconds>(t.time_since_epoch()).count();
+  return us - kPgEpochUs;  // WallTime's range is far inside int64 microseconds
+}
+
+WallTime from_pg_time(std::int64_t pg_us) noexcept {
+  std::int64_t unix_us = 0;
+  if (pg_us > kMaxWallUs - kPgEpochUs) {
+    unix_us = kMaxWallUs;  // includes 'infinity'
+  } else if (pg_us < kMinWallUs - kPgEpochUs) {
+    unix_us = kMinWallUs;  // includes '-infinity'
+  } else {
+    unix_us = pg_us + kPgEpochUs;
+  }
+  return WallTime(
+      std::chrono::duration_cast<WallTime::duration>(std::chrono::microseconds(unix_us)));
+}
+
+WallTime add_saturating(WallTime t, std::chrono::nanoseconds d) noexcept {
+  const auto ns =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+  const std::int64_t add = d.count();
+  constexpr std::int64_t kMax = std::numeric_limits<std::int64_t>::max();
+  constexpr std::int64_t kMin = std::numeric_limits<std::int64_t>::min();
+  std::int64_t sum = 0;
+  if (add > 0 && ns > kMax - add) {
+    sum = kMax;
+  } else if (add < 0 && ns < kMin - add) {
+    sum = kMin;
+  } else {
+    sum = ns + add;
+  }
+  return WallTime(std::chrono::duration_cast<WallTime::duration>(std::chrono::nanoseconds(sum)));
+}
+
+// ---- errors ---------------------------------------------------------------------------------
+
+PostgresError make_error(PGconn* conn, const PGresult* result, std::string_view call,
+                         std::string_view target, StatementKind kind) {
+  const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+  std::string sqlstate = state != nullptr ? state : "";
+  const bool lost = conn == nullptr || PQstatus(conn) == CONNECTION_BAD;
+  std::string message;
+  if (result != nullptr) {
+    const char* primary = PQresultErrorField(result, PG_DIAG_MESSAGE_PRIMARY);
+    message = primary != nullptr ? primary : PQresultErrorMessage(result);
+  }
+  if (message.empty() && conn != nullptr) message = PQerrorMessage(conn);
+  message = flatten(message);
+  if (message.empty()) message = "unknown failure";
+  const ErrorClass cls = classify_error(sqlstate, lost, kind);
+  std::string text = std::string(call) + " on " + std::string(target) + ": " + message;
+  if (!sqlstate.empty()) {
+    text += " (SQLSTATE " + sqlstate + ")";
+  } else if (lost) {
+    text += " (connection lost)";
+  }
+  if (cls.in_doubt) {
+    text += kind == StatementKind::commit ? "; whether the transaction committed is unknown"
+                                          : "; whether the statement took effect is unknown";
+  }
+  return PostgresError(cls.code, text, std::move(sqlstate), cls.retryable, cls.in_doubt);
+}
+
+PostgresError make_client_error(ErrorCode code, std::string_view call, std::string_view target,
+                                std::string_view message, bool retryable) {
+  return PostgresError(
+      code, std::string(call) + " on " + std::string(target) + ": " + std::string(message), "",
+      retryable, false);
+}
+
+// ---- Result ---------------------------------------------------------------------------------
+
+std::int64_t Result::affected() const noexcept {
+  if (!result_) return 0;
+  const char* text = PQcmdTuples(result_.get());
+  std::int64_t n = 0;
+  if (text == nullptr || *text == '\0') return 0;
+  std::from_chars(text, text + std::strlen(text), n);
+  return n;
+}
+
+bool Result::is_null(int row, int column) const noexcept {
+  return PQgetisnull(result_.get(), row, column) != 0;
+}
+
+std::string_view Result::bytes(int row, int column) const noexcept {
+  const char* data = PQgetvalue(result_.get(), row, column);
+  const int length = PQgetlength(result_.get(), row, column);
+  return std::string_view(data, static_cast<std::size_t>(std::max(length, 0)));
+}
+
+std::int64_t Result::int8(int row, int column) const {
+  const std::string_view b = bytes(row, column);
+  if (b.size() != 8) throw_bad_column(column, "bigint", b.size());
+  return static_cast<std::int64_t>(get_be(b));
+}
+
+std::int32_t Result::int4(int row, int column) const {
+  const std::string_view b = bytes(row, column);
+  if (b.size() != 4) throw_bad_column(column, "integer", b.size());
+  return static_cast<std::int32_t>(static_cast<std::uint32_t>(get_be(b)));
+}
+
+bool Result::boolean(int row, int column) const {
+  const std::string_view b = bytes(row, column);
+  if (b.size() != 1) throw_bad_column(column, "boolean", b.size());
+  return b[0] != 0;
+}
+
+WallTime Result::timestamptz(int row, int column) const {
+  const std::string_view b = bytes(row, column);
+  if (b.size() != 8) throw_bad_column(column, "timestamptz", b.size());
+  return from_pg_time(static_cast<std::int64_t>(get_be(b)));
+}
+
+// ---- Params ---------------------------------------------------------------------------------
+
+Params& Params::text(std::string_view value) {
+  types_.push_back(kTextOid);
+  slots_.push_back(Slot{value, {}, -1, false, 1});
+  return *this;
+}
+
+Params& Params::text(std::string&& value) {
+  owned_.push_back(std::move(value));
+  return text(std::string_view(owned_.back()));
+}
+
+Params& Params::bytea(std::string_view value) {
+  types_.push_back(kByteaOid);
+  slots_.push_back(Slot{value, {}, -1, false, 1});
+  return *this;
+}
+
+Params& Params::int8(std::int64_t value) {
+  Slot slot;
+  put_be64(slot.inline_bytes, static_cast<std::uint64_t>(value));
+  slot.inline_size = 8;
+  types_.push_back(kInt8Oid);
+  slots_.push_back(slot);
+  return *this;
+}
+
+Params& Params::boolean(bool value) {
+  Slot slot;
+  slot.inline_bytes[0] = value ? 1 : 0;
+  slot.inline_size = 1;
+  types_.push_back(kBoolOid);
+  slots_.push_back(slot);
+  return *this;
+}
+
+Params& Params::float8(double value) {
+  Slot slot;
+  std::uint64_t bits = 0;
+  static_assert(sizeof bits == sizeof value);
+  std::memcpy(&bits, &value, sizeof bits);
+  put_be64(slot.inline_bytes, bits);
+  slot.inline_size = 8;
+  types_.push_back(kFloat8Oid);
+  slots_.push_back(slot);
+  return *this;
+}
+
+Params& Params::timestamptz(WallTime value) {
+  Slot slot;
+  put_be64(slot.inline_bytes, static_cast<std::uint64_t>(to_pg_time(value)));
+  slot.inline_size = 8;
+  types_.push_back(kTimestamptzOid);
+  slots_.push_back(slot);
+  return *this;
+}
+
+Params& Params::null(Oid type) {
+  Slot slot;
+  slot.is_null = true;
+  types_.push_back(type);
+  slots_.push_back(slot);
+  return *this;
+}
+
+Params& Params::untyped(std::string_view text) {
+  owned_.emplace_back(text);  // text format needs a NUL-terminated copy
+  types_.push_back(0);
+  slots_.push_back(Slot{owned_.back(), {}, -1, false, 0});
+  return *this;
+}
+
+Params::Arrays Params::arrays() const {
+  Arrays a;
+  a.values.reserve(slots_.size());
+  a.lengths.reserve(slots_.size());
+  a.formats.reserve(slots_.size());
+  for (const Slot& slot : slots_) {
+    if (slot.is_null) {
+      a.values.push_back(nullptr);
+      a.lengths.push_back(0);
+    } else if (slot.inline_size >= 0) {
+      a.values.push_back(slot.inline_bytes.data());
+      a.lengths.push_back(slot.inline_size);
+    } else {
+      // A zero-length value still needs a non-null pointer, or libpq sends NULL.
+      a.values.push_back(slot.ref.data() != nullptr ? slot.ref.data() : "");
+      a.lengths.push_back(static_cast<int>(slot.ref.size()));
+    }
+    a.formats.push_back(slot.format);
+  }
+  return a;
+}
+
+Statement::Statement(std::string sql_text, std::vector<Oid> param_types)
+    : sql(std::move(sql_text)), types(std::move(param_types)) {
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "idem_%016llx", static_cast<unsigned long long>(fnv1a(sql)));
+  name = buffer;
+}
+
+// ---- Connection -----------------------------------------------------------------------------
+
+std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
+                                             const std::string& target) {
+  constexpr std::string_view kCall = "connect";
+  std::vector<const char*> keys = {"dbname", "client_encoding"};
+  std::vector<const char*> values = {options.url.c_str(), "UTF8"};
+  if (!options.application_name.empty()) {
+    keys.push_back("fallback_application_name");
+    values.push_back(options.application_name.c_str());
+  }
+  keys.push_back(nullptr);
+  values.push_back(nullptr);
+  PGconn* conn = PQconnectStartParams(keys.data(), values.data(), /*expand_dbname=*/1);
+  if (conn == nullptr) throw std::bad_alloc();
+  auto connection = std::unique_ptr<Connection>(new Connection(conn, target));
+  // Verbose startup errors carry the SQLSTATE ("FATAL:  3D000: ..."), which tells a server that
+  // refuses us (no such database, bad password) from one that is down or starting.
+  PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);
+
+  const auto fail = [&](std::string_view why) -> PostgresError {
+    const std::string message = flatten(why);
+    const std::string sqlstate = sqlstate_in(why);
+    ErrorClass cls = classify_error(sqlstate, /*connection_lost=*/true, StatementKind::read);
+    if (sqlstate.empty()) cls = ErrorClass{ErrorCode::store_error, true, false};
+    std::string text = "could not connect to " + target + ": " + message;
+    return PostgresError(cls.code, text, sqlstate, cls.retryable, false);
+  };
+  if (PQstatus(conn) == CONNECTION_BAD) throw fail(PQerrorMessage(conn));
+
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  PostgresPollingStatusType status = PGRES_POLLING_WRITING;
+  while (status != PGRES_POLLING_OK) {
+    if (status == PGRES_POLLING_FAILED) throw fail(PQerrorMessage(conn));
+    const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (remaining <= std::chrono::milliseconds::zero()) {
+      throw PostgresError(ErrorCode::store_error,
+                          "could not connect to " + target + " within " +
+                              std::to_string(options.connect_timeout.count()) +
+                              " ms (PostgresOptions::connect_timeout)",
+                          "", /*retryable=*/true, false);
+    }
+    pollfd fd{PQsocket(conn),
+              static_cast<short>(status == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};
+    const int ready = ::poll(&fd, 1,
+                             static_cast<int>(std::min<std::int64_t>(
+                                 remaining.count(), std::numeric_limits<int>::max())));
+    if (ready < 0 && errno != EINTR) throw fail(std::strerror(errno));
+    if (ready <= 0) continue;
+    status = PQconnectPoll(conn);
+  }
+  PQsetErrorVerbosity(conn, PQERRORS_DEFAULT);
+  // "schema already exists, skipping" and friends are not errors; keep them off stderr.
+  PQsetNoticeProcessor(conn, ignore_notice, nullptr);
+  if (options.statement_timeout > std::chrono::milliseconds::zero()) {
+    connection->exec("SET statement_timeout = " + std::to_string(options.statement_timeout.count()),
+                     kCall, StatementKind::read);
+  }
+  return connection;
+}
+
+Connection::~Connection() {
+  PQfinish(conn_);
+}
+
+bool Connection::broken() const noexcept {
+  return PQstatus(conn_) != CONNECTION_OK;
+}
+
+bool Connection::healthy() noexcept {
+  if (PQstatus(conn_) != CONNECTION_OK) return false;
+  if (PQtransactionStatus(conn_) != PQTRANS_IDLE) return false;
+  // libpq's socket is non-blocking: this only reads what already arrived (e.g. the FATAL a
+  // server sends to its sessions when it shuts down, or the end of the stream).
+  if (PQconsumeInput(conn_) == 0) return false;
+  return PQstatus(conn_) == CONNECTION_OK;
+}
+
+void Connection::check(const Result& result, std::string_view call, StatementKind kind) {
+  const ExecStatusType status =
+      result.get() != nullptr ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
+  if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return;
+  throw make_error(conn_, result.get(), call, target_, kind);
+}
+
+Result Connection::run(const Statement& statement, const Params& params, std::string_view call,
+                       StatementKind kind) {
+  if (prepared_.count(statement.name) == 0) {
+    Result prepared(PQprepare(conn_, statement.name.c_str(), statement.sql.c_str(),
+                              static_cast<int>(statement.types.size()), statement.types.data()));
+    // Preparing writes nothing: a failure here is never in doubt.
+    check(prepared, call, StatementKind::read);
+    prepared_.insert(statement.name);
+  }
+  const Params::Arrays a = params.arrays();
+  Result result(PQexecPrepared(conn_, statement.name.c_str(), params.size(), a.values.data(),
+                               a.lengths.data(), a.formats.data(), /*resultFormat=*/1));
+  check(result, call, kind);
+  return result;
+}
+
+Result Connection::exec(std::string_view sql, std::string_view call, StatementKind kind) {
+  const std::string text(sql);
+  Result result(PQexec(conn_, text.c_str()));
+  check(result, call, kind);
+  return result;
+}
+
+Result Connection::exec_params(std::string_view sql, const Params& params, std::string_view call,
+                               StatementKind kind) {
+  const std::string text(sql);
+  const Params::Arrays a = params.arrays();
+  Result result(PQexecParams(conn_, text.c_str(), params.size(), params.types(), a.values.data(),
+                             a.lengths.data(), a.formats.data(), /*resultFormat=*/0));
+  check(result, call, kind);
+  return result;
+}
+
+}  // namespace idem::postgres::detail

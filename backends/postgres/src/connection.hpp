@@ -1,0 +1,189 @@
+// Internal RAII over libpq: a connection with a prepared-statement cache, results, binary
+// parameters and decoders, and the helpers every PostgreSQL component shares (identifier
+// checks, UTF-8 checks, time conversion). Not installed.
+//
+// Thread-safety: a Connection (and every Result from it) is used by one thread at a time; the
+// pool's leases guarantee that.
+#pragma once
+
+#include <libpq-fe.h>
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_set>
+#include <vector>
+
+#include "idem/clock.hpp"
+#include "idem/postgres/postgres_error.hpp"
+#include "idem/postgres/postgres_options.hpp"
+
+namespace idem::postgres::detail {
+
+// Type OIDs of the built-in types idem binds (pg_type.h is a server header).
+inline constexpr Oid kBoolOid = 16;
+inline constexpr Oid kByteaOid = 17;
+inline constexpr Oid kInt8Oid = 20;
+inline constexpr Oid kInt4Oid = 23;
+inline constexpr Oid kTextOid = 25;
+inline constexpr Oid kFloat8Oid = 701;
+inline constexpr Oid kTimestamptzOid = 1184;
+
+// ---- helpers --------------------------------------------------------------------------------
+
+// Throws ConfigError unless `name` is a plain identifier: [A-Za-z_][A-Za-z0-9_]*, 1..63 bytes.
+void check_identifier(std::string_view what, std::string_view name);
+// "name" with embedded quotes doubled, for SQL text.
+std::string quote_identifier(std::string_view name);
+
+// True when `text` is well-formed UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
+bool is_utf8(std::string_view text) noexcept;
+// validate_key() plus the UTF-8 check PostgreSQL text needs; throws InvalidKey naming `what`.
+void validate_text_key(std::string_view what, std::string_view value);
+
+// Microseconds since 2000-01-01 00:00:00 UTC: PostgreSQL's binary timestamptz.
+std::int64_t to_pg_time(WallTime t) noexcept;
+WallTime from_pg_time(std::int64_t pg_us) noexcept;
+// t + d, saturating at the ends of WallTime's range.
+WallTime add_saturating(WallTime t, std::chrono::nanoseconds d) noexcept;
+
+// ---- errors ---------------------------------------------------------------------------------
+
+// The PostgresError for a failed statement (classification in postgres_error.cpp). `result` may
+// be null (libpq could not even send the statement).
+PostgresError make_error(PGconn* conn, const PGresult* result, std::string_view call,
+                         std::string_view target, StatementKind kind);
+// A client-side failure (no SQLSTATE): could not connect, pool exhausted, ...
+PostgresError make_client_error(ErrorCode code, std::string_view call, std::string_view target,
+                                std::string_view message, bool retryable);
+
+// ---- results and parameters ---------------------------------------------------------------
+
+struct ResultClear {
+  void operator()(PGresult* r) const noexcept { PQclear(r); }
+};
+
+// A statement's result, in binary format for idem's own statements.
+class Result {
+ public:
+  Result() = default;
+  explicit Result(PGresult* r) noexcept : result_(r) {}
+
+  PGresult* get() const noexcept { return result_.get(); }
+  int rows() const noexcept { return result_ ? PQntuples(result_.get()) : 0; }
+  // Rows changed by an INSERT/UPDATE/DELETE (PQcmdTuples), 0 when none is reported.
+  std::int64_t affected() const noexcept;
+
+  bool is_null(int row, int column) const noexcept;
+  // Binary decoders; they throw StoreError(store_corrupt_record) when the stored bytes do not
+  // have the size of the type (never read past a value).
+  std::string_view bytes(int row, int column) const noexcept;
+  std::int64_t int8(int row, int column) const;
+  std::int32_t int4(int row, int column) const;
+  bool boolean(int row, int column) const;
+  WallTime timestamptz(int row, int column) const;
+
+ private:
+  std::unique_ptr<PGresult, ResultClear> result_;
+};
+
+// Parameters for a statement, sent in binary with explicit types. Text and bytes are
+// referenced: they must outlive the statement's execution.
+class Params {
+ public:
+  Params& text(std::string_view value);
+  // A temporary string is kept by the Params (so `text("a" + b)` is safe).
+  Params& text(std::string&& value);
+  Params& bytea(std::string_view value);
+  Params& int8(std::int64_t value);
+  Params& boolean(bool value);
+  Params& float8(double value);
+  Params& timestamptz(WallTime value);
+  Params& null(Oid type);
+  // Text sent in text format with no type (the server infers it from the statement), copied:
+  // for statements written by users (PostgresTransaction::exec).
+  Params& untyped(std::string_view text);
+
+  int size() const noexcept { return static_cast<int>(types_.size()); }
+  const Oid* types() const noexcept { return types_.data(); }
+
+  // Builds libpq's value/length/format arrays (pointers into this object and the referenced
+  // strings).
+  struct Arrays {
+    std::vector<const char*> values;
+    std::vector<int> lengths;
+    std::vector<int> formats;
+  };
+  Arrays arrays() const;
+
+ private:
+  struct Slot {
+    std::string_view ref;
+    std::array<char, 8> inline_bytes{};
+    int inline_size = -1;  // >= 0: the value is in inline_bytes
+    bool is_null = false;
+    int format = 1;  // 1 binary, 0 text
+  };
+  std::vector<Oid> types_;
+  std::vector<Slot> slots_;
+  std::deque<std::string> owned_;  // copies for untyped(); a deque keeps them in place
+};
+
+// A statement idem prepares on each connection that runs it. The name is derived from the SQL
+// text, so recorders and stores with different tables sharing a pool never collide.
+struct Statement {
+  Statement(std::string sql_text, std::vector<Oid> param_types);
+  std::string name;
+  std::string sql;
+  std::vector<Oid> types;
+};
+
+// ---- connection -----------------------------------------------------------------------------
+
+class Connection {
+ public:
+  // Opens and configures a connection (statement_timeout, notices silenced). `target` is the
+  // credential-free description used in messages. Throws PostgresError (retryable when the
+  // server is unreachable or not accepting connections, store_open_failed when it refuses us).
+  static std::unique_ptr<Connection> open(const PostgresOptions& options,
+                                          const std::string& target);
+  ~Connection();
+
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  PGconn* raw() const noexcept { return conn_; }
+  const std::string& target() const noexcept { return target_; }
+
+  // True when the connection is usable and idle: reads whatever the server sent meanwhile
+  // without blocking (a server that shut down or terminated the session is noticed here).
+  bool healthy() noexcept;
+  bool broken() const noexcept;
+
+  // Runs `statement` (prepared on this connection on first use) with binary results. Throws
+  // PostgresError on failure, classified by `kind`.
+  Result run(const Statement& statement, const Params& params, std::string_view call,
+             StatementKind kind);
+  // Runs SQL text without parameters (BEGIN, COMMIT, DDL — several statements allowed), text
+  // results.
+  Result exec(std::string_view sql, std::string_view call, StatementKind kind);
+  // Runs one statement with parameters without preparing it (types may be 0: inferred), text
+  // results.
+  Result exec_params(std::string_view sql, const Params& params, std::string_view call,
+                     StatementKind kind);
+
+ private:
+  Connection(PGconn* conn, std::string target) noexcept : conn_(conn), target_(std::move(target)) {}
+  void check(const Result& result, std::string_view call, StatementKind kind);
+
+  PGconn* conn_;
+  std::string target_;
+  std::unordered_set<std::string> prepared_;
+};
+
+}  // namespace idem::postgres::detail

@@ -1,0 +1,663 @@
+#include "idem/postgres/postgres_store.hpp"
+
+#include <fcntl.h>
+#include <libpq-fe.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <limits>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "connection.hpp"
+#include "idem/error.hpp"
+#include "schema.hpp"
+
+namespace idem::postgres {
+
+namespace {
+
+using detail::kByteaOid;
+using detail::kInt8Oid;
+using detail::kTextOid;
+using detail::kTimestamptzOid;
+using detail::Params;
+using detail::Statement;
+using State = IdempotencyRecord::State;
+
+constexpr std::string_view kInProgress = "in_progress";
+constexpr std::string_view kCompleted = "completed";
+
+// The columns every statement that reads a record returns, in this order (decode_record).
+constexpr const char* kRecordColumns =
+    "state, token, fingerprint, lease_until, took_over, completed_at, expires_at, value, report";
+constexpr int kRecordColumnCount = 9;
+
+// Like the recorder's claim: a claim loses a race twice in a row only under constant
+// claim/release churn on the same key.
+constexpr int kClaimRounds = 16;
+
+// While the listener is not LISTENing, waiters poll with this backoff.
+constexpr auto kFirstPollDelay = std::chrono::milliseconds(2);
+constexpr auto kMaxPollDelay = std::chrono::milliseconds(200);
+// The listener reconnects with this backoff after losing its connection.
+constexpr auto kFirstReconnectDelay = std::chrono::milliseconds(50);
+constexpr auto kMaxReconnectDelay = std::chrono::seconds(2);
+
+void check_lease(Millis lease) {
+  if (lease <= Millis::zero()) {
+    throw InvalidArgument("idempotency lease must be positive (got " +
+                          std::to_string(lease.count()) + " ms)");
+  }
+}
+
+void check_ttl(Millis ttl) {
+  if (ttl < Millis::zero()) {
+    throw InvalidArgument("idempotency ttl must not be negative (got " +
+                          std::to_string(ttl.count()) + " ms)");
+  }
+}
+
+void check_fingerprint(std::optional<std::string_view> fingerprint) {
+  if (!fingerprint) return;
+  if (fingerprint->find('\0') != std::string_view::npos || !detail::is_utf8(*fingerprint)) {
+    throw InvalidArgument(
+        "an idempotency fingerprint stored in PostgreSQL must be UTF-8 text without NUL bytes "
+        "(idem::fingerprint() gives hex)");
+  }
+}
+
+bool fits_token(std::uint64_t token) noexcept {
+  return token <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+}
+
+bool is_live(const IdempotencyRecord& record, WallTime now) {
+  return record.state == State::completed ? now < record.expires_at : now < record.lease_until;
+}
+
+// ---- the listener ---------------------------------------------------------------------------
+
+// One connection that LISTENs on the store's channel, read by one thread that wakes the waiters
+// of the key named in each notification. Waiters compare a per-key generation (bumped by a
+// notification) and an epoch (bumped whenever the listener connects or loses its connection) with
+// what they saw before reading the record, so nothing that happens in between is missed.
+class Listener {
+ public:
+  struct Seen {
+    bool listening = false;
+    std::uint64_t generation = 0;
+    std::uint64_t epoch = 0;
+  };
+  enum class Wake { notified, state_changed, timed_out, stopped };
+
+  Listener(std::shared_ptr<ConnectionPool> pool, std::string channel)
+      : pool_(std::move(pool)), channel_(std::move(channel)) {}
+
+  Listener(const Listener&) = delete;
+  Listener& operator=(const Listener&) = delete;
+
+  ~Listener() {
+    if (!thread_.joinable()) return;
+    stopping_.store(true);
+    const char byte = 1;
+    (void)!::write(wake_pipe_[1], &byte, 1);
+    thread_.join();
+    ::close(wake_pipe_[0]);
+    ::close(wake_pipe_[1]);
+  }
+
+  void start() {
+    std::call_once(started_, [this] {
+      if (::pipe2(wake_pipe_, O_CLOEXEC | O_NONBLOCK) != 0) {
+        throw StoreError("PostgresIdempotencyStore: cannot create the listener's wake-up pipe",
+                         /*retryable=*/true);
+      }
+      thread_ = std::thread([this] { run(); });
+    });
+  }
+
+  bool wait_listening(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return changed_.wait_for(lock, timeout, [&] { return listening_; });
+  }
+
+  // Registers interest in `key` while a waiter waits on it.
+  void enter(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    ++keys_[key].waiters;
+  }
+  void leave(const std::string& key) noexcept {
+    std::lock_guard lock(mutex_);
+    auto it = keys_.find(key);
+    if (it != keys_.end() && --it->second.waiters == 0) keys_.erase(it);
+  }
+
+  Seen seen(const std::string& key) {
+    std::lock_guard lock(mutex_);
+    return Seen{listening_, keys_[key].generation, epoch_};
+  }
+
+  Wake wait(const std::string& key, const Seen& seen, std::chrono::nanoseconds timeout,
+            std::stop_token stop) {
+    std::unique_lock lock(mutex_);
+    const auto changed = [&] {
+      return keys_[key].generation != seen.generation || epoch_ != seen.epoch;
+    };
+    const bool woke = changed_.wait_for(lock, stop, timeout, changed);
+    if (keys_[key].generation != seen.generation) return Wake::notified;
+    if (woke) return Wake::state_changed;
+    return stop.stop_requested() ? Wake::stopped : Wake::timed_out;
+  }
+
+  bool listening() const {
+    std::lock_guard lock(mutex_);
+    return listening_;
+  }
+  std::uint64_t notifications() const noexcept { return notifications_.load(); }
+  std::uint64_t connects() const noexcept { return connects_.load(); }
+
+ private:
+  void set_listening(bool listening) {
+    {
+      std::lock_guard lock(mutex_);
+      if (listening_ == listening) return;
+      listening_ = listening;
+      ++epoch_;
+    }
+    changed_.notify_all();
+  }
+
+  void dispatch(PGconn* conn) {
+    while (PGnotify* notify = PQnotifies(conn)) {
+      const std::string key = notify->extra != nullptr ? notify->extra : "";
+      PQfreemem(notify);
+      notifications_.fetch_add(1);
+      std::lock_guard lock(mutex_);
+      auto it = keys_.find(key);
+      if (it != keys_.end()) {
+        ++it->second.generation;
+        changed_.notify_all();
+      }
+    }
+  }
+
+  // Waits for `delay` or a stop request; false when stopping.
+  bool pause(std::chrono::milliseconds delay) {
+    pollfd fd{wake_pipe_[0], POLLIN, 0};
+    (void)::poll(&fd, 1, static_cast<int>(delay.count()));
+    return !stopping_.load();
+  }
+
+  void listen_until_lost() {
+    std::unique_ptr<detail::Connection> connection = pool_->open_dedicated();
+    connection->exec("LISTEN " + detail::quote_identifier(channel_),
+                     "PostgresIdempotencyStore listener", StatementKind::read);
+    connects_.fetch_add(1);
+    set_listening(true);
+    PGconn* conn = connection->raw();
+    dispatch(conn);
+    while (!stopping_.load()) {
+      pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents != 0) return;  // stopping
+      if (fds[0].revents != 0) {
+        if (PQconsumeInput(conn) == 0) return;  // lost
+        dispatch(conn);
+        if (PQstatus(conn) != CONNECTION_OK) return;
+      }
+    }
+  }
+
+  void run() {
+    auto delay = std::chrono::milliseconds(kFirstReconnectDelay);
+    while (!stopping_.load()) {
+      const std::uint64_t before = connects_.load();
+      try {
+        listen_until_lost();
+      } catch (const std::exception&) {
+        // Unreachable server: waiters poll meanwhile; try again after a pause.
+      }
+      set_listening(false);
+      if (connects_.load() != before) delay = kFirstReconnectDelay;
+      if (!pause(delay)) break;
+      delay = std::min<std::chrono::milliseconds>(delay * 2, kMaxReconnectDelay);
+    }
+  }
+
+  struct KeyState {
+    std::size_t waiters = 0;
+    std::uint64_t generation = 0;
+  };
+
+  std::shared_ptr<ConnectionPool> pool_;
+  std::string channel_;
+  mutable std::mutex mutex_;
+  std::condition_variable_any changed_;
+  std::unordered_map<std::string, KeyState> keys_;
+  bool listening_ = false;
+  std::uint64_t epoch_ = 0;
+  std::atomic<std::uint64_t> notifications_{0};
+  std::atomic<std::uint64_t> connects_{0};
+  std::atomic<bool> stopping_{false};
+  int wake_pipe_[2] = {-1, -1};
+  std::once_flag started_;
+  std::thread thread_;
+};
+
+}  // namespace
+
+// ---- Impl -----------------------------------------------------------------------------------
+
+class PostgresIdempotencyStore::Impl {
+ public:
+  explicit Impl(std::shared_ptr<ConnectionPool> shared_pool)
+      : pool(std::move(shared_pool)),
+        clock(pool->options().clock ? pool->options().clock : system_clock()),
+        table(detail::quote_identifier(pool->options().schema) + "." +
+              detail::quote_identifier(pool->options().records_table)),
+        table_name(pool->options().schema + "." + pool->options().records_table),
+        sequence(detail::quote_identifier(pool->options().schema) + "." +
+                 detail::quote_identifier(pool->options().records_table + "_token_seq")),
+        channel(pool->options().notify_channel.empty()
+                    ? pool->options().schema + "_" + pool->options().records_table
+                    : pool->options().notify_channel),
+        // One statement: the claim (insert, or reclaim an expired result or an abandoned
+        // lease — never a live record), and the row as this statement's snapshot saw it, so a
+        // losing claim can answer completed / in_progress / mismatch without another round trip.
+        claim(std::string("WITH existing AS (SELECT ") + kRecordColumns + " FROM " + table +
+                  " WHERE key = $1), "
+                  "claimed AS (INSERT INTO " +
+                  table +
+                  " AS r (key, state, token, fingerprint, lease_until) "
+                  "VALUES ($1, 'in_progress', nextval('" +
+                  sequence +
+                  "'), $2, $4) "
+                  "ON CONFLICT (key) DO UPDATE SET state = 'in_progress', token = excluded.token, "
+                  "fingerprint = excluded.fingerprint, lease_until = excluded.lease_until, "
+                  "took_over = (r.state = 'in_progress'), completed_at = NULL, "
+                  "expires_at = NULL, value = NULL, report = NULL "
+                  "WHERE (r.state = 'completed' AND r.expires_at <= $3) "
+                  "OR (r.state = 'in_progress' AND r.lease_until <= $3) "
+                  "RETURNING token, took_over) "
+                  "SELECT true, token, took_over, NULL::text, NULL::bigint, NULL::text, "
+                  "NULL::timestamptz, NULL::boolean, NULL::timestamptz, NULL::timestamptz, "
+                  "NULL::bytea, NULL::text FROM claimed "
+                  "UNION ALL SELECT false, NULL, NULL, " +
+                  kRecordColumns + " FROM existing",
+              {kTextOid, kTextOid, kTimestamptzOid, kTimestamptzOid}),
+        lookup(std::string("SELECT ") + kRecordColumns + " FROM " + table + " WHERE key = $1",
+               {kTextOid}),
+        complete(
+            "WITH done AS (UPDATE " + table +
+                " SET state = 'completed', completed_at = $3, expires_at = $4, value = $5, "
+                "report = $6 WHERE key = $1 AND token = $2 AND state = 'in_progress' "
+                "RETURNING key) SELECT pg_notify($7, key) FROM done",
+            {kTextOid, kInt8Oid, kTimestamptzOid, kTimestamptzOid, kByteaOid, kTextOid, kTextOid}),
+        drop("WITH gone AS (DELETE FROM " + table +
+                 " WHERE key = $1 AND token = $2 AND state = 'in_progress' RETURNING key) "
+                 "SELECT pg_notify($3, key) FROM gone",
+             {kTextOid, kInt8Oid, kTextOid}),
+        renew("UPDATE " + table +
+                  " SET lease_until = $3 WHERE key = $1 AND token = $2 AND state = 'in_progress'",
+              {kTextOid, kInt8Oid, kTimestamptzOid}),
+        purge("DELETE FROM " + table + " WHERE state = 'completed' AND expires_at <= $1",
+              {kTimestamptzOid}),
+        count("SELECT count(*) FROM " + table, {}),
+        listener(pool, channel) {}
+
+  void create_table() {
+    const PostgresOptions& options = pool->options();
+    const std::vector<std::string> steps = {
+        // version 1
+        "CREATE SEQUENCE IF NOT EXISTS " + sequence + " AS bigint; CREATE TABLE IF NOT EXISTS " +
+            table +
+            " (key text PRIMARY KEY, state text NOT NULL, token bigint NOT NULL, "
+            "fingerprint text, lease_until timestamptz, took_over boolean NOT NULL DEFAULT false, "
+            "completed_at timestamptz, expires_at timestamptz, value bytea, report text); "
+            "CREATE INDEX IF NOT EXISTS " +
+            detail::quote_identifier(options.records_table + "_expires_at") + " ON " + table +
+            " (expires_at) WHERE state = 'completed'",
+    };
+    static_assert(kSchemaVersion == 1, "add the migration step for the new version");
+    ConnectionPool::Lease lease = pool->acquire();
+    try {
+      detail::prepare_schema(lease.connection(), options, "store:" + options.records_table, steps,
+                             "PostgresIdempotencyStore: create or migrate the table");
+    } catch (...) {
+      lease.mark_broken();
+      throw;
+    }
+  }
+
+  detail::Result run(const Statement& statement, const Params& params, std::string_view call,
+                     StatementKind kind) {
+    ConnectionPool::Lease lease = pool->acquire();
+    return lease.connection().run(statement, params, call, kind);
+  }
+
+  [[noreturn]] void corrupt(std::string_view key, const std::string& why) const {
+    throw StoreError(ErrorCode::store_corrupt_record,
+                     "PostgresIdempotencyStore: the record for key '" + std::string(key) + "' in " +
+                         table_name + " is corrupt: " + why);
+  }
+
+  // The record in columns [first, first + kRecordColumnCount) of `row`.
+  IdempotencyRecord decode(std::string_view key, const detail::Result& result, int row,
+                           int first) const {
+    const auto null = [&](int column) { return result.is_null(row, first + column); };
+    IdempotencyRecord record;
+    record.key = std::string(key);
+    try {
+      const std::string_view state = result.bytes(row, first + 0);
+      if (state == kInProgress) {
+        record.state = State::in_progress;
+      } else if (state == kCompleted) {
+        record.state = State::completed;
+      } else {
+        corrupt(key, "unknown state '" + std::string(state.substr(0, 40)) + "'");
+      }
+      if (null(1) || result.int8(row, first + 1) <= 0) corrupt(key, "no valid token");
+      record.token = static_cast<std::uint64_t>(result.int8(row, first + 1));
+      if (!null(2)) record.fingerprint = std::string(result.bytes(row, first + 2));
+      if (!null(3)) record.lease_until = result.timestamptz(row, first + 3);
+      if (record.state == State::in_progress) {
+        if (null(3)) corrupt(key, "an in-progress record without lease_until");
+        return record;
+      }
+      if (null(5) || null(6)) corrupt(key, "a completed record without completed_at/expires_at");
+      record.completed_at = result.timestamptz(row, first + 5);
+      record.expires_at = result.timestamptz(row, first + 6);
+      if (null(7)) corrupt(key, "a completed record without a value");
+      record.value.bytes = std::string(result.bytes(row, first + 7));
+      if (null(8)) corrupt(key, "a completed record without its report");
+      try {
+        record.report = ExecutionReport::from_json(result.bytes(row, first + 8));
+      } catch (const Error& e) {
+        corrupt(key, std::string("its report does not decode: ") + e.what());
+      }
+    } catch (const StoreError& e) {
+      if (e.code() != ErrorCode::store_corrupt_record) throw;
+      if (std::string_view(e.what()).find("is corrupt") == std::string_view::npos) {
+        corrupt(key, e.what());  // a column of the wrong binary size
+      }
+      throw;
+    }
+    return record;
+  }
+
+  std::optional<IdempotencyRecord> read(std::string_view key, std::string_view call) {
+    Params params;
+    params.text(key);
+    ConnectionPool::Lease lease = pool->acquire();
+    const detail::Result result =
+        lease.connection().run(this->lookup, params, call, StatementKind::read);
+    if (result.rows() == 0) return std::nullopt;
+    return decode(key, result, 0, 0);
+  }
+
+  std::shared_ptr<ConnectionPool> pool;
+  std::shared_ptr<Clock> clock;
+  std::string table;
+  std::string table_name;  // unquoted, for messages
+  std::string sequence;
+  std::string channel;
+
+  Statement claim;
+  Statement lookup;
+  Statement complete;
+  Statement drop;
+  Statement renew;
+  Statement purge;
+  Statement count;
+
+  Listener listener;
+  std::atomic<std::uint64_t> waits{0};
+  std::atomic<std::uint64_t> wakeups_by_notification{0};
+  std::atomic<std::uint64_t> rechecks{0};
+  std::atomic<std::size_t> blocked_waiters{0};
+};
+
+// ---- PostgresIdempotencyStore ---------------------------------------------------------------
+
+PostgresIdempotencyStore::PostgresIdempotencyStore(PostgresOptions options)
+    : PostgresIdempotencyStore(std::make_shared<ConnectionPool>(std::move(options))) {}
+
+PostgresIdempotencyStore::PostgresIdempotencyStore(std::shared_ptr<ConnectionPool> pool) {
+  if (!pool) throw InvalidArgument("PostgresIdempotencyStore needs a connection pool (got null)");
+  impl_ = std::make_unique<Impl>(std::move(pool));
+  impl_->create_table();
+  wait_clock_ = impl_->clock;
+}
+
+PostgresIdempotencyStore::~PostgresIdempotencyStore() = default;
+
+const std::shared_ptr<ConnectionPool>& PostgresIdempotencyStore::pool() const noexcept {
+  return impl_->pool;
+}
+
+ClaimOutcome PostgresIdempotencyStore::claim(std::string_view key,
+                                             std::optional<std::string_view> fingerprint,
+                                             Millis lease) {
+  detail::validate_text_key("idempotency key", key);
+  check_lease(lease);
+  check_fingerprint(fingerprint);
+  constexpr std::string_view kCall = "PostgresIdempotencyStore::claim";
+  ConnectionPool::Lease connection = impl_->pool->acquire();
+  for (int round = 0; round < kClaimRounds; ++round) {
+    const WallTime now = impl_->clock->wall_now();
+    Params params;
+    params.text(key);
+    if (fingerprint) {
+      params.text(*fingerprint);
+    } else {
+      params.null(kTextOid);
+    }
+    params.timestamptz(now).timestamptz(detail::add_saturating(now, lease));
+    const detail::Result result =
+        connection.connection().run(impl_->claim, params, kCall, StatementKind::write);
+    for (int row = 0; row < result.rows(); ++row) {
+      if (result.boolean(row, 0)) {
+        ClaimOutcome outcome;
+        outcome.status = ClaimOutcome::Status::acquired;
+        outcome.token = static_cast<std::uint64_t>(result.int8(row, 1));
+        outcome.took_over = result.boolean(row, 2);
+        return outcome;
+      }
+    }
+    std::optional<IdempotencyRecord> record;
+    if (result.rows() > 0) record = impl_->decode(key, result, 0, 3);
+    if (!record || !is_live(*record, now)) {
+      // The statement's snapshot saw no record, or a dead one, and yet the claim did not go
+      // through: another writer changed the row meanwhile. Read it again, fresh.
+      Params again;
+      again.text(key);
+      const detail::Result fresh =
+          connection.connection().run(impl_->lookup, again, kCall, StatementKind::read);
+      record.reset();
+      if (fresh.rows() > 0) record = impl_->decode(key, fresh, 0, 0);
+      if (!record || !is_live(*record, now)) continue;  // gone or dead again: claim again
+    }
+    ClaimOutcome outcome;
+    if (fingerprint && record->fingerprint && *fingerprint != *record->fingerprint) {
+      outcome.status = ClaimOutcome::Status::mismatch;
+    } else if (record->state == State::completed) {
+      outcome.status = ClaimOutcome::Status::completed;
+    } else {
+      outcome.status = ClaimOutcome::Status::in_progress;
+    }
+    outcome.record = std::move(record);
+    return outcome;
+  }
+  throw PostgresError(ErrorCode::store_busy,
+                      std::string(kCall) + " on " + impl_->pool->target() + ": key '" +
+                          std::string(key) + "' kept changing under " +
+                          std::to_string(kClaimRounds) + " claim attempts",
+                      "", /*retryable=*/true, false);
+}
+
+bool PostgresIdempotencyStore::complete(std::string_view key, std::uint64_t token,
+                                        StoredValue value, const ExecutionReport& report,
+                                        Millis ttl) {
+  detail::validate_text_key("idempotency key", key);
+  check_ttl(ttl);
+  if (!value.bytes) {
+    throw InvalidArgument(
+        "PostgresIdempotencyStore keeps values as bytes: StoredValue::bytes must be set (the "
+        "coordinator encodes results with idem::Codec<T>)");
+  }
+  if (!fits_token(token)) return false;
+  if (ttl == Millis::zero()) {
+    // Expired the instant it completes: nothing to keep (as the in-memory store does).
+    Params params;
+    params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
+    return impl_
+               ->run(impl_->drop, params, "PostgresIdempotencyStore::complete",
+                     StatementKind::write)
+               .rows() > 0;
+  }
+  const std::string report_json = report.to_json();
+  const WallTime now = impl_->clock->wall_now();
+  Params params;
+  params.text(key)
+      .int8(static_cast<std::int64_t>(token))
+      .timestamptz(now)
+      .timestamptz(detail::add_saturating(now, ttl))
+      .bytea(*value.bytes)
+      .text(report_json)
+      .text(impl_->channel);
+  return impl_
+             ->run(impl_->complete, params, "PostgresIdempotencyStore::complete",
+                   StatementKind::write)
+             .rows() > 0;
+}
+
+bool PostgresIdempotencyStore::release(std::string_view key, std::uint64_t token) {
+  detail::validate_text_key("idempotency key", key);
+  if (!fits_token(token)) return false;
+  Params params;
+  params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
+  return impl_->run(impl_->drop, params, "PostgresIdempotencyStore::release", StatementKind::write)
+             .rows() > 0;
+}
+
+bool PostgresIdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
+  detail::validate_text_key("idempotency key", key);
+  check_lease(lease);
+  if (!fits_token(token)) return false;
+  Params params;
+  params.text(key)
+      .int8(static_cast<std::int64_t>(token))
+      .timestamptz(detail::add_saturating(impl_->clock->wall_now(), lease));
+  return impl_->run(impl_->renew, params, "PostgresIdempotencyStore::renew", StatementKind::write)
+             .affected() > 0;
+}
+
+std::optional<IdempotencyRecord> PostgresIdempotencyStore::lookup(std::string_view key) {
+  detail::validate_text_key("idempotency key", key);
+  std::optional<IdempotencyRecord> record = impl_->read(key, "PostgresIdempotencyStore::lookup");
+  if (record && record->state == State::completed &&
+      impl_->clock->wall_now() >= record->expires_at) {
+    return std::nullopt;  // expired: absent, whatever the table still holds
+  }
+  return record;
+}
+
+std::size_t PostgresIdempotencyStore::purge_expired() {
+  Params params;
+  params.timestamptz(impl_->clock->wall_now());
+  return static_cast<std::size_t>(impl_
+                                      ->run(impl_->purge, params,
+                                            "PostgresIdempotencyStore::purge_expired",
+                                            StatementKind::write)
+                                      .affected());
+}
+
+std::size_t PostgresIdempotencyStore::entry_count() {
+  const detail::Result result = impl_->run(
+      impl_->count, Params{}, "PostgresIdempotencyStore::entry_count", StatementKind::read);
+  return static_cast<std::size_t>(result.int8(0, 0));
+}
+
+bool PostgresIdempotencyStore::listen(std::chrono::milliseconds timeout) {
+  if (impl_->pool->options().wait_strategy != WaitStrategy::notify) return false;
+  impl_->listener.start();
+  return impl_->listener.wait_listening(timeout);
+}
+
+std::optional<IdempotencyRecord> PostgresIdempotencyStore::wait(std::string_view key,
+                                                                SteadyTime deadline,
+                                                                std::stop_token stop) {
+  detail::validate_text_key("idempotency key", key);
+  if (impl_->pool->options().wait_strategy == WaitStrategy::poll) {
+    return IdempotencyStore::wait(key, deadline, stop);
+  }
+  Impl& impl = *impl_;
+  impl.listener.start();
+  const std::string name(key);
+  impl.listener.enter(name);
+  struct Leave {
+    Listener& listener;
+    const std::string& key;
+    ~Leave() { listener.leave(key); }
+  } leave{impl.listener, name};
+
+  bool counted = false;
+  std::chrono::nanoseconds poll_delay = kFirstPollDelay;
+  for (;;) {
+    // What the listener had seen BEFORE the record is read: a notification sent after the read
+    // changes it, so the wait below cannot miss it.
+    const Listener::Seen seen = impl.listener.seen(name);
+    std::optional<IdempotencyRecord> record = lookup(key);
+    const WallTime now = impl.clock->wall_now();
+    if (!record || record->state != State::in_progress || record->lease_until <= now) {
+      return record;
+    }
+    const SteadyTime steady_now = impl.clock->steady_now();
+    if (stop.stop_requested() || steady_now >= deadline) return record;
+    std::chrono::nanoseconds slice = impl.pool->options().wait_recheck_interval;
+    if (!seen.listening) {
+      slice = poll_delay;  // no notification can come: poll until the listener is back
+      poll_delay = std::min<std::chrono::nanoseconds>(poll_delay * 2, kMaxPollDelay);
+    }
+    slice = std::min<std::chrono::nanoseconds>(
+        {slice, deadline - steady_now, record->lease_until - now});
+    if (!counted) {
+      counted = true;
+      impl.waits.fetch_add(1);
+    }
+    impl.blocked_waiters.fetch_add(1);
+    const Listener::Wake wake = impl.listener.wait(name, seen, slice, stop);
+    impl.blocked_waiters.fetch_sub(1);
+    if (wake == Listener::Wake::notified) {
+      impl.wakeups_by_notification.fetch_add(1);
+    } else if (wake != Listener::Wake::stopped) {
+      impl.rechecks.fetch_add(1);
+    }
+  }
+}
+
+PostgresStoreStats PostgresIdempotencyStore::stats() const {
+  PostgresStoreStats stats;
+  stats.notifications_received = impl_->listener.notifications();
+  stats.waits = impl_->waits.load();
+  stats.wakeups_by_notification = impl_->wakeups_by_notification.load();
+  stats.rechecks = impl_->rechecks.load();
+  stats.blocked_waiters = impl_->blocked_waiters.load();
+  stats.listening = impl_->listener.listening();
+  stats.listener_connects = impl_->listener.connects();
+  stats.pool = impl_->pool->stats();
+  return stats;
+}
+
+}  // namespace idem::postgres
