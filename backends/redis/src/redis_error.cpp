@@ -30,6 +30,23 @@ std::string_view to_string(RedisFailure failure) noexcept {
 
 namespace detail {
 
+namespace {
+
+// Error replies that mean "not now": the server did not run the command and will accept it
+// later (LOADING: still reading its data after a restart; BUSY: a script is running; TRYAGAIN,
+// CLUSTERDOWN, MASTERDOWN: a cluster or replication in transition; NOREPLICAS: min-replicas not
+// met; READONLY: a replica answered, e.g. mid-failover; OOM: maxmemory reached).
+bool is_transient(std::string_view error) {
+  const std::string_view code = error.substr(0, error.find(' '));
+  for (std::string_view transient : {"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN",
+                                     "NOREPLICAS", "READONLY", "OOM"}) {
+    if (code == transient) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void throw_reply_error(const RedisReply& reply, std::string_view what,
                        const std::string& endpoint) {
   // WRONGTYPE: something else lives under one of idem's keys — the record cannot be read.
@@ -37,7 +54,8 @@ void throw_reply_error(const RedisReply& reply, std::string_view what,
   throw RedisError(RedisFailure::reply,
                    "idem redis: " + std::string(what) + " on " + endpoint +
                        ": the server answered: " + reply.str,
-                   /*retryable=*/false, /*in_doubt=*/false, /*timed_out=*/false,
+                   /*retryable=*/is_transient(reply.str), /*in_doubt=*/false,
+                   /*timed_out=*/false,
                    wrong_type ? ErrorCode::store_corrupt_record : ErrorCode::store_error);
 }
 

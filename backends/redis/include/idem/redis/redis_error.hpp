@@ -18,12 +18,19 @@
 //   protocol         a reply idem cannot parse                no         *
 //   reply            the server answered with an error        no         no
 //                    (-ERR, -WRONGTYPE, a script error, ...)
+//   reply            a transient refusal: -LOADING (restarted, yes        no
+//                    still reading its data), -BUSY, -TRYAGAIN,
+//                    -CLUSTERDOWN, -MASTERDOWN, -NOREPLICAS,
+//                    -READONLY (a replica), -OOM
 //
 // * A write whose reply was lost may or may not have been applied. It is retryable only where
 //   repeating it is harmless (mark_processed and mark_processed_batch: marking twice is a
 //   no-op); claims, completions, releases and renewals that are in doubt are not retryable —
 //   the caller must find out what happened (lookup, or wait for the lease) before acting again.
 //   -NOSCRIPT is never seen by callers: idem sends the script's source and retries once.
+//
+// A -WRONGTYPE reply (another kind of value under one of idem's keys) has the code
+// store_corrupt_record; every other failure has store_error, except auth (store_open_failed).
 //
 // Messages name the operation, the endpoint (host:port/db, never the password) and hiredis's or
 // the server's own text, e.g.

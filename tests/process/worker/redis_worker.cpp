@@ -1,0 +1,321 @@
+// idem_test_redis_worker: a consumer / caller process for the Redis multi-process and crash
+// tests. Tests start it with fork+exec (ChildProcess) and talk to it through pipes.
+//
+//   consume  --url URL --prefix P --consumer NAME --events FILE --effects FILE
+//            [--lease-ms N] [--clock-offset-ms N] [--wait-go]
+//     Delivers every event id of FILE (one per line) to an exclusive-mode IdempotentHandler on a
+//     RedisIdempotencyRecorder. The side effect of an event is the line "<id>\n" appended to the
+//     effects file (O_APPEND, one write). A delivery refused with a retryable error that is not in
+//     doubt (AlreadyInProgress: another process runs it) goes to the back of the queue, as a
+//     broker would redeliver it. Prints "processed=N duplicate=M redelivered=K".
+//
+//   hang     --url URL --prefix P --consumer NAME --event ID --effects FILE [--lease-ms N]
+//     Delivers one event whose handler writes its side effect, prints "ready" and blocks inside
+//     the handler (claim held) until the test SIGKILLs it.
+//
+//   run-keys --url URL --prefix P --keys FILE --effects FILE [--lease-ms N]
+//            [--clock-offset-ms N] [--wait-go]
+//     Calls an idem::resilient() operation once per line of FILE (a key; duplicates allowed)
+//     with idempotency on a RedisIdempotencyStore. The operation appends "<key>\n" to the effects
+//     file and returns "value:<key>"; every call must get that value back, executed or replayed.
+//     A call refused with a retryable error (another process still runs the key past max_wait)
+//     is queued again. Prints "executed=N replayed=M joined=J redelivered=K took_over=T".
+//
+//   hang-key --url URL --prefix P --key K --effects FILE [--lease-ms N]
+//     Runs one such operation whose body writes its side effect, prints "ready" and blocks (the
+//     key claimed in the store) until the test SIGKILLs it.
+//
+// --clock-offset-ms moves this process's wall clock ahead, as if that much time had passed: a
+// test uses it to let a fresh process find a dead owner's lease over without sleeping.
+//
+// Exit codes: 0 done, 2 bad usage, 3 an unexpected error (printed on stderr), 4 gave up.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+
+#include "idem/error.hpp"
+#include "idem/event.hpp"
+#include "idem/events.hpp"
+#include "idem/handler.hpp"
+#include "idem/redis/redis_options.hpp"
+#include "idem/redis/redis_recorder.hpp"
+#include "idem/redis/redis_store.hpp"
+#include "idem/resilient.hpp"
+
+namespace {
+
+struct Usage : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+using Args = std::map<std::string, std::string>;
+
+Args parse(int argc, char** argv) {
+  Args args;
+  for (int i = 2; i < argc; ++i) {
+    const std::string key = argv[i];
+    if (key.rfind("--", 0) != 0) throw Usage("unexpected argument " + key);
+    if (key == "--wait-go") {
+      args[key] = "1";
+    } else if (i + 1 < argc) {
+      args[key] = argv[++i];
+    } else {
+      throw Usage("missing value for " + key);
+    }
+  }
+  return args;
+}
+
+std::string required(const Args& args, const std::string& key) {
+  const auto it = args.find(key);
+  if (it == args.end()) throw Usage("missing " + key);
+  return it->second;
+}
+
+std::string optional(const Args& args, const std::string& key, std::string fallback) {
+  const auto it = args.find(key);
+  return it == args.end() ? fallback : it->second;
+}
+
+// The system clock, its wall time moved `offset` ahead.
+class OffsetClock final : public idem::Clock {
+ public:
+  explicit OffsetClock(std::chrono::milliseconds offset) : offset_(offset) {}
+  idem::WallTime wall_now() const override { return std::chrono::system_clock::now() + offset_; }
+  idem::SteadyTime steady_now() const override { return std::chrono::steady_clock::now(); }
+  bool sleep_for(std::chrono::nanoseconds duration, std::stop_token stop) override {
+    return system_.sleep_for(duration, stop);
+  }
+
+ private:
+  std::chrono::milliseconds offset_;
+  idem::SystemClock system_;
+};
+
+// Appends whole lines with O_APPEND: each write() lands in one piece even with several
+// processes appending to the same file, and survives the process being killed right after.
+class EffectsFile {
+ public:
+  explicit EffectsFile(const std::string& path)
+      : fd_(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) {
+    if (fd_ < 0) throw std::runtime_error("cannot open effects file " + path);
+  }
+  EffectsFile(const EffectsFile&) = delete;
+  EffectsFile& operator=(const EffectsFile&) = delete;
+  ~EffectsFile() { ::close(fd_); }
+
+  void append(const std::string& line) const {
+    const std::string text = line + "\n";
+    if (::write(fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
+      throw std::runtime_error("short write to the effects file");
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+idem::redis::RedisOptions redis_options(const Args& args) {
+  auto options = idem::redis::RedisOptions::from_url(required(args, "--url"));
+  options.key_prefix = required(args, "--prefix");
+  options.clock = std::make_shared<OffsetClock>(
+      std::chrono::milliseconds(std::stoll(optional(args, "--clock-offset-ms", "0"))));
+  return options;
+}
+
+std::chrono::milliseconds lease_of(const Args& args) {
+  return std::chrono::milliseconds(std::stoll(optional(args, "--lease-ms", "30000")));
+}
+
+std::deque<std::string> read_lines(const std::string& path) {
+  std::deque<std::string> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+bool wait_go(const Args& args) {
+  if (args.count("--wait-go") == 0) return true;
+  char go = 0;
+  return ::read(STDIN_FILENO, &go, 1) == 1;
+}
+
+void block_until_killed() {
+  const char ready[] = "ready\n";
+  if (::write(STDOUT_FILENO, ready, sizeof ready - 1) < 0) std::_Exit(3);
+  char byte = 0;
+  while (::read(STDIN_FILENO, &byte, 1) > 0) {
+  }
+  throw std::runtime_error("the test closed stdin instead of killing the worker");
+}
+
+idem::Event event_with_id(const std::string& id) {
+  idem::Event event;
+  event.id = id;
+  event.type = "test.event";
+  return event;
+}
+
+// ---- recorder -------------------------------------------------------------------------------
+
+int consume(const Args& args) {
+  auto recorder = std::make_shared<idem::redis::RedisIdempotencyRecorder>(redis_options(args));
+  EffectsFile effects(required(args, "--effects"));
+  const std::string consumer = required(args, "--consumer");
+  idem::HandlerOptions options;
+  options.mode = idem::HandlerMode::exclusive;
+  options.lease = lease_of(args);
+  auto handler = idem::make_idempotent_handler<std::string>(
+      consumer, recorder,
+      [&effects](const std::string&, idem::BusProxy&, const idem::Event& event) {
+        effects.append(event.id);
+      },
+      options);
+  idem::CollectingBusProxy bus(consumer);
+  std::deque<std::string> queue = read_lines(required(args, "--events"));
+  if (!wait_go(args)) return 4;
+  long processed = 0;
+  long duplicate = 0;
+  long redelivered = 0;
+  const long max_redeliveries = 1000L * static_cast<long>(queue.size() + 1);
+  while (!queue.empty()) {
+    const std::string id = queue.front();
+    queue.pop_front();
+    try {
+      if ((*handler)(event_with_id(id), bus) == idem::HandleResult::processed) {
+        ++processed;
+      } else {
+        ++duplicate;
+      }
+    } catch (const idem::Error& e) {
+      if (!e.retryable() || e.in_doubt()) throw;
+      queue.push_back(id);  // not acknowledged: the "broker" delivers it again later
+      if (++redelivered > max_redeliveries) return 4;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  std::cout << "processed=" << processed << " duplicate=" << duplicate
+            << " redelivered=" << redelivered << std::endl;
+  return 0;
+}
+
+int hang(const Args& args) {
+  auto recorder = std::make_shared<idem::redis::RedisIdempotencyRecorder>(redis_options(args));
+  EffectsFile effects(required(args, "--effects"));
+  const std::string consumer = required(args, "--consumer");
+  idem::HandlerOptions options;
+  options.mode = idem::HandlerMode::exclusive;
+  options.lease = lease_of(args);
+  auto handler = idem::make_idempotent_handler<std::string>(
+      consumer, recorder,
+      [&effects](const std::string&, idem::BusProxy&, const idem::Event& event) {
+        effects.append(event.id);
+        block_until_killed();
+      },
+      options);
+  idem::CollectingBusProxy bus(consumer);
+  (void)(*handler)(event_with_id(required(args, "--event")), bus);
+  return 3;
+}
+
+// ---- store ----------------------------------------------------------------------------------
+
+using Operation = std::string(const std::string&);
+
+idem::Resilient<Operation> keyed_operation(const Args& args,
+                                           std::shared_ptr<idem::IdempotencyStore> store,
+                                           std::function<std::string(const std::string&)> body,
+                                           std::shared_ptr<idem::EventSink> events = nullptr) {
+  idem::ResilientOptions<Operation> options;
+  if (events) options.events = {std::move(events)};
+  options.name = "redis-worker";
+  options.idempotency_key = [](const std::string& key) { return key; };
+  options.idempotency_store = std::move(store);
+  options.idempotency_ttl = std::chrono::hours(1);
+  options.idempotency_lease = lease_of(args);
+  options.idempotency_max_wait = std::chrono::seconds(5);
+  return idem::resilient<Operation>(std::move(body), std::move(options));
+}
+
+int run_keys(const Args& args) {
+  auto store = std::make_shared<idem::redis::RedisIdempotencyStore>(redis_options(args));
+  EffectsFile effects(required(args, "--effects"));
+  auto events = std::make_shared<idem::CountingEventSink>();
+  auto operation = keyed_operation(
+      args, store,
+      [&effects](const std::string& key) {
+        effects.append(key);
+        return "value:" + key;
+      },
+      events);
+  std::deque<std::string> queue = read_lines(required(args, "--keys"));
+  if (!wait_go(args)) return 4;
+  std::map<std::string, long> statuses;
+  long redelivered = 0;
+  const long max_redeliveries = 1000L * static_cast<long>(queue.size() + 1);
+  while (!queue.empty()) {
+    const std::string key = queue.front();
+    queue.pop_front();
+    try {
+      const auto result = operation(key);
+      if (result.value != "value:" + key) {
+        throw std::runtime_error("key " + key + " got the value '" + result.value + "'");
+      }
+      ++statuses[result.report.metadata.at("idempotency_status")];
+    } catch (const idem::Error& e) {
+      if (!e.retryable() || e.in_doubt()) throw;
+      queue.push_back(key);
+      if (++redelivered > max_redeliveries) return 4;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  std::cout << "executed=" << statuses["executed"] << " replayed=" << statuses["replayed"]
+            << " joined=" << statuses["joined"] << " redelivered=" << redelivered
+            << " took_over=" << events->count(idem::EventType::idempotency_takeover) << std::endl;
+  return 0;
+}
+
+int hang_key(const Args& args) {
+  auto store = std::make_shared<idem::redis::RedisIdempotencyStore>(redis_options(args));
+  EffectsFile effects(required(args, "--effects"));
+  auto operation = keyed_operation(args, store, [&effects](const std::string& key) -> std::string {
+    effects.append(key);
+    block_until_killed();
+    return {};
+  });
+  (void)operation(required(args, "--key"));
+  return 3;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    if (argc < 2) throw Usage("missing command");
+    const std::string command = argv[1];
+    const Args args = parse(argc, argv);
+    if (command == "consume") return consume(args);
+    if (command == "hang") return hang(args);
+    if (command == "run-keys") return run_keys(args);
+    if (command == "hang-key") return hang_key(args);
+    throw Usage("unknown command " + command);
+  } catch (const Usage& e) {
+    std::cerr << "idem_test_redis_worker: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "idem_test_redis_worker: " << e.what() << "\n";
+    return 3;
+  }
+}
