@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <climits>
+#include <filesystem>
 #include <optional>
+#include <system_error>
 #include <thread>
 #include <type_traits>
 #include <variant>
@@ -115,6 +117,16 @@ bool Statement::column_is_null(int column) const noexcept {
   return sqlite3_column_type(stmt_, column) == SQLITE_NULL;
 }
 
+int Statement::column_type(int column) const noexcept {
+  return sqlite3_column_type(stmt_, column);
+}
+
+std::string Statement::column_blob(int column) const {
+  const auto* bytes = static_cast<const char*>(sqlite3_column_blob(stmt_, column));
+  if (bytes == nullptr) return {};
+  return std::string(bytes, static_cast<std::size_t>(sqlite3_column_bytes(stmt_, column)));
+}
+
 std::int64_t Statement::column_int64(int column) const noexcept {
   return sqlite3_column_int64(stmt_, column);
 }
@@ -219,6 +231,75 @@ void Connection::exec_script(const char* sql,
 
 void Connection::fail(int rc, std::string_view action, Phase phase) const {
   throw_sqlite_error(db_.get(), rc, action, path_, phase);
+}
+
+// ---- opening ---------------------------------------------------------------------------------
+
+void check_open_arguments(const std::string& path, const SqliteOptions& options) {
+  if (path.empty()) {
+    throw InvalidArgument("SQLite database path is empty: give a file path or \":memory:\"");
+  }
+  if (path.find('\0') != std::string::npos) {
+    throw InvalidArgument("SQLite database path contains a NUL byte");
+  }
+  if (options.busy_timeout < std::chrono::milliseconds::zero()) {
+    throw ConfigError("SqliteOptions::busy_timeout must be >= 0, got " +
+                      std::to_string(options.busy_timeout.count()) + " ms");
+  }
+  if (options.max_batch_size == 0) {
+    throw ConfigError("SqliteOptions::max_batch_size must be >= 1 (1 turns group commit off)");
+  }
+  if (sqlite3_threadsafe() == 0) {
+    throw ConfigError("libsqlite3 was built without thread support (SQLITE_THREADSAFE=0)");
+  }
+}
+
+std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOptions& options) {
+  std::unique_ptr<Connection> writer;
+  try {
+    writer = std::make_unique<Connection>(path, options, /*create=*/!options.read_only,
+                                          options.read_only);
+  } catch (const SqliteError& e) {
+    if (e.code() != ErrorCode::store_open_failed) throw;
+    // SQLite says only "unable to open database file"; say which part of the path is wrong.
+    std::error_code ec;
+    const std::filesystem::path file(path);
+    const auto parent = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
+    std::string hint;
+    if (!std::filesystem::exists(parent, ec)) {
+      hint = "; the directory '" + parent.string() + "' does not exist";
+    } else if (std::filesystem::is_directory(file, ec)) {
+      hint = "; it is a directory";
+    } else if (!std::filesystem::exists(file, ec) && options.read_only) {
+      hint = "; the file does not exist (read_only never creates it)";
+    }
+    throw SqliteError(e.code(), std::string(e.what()) + hint, e.sqlite_code(), e.extended_code(),
+                      e.retryable(), e.in_doubt());
+  }
+  // The first statements read the file header: a file that is not a database fails here with
+  // SQLITE_NOTADB (store_not_a_database).
+  if (path != ":memory:" && !options.read_only) {
+    std::string mode;
+    writer->exec_script("PRAGMA journal_mode=WAL", [&](std::string_view m) { mode = m; });
+    if (mode != "wal") {
+      throw SqliteError(ErrorCode::store_open_failed,
+                        "PRAGMA journal_mode=WAL on '" + path + "' was refused (the mode is '" +
+                            mode + "'); several processes can only share the file in WAL mode",
+                        SQLITE_ERROR, SQLITE_ERROR, false, false);
+    }
+  }
+  switch (options.durability) {
+    case Durability::full:
+      writer->exec_script("PRAGMA synchronous=FULL");
+      break;
+    case Durability::normal:
+      writer->exec_script("PRAGMA synchronous=NORMAL");
+      break;
+    case Durability::off:
+      writer->exec_script("PRAGMA synchronous=OFF");
+      break;
+  }
+  return writer;
 }
 
 // ---- WriteTransaction -----------------------------------------------------------------------

@@ -71,8 +71,13 @@ class Statement {
   std::int64_t run();
 
   bool column_is_null(int column) const noexcept;
+  // The storage class of a column of the current row: SQLITE_INTEGER, SQLITE_FLOAT, SQLITE_TEXT,
+  // SQLITE_BLOB or SQLITE_NULL. Ask before reading the column (reading may convert it).
+  int column_type(int column) const noexcept;
   std::int64_t column_int64(int column) const noexcept;
   std::string column_text(int column) const;
+  // The column's bytes as stored (a BLOB, or the bytes of a TEXT), NULs included.
+  std::string column_blob(int column) const;
 
  private:
   Connection* connection_;
@@ -119,6 +124,17 @@ class Connection {
   DbHandle db_;
   std::unordered_map<std::string, StatementHandle, TransparentHash, std::equal_to<>> cache_;
 };
+
+// What every SQLite component checks before it opens `path` with `options`: InvalidArgument for
+// an empty path or a NUL byte in it, ConfigError for bad options or a libsqlite3 built without
+// thread support.
+void check_open_arguments(const std::string& path, const SqliteOptions& options);
+
+// Opens the writer connection of `path` (creating the file unless options.read_only), explains a
+// failed open (missing directory, a directory, read_only without a file), switches a file to WAL
+// (not ":memory:", not read_only: WAL is what lets processes share it) and sets
+// PRAGMA synchronous from options.durability. Throws SqliteError.
+std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOptions& options);
 
 // BEGIN IMMEDIATE in the constructor (taking the database's write lock, waiting up to the busy
 // timeout); ROLLBACK in the destructor unless commit() succeeded.

@@ -1,0 +1,546 @@
+#include "idem/sqlite/sqlite_store.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <mutex>
+#include <utility>
+#include <vector>
+
+#include "connection.hpp"
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+
+namespace idem::sqlite {
+
+namespace {
+
+using detail::Connection;
+using detail::Statement;
+using detail::WriteTransaction;
+
+// idem_schema and idem_counters are created exactly as the recorder creates them, so whichever
+// component opens a file first makes the same tables, and both draw tokens from claim_token.
+constexpr const char* kCreateStoreTables =
+    "CREATE TABLE IF NOT EXISTS idem_records ("
+    " key TEXT PRIMARY KEY NOT NULL,"
+    " state TEXT NOT NULL CHECK (state IN ('in_progress', 'completed')),"
+    " token INTEGER NOT NULL,"
+    " fingerprint TEXT,"
+    " lease_until_ms INTEGER,"
+    " completed_at_ms INTEGER,"
+    " expires_at_ms INTEGER,"
+    " value BLOB,"
+    " report TEXT,"
+    " took_over INTEGER NOT NULL DEFAULT 0);"
+    // purge_expired() finds expired results without scanning the claims and live results.
+    "CREATE INDEX IF NOT EXISTS idem_records_expiry ON idem_records(expires_at_ms)"
+    " WHERE state = 'completed';"
+    "CREATE TABLE IF NOT EXISTS idem_schema ("
+    " component TEXT PRIMARY KEY,"
+    " version INTEGER NOT NULL);"
+    "CREATE TABLE IF NOT EXISTS idem_counters ("
+    " name TEXT PRIMARY KEY,"
+    " value INTEGER NOT NULL);"
+    "INSERT OR IGNORE INTO idem_schema(component, version) VALUES ('store', 1);"
+    "INSERT OR IGNORE INTO idem_counters(name, value) VALUES ('claim_token', 0);";
+
+// The claim. The new token is the counter's next value (the counter itself is advanced by
+// kAdvanceCounter only when this statement claimed, so a replay writes nothing). A live record is
+// never touched, whatever its fingerprint: the WHERE admits only an expired result or a claim
+// whose lease has ended, and a row idem cannot read (unknown state, NULL deadline) is neither.
+constexpr std::string_view kClaim =
+    "INSERT INTO idem_records(key, state, token, fingerprint, lease_until_ms, took_over) "
+    "VALUES (?1, 'in_progress', "
+    "COALESCE((SELECT value FROM idem_counters WHERE name = 'claim_token'), 0) + 1, ?2, ?3, 0) "
+    "ON CONFLICT(key) DO UPDATE SET state = 'in_progress', token = excluded.token, "
+    "fingerprint = excluded.fingerprint, lease_until_ms = excluded.lease_until_ms, "
+    "completed_at_ms = NULL, expires_at_ms = NULL, value = NULL, report = NULL, "
+    "took_over = (idem_records.state = 'in_progress') "
+    "WHERE (idem_records.state = 'completed' AND idem_records.expires_at_ms <= ?4) "
+    "OR (idem_records.state = 'in_progress' AND idem_records.lease_until_ms <= ?4) "
+    "RETURNING token, took_over";
+constexpr std::string_view kAdvanceCounter =
+    "UPDATE idem_counters SET value = ?1 WHERE name = 'claim_token' AND value < ?1";
+constexpr std::string_view kSelectRecord =
+    "SELECT state, token, fingerprint, lease_until_ms, completed_at_ms, expires_at_ms, value, "
+    "report FROM idem_records WHERE key = ?1";
+constexpr std::string_view kComplete =
+    "UPDATE idem_records SET state = 'completed', lease_until_ms = NULL, completed_at_ms = ?3, "
+    "expires_at_ms = ?4, value = ?5, report = ?6 "
+    "WHERE key = ?1 AND state = 'in_progress' AND token = ?2";
+constexpr std::string_view kDeleteClaim =
+    "DELETE FROM idem_records WHERE key = ?1 AND state = 'in_progress' AND token = ?2";
+constexpr std::string_view kRenew =
+    "UPDATE idem_records SET lease_until_ms = ?3 "
+    "WHERE key = ?1 AND state = 'in_progress' AND token = ?2";
+constexpr std::string_view kPurge =
+    "DELETE FROM idem_records WHERE state = 'completed' AND expires_at_ms <= ?1";
+constexpr std::string_view kCount = "SELECT count(*) FROM idem_records";
+
+// Columns of kSelectRecord.
+enum Column : int {
+  kState = 0,
+  kToken,
+  kFingerprint,
+  kLeaseUntil,
+  kCompletedAt,
+  kExpiresAt,
+  kValue,
+  kReport,
+};
+
+// Deadlines are stored as milliseconds and returned as WallTime, whose nanosecond count
+// overflows past this many milliseconds (year 2262).
+constexpr std::int64_t kMaxMs =
+    std::chrono::duration_cast<std::chrono::milliseconds>(WallTime::duration::max()).count();
+constexpr std::int64_t kMinMs =
+    std::chrono::duration_cast<std::chrono::milliseconds>(WallTime::duration::min()).count();
+
+std::int64_t saturating_add(std::int64_t a, std::int64_t b) {
+  if (b > 0 && a > kMaxMs - b) return kMaxMs;
+  return a + b;
+}
+
+WallTime from_ms(std::int64_t ms) {
+  return WallTime(std::chrono::milliseconds(std::clamp(ms, kMinMs, kMaxMs)));
+}
+
+std::int64_t to_ms(WallTime t) {
+  return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
+}
+
+void check_lease(Millis lease) {
+  if (lease <= Millis::zero()) {
+    throw InvalidArgument("idempotency lease must be positive (got " +
+                          std::to_string(lease.count()) + " ms)");
+  }
+}
+
+void check_ttl(Millis ttl) {
+  if (ttl < Millis::zero()) {
+    throw InvalidArgument("idempotency ttl must not be negative (got " +
+                          std::to_string(ttl.count()) + " ms)");
+  }
+}
+
+// Tokens are stored as SQLite's signed INTEGER; a larger one was never handed out.
+bool token_fits(std::uint64_t token) {
+  return token <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+}
+
+std::string_view type_name(int type) {
+  switch (type) {
+    case SQLITE_INTEGER:
+      return "INTEGER";
+    case SQLITE_FLOAT:
+      return "REAL";
+    case SQLITE_TEXT:
+      return "TEXT";
+    case SQLITE_BLOB:
+      return "BLOB";
+    default:
+      return "NULL";
+  }
+}
+
+// Reads one row of kSelectRecord into a record, checking every column it needs: a row written by
+// anything but this store (or damaged) becomes a clear error, never a half-read record.
+class RecordDecoder {
+ public:
+  RecordDecoder(const Statement& row, std::string_view key, const std::string& path)
+      : row_(row), key_(key), path_(path) {}
+
+  IdempotencyRecord decode() const {
+    IdempotencyRecord record;
+    record.key = std::string(key_);
+    const std::string state = text(kState, "state");
+    if (state == "in_progress") {
+      record.state = IdempotencyRecord::State::in_progress;
+    } else if (state == "completed") {
+      record.state = IdempotencyRecord::State::completed;
+    } else {
+      corrupt("column state holds the unknown state '" + state.substr(0, 40) + "'");
+    }
+    const std::int64_t token = integer(kToken, "token");
+    if (token <= 0) corrupt("column token holds " + std::to_string(token) + " (tokens are > 0)");
+    record.token = static_cast<std::uint64_t>(token);
+    if (!row_.column_is_null(kFingerprint)) record.fingerprint = text(kFingerprint, "fingerprint");
+    if (record.state == IdempotencyRecord::State::in_progress) {
+      record.lease_until = from_ms(integer(kLeaseUntil, "lease_until_ms"));
+      return record;
+    }
+    record.completed_at = from_ms(integer(kCompletedAt, "completed_at_ms"));
+    record.expires_at = from_ms(integer(kExpiresAt, "expires_at_ms"));
+    const int value_type = row_.column_type(kValue);
+    if (value_type != SQLITE_BLOB && value_type != SQLITE_TEXT) {
+      corrupt("column value of a completed record holds " + std::string(type_name(value_type)) +
+              " (expected the result's bytes as a BLOB)");
+    }
+    record.value.bytes = row_.column_blob(kValue);
+    const int report_type = row_.column_type(kReport);
+    if (report_type != SQLITE_TEXT && report_type != SQLITE_BLOB) {
+      corrupt("column report of a completed record holds " + std::string(type_name(report_type)) +
+              " (expected the execution report as JSON text)");
+    }
+    try {
+      record.report = ExecutionReport::from_json(row_.column_blob(kReport));
+    } catch (const Error& e) {
+      corrupt("column report is not a readable execution report (" + std::string(e.what()) + ")");
+    }
+    return record;
+  }
+
+ private:
+  std::int64_t integer(int column, std::string_view name) const {
+    const int type = row_.column_type(column);
+    if (type != SQLITE_INTEGER) {
+      corrupt("column " + std::string(name) + " holds " + std::string(type_name(type)) +
+              " where an INTEGER must be");
+    }
+    return row_.column_int64(column);
+  }
+
+  std::string text(int column, std::string_view name) const {
+    const int type = row_.column_type(column);
+    if (type != SQLITE_TEXT) {
+      corrupt("column " + std::string(name) + " holds " + std::string(type_name(type)) +
+              " where TEXT must be");
+    }
+    return row_.column_text(column);
+  }
+
+  [[noreturn]] void corrupt(const std::string& why) const {
+    throw StoreError(ErrorCode::store_corrupt_record,
+                     "idempotency record '" + std::string(key_) + "' in '" + path_ +
+                         "' (table idem_records) is corrupt: " + why +
+                         "; delete the row to reset the key");
+  }
+
+  const Statement& row_;
+  std::string_view key_;
+  const std::string& path_;
+};
+
+}  // namespace
+
+// ---- Impl -----------------------------------------------------------------------------------
+
+class SqliteIdempotencyStore::Impl {
+ public:
+  Impl(std::string path, SqliteOptions options)
+      : path_(std::move(path)), options_(std::move(options)) {}
+
+  // The writer connection for one write, held for as long as the lock lives.
+  class WriterLock {
+   public:
+    explicit WriterLock(Impl& impl) : impl_(impl), lock_(impl.writer_mutex_) {}
+    Connection& connection() { return *impl_.writer_; }
+
+   private:
+    Impl& impl_;
+    std::lock_guard<std::mutex> lock_;
+  };
+
+  // The connection for one read: a pooled reader, so reads never wait for this process's writer
+  // (WAL: nor for other processes' writers); for ":memory:" the only connection, under its lock.
+  class ReadLease {
+   public:
+    explicit ReadLease(Impl& impl) : impl_(impl) {
+      if (impl.in_memory_) {
+        writer_lock_ = std::unique_lock(impl.writer_mutex_);
+        connection_ = impl.writer_.get();
+      } else {
+        reader_ = impl.take_reader();
+        connection_ = reader_.get();
+      }
+    }
+    ReadLease(const ReadLease&) = delete;
+    ReadLease& operator=(const ReadLease&) = delete;
+    ~ReadLease() {
+      if (reader_) impl_.return_reader(std::move(reader_));
+    }
+
+    Connection& connection() { return *connection_; }
+
+   private:
+    Impl& impl_;
+    Connection* connection_ = nullptr;
+    std::unique_lock<std::mutex> writer_lock_;
+    std::unique_ptr<Connection> reader_;
+  };
+
+  void open() {
+    detail::check_open_arguments(path_, options_);
+    clock_ = options_.clock ? options_.clock : system_clock();
+    in_memory_ = (path_ == ":memory:");
+    writer_ = detail::open_writer(path_, options_);
+    check_schema();
+  }
+
+  std::int64_t now_ms() const { return to_ms(clock_->wall_now()); }
+
+  // The record of `key` read on `connection`, nullopt when there is no row.
+  std::optional<IdempotencyRecord> read(Connection& connection, std::string_view key) {
+    Statement select = connection.prepare(kSelectRecord);
+    select.bind(1, key);
+    if (!select.step()) return std::nullopt;
+    return RecordDecoder(select, key, path_).decode();
+  }
+
+  std::unique_ptr<Connection> take_reader() {
+    {
+      std::lock_guard lock(readers_mutex_);
+      if (!idle_readers_.empty()) {
+        auto reader = std::move(idle_readers_.back());
+        idle_readers_.pop_back();
+        return reader;
+      }
+    }
+    // Opened outside the lock: opening touches the file and may wait on the busy handler.
+    return std::make_unique<Connection>(path_, options_, /*create=*/false, options_.read_only);
+  }
+
+  void return_reader(std::unique_ptr<Connection> reader) {
+    std::lock_guard lock(readers_mutex_);
+    if (idle_readers_.size() < options_.max_idle_readers)
+      idle_readers_.push_back(std::move(reader));
+  }
+
+  std::string path_;
+  SqliteOptions options_;
+  std::shared_ptr<Clock> clock_;
+  bool in_memory_ = false;
+
+  std::mutex writer_mutex_;
+  std::unique_ptr<Connection> writer_;
+
+  std::mutex readers_mutex_;
+  std::vector<std::unique_ptr<Connection>> idle_readers_;
+
+ private:
+  void check_schema();
+};
+
+void SqliteIdempotencyStore::Impl::check_schema() {
+  int tables = 0;
+  {
+    Statement select = writer_->prepare(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+        "('idem_records', 'idem_schema', 'idem_counters')");
+    if (select.step()) tables = static_cast<int>(select.column_int64(0));
+  }
+  if (tables < 3) {
+    if (options_.read_only) {
+      throw SqliteError(ErrorCode::store_read_only,
+                        "'" + path_ +
+                            "' has no idempotency store tables (idem_records, idem_schema, "
+                            "idem_counters) and is opened read-only, so they cannot be created",
+                        SQLITE_READONLY, SQLITE_READONLY, false, false);
+    }
+    // One write transaction, so processes opening a new file at once create it exactly once.
+    WriteTransaction tx(*writer_);
+    writer_->exec_script(kCreateStoreTables);
+    tx.commit();
+  }
+
+  // An idem_records made by something else must still have every column this store reads.
+  int columns = 0;
+  {
+    Statement info = writer_->prepare("SELECT name FROM pragma_table_info('idem_records')");
+    while (info.step()) {
+      static constexpr std::string_view kNeeded[] = {
+          "key",           "state", "token",  "fingerprint", "lease_until_ms", "completed_at_ms",
+          "expires_at_ms", "value", "report", "took_over"};
+      const std::string name = info.column_text(0);
+      if (std::find(std::begin(kNeeded), std::end(kNeeded), name) != std::end(kNeeded)) ++columns;
+    }
+  }
+  if (columns != 10) {
+    throw SqliteError(ErrorCode::store_not_a_database,
+                      "'" + path_ +
+                          "' has an idem_records table without the columns the idempotency "
+                          "store uses (key, state, token, fingerprint, lease_until_ms, "
+                          "completed_at_ms, expires_at_ms, value, report, took_over)",
+                      SQLITE_ERROR, SQLITE_ERROR, false, false);
+  }
+
+  Statement version = writer_->prepare("SELECT version FROM idem_schema WHERE component = 'store'");
+  if (version.step() && version.column_int64(0) > kSchemaVersion) {
+    throw SqliteError(ErrorCode::store_open_failed,
+                      "'" + path_ + "' uses idem store schema version " +
+                          std::to_string(version.column_int64(0)) +
+                          ", newer than this idem understands (" + std::to_string(kSchemaVersion) +
+                          "); upgrade idem",
+                      SQLITE_ERROR, SQLITE_ERROR, false, false);
+  }
+}
+
+// ---- SqliteIdempotencyStore -----------------------------------------------------------------
+
+SqliteIdempotencyStore::SqliteIdempotencyStore(std::string path, SqliteOptions options)
+    : impl_(std::make_unique<Impl>(std::move(path), std::move(options))) {
+  impl_->open();
+  wait_clock_ = impl_->clock_;
+}
+
+SqliteIdempotencyStore::~SqliteIdempotencyStore() = default;
+
+const std::string& SqliteIdempotencyStore::path() const noexcept {
+  return impl_->path_;
+}
+
+const SqliteOptions& SqliteIdempotencyStore::options() const noexcept {
+  return impl_->options_;
+}
+
+ClaimOutcome SqliteIdempotencyStore::claim(std::string_view key,
+                                           std::optional<std::string_view> fingerprint,
+                                           Millis lease) {
+  validate_key("idempotency key", key);
+  check_lease(lease);
+  Impl::WriterLock lock(*impl_);
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  const std::int64_t now = impl_->now_ms();
+  {
+    Statement claim = connection.prepare(kClaim);
+    claim.bind(1, key);
+    if (fingerprint) {
+      claim.bind(2, *fingerprint);
+    } else {
+      claim.bind_null(2);
+    }
+    claim.bind(3, saturating_add(now, lease.count())).bind(4, now);
+    if (claim.step()) {
+      ClaimOutcome outcome;
+      outcome.status = ClaimOutcome::Status::acquired;
+      const std::int64_t token = claim.column_int64(0);
+      outcome.token = static_cast<std::uint64_t>(token);
+      outcome.took_over = claim.column_int64(1) != 0;
+      while (claim.step()) {
+      }
+      Statement advance = connection.prepare(kAdvanceCounter);
+      advance.bind(1, token);
+      if (advance.run() != 1) {
+        // Rolled back with the transaction: without the counter, tokens could repeat.
+        throw StoreError(ErrorCode::store_corrupt_record,
+                         "the claim_token row of idem_counters in '" + impl_->path_ +
+                             "' is missing or ahead of the token it gave; restore it (it must "
+                             "be at least the largest token in idem_records and idem_claims)");
+      }
+      tx.commit();
+      return outcome;
+    }
+  }
+  // A live record: read it in the same transaction, so the answer is the record that refused us.
+  auto record = impl_->read(connection, key);
+  if (!record) {
+    throw StoreError("claim of idempotency key '" + std::string(key) + "' in '" + impl_->path_ +
+                     "' neither claimed it nor found its record");
+  }
+  ClaimOutcome outcome;
+  if (fingerprint && record->fingerprint && *fingerprint != *record->fingerprint) {
+    outcome.status = ClaimOutcome::Status::mismatch;
+  } else if (record->state == IdempotencyRecord::State::completed) {
+    outcome.status = ClaimOutcome::Status::completed;
+  } else {
+    outcome.status = ClaimOutcome::Status::in_progress;
+  }
+  outcome.record = std::move(record);
+  return outcome;  // nothing written: ~WriteTransaction ends it
+}
+
+bool SqliteIdempotencyStore::complete(std::string_view key, std::uint64_t token, StoredValue value,
+                                      const ExecutionReport& report, Millis ttl) {
+  validate_key("idempotency key", key);
+  check_ttl(ttl);
+  if (!token_fits(token)) return false;
+  const auto stored_token = static_cast<std::int64_t>(token);
+  // Serialised before the write lock is taken: the lock is shared by every process.
+  const std::string report_json = ttl == Millis::zero() ? std::string() : report.to_json();
+  const std::string_view bytes = value.bytes ? std::string_view(*value.bytes) : std::string_view();
+
+  Impl::WriterLock lock(*impl_);
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  std::int64_t changed = 0;
+  if (ttl == Millis::zero()) {
+    // Expired the instant it completes: nothing to keep.
+    Statement drop = connection.prepare(kDeleteClaim);
+    drop.bind(1, key).bind(2, stored_token);
+    changed = drop.run();
+  } else {
+    const std::int64_t now = impl_->now_ms();
+    Statement update = connection.prepare(kComplete);
+    update.bind(1, key)
+        .bind(2, stored_token)
+        .bind(3, now)
+        .bind(4, saturating_add(now, ttl.count()))
+        .bind(5, SqlParam::blob(bytes))
+        .bind(6, std::string_view(report_json));
+    changed = update.run();
+  }
+  if (changed == 0) return false;  // fenced off, completed already, or never claimed
+  tx.commit();
+  return true;
+}
+
+bool SqliteIdempotencyStore::release(std::string_view key, std::uint64_t token) {
+  validate_key("idempotency key", key);
+  if (!token_fits(token)) return false;
+  Impl::WriterLock lock(*impl_);
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  Statement drop = connection.prepare(kDeleteClaim);
+  drop.bind(1, key).bind(2, static_cast<std::int64_t>(token));
+  if (drop.run() == 0) return false;
+  tx.commit();
+  return true;
+}
+
+bool SqliteIdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
+  validate_key("idempotency key", key);
+  check_lease(lease);
+  if (!token_fits(token)) return false;
+  Impl::WriterLock lock(*impl_);
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  Statement update = connection.prepare(kRenew);
+  update.bind(1, key)
+      .bind(2, static_cast<std::int64_t>(token))
+      .bind(3, saturating_add(impl_->now_ms(), lease.count()));
+  if (update.run() == 0) return false;
+  tx.commit();
+  return true;
+}
+
+std::optional<IdempotencyRecord> SqliteIdempotencyStore::lookup(std::string_view key) {
+  validate_key("idempotency key", key);
+  Impl::ReadLease lease(*impl_);
+  auto record = impl_->read(lease.connection(), key);
+  if (record && record->state == IdempotencyRecord::State::completed &&
+      to_ms(impl_->clock_->wall_now()) >= to_ms(record->expires_at)) {
+    return std::nullopt;  // expired: absent to every reader, whether purged yet or not
+  }
+  return record;
+}
+
+std::size_t SqliteIdempotencyStore::purge_expired() {
+  Impl::WriterLock lock(*impl_);
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  Statement purge = connection.prepare(kPurge);
+  purge.bind(1, impl_->now_ms());
+  const std::int64_t purged = purge.run();
+  tx.commit();
+  return static_cast<std::size_t>(purged);
+}
+
+std::size_t SqliteIdempotencyStore::entry_count() {
+  Impl::ReadLease lease(*impl_);
+  Statement count = lease.connection().prepare(kCount);
+  return count.step() ? static_cast<std::size_t>(count.column_int64(0)) : 0;
+}
+
+}  // namespace idem::sqlite
