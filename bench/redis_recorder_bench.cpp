@@ -1,0 +1,185 @@
+// The Redis recorder's mark throughput at concurrency C (threads, one pooled connection each)
+// and pipelining P (ids per mark_processed_batch call; 1 = mark_processed), next to a raw hiredis
+// loop sending the very same commands (SET <marker key> <ms> NX, P per round trip) from C threads
+// with one connection each — the cost of idem itself, without redis-benchmark's event loop.
+//
+//   bench_redis_recorder --url=redis://127.0.0.1:6379/0 [--clients=C] [--pipeline=P] [--requests=N]
+//               [google-benchmark flags]
+//
+// Without --clients/--pipeline it runs C in {1, 8} x P in {1, 16}. --requests fixes the marks
+// per benchmark run (split over the threads), as redis-benchmark -n does; by default Google
+// Benchmark picks the count. The URL comes from --url, IDEM_BENCH_REDIS_URL or
+// IDEM_TEST_REDIS_URL. Keys go under the prefix "idem-bench:<pid>:" and are deleted at the end.
+// bench/redis_vs_redis_benchmark.sh runs this next to redis-benchmark and prints the ratio.
+#include <benchmark/benchmark.h>
+#include <hiredis/hiredis.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bench_ids.hpp"
+#include "idem/redis/redis_recorder.hpp"
+
+namespace {
+
+constexpr std::string_view kConsumer = "bench";
+
+std::atomic<std::uint64_t> g_streams{1};  // a fresh id stream per thread and run
+
+std::string g_prefix;
+idem::redis::RedisOptions g_options;
+
+// One benchmark: a recorder with exactly `clients` warm connections.
+struct IdemCase {
+  std::shared_ptr<idem::redis::RedisIdempotencyRecorder> recorder;
+  int pipeline = 1;
+};
+
+void BM_IdemRecorder(benchmark::State& state, const IdemCase* c) {
+  idem::bench::IdSequence ids(g_streams++);
+  std::vector<std::string_view> batch(static_cast<std::size_t>(c->pipeline));
+  std::vector<std::string> storage(static_cast<std::size_t>(c->pipeline));
+  for (auto _ : state) {
+    if (c->pipeline == 1) {
+      c->recorder->mark_processed(kConsumer, ids.next());
+    } else {
+      for (std::size_t i = 0; i < storage.size(); ++i) {
+        storage[i] = ids.next();
+        batch[i] = storage[i];
+      }
+      c->recorder->mark_processed_batch(kConsumer, batch);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * c->pipeline);
+}
+
+// The same commands with plain hiredis: the same marker keys, SET key ms NX, P per round trip.
+void BM_RawHiredis(benchmark::State& state, int pipeline) {
+  timeval timeout{2, 0};
+  redisContext* context = redisConnectWithTimeout(g_options.host.c_str(), g_options.port, timeout);
+  if (context == nullptr || context->err != 0) {
+    state.SkipWithError("cannot connect");
+    if (context != nullptr) redisFree(context);
+    return;
+  }
+  idem::bench::IdSequence ids(g_streams++);
+  const std::string marker_prefix = g_prefix + "m:{" + std::string(kConsumer) + ":";
+  std::string key;
+  for (auto _ : state) {
+    const std::string ts = std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                              std::chrono::system_clock::now().time_since_epoch())
+                                              .count());
+    for (int i = 0; i < pipeline; ++i) {
+      key.assign(marker_prefix).append(ids.next()).append("}");
+      const char* argv[] = {"SET", key.c_str(), ts.c_str(), "NX"};
+      const size_t lengths[] = {3, key.size(), ts.size(), 2};
+      redisAppendCommandArgv(context, 4, argv, lengths);
+    }
+    for (int i = 0; i < pipeline; ++i) {
+      void* reply = nullptr;
+      if (redisGetReply(context, &reply) != REDIS_OK) {
+        state.SkipWithError(context->errstr);
+        break;
+      }
+      freeReplyObject(reply);
+    }
+  }
+  redisFree(context);
+  state.SetItemsProcessed(state.iterations() * pipeline);
+}
+
+void delete_prefix() {
+  idem::redis::ConnectionPool pool(g_options);
+  auto connection = pool.lease();
+  std::string cursor = "0";
+  std::string pattern = g_prefix + "*";
+  do {
+    const auto page = connection->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "10000"});
+    cursor = page.elements.at(0).str;
+    for (const auto& key : page.elements.at(1).elements)
+      connection->append({"UNLINK", key.str});
+    if (connection->pending() > 0) (void)connection->read_replies();
+  } while (cursor != "0");
+}
+
+std::string take_flag(int& argc, char** argv, const std::string& name) {
+  const std::string prefix = "--" + name + "=";
+  for (int i = 1; i < argc; ++i) {
+    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
+      std::string value = argv[i] + prefix.size();
+      for (int j = i; j + 1 < argc; ++j)
+        argv[j] = argv[j + 1];
+      --argc;
+      return value;
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string url = take_flag(argc, argv, "url");
+  const std::string clients_flag = take_flag(argc, argv, "clients");
+  const std::string pipeline_flag = take_flag(argc, argv, "pipeline");
+  const std::string requests_flag = take_flag(argc, argv, "requests");
+  for (const char* variable : {"IDEM_BENCH_REDIS_URL", "IDEM_TEST_REDIS_URL"}) {
+    if (url.empty() && std::getenv(variable) != nullptr) url = std::getenv(variable);
+  }
+  if (url.empty()) {
+    std::fprintf(
+        stderr,
+        "bench_redis_recorder: give --url=redis://HOST:PORT/DB (or IDEM_BENCH_REDIS_URL)\n");
+    return 2;
+  }
+  g_prefix = "idem-bench:" + std::to_string(::getpid()) + ":";
+  g_options = idem::redis::RedisOptions::from_url(url);
+  g_options.key_prefix = g_prefix;
+  g_options.command_timeout = std::chrono::seconds(10);
+
+  std::vector<int> clients = {1, 8};
+  std::vector<int> pipelines = {1, 16};
+  if (!clients_flag.empty()) clients = {std::stoi(clients_flag)};
+  if (!pipeline_flag.empty()) pipelines = {std::stoi(pipeline_flag)};
+  const long long requests = requests_flag.empty() ? 0 : std::stoll(requests_flag);
+
+  std::vector<std::unique_ptr<IdemCase>> cases;
+  for (int c : clients) {
+    for (int p : pipelines) {
+      auto options = g_options;
+      options.pool_size = static_cast<std::size_t>(c);
+      auto idem_case = std::make_unique<IdemCase>();
+      idem_case->recorder = std::make_shared<idem::redis::RedisIdempotencyRecorder>(options);
+      idem_case->pipeline = p;
+      {  // open every connection now, not inside the timed loop
+        std::vector<idem::redis::ConnectionLease> warm;
+        for (int i = 0; i < c; ++i)
+          warm.push_back(idem_case->recorder->pool()->lease());
+      }
+      const std::string suffix = "/c:" + std::to_string(c) + "/p:" + std::to_string(p);
+      auto* idem_bench = benchmark::RegisterBenchmark(("BM_IdemRecorder" + suffix).c_str(),
+                                                      BM_IdemRecorder, idem_case.get());
+      auto* raw_bench =
+          benchmark::RegisterBenchmark(("BM_RawHiredis" + suffix).c_str(), BM_RawHiredis, p);
+      for (auto* b : {idem_bench, raw_bench}) {
+        b->Threads(c)->UseRealTime();
+        if (requests > 0) b->Iterations(std::max<long long>(1, requests / c / p));
+      }
+      cases.push_back(std::move(idem_case));
+    }
+  }
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  delete_prefix();
+  return 0;
+}
