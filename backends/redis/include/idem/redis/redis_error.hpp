@@ -15,7 +15,9 @@
 //                                                             *          yes   (a write that was
 //                                                                              sent, reply lost)
 //   auth             AUTH or SELECT refused                   no         no
-//   protocol         a reply idem cannot parse                no         *
+//   protocol         a reply hiredis cannot parse (the        as io      as io
+//                    connection is dropped)
+//   protocol         a reply of an unexpected shape           no         no
 //   reply            the server answered with an error        no         no
 //                    (-ERR, -WRONGTYPE, a script error, ...)
 //   reply            a transient refusal: -LOADING (restarted, yes        no
@@ -34,7 +36,10 @@
 //
 // Messages name the operation, the endpoint (host:port/db, never the password) and hiredis's or
 // the server's own text, e.g.
-//   "idem redis: claim on 127.0.0.1:6379/0: connection refused (connect)".
+//   "idem redis: connect to 127.0.0.1:6379/0: Connection refused",
+//   "idem redis: complete on 127.0.0.1:6379/0: Server closed the connection (the server closed
+//    the connection); the command was sent and its reply lost: it may or may not have been
+//    applied".
 //
 // Thread-safety: immutable after construction.
 #pragma once
