@@ -4,7 +4,8 @@
 // Tests find the server through IDEM_TEST_POSTGRES_URL (scripts/servers.sh sets it). When it is
 // missing, every test of the binary is skipped, naming the variable — unless
 // IDEM_REQUIRE_SERVERS=1 (the test command sets it), where a missing server fails the binary.
-// Register that check once per test binary with IDEM_POSTGRES_TEST_ENVIRONMENT().
+// Register that check once per test binary with IDEM_POSTGRES_TEST_ENVIRONMENT(), or per test
+// with IDEM_REQUIRE_POSTGRES().
 //
 // Thread-safety: TempSchema and the SQL helpers may be used from any thread; each call opens its
 // own connection.
@@ -22,12 +23,14 @@
 #endif
 
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 #include <optional>
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <thread>
 
 #include "idem/postgres/postgres_options.hpp"
 
@@ -57,6 +60,18 @@ class Environment : public ::testing::Environment {
                     "(postgresql://user@host:port/db) or run through scripts/servers.sh";
   }
 };
+
+// The same check inside one test body, for binaries that also have tests without a server.
+#define IDEM_REQUIRE_POSTGRES()                                                          \
+  do {                                                                                   \
+    if (!::idem::test::pg::server_url()) {                                               \
+      if (::idem::test::pg::servers_required()) {                                        \
+        FAIL() << "IDEM_TEST_POSTGRES_URL is not set but IDEM_REQUIRE_SERVERS=1";        \
+      }                                                                                  \
+      GTEST_SKIP() << "no PostgreSQL server: set IDEM_TEST_POSTGRES_URL or run through " \
+                      "scripts/servers.sh";                                              \
+    }                                                                                    \
+  } while (false)
 
 #define IDEM_POSTGRES_TEST_ENVIRONMENT()                                       \
   [[maybe_unused]] static ::testing::Environment* const idem_pg_environment_ = \
@@ -95,6 +110,18 @@ inline std::string query(const std::string& sql) {
 
 inline long long query_int(const std::string& sql) {
   return std::stoll(query(sql));
+}
+
+// Re-checks `condition` (yielding in between, no sleeping) until it holds; false when it still
+// does not after 60 s, which only a broken test or server reaches.
+template <class Condition>
+bool eventually(Condition condition) {
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!condition()) {
+    if (std::chrono::steady_clock::now() > give_up) return false;
+    std::this_thread::yield();
+  }
+  return true;
 }
 
 // A schema name no other test (in this or another process) uses, dropped with everything in it

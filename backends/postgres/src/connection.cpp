@@ -55,8 +55,6 @@ std::uint64_t get_be(std::string_view bytes) noexcept {
                        std::to_string(column) + ", which should be a binary " + std::string(type));
 }
 
-void ignore_notice(void*, const char*) {}
-
 // One line: libpq messages span lines ("server closed the connection unexpectedly\n\tThis
 // probably means ..."); LOCATION lines of verbose messages are dropped.
 std::string flatten(std::string_view message) {
@@ -410,7 +408,8 @@ std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
   const auto fail = [&](std::string_view why) -> PostgresError {
     const std::string message = flatten(why);
     const std::string sqlstate = sqlstate_in(why);
-    ErrorClass cls = classify_error(sqlstate, /*connection_lost=*/true, StatementKind::read);
+    ErrorClass cls =
+        classify_error(sqlstate, /*connection_lost=*/sqlstate.empty(), StatementKind::read);
     if (sqlstate.empty()) cls = ErrorClass{ErrorCode::store_error, true, false};
     std::string text = "could not connect to " + target + ": " + message;
     return PostgresError(cls.code, text, sqlstate, cls.retryable, false);
@@ -440,8 +439,10 @@ std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
     status = PQconnectPoll(conn);
   }
   PQsetErrorVerbosity(conn, PQERRORS_DEFAULT);
-  // "schema already exists, skipping" and friends are not errors; keep them off stderr.
-  PQsetNoticeProcessor(conn, ignore_notice, nullptr);
+  // Notices ("schema already exists, skipping") are not errors and stay off stderr; a FATAL
+  // the server sends an idle session (it is shutting down, or terminated the session) marks
+  // the connection as doomed.
+  PQsetNoticeReceiver(conn, &Connection::on_notice, connection.get());
   if (options.statement_timeout > std::chrono::milliseconds::zero()) {
     connection->exec("SET statement_timeout = " + std::to_string(options.statement_timeout.count()),
                      kCall, StatementKind::read);
@@ -454,16 +455,36 @@ Connection::~Connection() {
 }
 
 bool Connection::broken() const noexcept {
-  return PQstatus(conn_) != CONNECTION_OK;
+  return doomed_ || PQstatus(conn_) != CONNECTION_OK;
+}
+
+void Connection::on_notice(void* self, const PGresult* notice) {
+  const char* severity = PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
+  if (severity != nullptr &&
+      (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0)) {
+    static_cast<Connection*>(self)->doomed_ = true;
+  }
 }
 
 bool Connection::healthy() noexcept {
-  if (PQstatus(conn_) != CONNECTION_OK) return false;
+  if (doomed_ || PQstatus(conn_) != CONNECTION_OK) return false;
   if (PQtransactionStatus(conn_) != PQTRANS_IDLE) return false;
-  // libpq's socket is non-blocking: this only reads what already arrived (e.g. the FATAL a
-  // server sends to its sessions when it shuts down, or the end of the stream).
-  if (PQconsumeInput(conn_) == 0) return false;
-  return PQstatus(conn_) == CONNECTION_OK;
+  // An idle session has nothing to read. Whatever did arrive is read and parsed without
+  // blocking: the FATAL a server sends its sessions when it shuts down or terminates one, and
+  // then the end of the stream.
+  for (int round = 0; round < 4; ++round) {
+    pollfd fd{PQsocket(conn_), POLLIN, 0};
+    const int ready = ::poll(&fd, 1, 0);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return false;
+    if (ready == 0) return true;
+    if (PQconsumeInput(conn_) == 0) return false;
+    (void)PQisBusy(conn_);  // parses the input
+    while (PGnotify* stray = PQnotifies(conn_))
+      PQfreemem(stray);
+    if (doomed_ || PQstatus(conn_) != CONNECTION_OK) return false;
+  }
+  return false;  // input keeps arriving on an idle session: do not trust it
 }
 
 void Connection::check(const Result& result, std::string_view call, StatementKind kind) {

@@ -163,7 +163,7 @@ class Connection {
   // True when the connection is usable and idle: reads whatever the server sent meanwhile
   // without blocking (a server that shut down or terminated the session is noticed here).
   bool healthy() noexcept;
-  bool broken() const noexcept;
+  bool broken() const noexcept;  // lost, or the server ended the session
 
   // Runs `statement` (prepared on this connection on first use) with binary results. Throws
   // PostgresError on failure, classified by `kind`.
@@ -180,8 +180,10 @@ class Connection {
  private:
   Connection(PGconn* conn, std::string target) noexcept : conn_(conn), target_(std::move(target)) {}
   void check(const Result& result, std::string_view call, StatementKind kind);
+  static void on_notice(void* self, const PGresult* notice);
 
   PGconn* conn_;
+  bool doomed_ = false;  // the server sent this session a FATAL
   std::string target_;
   std::unordered_set<std::string> prepared_;
 };
