@@ -7,11 +7,9 @@
 #include <cstdio>
 #include <deque>
 #include <exception>
-#include <filesystem>
 #include <limits>
 #include <mutex>
 #include <optional>
-#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -314,79 +312,16 @@ class SqliteIdempotencyRecorder::Impl {
   std::atomic<std::uint64_t> mark_commits_{0};
 
  private:
-  void configure_writer();
   void create_schema();
   void check_schema();
 };
 
 void SqliteIdempotencyRecorder::Impl::open() {
-  if (path_.empty()) {
-    throw InvalidArgument("SQLite database path is empty: give a file path or \":memory:\"");
-  }
-  if (path_.find('\0') != std::string::npos) {
-    throw InvalidArgument("SQLite database path contains a NUL byte");
-  }
-  if (options_.busy_timeout < std::chrono::milliseconds::zero()) {
-    throw ConfigError("SqliteOptions::busy_timeout must be >= 0, got " +
-                      std::to_string(options_.busy_timeout.count()) + " ms");
-  }
-  if (options_.max_batch_size == 0) {
-    throw ConfigError("SqliteOptions::max_batch_size must be >= 1 (1 turns group commit off)");
-  }
-  if (sqlite3_threadsafe() == 0) {
-    throw ConfigError("libsqlite3 was built without thread support (SQLITE_THREADSAFE=0)");
-  }
+  detail::check_open_arguments(path_, options_);
   clock_ = options_.clock ? options_.clock : system_clock();
   in_memory_ = (path_ == ":memory:");
-
-  try {
-    writer_ = std::make_unique<Connection>(path_, options_, /*create=*/!options_.read_only,
-                                           options_.read_only);
-  } catch (const SqliteError& e) {
-    if (e.code() != ErrorCode::store_open_failed) throw;
-    // SQLite says only "unable to open database file"; say which part of the path is wrong.
-    std::error_code ec;
-    const std::filesystem::path file(path_);
-    const auto parent = file.has_parent_path() ? file.parent_path() : std::filesystem::path(".");
-    std::string hint;
-    if (!std::filesystem::exists(parent, ec)) {
-      hint = "; the directory '" + parent.string() + "' does not exist";
-    } else if (std::filesystem::is_directory(file, ec)) {
-      hint = "; it is a directory";
-    } else if (!std::filesystem::exists(file, ec) && options_.read_only) {
-      hint = "; the file does not exist (read_only never creates it)";
-    }
-    throw SqliteError(e.code(), std::string(e.what()) + hint, e.sqlite_code(), e.extended_code(),
-                      e.retryable(), e.in_doubt());
-  }
-  configure_writer();
+  writer_ = detail::open_writer(path_, options_);  // WAL, synchronous, clear open errors
   check_schema();
-}
-
-void SqliteIdempotencyRecorder::Impl::configure_writer() {
-  // The first statements read the file header: a file that is not a database fails here with
-  // SQLITE_NOTADB (store_not_a_database).
-  if (!in_memory_ && !options_.read_only) {
-    std::string mode;
-    writer_->exec_script("PRAGMA journal_mode=WAL", [&](std::string_view m) { mode = m; });
-    if (mode != "wal") {
-      throw SqliteError(ErrorCode::store_open_failed,
-                        "PRAGMA journal_mode=WAL on '" + path_ + "' was refused (the mode is '" +
-                            mode + "'); several processes can only share the file in WAL mode",
-                        SQLITE_ERROR, SQLITE_ERROR, false, false);
-    }
-  }
-  switch (options_.durability) {
-    case Durability::full:
-      writer_->exec_script("PRAGMA synchronous=FULL");
-      break;
-    case Durability::normal:
-      writer_->exec_script("PRAGMA synchronous=NORMAL");
-      break;
-    case Durability::off:
-      writer_->exec_script("PRAGMA synchronous=OFF");
-      break;
-  }
 }
 
 void SqliteIdempotencyRecorder::Impl::check_schema() {
