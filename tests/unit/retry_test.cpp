@@ -6,6 +6,7 @@
 #include <chrono>
 #include <limits>
 #include <memory>
+#include <random>
 #include <stdexcept>
 #include <system_error>
 #include <vector>
@@ -254,6 +255,22 @@ TEST(RetryInOperation, JitterComesFromTheInjectedRandomSource) {
   EXPECT_THROW(op(), idem::OperationError);
   // nominal 100, 200, 400 ms; delay = nominal * (1 - u)
   EXPECT_EQ(clock->sleeps(), (std::vector<nanoseconds>{50ms, 150ms, 400ms}));
+}
+
+TEST(RetryInOperation, SeededEngineGivesReproducibleJitter) {
+  auto run = [] {
+    auto clock = std::make_shared<ManualClock>();
+    auto op = idem::resilient([]() -> int { throw std::runtime_error("down"); },
+                              {.retries = 5,
+                               .backoff = {.base = 10ms, .jitter = 1.0},
+                               .clock = clock,
+                               .random = idem::random_source_from(std::mt19937(42))});
+    EXPECT_THROW(op(), idem::OperationError);
+    return clock->sleeps();
+  };
+  const auto first = run();
+  EXPECT_EQ(first.size(), 5u);
+  EXPECT_EQ(first, run());
 }
 
 TEST(RetryInOperation, JitteredDelaysStayWithinBounds) {

@@ -29,7 +29,10 @@
 #include <chrono>
 #include <exception>
 #include <functional>
+#include <memory>
+#include <random>
 #include <string_view>
+#include <utility>
 
 namespace idem {
 
@@ -55,6 +58,17 @@ using RandomSource = std::function<double()>;
 
 // A thread-local std::mt19937_64 seeded from std::random_device.
 double default_random() noexcept;
+
+// A RandomSource drawing from a uniform random bit generator, e.g. a seeded std::mt19937 for a
+// reproducible test: `.random = idem::random_source_from(std::mt19937(42))`. The engine is
+// shared by copies of the source (idem calls it under a lock).
+template <class URBG>
+RandomSource random_source_from(URBG engine) {
+  return [engine = std::make_shared<URBG>(std::move(engine))] {
+    const double u = std::generate_canonical<double, 53>(*engine);
+    return u < 1.0 ? u : 0.0;  // generate_canonical may round up to 1.0
+  };
+}
 
 // Decides whether a failed attempt is retried (rule 5 above).
 using RetryPredicate = std::function<bool(const std::exception&)>;
