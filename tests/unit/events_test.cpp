@@ -175,11 +175,11 @@ TEST(Events, EventToJson) {
 
 TEST(Events, CountingSinkCountsByTypeAndScrapes) {
   auto counter = std::make_shared<idem::CountingEventSink>();
-  int calls = 0;
+  std::atomic<int> calls{0};
   auto op = idem::resilient(
       [&] {
         if (++calls % 2 == 1) throw std::runtime_error("odd");
-        return calls;
+        return calls.load();
       },
       {.retries = 1, .backoff = {.base = 0ns}, .events = {counter}});
   std::vector<std::thread> threads;

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <latch>
 #include <memory>
 #include <mutex>
@@ -45,6 +46,19 @@ bool eventually(Condition condition) {
     std::this_thread::yield();
   }
   return true;
+}
+
+// One exception object is shared by an owner, its joiners and the coordinator's bookkeeping.
+// libstdc++ counts its references with atomics ThreadSanitizer cannot see (the library is not
+// instrumented), so whichever thread drops the last reference seems to race with earlier reads
+// in other threads. Tests therefore keep such exceptions alive in the main thread until every
+// thread that touched them has been joined — or, for an attempt left running on a detached
+// thread, until the process exits.
+void keep_alive_until_exit(std::exception_ptr error) {
+  static std::mutex mutex;
+  static std::vector<std::exception_ptr> kept;
+  std::lock_guard lock(mutex);
+  kept.push_back(std::move(error));
 }
 
 class ResilientIdempotency : public ::testing::Test {
@@ -221,11 +235,15 @@ TEST_F(ResilientIdempotency, AJoinerNeverRunsItsOwnRetries) {
        .idempotency_key = [] { return std::string("no-double-retries"); },
        .idempotency_store = store,
        .clock = clock});
+  std::mutex mutex;
+  std::vector<std::exception_ptr> errors;  // released here, after the joins (see below)
   auto call = [&] {
     try {
       op();
     } catch (const idem::OperationError& e) {
       EXPECT_EQ(e.report().attempts.size(), 3u);
+      std::lock_guard lock(mutex);
+      errors.push_back(std::current_exception());
     }
   };
   std::thread owner(call);
@@ -236,6 +254,8 @@ TEST_F(ResilientIdempotency, AJoinerNeverRunsItsOwnRetries) {
   owner.join();
   joiner.join();
   EXPECT_EQ(calls.load(), 3) << "three attempts in all, made by the owner only";
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_EQ(errors[0], errors[1]) << "the joiner got the owner's exception";
   EXPECT_EQ(clock->sleeps().size(), 2u);
 }
 
@@ -455,29 +475,31 @@ TEST_F(ResilientIdempotency, AnAbandonedAttemptKeepsTheKeyClaimedUntilItEnds) {
   std::atomic<int> calls{0};
   auto release = std::make_shared<std::latch>(1);
   auto first_finished = std::make_shared<std::atomic<bool>>(false);
-  auto op = idem::resilient(
-      [&, release, first_finished](int) {
-        const int now_running = ++running;
-        int seen = max_running.load();
-        while (now_running > seen && !max_running.compare_exchange_weak(seen, now_running)) {
-        }
-        const bool first = ++calls == 1;
-        if (first) release->wait();  // ignores its stop token
-        --running;
-        if (first) {
-          first_finished->store(true);
-          first_finished->notify_all();
-        }
-        return 5;
-      },
-      {.timeout = 20ms,
-       .idempotency_key = [](int) { return std::string("abandoned"); },
-       .idempotency_store = store,
-       .clock = clock});
+  auto body = [&, release, first_finished](int) {
+    const int now_running = ++running;
+    int seen = max_running.load();
+    while (now_running > seen && !max_running.compare_exchange_weak(seen, now_running)) {
+    }
+    const bool first = ++calls == 1;
+    if (first) release->wait();  // ignores its stop token
+    --running;
+    if (first) {
+      first_finished->store(true);
+      first_finished->notify_all();
+    }
+    return 5;
+  };
+  auto key = [](int) { return std::string("abandoned"); };
+  auto hasty = idem::resilient(
+      body, {.timeout = 20ms, .idempotency_key = key, .idempotency_store = store, .clock = clock});
+  // Same key and store, no timeout: its own attempt cannot be cut short on a slow machine.
+  auto patient =
+      idem::resilient(body, {.idempotency_key = key, .idempotency_store = store, .clock = clock});
   try {
-    op(1);
+    hasty(1);
     FAIL() << "expected a timeout";
   } catch (const idem::OperationError& e) {
+    keep_alive_until_exit(std::current_exception());  // the abandoned attempt outlives the test
     EXPECT_THROW(std::rethrow_exception(e.cause()), idem::TimeoutError);
   }
   // The owner failed, but its attempt still runs: the key stays claimed.
@@ -485,11 +507,11 @@ TEST_F(ResilientIdempotency, AnAbandonedAttemptKeepsTheKeyClaimedUntilItEnds) {
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, idem::IdempotencyRecord::State::in_progress);
   const idem::CallOptions give_up_now{.wait_deadline = clock->steady_now()};
-  EXPECT_THROW(op.call_with(give_up_now, 1), idem::TimeoutError);
+  EXPECT_THROW(patient.call_with(give_up_now, 1), idem::TimeoutError);
   EXPECT_EQ(calls.load(), 1) << "no second copy beside the abandoned attempt";
   // A caller that waits executes once the abandoned attempt has ended — never beside it.
   std::thread next([&] {
-    const auto result = op(1);
+    const auto result = patient(1);
     EXPECT_EQ(result.value, 5);
     EXPECT_EQ(result.report.metadata.at("idempotency_status"), "executed");
   });
@@ -530,6 +552,7 @@ TEST_F(ResilientIdempotency, ReentryIsCaughtInsideATimedAttemptToo) {
     op(0);
     FAIL();
   } catch (const idem::OperationError& e) {
+    keep_alive_until_exit(std::current_exception());  // the detached attempt may still hold it
     EXPECT_THROW(std::rethrow_exception(e.cause()), idem::ReentryError);
   }
 }

@@ -192,8 +192,9 @@ TEST(Resilient, ManyThreadsCallOneCallable) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
   auto op = idem::resilient(
-      [&](int x) {
-        if (++calls % 3 == 0) throw std::runtime_error("every third call fails");
+      [&](idem::AttemptContext& context, int x) {
+        ++calls;
+        if (context.attempt == 1 && x % 3 == 0) throw std::runtime_error("first try fails");
         return x * 2;
       },
       {.retries = 2, .backoff = {.base = 1ms, .jitter = 0.5}, .clock = clock});
@@ -201,14 +202,21 @@ TEST(Resilient, ManyThreadsCallOneCallable) {
   constexpr int kCalls = 200;
   std::barrier start(kThreads);
   std::atomic<int> wrong{0};
+  std::atomic<int> retried{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t, copy = op] {  // copies share one configuration
       start.arrive_and_wait();
       for (int i = 0; i < kCalls; ++i) {
         const int x = t * kCalls + i;
-        const auto result = (i % 2 == 0 ? op : copy)(x);
-        if (result.value != 2 * x || result.report.status != idem::OperationStatus::succeeded) {
+        try {
+          const auto result = (i % 2 == 0 ? op : copy)(x);
+          if (result.value != 2 * x || result.report.status != idem::OperationStatus::succeeded ||
+              result.report.attempts.size() != (x % 3 == 0 ? 2u : 1u)) {
+            ++wrong;
+          }
+          if (result.report.attempts.size() == 2) ++retried;
+        } catch (...) {
           ++wrong;
         }
       }
@@ -217,6 +225,10 @@ TEST(Resilient, ManyThreadsCallOneCallable) {
   for (auto& thread : threads)
     thread.join();
   EXPECT_EQ(wrong.load(), 0);
+  const int expected_retries = (kThreads * kCalls + 2) / 3;  // x = 0, 3, 6, ... < 3200
+  EXPECT_EQ(retried.load(), expected_retries);
+  EXPECT_EQ(calls.load(), kThreads * kCalls + expected_retries);
+  EXPECT_EQ(clock->sleeps().size(), static_cast<std::size_t>(expected_retries));
 }
 
 TEST(Resilient, RejectsContradictoryOptions) {
