@@ -61,7 +61,7 @@ constexpr std::string_view kClaim =
     "OR (idem_records.state = 'in_progress' AND idem_records.lease_until_ms <= ?4) "
     "RETURNING token, took_over";
 constexpr std::string_view kAdvanceCounter =
-    "UPDATE idem_counters SET value = ?1 WHERE name = 'claim_token' AND value < ?1";
+    "UPDATE idem_counters SET value = ?1 WHERE name = 'claim_token'";
 constexpr std::string_view kSelectRecord =
     "SELECT state, token, fingerprint, lease_until_ms, completed_at_ms, expires_at_ms, value, "
     "report FROM idem_records WHERE key = ?1";
@@ -222,6 +222,26 @@ class RecordDecoder {
   const std::string& path_;
 };
 
+// Neither an expired result nor a claim whose lease has ended: a claim must leave it alone.
+bool is_live(const IdempotencyRecord& record, std::int64_t now_ms) {
+  return record.state == IdempotencyRecord::State::completed ? to_ms(record.expires_at) > now_ms
+                                                             : to_ms(record.lease_until) > now_ms;
+}
+
+// The answer to a claim that found the live `record`.
+ClaimOutcome refused(IdempotencyRecord record, std::optional<std::string_view> fingerprint) {
+  ClaimOutcome outcome;
+  if (fingerprint && record.fingerprint && *fingerprint != *record.fingerprint) {
+    outcome.status = ClaimOutcome::Status::mismatch;
+  } else if (record.state == IdempotencyRecord::State::completed) {
+    outcome.status = ClaimOutcome::Status::completed;
+  } else {
+    outcome.status = ClaimOutcome::Status::in_progress;
+  }
+  outcome.record = std::move(record);
+  return outcome;
+}
+
 }  // namespace
 
 // ---- Impl -----------------------------------------------------------------------------------
@@ -288,6 +308,23 @@ class SqliteIdempotencyStore::Impl {
     return RecordDecoder(select, key, path_).decode();
   }
 
+  // The claim's answer when `key` has a live record on `connection`; nullopt otherwise.
+  std::optional<ClaimOutcome> live_answer(Connection& connection, std::string_view key,
+                                          std::optional<std::string_view> fingerprint) {
+    const std::int64_t now = now_ms();
+    std::optional<IdempotencyRecord> record;
+    try {
+      record = read(connection, key);
+    } catch (const StoreError& e) {
+      // A row it cannot read: the claim's own statement decides (a dead row is replaced, a live
+      // one read again and reported).
+      if (e.code() == ErrorCode::store_corrupt_record) return std::nullopt;
+      throw;
+    }
+    if (!record || !is_live(*record, now)) return std::nullopt;
+    return refused(std::move(*record), fingerprint);
+  }
+
   std::unique_ptr<Connection> take_reader() {
     {
       std::lock_guard lock(readers_mutex_);
@@ -320,16 +357,23 @@ class SqliteIdempotencyStore::Impl {
 
  private:
   void check_schema();
+  void check_records_columns();
 };
 
 void SqliteIdempotencyStore::Impl::check_schema() {
   int tables = 0;
+  bool has_records = false;
   {
     Statement select = writer_->prepare(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name IN "
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
         "('idem_records', 'idem_schema', 'idem_counters')");
-    if (select.step()) tables = static_cast<int>(select.column_int64(0));
+    while (select.step()) {
+      ++tables;
+      if (select.column_text(0) == "idem_records") has_records = true;
+    }
   }
+  // Refuse a foreign idem_records before adding anything to the file.
+  if (has_records) check_records_columns();
   if (tables < 3) {
     if (options_.read_only) {
       throw SqliteError(ErrorCode::store_read_only,
@@ -344,6 +388,18 @@ void SqliteIdempotencyStore::Impl::check_schema() {
     tx.commit();
   }
 
+  Statement version = writer_->prepare("SELECT version FROM idem_schema WHERE component = 'store'");
+  if (version.step() && version.column_int64(0) > kSchemaVersion) {
+    throw SqliteError(ErrorCode::store_open_failed,
+                      "'" + path_ + "' uses idem store schema version " +
+                          std::to_string(version.column_int64(0)) +
+                          ", newer than this idem understands (" + std::to_string(kSchemaVersion) +
+                          "); upgrade idem",
+                      SQLITE_ERROR, SQLITE_ERROR, false, false);
+  }
+}
+
+void SqliteIdempotencyStore::Impl::check_records_columns() {
   // An idem_records made by something else must still have every column this store reads.
   int columns = 0;
   {
@@ -362,16 +418,6 @@ void SqliteIdempotencyStore::Impl::check_schema() {
                           "' has an idem_records table without the columns the idempotency "
                           "store uses (key, state, token, fingerprint, lease_until_ms, "
                           "completed_at_ms, expires_at_ms, value, report, took_over)",
-                      SQLITE_ERROR, SQLITE_ERROR, false, false);
-  }
-
-  Statement version = writer_->prepare("SELECT version FROM idem_schema WHERE component = 'store'");
-  if (version.step() && version.column_int64(0) > kSchemaVersion) {
-    throw SqliteError(ErrorCode::store_open_failed,
-                      "'" + path_ + "' uses idem store schema version " +
-                          std::to_string(version.column_int64(0)) +
-                          ", newer than this idem understands (" + std::to_string(kSchemaVersion) +
-                          "); upgrade idem",
                       SQLITE_ERROR, SQLITE_ERROR, false, false);
   }
 }
@@ -399,8 +445,26 @@ ClaimOutcome SqliteIdempotencyStore::claim(std::string_view key,
                                            Millis lease) {
   validate_key("idempotency key", key);
   check_lease(lease);
-  Impl::WriterLock lock(*impl_);
-  Connection& connection = lock.connection();
+  // Fast path without the file's write lock: a live record stays live until its expiry or
+  // lease end, so an answer read from a snapshot taken during this call is the answer of that
+  // moment. Replays and in-progress duplicates then never queue behind writers, in this process
+  // or another. The read goes to the writer connection when it is idle (its page cache is warm),
+  // else to a pooled reader. ":memory:" has one connection: the claim below reads it anyway.
+  std::unique_lock writer_lock(impl_->writer_mutex_, std::defer_lock);
+  if (impl_->in_memory_) {
+    writer_lock.lock();
+  } else if (writer_lock.try_lock()) {
+    if (auto answer = impl_->live_answer(*impl_->writer_, key, fingerprint)) return *answer;
+  } else {
+    {
+      Impl::ReadLease lease_for_read(*impl_);
+      if (auto answer = impl_->live_answer(lease_for_read.connection(), key, fingerprint)) {
+        return *answer;
+      }
+    }
+    writer_lock.lock();
+  }
+  Connection& connection = *impl_->writer_;
   WriteTransaction tx(connection);
   const std::int64_t now = impl_->now_ms();
   {
@@ -426,8 +490,8 @@ ClaimOutcome SqliteIdempotencyStore::claim(std::string_view key,
         // Rolled back with the transaction: without the counter, tokens could repeat.
         throw StoreError(ErrorCode::store_corrupt_record,
                          "the claim_token row of idem_counters in '" + impl_->path_ +
-                             "' is missing or ahead of the token it gave; restore it (it must "
-                             "be at least the largest token in idem_records and idem_claims)");
+                             "' is missing; restore it with a value at least the largest token "
+                             "in idem_records and idem_claims");
       }
       tx.commit();
       return outcome;
@@ -439,16 +503,7 @@ ClaimOutcome SqliteIdempotencyStore::claim(std::string_view key,
     throw StoreError("claim of idempotency key '" + std::string(key) + "' in '" + impl_->path_ +
                      "' neither claimed it nor found its record");
   }
-  ClaimOutcome outcome;
-  if (fingerprint && record->fingerprint && *fingerprint != *record->fingerprint) {
-    outcome.status = ClaimOutcome::Status::mismatch;
-  } else if (record->state == IdempotencyRecord::State::completed) {
-    outcome.status = ClaimOutcome::Status::completed;
-  } else {
-    outcome.status = ClaimOutcome::Status::in_progress;
-  }
-  outcome.record = std::move(record);
-  return outcome;  // nothing written: ~WriteTransaction ends it
+  return refused(std::move(*record), fingerprint);  // nothing written: ~WriteTransaction ends it
 }
 
 bool SqliteIdempotencyStore::complete(std::string_view key, std::uint64_t token, StoredValue value,
