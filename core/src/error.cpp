@@ -4,26 +4,46 @@ namespace idem {
 
 std::string_view code_name(ErrorCode code) noexcept {
   switch (code) {
-    case ErrorCode::invalid_argument: return "invalid_argument";
-    case ErrorCode::invalid_key: return "invalid_key";
-    case ErrorCode::config_error: return "config_error";
-    case ErrorCode::store_error: return "store_error";
-    case ErrorCode::store_open_failed: return "store_open_failed";
-    case ErrorCode::store_not_a_database: return "store_not_a_database";
-    case ErrorCode::store_read_only: return "store_read_only";
-    case ErrorCode::store_busy: return "store_busy";
-    case ErrorCode::store_corrupt_record: return "store_corrupt_record";
-    case ErrorCode::already_in_progress: return "already_in_progress";
-    case ErrorCode::reentry: return "reentry";
-    case ErrorCode::key_reuse: return "key_reuse";
-    case ErrorCode::timeout: return "timeout";
-    case ErrorCode::circuit_open: return "circuit_open";
-    case ErrorCode::validation_failed: return "validation_failed";
-    case ErrorCode::fallback_chain_failed: return "fallback_chain_failed";
-    case ErrorCode::operation_failed: return "operation_failed";
-    case ErrorCode::cancelled: return "cancelled";
-    case ErrorCode::decode_error: return "decode_error";
-    case ErrorCode::not_supported: return "not_supported";
+    case ErrorCode::invalid_argument:
+      return "invalid_argument";
+    case ErrorCode::invalid_key:
+      return "invalid_key";
+    case ErrorCode::config_error:
+      return "config_error";
+    case ErrorCode::store_error:
+      return "store_error";
+    case ErrorCode::store_open_failed:
+      return "store_open_failed";
+    case ErrorCode::store_not_a_database:
+      return "store_not_a_database";
+    case ErrorCode::store_read_only:
+      return "store_read_only";
+    case ErrorCode::store_busy:
+      return "store_busy";
+    case ErrorCode::store_corrupt_record:
+      return "store_corrupt_record";
+    case ErrorCode::already_in_progress:
+      return "already_in_progress";
+    case ErrorCode::reentry:
+      return "reentry";
+    case ErrorCode::key_reuse:
+      return "key_reuse";
+    case ErrorCode::timeout:
+      return "timeout";
+    case ErrorCode::circuit_open:
+      return "circuit_open";
+    case ErrorCode::validation_failed:
+      return "validation_failed";
+    case ErrorCode::fallback_chain_failed:
+      return "fallback_chain_failed";
+    case ErrorCode::operation_failed:
+      return "operation_failed";
+    case ErrorCode::cancelled:
+      return "cancelled";
+    case ErrorCode::decode_error:
+      return "decode_error";
+    case ErrorCode::not_supported:
+      return "not_supported";
   }
   return "unknown";
 }

@@ -17,7 +17,9 @@ namespace {
 // are discarded instead of repeating the parent's ids.
 std::atomic<std::uint64_t> g_fork_generation{0};
 
-void on_fork_child() { g_fork_generation.fetch_add(1, std::memory_order_relaxed); }
+void on_fork_child() {
+  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
+}
 
 const bool g_atfork_registered = [] {
   pthread_atfork(nullptr, nullptr, &on_fork_child);

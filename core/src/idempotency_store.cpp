@@ -6,18 +6,24 @@ namespace idem {
 
 std::string_view to_string(IdempotencyRecord::State state) noexcept {
   switch (state) {
-    case IdempotencyRecord::State::in_progress: return "in_progress";
-    case IdempotencyRecord::State::completed: return "completed";
+    case IdempotencyRecord::State::in_progress:
+      return "in_progress";
+    case IdempotencyRecord::State::completed:
+      return "completed";
   }
   return "unknown";
 }
 
 std::string_view to_string(ClaimOutcome::Status status) noexcept {
   switch (status) {
-    case ClaimOutcome::Status::acquired: return "acquired";
-    case ClaimOutcome::Status::completed: return "completed";
-    case ClaimOutcome::Status::in_progress: return "in_progress";
-    case ClaimOutcome::Status::mismatch: return "mismatch";
+    case ClaimOutcome::Status::acquired:
+      return "acquired";
+    case ClaimOutcome::Status::completed:
+      return "completed";
+    case ClaimOutcome::Status::in_progress:
+      return "in_progress";
+    case ClaimOutcome::Status::mismatch:
+      return "mismatch";
   }
   return "unknown";
 }

@@ -32,8 +32,8 @@ void validate_key(std::string_view what, std::string_view value, std::size_t max
   if (problem == nullptr) return;
   std::string message = std::string(what) + " " + problem;
   if (value.size() > max_length) {
-    message += " (" + std::to_string(value.size()) + " bytes, at most " +
-               std::to_string(max_length) + ")";
+    message +=
+        " (" + std::to_string(value.size()) + " bytes, at most " + std::to_string(max_length) + ")";
   }
   throw InvalidKey(message);
 }

@@ -6,9 +6,12 @@ namespace idem {
 
 std::string_view to_string(Claim::Status status) noexcept {
   switch (status) {
-    case Claim::Status::acquired: return "acquired";
-    case Claim::Status::processed: return "processed";
-    case Claim::Status::in_progress: return "in_progress";
+    case Claim::Status::acquired:
+      return "acquired";
+    case Claim::Status::processed:
+      return "processed";
+    case Claim::Status::in_progress:
+      return "in_progress";
   }
   return "unknown";
 }

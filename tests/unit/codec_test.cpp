@@ -41,7 +41,8 @@ TEST(Codec, RoundTripsEveryBuiltInTypeExactly) {
   EXPECT_EQ(round_trip(nlohmann::json::object()), nlohmann::json::object());
   EXPECT_EQ(round_trip(shop::Payment{"p-1", 2499}), (shop::Payment{"p-1", 2499}));
   EXPECT_EQ(round_trip(std::vector<shop::Payment>{}), std::vector<shop::Payment>{});
-  EXPECT_EQ(round_trip(std::map<std::string, int>{{"a", 1}}), (std::map<std::string, int>{{"a", 1}}));
+  EXPECT_EQ(round_trip(std::map<std::string, int>{{"a", 1}}),
+            (std::map<std::string, int>{{"a", 1}}));
 }
 
 TEST(Codec, BadBytesThrowDecodeError) {

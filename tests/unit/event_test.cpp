@@ -28,12 +28,15 @@ TEST(NewEventId, UniqueAcrossThreads) {
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (int i = 0; i < kPerThread; ++i) ids[t].push_back(idem::new_event_id());
+      for (int i = 0; i < kPerThread; ++i)
+        ids[t].push_back(idem::new_event_id());
     });
   }
-  for (auto& th : threads) th.join();
+  for (auto& th : threads)
+    th.join();
   std::set<std::string> all;
-  for (auto& v : ids) all.insert(v.begin(), v.end());
+  for (auto& v : ids)
+    all.insert(v.begin(), v.end());
   EXPECT_EQ(all.size(), static_cast<std::size_t>(kThreads * kPerThread));
 }
 

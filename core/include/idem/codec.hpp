@@ -115,13 +115,12 @@ inline constexpr bool is_byte_vector_v<std::vector<unsigned char>> = true;
 // T converts to and from JSON through nlohmann's adl_serializer (user to_json/from_json found by
 // ADL, or nlohmann's own support for standard containers of such types).
 template <class T>
-concept JsonConvertible =
-    !std::is_arithmetic_v<T> && !std::is_same_v<T, std::string> &&
-    !std::is_same_v<T, nlohmann::json> && !is_byte_vector_v<T> &&
-    requires(nlohmann::json& j, const T& value, T& out) {
-      nlohmann::adl_serializer<T>::to_json(j, value);
-      nlohmann::adl_serializer<T>::from_json(std::as_const(j), out);
-    };
+concept JsonConvertible = !std::is_arithmetic_v<T> && !std::is_same_v<T, std::string> &&
+                          !std::is_same_v<T, nlohmann::json> && !is_byte_vector_v<T> &&
+                          requires(nlohmann::json & j, const T& value, T& out) {
+  nlohmann::adl_serializer<T>::to_json(j, value);
+  nlohmann::adl_serializer<T>::from_json(std::as_const(j), out);
+};
 }  // namespace detail
 
 template <class T>

@@ -49,8 +49,7 @@ std::string_view code_name(ErrorCode code) noexcept;
 
 class Error : public std::runtime_error {
  public:
-  Error(ErrorCode code, const std::string& message, bool retryable = false,
-        bool in_doubt = false);
+  Error(ErrorCode code, const std::string& message, bool retryable = false, bool in_doubt = false);
 
   ErrorCode code() const noexcept { return code_; }
   std::string_view code_name() const noexcept { return idem::code_name(code_); }
@@ -66,8 +65,7 @@ class Error : public std::runtime_error {
 // Bad input to an idem call. Never retryable: the same input fails again.
 class InvalidArgument : public Error {
  public:
-  explicit InvalidArgument(const std::string& message,
-                           ErrorCode code = ErrorCode::invalid_argument)
+  explicit InvalidArgument(const std::string& message, ErrorCode code = ErrorCode::invalid_argument)
       : Error(code, message) {}
 };
 
@@ -112,8 +110,7 @@ class AlreadyInProgress : public Error {
 // A stored record could not be decoded (corrupt row, unknown state, undecodable result).
 class DecodeError : public StoreError {
  public:
-  explicit DecodeError(const std::string& message)
-      : StoreError(ErrorCode::decode_error, message) {}
+  explicit DecodeError(const std::string& message) : StoreError(ErrorCode::decode_error, message) {}
 };
 
 // The owner of an idempotency key called the same key again while running it. Waiting would

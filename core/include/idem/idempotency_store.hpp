@@ -42,9 +42,9 @@ namespace idem {
 // A result value crossing the store protocol: a typed in-process object, encoded bytes, or
 // both. `object` is null for a void operation (and `bytes` then holds "").
 struct StoredValue {
-  std::shared_ptr<const void> object;      // the typed value (in-process stores)
-  std::optional<std::type_index> type;     // the type of `object`, checked on replay
-  std::optional<std::string> bytes;        // Codec<T>::encode output (durable stores)
+  std::shared_ptr<const void> object;   // the typed value (in-process stores)
+  std::optional<std::type_index> type;  // the type of `object`, checked on replay
+  std::optional<std::string> bytes;     // Codec<T>::encode output (durable stores)
 };
 
 struct IdempotencyRecord {
@@ -70,9 +70,9 @@ struct ClaimOutcome {
     mismatch,     // a live record exists with a different fingerprint: KeyReuseError
   };
   Status status = Status::acquired;
-  std::uint64_t token = 0;                 // acquired: our fencing token
-  bool took_over = false;                  // acquired by taking over an expired lease
-  std::optional<IdempotencyRecord> record; // completed / in_progress / mismatch
+  std::uint64_t token = 0;                  // acquired: our fencing token
+  bool took_over = false;                   // acquired by taking over an expired lease
+  std::optional<IdempotencyRecord> record;  // completed / in_progress / mismatch
 };
 
 std::string_view to_string(ClaimOutcome::Status status) noexcept;

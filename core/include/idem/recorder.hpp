@@ -81,8 +81,7 @@ class IdempotencyRecorder {
 
   // Marks the event processed and drops the claim, atomically — only if `token` is still the
   // current claim. Returns false (and writes nothing) when the token was fenced off.
-  virtual bool complete(std::string_view consumer, std::string_view event_id,
-                        std::uint64_t token);
+  virtual bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token);
 
   // Drops the claim without marking (the handler failed) — only if `token` is current.
   virtual bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token);

@@ -27,17 +27,17 @@ std::string_view to_string(AttemptStatus status) noexcept;
 std::string_view to_string(OperationStatus status) noexcept;
 
 struct AttemptRecord {
-  int number = 0;                      // 1-based across the primary's attempts
-  std::string source = "primary";      // "primary" or "fallback:<index or name>"
+  int number = 0;                  // 1-based across the primary's attempts
+  std::string source = "primary";  // "primary" or "fallback:<index or name>"
   AttemptStatus status = AttemptStatus::succeeded;
   std::chrono::nanoseconds duration{0};
-  std::string error_type;              // demangled exception type, empty on success
-  std::string error_message;           // what(), empty on success
-  bool retryable = false;              // whether the retry policy considered it retryable
+  std::string error_type;     // demangled exception type, empty on success
+  std::string error_message;  // what(), empty on success
+  bool retryable = false;     // whether the retry policy considered it retryable
 };
 
 struct ExecutionReport {
-  std::string operation;               // operation name
+  std::string operation;  // operation name
   OperationStatus status = OperationStatus::succeeded;
   WallTime started_at{};
   std::chrono::nanoseconds duration{0};
