@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <utility>
@@ -185,7 +186,7 @@ class RecordDecoder {
     }
     try {
       record.report = ExecutionReport::from_json(row_.column_blob(kReport));
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       corrupt("column report is not a readable execution report (" + std::string(e.what()) + ")");
     }
     return record;
