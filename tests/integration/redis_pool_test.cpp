@@ -214,6 +214,17 @@ TEST_F(RedisPool, AnAbandonedPipelineIsNotReturnedToThePool) {
   EXPECT_EQ(pool.stats().dropped, 1u);
 }
 
+TEST_F(RedisPool, ACommandCannotJumpQueuedPipelineCommands) {
+  ConnectionPool pool(options());
+  auto lease = pool.lease();
+  lease->append({"ECHO", "first"});
+  EXPECT_THROW((void)lease->command({"ECHO", "second"}), idem::InvalidArgument);
+  const auto replies = lease->read_replies(CommandKind::read);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].str, "first");
+  EXPECT_EQ(lease->command({"ECHO", "third"}).str, "third");
+}
+
 TEST_F(RedisPool, RefusedAuthAndSelectAreNotRetryable) {
   auto opts = options();
   opts.password = "not-the-password";  // the test server has none

@@ -102,6 +102,22 @@ TEST_F(RedisRecorder, ClaimsAreHashesExpiringAfterTheirLeasePlusSlack) {
   EXPECT_EQ(keys_.command({"GET", keys_.prefix() + "tokens"}).str, std::to_string(claim.token));
 }
 
+TEST_F(RedisRecorder, HugeLeasesTtlsAndPurgeAgesSaturate) {
+  auto options = keys_.options(clock_);
+  options.marker_ttl = idem::Millis::max();
+  options.expiry_slack = idem::Millis::max();
+  auto recorder = make(options);
+  const auto claim = recorder->claim("billing", "e1", idem::Millis::max());
+  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
+  EXPECT_EQ(claim.lease_until, idem::WallTime::max());
+  EXPECT_TRUE(recorder->renew("billing", "e1", claim.token, idem::Millis::max()));
+  EXPECT_TRUE(recorder->complete("billing", "e1", claim.token));
+  recorder->mark_processed("billing", "e2");
+  EXPECT_GT(integer({"PTTL", recorder->marker_key("billing", "e2")}), 0);
+  EXPECT_EQ(recorder->purge(std::chrono::system_clock::duration::max()), 0u);
+  EXPECT_TRUE(recorder->is_processed("billing", "e1"));
+}
+
 TEST_F(RedisRecorder, BatchMarksArePipelinedAndValidatedFirst) {
   auto recorder = make();
   std::vector<std::string> ids;

@@ -170,6 +170,25 @@ TEST_F(RedisStore, DamagedRecordsGiveAClearError) {
   EXPECT_EQ(store->entry_count(), damages.size() + 2);
 }
 
+TEST_F(RedisStore, LeasesAndTtlsBeyondTheClocksRangeMeanForever) {
+  // WallTime ends in 2262; longer spans are stored as "until then", never overflowing.
+  auto store = make();
+  const auto claim = store->claim("forever", std::nullopt, idem::Millis::max());
+  ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_EQ(store->lookup("forever")->lease_until, idem::WallTime::max());
+  EXPECT_TRUE(store->renew("forever", claim.token, idem::Millis::max()));
+  ASSERT_TRUE(store->complete("forever", claim.token, bytes("v"), {}, idem::Millis::max()));
+  const auto record = store->lookup("forever");
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->expires_at, idem::WallTime::max());
+  clock_->advance(24h * 365 * 200);
+  EXPECT_EQ(store->claim("forever", std::nullopt, 10s).status,
+            idem::ClaimOutcome::Status::completed);
+  // A stored time written by someone else beyond the range is read the same way.
+  keys_.command({"HSET", store->record_key("forever"), "expires_at", "99999999999999"});
+  EXPECT_EQ(store->lookup("forever")->expires_at, idem::WallTime::max());
+}
+
 TEST_F(RedisStore, ScriptsAreReloadedAfterScriptFlush) {
   auto store = make();
   for (int round = 0; round < 2; ++round) {

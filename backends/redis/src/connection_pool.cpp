@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "idem/error.hpp"
 #include "idem/redis/redis_error.hpp"
 
 namespace idem::redis {
@@ -153,6 +154,11 @@ void RedisConnection::append(std::initializer_list<std::string_view> args) {
 
 RedisReply RedisConnection::command(std::span<const std::string_view> args, CommandKind kind,
                                     std::string_view what) {
+  if (pending_ != 0) {
+    // The reply read next would belong to a queued command, not to this one.
+    throw InvalidArgument("idem redis: command() with " + std::to_string(pending_) +
+                          " pipelined commands still queued; call read_replies() first");
+  }
   append(args);
   send_pending(kind, what);
   return read_one(kind, what, /*any_sent=*/true);

@@ -28,8 +28,18 @@ std::string token_counter_key(std::string_view prefix);
 std::string glob_escape(std::string_view text);
 
 // ---- time ---------------------------------------------------------------------------------
+// Stored times are milliseconds since the epoch. WallTime (nanoseconds in 64 bits) ends in 2262,
+// so every time idem stores is kept within [-max_time_ms(), max_time_ms()]: a lease or TTL
+// reaching beyond simply means "until then" (forever, for any practical purpose).
+std::int64_t max_time_ms();
 std::int64_t to_ms(WallTime t);
+// Saturating: a stored time outside WallTime's range becomes WallTime::min()/max(), never UB.
 WallTime from_ms(std::int64_t ms);
+// `d` as the decimal argument of a script that adds it to `now_ms`: clamped to >= 0 and so that
+// now_ms + d stays within max_time_ms().
+std::string span_arg(std::int64_t now_ms, std::chrono::milliseconds d);
+// now_ms - d, saturating (purge cutoffs).
+std::int64_t minus_ms(std::int64_t now_ms, std::chrono::milliseconds d);
 
 // ---- scripts ------------------------------------------------------------------------------
 struct Script {

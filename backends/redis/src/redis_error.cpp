@@ -3,6 +3,7 @@
 // command had been sent.)
 #include "idem/redis/redis_error.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <string>
 
@@ -146,12 +147,29 @@ std::string glob_escape(std::string_view text) {
 
 // ---- time ---------------------------------------------------------------------------------
 
+std::int64_t max_time_ms() {
+  return std::chrono::floor<std::chrono::milliseconds>(WallTime::duration::max()).count();
+}
+
 std::int64_t to_ms(WallTime t) {
   return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
 WallTime from_ms(std::int64_t ms) {
+  if (ms >= max_time_ms()) return WallTime::max();
+  if (ms <= -max_time_ms()) return WallTime::min();
   return WallTime(std::chrono::milliseconds(ms));
+}
+
+std::string span_arg(std::int64_t now_ms, std::chrono::milliseconds d) {
+  const std::int64_t room =
+      now_ms >= max_time_ms() ? 0 : max_time_ms() - std::max<std::int64_t>(now_ms, 0);
+  return std::to_string(std::clamp<std::int64_t>(d.count(), 0, room));
+}
+
+std::int64_t minus_ms(std::int64_t now_ms, std::chrono::milliseconds d) {
+  const std::int64_t span = std::clamp<std::int64_t>(d.count(), 0, max_time_ms());
+  return std::max(now_ms - span, -max_time_ms());
 }
 
 }  // namespace detail

@@ -44,7 +44,7 @@ bool flag_reply(const RedisReply& reply, std::string_view what, const std::strin
 std::size_t mark_chunk(ConnectionPool& pool, std::string_view consumer,
                        std::span<const std::string_view> ids, const std::string& ts) {
   const RedisOptions& options = pool.options();
-  const std::string ttl = options.marker_ttl ? std::to_string(options.marker_ttl->count()) : "";
+  const std::string ttl = options.marker_ttl ? detail::span_arg(0, *options.marker_ttl) : "";
   auto connection = pool.lease();
   std::vector<std::string> keys;
   keys.reserve(ids.size());
@@ -134,9 +134,10 @@ Claim RedisIdempotencyRecorder::claim(std::string_view consumer, std::string_vie
   const std::string marker = marker_key(consumer, event_id);
   const std::string claim = claim_key(consumer, event_id);
   const std::string counter = detail::token_counter_key(options.key_prefix);
-  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
-  const std::string lease_ms = std::to_string(lease.count());
-  const std::string slack = std::to_string(options.expiry_slack.count());
+  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
+  const std::string now = std::to_string(now_ms);
+  const std::string lease_ms = detail::span_arg(now_ms, lease);
+  const std::string slack = detail::span_arg(0, options.expiry_slack);
   const std::array<std::string_view, 3> keys = {marker, claim, counter};
   const std::array<std::string_view, 3> args = {now, lease_ms, slack};
 
@@ -188,7 +189,7 @@ bool RedisIdempotencyRecorder::complete(std::string_view consumer, std::string_v
   const std::string claim = claim_key(consumer, event_id);
   const std::string token_text = std::to_string(token);
   const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
-  const std::string ttl = options.marker_ttl ? std::to_string(options.marker_ttl->count()) : "0";
+  const std::string ttl = options.marker_ttl ? detail::span_arg(0, *options.marker_ttl) : "0";
   const std::array<std::string_view, 2> keys = {marker, claim};
   const std::array<std::string_view, 3> args = {token_text, now, ttl};
   auto connection = pool_->lease();
@@ -216,9 +217,10 @@ bool RedisIdempotencyRecorder::renew(std::string_view consumer, std::string_view
   check_lease(lease);
   const std::string claim = claim_key(consumer, event_id);
   const std::string token_text = std::to_string(token);
-  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
-  const std::string lease_ms = std::to_string(lease.count());
-  const std::string slack = std::to_string(pool_->options().expiry_slack.count());
+  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
+  const std::string now = std::to_string(now_ms);
+  const std::string lease_ms = detail::span_arg(now_ms, lease);
+  const std::string slack = detail::span_arg(0, pool_->options().expiry_slack);
   const std::array<std::string_view, 1> keys = {claim};
   const std::array<std::string_view, 4> args = {token_text, now, lease_ms, slack};
   auto connection = pool_->lease();
@@ -232,7 +234,9 @@ std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration 
     throw InvalidArgument("purge: older_than must not be negative");
   }
   const RedisOptions& options = pool_->options();
-  const std::int64_t cutoff_ms = detail::to_ms(clock_->wall_now() - older_than);
+  const std::int64_t cutoff_ms =
+      detail::minus_ms(detail::to_ms(clock_->wall_now()),
+                       std::chrono::duration_cast<std::chrono::milliseconds>(older_than));
   const std::string cutoff = std::to_string(cutoff_ms);
   // Markers and claims of this prefix: "<prefix>m:{..." and "<prefix>c:{...".
   const std::string pattern = detail::glob_escape(options.key_prefix) + "[mc]:{*";

@@ -146,9 +146,10 @@ ClaimOutcome RedisIdempotencyStore::claim(std::string_view key,
   const RedisOptions& options = pool_->options();
   const std::string record = record_key(key);
   const std::string counter = detail::token_counter_key(options.key_prefix);
-  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
-  const std::string lease_ms = std::to_string(lease.count());
-  const std::string slack = std::to_string(options.expiry_slack.count());
+  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
+  const std::string now = std::to_string(now_ms);
+  const std::string lease_ms = detail::span_arg(now_ms, lease);
+  const std::string slack = detail::span_arg(0, options.expiry_slack);
   const std::array<std::string_view, 2> keys = {record, counter};
   const std::array<std::string_view, 5> args = {now, lease_ms, fingerprint ? "1" : "0",
                                                 fingerprint.value_or(""), slack};
@@ -200,10 +201,11 @@ bool RedisIdempotencyStore::complete(std::string_view key, std::uint64_t token, 
   const RedisOptions& options = pool_->options();
   const std::string record = record_key(key);
   const std::string token_text = std::to_string(token);
-  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
-  const std::string ttl_ms = std::to_string(ttl.count());
+  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
+  const std::string now = std::to_string(now_ms);
+  const std::string ttl_ms = detail::span_arg(now_ms, ttl);
   const std::string report_json = report.to_json();
-  const std::string slack = std::to_string(options.expiry_slack.count());
+  const std::string slack = detail::span_arg(0, options.expiry_slack);
   const std::string empty;
   const std::array<std::string_view, 1> keys = {record};
   const std::array<std::string_view, 6> args = {
@@ -231,9 +233,10 @@ bool RedisIdempotencyStore::renew(std::string_view key, std::uint64_t token, Mil
   check_lease(lease);
   const std::string record = record_key(key);
   const std::string token_text = std::to_string(token);
-  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
-  const std::string lease_ms = std::to_string(lease.count());
-  const std::string slack = std::to_string(pool_->options().expiry_slack.count());
+  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
+  const std::string now = std::to_string(now_ms);
+  const std::string lease_ms = detail::span_arg(now_ms, lease);
+  const std::string slack = detail::span_arg(0, pool_->options().expiry_slack);
   const std::array<std::string_view, 1> keys = {record};
   const std::array<std::string_view, 4> args = {token_text, now, lease_ms, slack};
   auto connection = pool_->lease();

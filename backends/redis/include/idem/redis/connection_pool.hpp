@@ -67,7 +67,8 @@ class RedisConnection {
 
   // Sends one command and waits for its reply. An error reply (-ERR ...) is returned, not
   // thrown; a failure of the connection throws RedisError and leaves the connection broken().
-  // `what` names the operation in error messages ("claim", "purge", ...).
+  // `what` names the operation in error messages ("claim", "purge", ...). Not while pipelined
+  // commands are queued (InvalidArgument: read_replies() first).
   RedisReply command(std::span<const std::string_view> args, CommandKind kind = CommandKind::write,
                      std::string_view what = "command");
   RedisReply command(std::initializer_list<std::string_view> args,
