@@ -1,13 +1,16 @@
 // RedisIdempotencyRecorder beyond the conformance suite: the key layout and what is stored,
 // marker TTLs and claim expiries, pipelined batch marks, purge over many keys and pages (and only
-// within its prefix, glob characters included), NOSCRIPT after SCRIPT FLUSH, damaged claims,
-// two recorders (two pools: two "processes") on one prefix, and IdempotentHandler on top.
+// within its prefix, glob characters included), NOSCRIPT after SCRIPT FLUSH (also mid-purge),
+// damaged claims, two recorders (two pools: two "processes") on one prefix, and IdempotentHandler
+// on top.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "idem/error.hpp"
@@ -207,6 +210,34 @@ TEST_F(RedisRecorder, ScriptsAreReloadedAfterScriptFlush) {
   keys_.command({"SCRIPT", "FLUSH"});
   clock_->advance(2h);
   EXPECT_EQ(recorder->purge(1h), 1u);
+}
+
+// A flush can land between purge's SCRIPT LOAD and its pipelined EVALSHAs (another client's
+// SCRIPT FLUSH, a failover): the calls answered NOSCRIPT are sent again with the source.
+TEST_F(RedisRecorder, PurgeSurvivesScriptFlushesWhileItRuns) {
+  auto options = keys_.options(clock_);
+  options.scan_count = 20;  // many pipelines, so flushes land between and inside them
+  auto recorder = make(options);
+  constexpr int kRounds = 5;
+  constexpr int kMarkers = 400;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<std::string> ids;
+    for (int i = 0; i < kMarkers; ++i)
+      ids.push_back("r" + std::to_string(round) + "-" + std::to_string(i));
+    recorder->mark_processed_batch("billing", ids);
+    clock_->advance(2h);
+    std::atomic<bool> done{false};
+    std::thread flusher([&] {
+      for (int i = 0; i < 10000 && !done.load(); ++i)
+        keys_.command({"SCRIPT", "FLUSH"});
+    });
+    std::size_t purged = 0;
+    EXPECT_NO_THROW(purged = recorder->purge(1h));
+    done = true;
+    flusher.join();
+    EXPECT_EQ(purged, static_cast<std::size_t>(kMarkers)) << "round " << round;
+    EXPECT_EQ(keys_.key_count(), 0u);
+  }
 }
 
 TEST_F(RedisRecorder, DamagedClaimsAreReportedNotGuessed) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -225,6 +226,34 @@ TEST_F(RedisStore, PurgeAndCountWalkManyPages) {
   clock_->advance(1s);
   EXPECT_EQ(store->purge_expired(), 100u);  // i % 4 == 2: completed with ttl 1 s
   EXPECT_EQ(store->entry_count(), 300u);
+}
+
+// A flush between purge_expired's SCRIPT LOAD and its pipelined EVALSHAs (another client, a
+// failover) must not fail the purge: calls answered NOSCRIPT are sent again with the source.
+TEST_F(RedisStore, PurgeSurvivesScriptFlushesWhileItRuns) {
+  auto options = keys_.options(clock_);
+  options.scan_count = 20;
+  auto store = std::make_shared<RedisIdempotencyStore>(options);
+  constexpr int kKeys = 300;
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < kKeys; ++i) {
+      const std::string key = "r" + std::to_string(round) + "-" + std::to_string(i);
+      const auto claim = store->claim(key, std::nullopt, 10s);
+      ASSERT_TRUE(store->complete(key, claim.token, bytes("v"), {}, 1s));
+    }
+    clock_->advance(2s);
+    std::atomic<bool> done{false};
+    std::thread flusher([&] {
+      for (int i = 0; i < 10000 && !done.load(); ++i)
+        keys_.command({"SCRIPT", "FLUSH"});
+    });
+    std::size_t purged = 0;
+    EXPECT_NO_THROW(purged = store->purge_expired());
+    done = true;
+    flusher.join();
+    EXPECT_EQ(purged, static_cast<std::size_t>(kKeys)) << "round " << round;
+    EXPECT_EQ(store->entry_count(), 0u);
+  }
 }
 
 template <class Signature>

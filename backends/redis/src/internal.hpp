@@ -6,6 +6,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/clock.hpp"
 #include "idem/redis/connection_pool.hpp"
@@ -65,10 +66,18 @@ RedisReply run_script(RedisConnection& connection, const Script& script,
                       std::span<const std::string_view> keys,
                       std::span<const std::string_view> args, CommandKind kind,
                       std::string_view what);
-// Queues EVALSHA on a pipeline (the caller made sure the script is loaded).
-void append_script(RedisConnection& connection, const Script& script,
-                   std::span<const std::string_view> keys, std::span<const std::string_view> args);
-// SCRIPT LOAD, so pipelined EVALSHA calls find it.
+// One run of a script in run_script_pipelined().
+struct ScriptCall {
+  std::vector<std::string_view> keys;
+  std::vector<std::string_view> args;
+};
+// Runs `script` once per call with EVALSHA, all in one pipelined round trip; replies in call
+// order. A call answered NOSCRIPT did not run (the script cache was flushed mid-pipeline, or the
+// server restarted): it is sent again with the source. Error replies are returned, not thrown.
+std::vector<RedisReply> run_script_pipelined(RedisConnection& connection, const Script& script,
+                                             std::span<const ScriptCall> calls, CommandKind kind,
+                                             std::string_view what);
+// SCRIPT LOAD, so that pipelined EVALSHA calls usually find it.
 void load_script(RedisConnection& connection, const Script& script, std::string_view what);
 
 std::string sha1_hex(std::string_view data);

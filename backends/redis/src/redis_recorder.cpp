@@ -259,15 +259,14 @@ std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration 
     }
     cursor = page.elements[0].str;
     std::vector<bool> is_marker;
+    std::vector<detail::ScriptCall> calls;
     for (const RedisReply& key : page.elements[1].elements) {
       const bool marker = key.str[kind_at] == 'm';
-      const std::array<std::string_view, 1> keys = {key.str};
-      const std::array<std::string_view, 2> args = {marker ? "m" : "c", cutoff};
-      detail::append_script(*connection, detail::recorder_purge_script(), keys, args);
+      calls.push_back({{key.str}, {marker ? "m" : "c", cutoff}});
       is_marker.push_back(marker);
     }
-    if (is_marker.empty()) continue;
-    const auto replies = connection->read_replies(CommandKind::write, "purge");
+    const auto replies = detail::run_script_pipelined(*connection, detail::recorder_purge_script(),
+                                                      calls, CommandKind::write, "purge");
     for (std::size_t i = 0; i < replies.size(); ++i) {
       if (flag_reply(replies[i], "purge", endpoint) && is_marker[i]) ++purged_markers;
     }

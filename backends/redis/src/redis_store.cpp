@@ -291,15 +291,14 @@ std::size_t RedisIdempotencyStore::purge_expired() {
   std::size_t purged = 0;
   scan(*connection, pattern, options.scan_count, "purge_expired",
        [&](const std::vector<RedisReply>& keys) {
-         if (keys.empty()) return;
-         for (const RedisReply& key : keys) {
-           const std::array<std::string_view, 1> script_keys = {key.str};
-           const std::array<std::string_view, 1> args = {now};
-           detail::append_script(*connection, detail::store_purge_script(), script_keys, args);
-         }
+         std::vector<detail::ScriptCall> calls;
+         calls.reserve(keys.size());
+         for (const RedisReply& key : keys)
+           calls.push_back({{key.str}, {now}});
          // A key SCAN returned twice is found gone the second time: counted once.
          for (const RedisReply& reply :
-              connection->read_replies(CommandKind::write, "purge_expired")) {
+              detail::run_script_pipelined(*connection, detail::store_purge_script(), calls,
+                                           CommandKind::write, "purge_expired")) {
            if (flag_reply(reply, "purge_expired", connection->endpoint())) ++purged;
          }
        });

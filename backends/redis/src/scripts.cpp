@@ -245,10 +245,21 @@ RedisReply run_script(RedisConnection& connection, const Script& script,
   return connection.command(script_command("EVAL", script.source, numkeys, keys, args), kind, what);
 }
 
-void append_script(RedisConnection& connection, const Script& script,
-                   std::span<const std::string_view> keys, std::span<const std::string_view> args) {
-  const std::string numkeys = std::to_string(keys.size());
-  connection.append(script_command("EVALSHA", script.sha, numkeys, keys, args));
+std::vector<RedisReply> run_script_pipelined(RedisConnection& connection, const Script& script,
+                                             std::span<const ScriptCall> calls, CommandKind kind,
+                                             std::string_view what) {
+  if (calls.empty()) return {};
+  for (const ScriptCall& call : calls) {
+    connection.append(script_command("EVALSHA", script.sha, std::to_string(call.keys.size()),
+                                     call.keys, call.args));
+  }
+  std::vector<RedisReply> replies = connection.read_replies(kind, what);
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    if (is_noscript(replies[i])) {
+      replies[i] = run_script(connection, script, calls[i].keys, calls[i].args, kind, what);
+    }
+  }
+  return replies;
 }
 
 void load_script(RedisConnection& connection, const Script& script, std::string_view what) {
