@@ -39,7 +39,8 @@ constexpr std::string_view kCompleted = "completed";
 // The columns every statement that reads a record returns, in this order (decode_record).
 constexpr const char* kRecordColumns =
     "state, token, fingerprint, lease_until, took_over, completed_at, expires_at, value, report";
-constexpr int kRecordColumnCount = 9;
+// The claim statement returns (acquired, token, took_over) before them.
+constexpr int kClaimLeadingColumns = 3;
 
 // Like the recorder's claim: a claim loses a race twice in a row only under constant
 // claim/release churn on the same key.
@@ -352,7 +353,7 @@ class PostgresIdempotencyStore::Impl {
                          table_name + " is corrupt: " + why);
   }
 
-  // The record in columns [first, first + kRecordColumnCount) of `row`.
+  // The record in the kRecordColumns columns of `row` that start at column `first`.
   IdempotencyRecord decode(std::string_view key, const detail::Result& result, int row,
                            int first) const {
     const auto null = [&](int column) { return result.is_null(row, first + column); };
@@ -468,7 +469,7 @@ ClaimOutcome PostgresIdempotencyStore::claim(std::string_view key,
       }
     }
     std::optional<IdempotencyRecord> record;
-    if (result.rows() > 0) record = impl_->decode(key, result, 0, 3);
+    if (result.rows() > 0) record = impl_->decode(key, result, 0, kClaimLeadingColumns);
     if (!record || !is_live(*record, now)) {
       // The statement's snapshot saw no record, or a dead one, and yet the claim did not go
       // through: another writer changed the row meanwhile. Read it again, fresh.
