@@ -21,6 +21,9 @@ foreach(component IN LISTS IDEM_COMPONENTS)
   if(NOT component STREQUAL "core" AND EXISTS ${PROJECT_SOURCE_DIR}/backends/${component}/include)
     install(DIRECTORY backends/${component}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
   endif()
+  if(EXISTS ${PROJECT_SOURCE_DIR}/${component}/include AND NOT component STREQUAL "core")
+    install(DIRECTORY ${component}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+  endif()
 endforeach()
 
 configure_package_config_file(cmake/idemConfig.cmake.in

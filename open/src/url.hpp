@@ -1,0 +1,72 @@
+// Internal: the small URL toolkit behind idem/open.hpp — splitting off the scheme and the query,
+// %-decoding, typed query values, and error messages that name the wrong part and quote the URL
+// redacted.
+//
+// Why not a URL library (liburiparser): only memory:// and sqlite: are split here. Redis URLs go
+// to RedisOptions::from_url and PostgreSQL URLs to libpq, which parse their own; and
+// "sqlite:relative/path" / "sqlite::memory:" are not the hierarchical URLs such libraries model.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace idem::detail {
+
+// Where a URL is being opened, for messages: "open_store: <part>: <problem> (URL '<redacted>')".
+class UrlContext {
+ public:
+  UrlContext(std::string_view function, std::string_view url) : function_(function), url_(url) {}
+
+  std::string_view url() const noexcept { return url_; }
+
+  // Throws ConfigError "<function>: <part>: <problem> (URL '<redacted url>')".
+  [[noreturn]] void fail(std::string_view part, std::string_view problem) const;
+  // Throws NotSupported for a scheme whose backend was not built.
+  [[noreturn]] void not_built(std::string_view scheme, std::string_view backend,
+                              std::string_view cmake_option, std::string_view package) const;
+  // A backend's ConfigError message, prefixed like fail() and scrubbed of every secret the URL
+  // holds (libpq quotes the URL it could not parse, password included).
+  [[noreturn]] void rethrow_backend_config_error(std::string_view message) const;
+
+ private:
+  std::string_view function_;
+  std::string_view url_;
+};
+
+// The URL split at its first ':' after checks every scheme shares (not empty, not too long, no
+// control characters or spaces, no fragment, a well-formed scheme).
+struct SplitUrl {
+  std::string scheme;     // lower case
+  std::string_view rest;  // everything after "scheme:"
+};
+SplitUrl split_scheme(const UrlContext& context);
+
+// "%41" -> "A". `part` names what is decoded, for the message.
+std::string percent_decode(const UrlContext& context, std::string_view text, std::string_view part);
+
+struct QueryParameter {
+  std::string name;      // %-decoded
+  std::string value;     // %-decoded
+  std::string_view raw;  // "name=value" as written
+};
+// "a=1&b=2" -> parameters. Empty pairs ("a=1&&b=2", a trailing '&') are skipped; a pair without
+// '=' or a name given twice is a ConfigError.
+std::vector<QueryParameter> parse_query(const UrlContext& context, std::string_view query);
+
+// Typed values of query parameters; each failure names the parameter.
+std::size_t count_value(const UrlContext& context, const QueryParameter& parameter,
+                        std::size_t minimum);
+bool bool_value(const UrlContext& context, const QueryParameter& parameter);
+std::chrono::milliseconds duration_value(const UrlContext& context,
+                                         const QueryParameter& parameter);
+[[noreturn]] void unknown_parameter(const UrlContext& context, const QueryParameter& parameter,
+                                    std::string_view where, std::string_view known);
+
+// `text` with control characters as \xNN, cut to `limit` characters ("...").
+std::string printable(std::string_view text, std::size_t limit = 256);
+
+}  // namespace idem::detail
