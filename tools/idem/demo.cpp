@@ -13,6 +13,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <random>
@@ -27,8 +28,17 @@
 #include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
+#include "idem/memory_recorder.hpp"
+#include "idem/open.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "progress.hpp"
+
+#ifdef IDEM_HAVE_POSTGRES
+#include "idem/postgres/postgres_recorder.hpp"
+#include "idem/postgres/postgres_transaction.hpp"
+#endif
+
+extern char** environ;
 
 namespace fs = std::filesystem;
 
@@ -36,6 +46,11 @@ namespace idem::cli {
 namespace {
 
 constexpr const char* kConsumer = "billing";
+// The ledger of transactional mode: in the recorder's SQLite file, or <schema>.demo_ledger on
+// PostgreSQL. One row per side effect, tagged with the run's consumer name.
+constexpr const char* kSqliteLedger = "idem_demo_ledger";
+constexpr const char* kLedgerColumns =
+    "(consumer TEXT NOT NULL, event_id TEXT NOT NULL, order_no BIGINT, amount_cents BIGINT)";
 
 // ---- small RAII helpers --------------------------------------------------------------------
 
@@ -115,6 +130,32 @@ HandlerMode parse_mode(const std::string& mode) {
   throw InvalidArgument("unknown mode '" + mode +
                         "' (expected transactional, exclusive or check_then_mark)");
 }
+
+// The recorder URL a demo (or its consumer) uses: --store, or the SQLite file in the work dir.
+std::string recorder_url(const std::string& store, const fs::path& dir) {
+  return store.empty() ? "sqlite://" + fs::absolute(dir / "idem.db").string() : store;
+}
+
+#ifdef IDEM_HAVE_POSTGRES
+std::string postgres_ledger(const postgres::PostgresIdempotencyRecorder& recorder) {
+  return recorder.pool()->options().schema + ".demo_ledger";
+}
+
+// Runs `fn` in a transaction of `recorder` that is always rolled back (its marker with it): the
+// demo's way to read the ledger through the recorder's own connection settings.
+class Rollback {};
+void read_in_rolled_back_transaction(
+    postgres::PostgresIdempotencyRecorder& recorder,
+    const std::function<void(postgres::PostgresTransaction&)>& fn) {
+  try {
+    recorder.run_transactional("idem-demo-check", new_event_id(), [&](Transaction& tx) {
+      fn(dynamic_cast<postgres::PostgresTransaction&>(tx));
+      throw Rollback{};
+    });
+  } catch (const Rollback&) {
+  }
+}
+#endif
 
 std::uint64_t read_offset(const fs::path& dir) {
   std::ifstream in(dir / "offset");
@@ -231,23 +272,32 @@ class DeliveryLogReader {
   DeliveryStats stats_;
 };
 
-pid_t spawn_consumer(const fs::path& dir, const DemoOptions& options, std::int64_t stall_at,
-                     int notify_fd) {
+pid_t spawn_consumer(const fs::path& dir, const DemoOptions& options, const std::string& url,
+                     const std::string& consumer, std::int64_t stall_at, int notify_fd) {
   std::vector<std::string> args = {
-      "idem",   "demo-consumer", "--dir",       dir.string(),
-      "--mode", options.mode,    "--ack-every", std::to_string(options.ack_every)};
+      "idem",       "demo-consumer", "--dir",  dir.string(),  "--mode",
+      options.mode, "--consumer",    consumer, "--ack-every", std::to_string(options.ack_every)};
   if (stall_at >= 0) {
     args.insert(args.end(),
                 {"--stall-at", std::to_string(stall_at), "--notify-fd", std::to_string(notify_fd)});
   }
+  // The environment is built before fork(): the child may only call async-signal-safe functions.
+  std::string store_variable = std::string(kDemoStoreVariable) + "=" + url;
+  std::vector<char*> envp;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (std::string_view(*e).rfind(std::string(kDemoStoreVariable) + "=", 0) != 0)
+      envp.push_back(*e);
+  }
+  envp.push_back(store_variable.data());
+  envp.push_back(nullptr);
+  std::vector<char*> argv;
+  for (auto& a : args)
+    argv.push_back(a.data());
+  argv.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
-    std::vector<char*> argv;
-    for (auto& a : args)
-      argv.push_back(a.data());
-    argv.push_back(nullptr);
-    ::execv("/proc/self/exe", argv.data());
+    ::execve("/proc/self/exe", argv.data(), envp.data());
     std::perror("exec idem demo-consumer");
     ::_exit(127);
   }
@@ -287,7 +337,17 @@ int watch(pid_t pid, int notify_fd, DeliveryLogReader& log, ProgressBar& bar) {
 int run_demo_consumer(const ConsumerOptions& options) {
   const fs::path dir = options.dir;
   const HandlerMode mode = parse_mode(options.mode);
-  auto recorder = std::make_shared<sqlite::SqliteIdempotencyRecorder>((dir / "idem.db").string());
+  const char* store = std::getenv(kDemoStoreVariable);
+  const std::string url = recorder_url(store != nullptr ? store : "", dir);
+  std::shared_ptr<IdempotencyRecorder> recorder = open_recorder(url);
+  const std::string consumer = options.consumer;
+#ifdef IDEM_HAVE_POSTGRES
+  std::string pg_insert;
+  if (auto* pg = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(recorder.get())) {
+    pg_insert = "INSERT INTO " + postgres_ledger(*pg) +
+                "(consumer, event_id, order_no, amount_cents) VALUES ($1, $2, $3, $4)";
+  }
+#endif
   AppendLog deliveries(dir / "deliveries.log");
   AppendLog side_effects(dir / "side_effects.log");
   bool stalled = false;
@@ -304,20 +364,29 @@ int run_demo_consumer(const ConsumerOptions& options) {
   // The business code: record a payment. In transactional mode the ledger row is written through
   // the marker's transaction; otherwise it is an external side effect (a line in a file).
   auto handler = make_idempotent_handler<nlohmann::json>(
-      kConsumer, recorder,
+      consumer, recorder,
       [&](const nlohmann::json& payload, BusProxy& bus, const Event& event) {
         if (auto* tx = dynamic_cast<sqlite::SqliteTransaction*>(bus.transaction())) {
           sqlite3_stmt* stmt = nullptr;
-          sqlite3_prepare_v2(tx->db(),
-                             "INSERT INTO ledger(event_id, order_no, amount_cents) VALUES(?,?,?)",
-                             -1, &stmt, nullptr);
-          sqlite3_bind_text(stmt, 1, event.id.c_str(), -1, SQLITE_TRANSIENT);
-          sqlite3_bind_int64(stmt, 2, payload.at("order").get<std::int64_t>());
-          sqlite3_bind_int64(stmt, 3, payload.at("amount_cents").get<std::int64_t>());
+          const std::string sql = std::string("INSERT INTO ") + kSqliteLedger +
+                                  "(consumer, event_id, order_no, amount_cents) VALUES(?,?,?,?)";
+          sqlite3_prepare_v2(tx->db(), sql.c_str(), -1, &stmt, nullptr);
+          sqlite3_bind_text(stmt, 1, consumer.c_str(), -1, SQLITE_TRANSIENT);
+          sqlite3_bind_text(stmt, 2, event.id.c_str(), -1, SQLITE_TRANSIENT);
+          sqlite3_bind_int64(stmt, 3, payload.at("order").get<std::int64_t>());
+          sqlite3_bind_int64(stmt, 4, payload.at("amount_cents").get<std::int64_t>());
           const int rc = sqlite3_step(stmt);
           sqlite3_finalize(stmt);
           if (rc != SQLITE_DONE) throw std::runtime_error("ledger insert failed");
           stall_here(event);  // killed here: the ledger row and the marker vanish together
+#ifdef IDEM_HAVE_POSTGRES
+        } else if (auto* pg = dynamic_cast<postgres::PostgresTransaction*>(bus.transaction())) {
+          pg->exec(pg_insert, {consumer, event.id, payload.at("order").get<std::int64_t>(),
+                               payload.at("amount_cents").get<std::int64_t>()});
+          stall_here(event);  // killed here: the server rolls the row back with the marker
+#endif
+        } else if (bus.transaction() != nullptr) {
+          throw NotSupported("the demo has no ledger for this recorder's transactions");
         } else {
           stall_here(event);  // killed before the side effect: the claim's lease expires
           side_effects.line(event.id);
@@ -326,7 +395,7 @@ int run_demo_consumer(const ConsumerOptions& options) {
       HandlerOptions{.mode = mode, .lease = std::chrono::milliseconds(1500)});
 
   const std::vector<Event> queue = read_queue(dir);
-  CollectingBusProxy bus(kConsumer);
+  CollectingBusProxy bus(consumer);
   std::uint64_t offset = read_offset(dir);
   while (offset < queue.size()) {
     const Event& event = queue[offset];
@@ -359,7 +428,35 @@ int run_demo(const DemoOptions& options) {
     throw InvalidArgument("--kill-at must be between 0 and 1 (exclusive)");
   }
   if (options.ack_every == 0) throw InvalidArgument("--ack-every must be at least 1");
-  (void)parse_mode(options.mode);
+  const HandlerMode mode = parse_mode(options.mode);
+
+  // A --store recorder is opened and checked before anything is written: a bad URL, an
+  // unreachable server or a mode the backend cannot do stops the demo here.
+  std::shared_ptr<IdempotencyRecorder> recorder;
+  std::string consumer = kConsumer;
+  if (!options.store.empty()) {
+    recorder = open_recorder(options.store);
+    // A fresh name per run: runs against one Redis or PostgreSQL never see each other's markers.
+    consumer = std::string(kConsumer) + "-" + new_event_id().substr(0, 8);
+    const std::string shown = redact_url(options.store);
+    const auto* sqlite_recorder = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(recorder.get());
+    if (dynamic_cast<InMemoryIdempotencyRecorder*>(recorder.get()) != nullptr ||
+        (sqlite_recorder != nullptr && sqlite_recorder->path() == ":memory:")) {
+      throw NotSupported("--store " + shown +
+                         ": an in-memory recorder lives and dies with one process, but the demo "
+                         "kills its consumer process and starts a new one; use a SQLite file, "
+                         "redis:// or postgresql://");
+    }
+    if (mode == HandlerMode::transactional && !recorder->supports_transactions()) {
+      throw NotSupported("--store " + shown +
+                         ": --mode transactional needs a recorder whose transaction the handler "
+                         "can write through (sqlite: or postgresql://); use --mode exclusive or "
+                         "check_then_mark with this one");
+    }
+    if (mode == HandlerMode::exclusive && !recorder->supports_claims()) {
+      throw NotSupported("--store " + shown + ": --mode exclusive needs a recorder with claims");
+    }
+  }
 
   fs::path dir = options.dir;
   bool remove_dir = false;
@@ -375,23 +472,41 @@ int run_demo(const DemoOptions& options) {
       fs::remove(dir / f);
     }
   }
+  const std::string url = recorder_url(options.store, dir);
+  if (!recorder) recorder = open_recorder(url);
 
   std::cout << "idem demo: at-least-once delivery, a consumer killed mid-handler, side effects "
                "once\n"
             << "  work dir:  " << dir.string() << "\n"
-            << "  recorder:  sqlite://" << (dir / "idem.db").string() << " (mode " << options.mode
-            << ")\n";
+            << "  recorder:  " << redact_url(url) << " (mode " << options.mode << ")\n"
+            << "  consumer:  " << consumer
+            << (options.store.empty() ? "\n" : " (a fresh name for this run)\n");
 
   const std::size_t stream_size = publish(dir, options);
   std::cout << "  producer:  published " << stream_size << " events (" << options.events
             << " distinct + " << (stream_size - options.events) << " duplicates)\n";
-  {
-    // The consumer's business table lives in the recorder's database so that transactional
-    // mode can write it in the marker's transaction.
-    Db db(dir / "idem.db");
-    db.exec(
-        "CREATE TABLE IF NOT EXISTS ledger(event_id TEXT NOT NULL, order_no INTEGER, "
-        "amount_cents INTEGER)");
+
+  // Transactional mode writes its side effect, a ledger row, through the marker's transaction,
+  // so the ledger lives in the recorder's database.
+  auto* sqlite_recorder = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(recorder.get());
+#ifdef IDEM_HAVE_POSTGRES
+  auto* pg_recorder = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(recorder.get());
+#endif
+  if (mode == HandlerMode::transactional) {
+    if (sqlite_recorder != nullptr) {
+      Db db(sqlite_recorder->path());
+      db.exec(std::string("CREATE TABLE IF NOT EXISTS ") + kSqliteLedger + kLedgerColumns);
+#ifdef IDEM_HAVE_POSTGRES
+    } else if (pg_recorder != nullptr) {
+      // Created through the recorder's own transaction (recorded under "idem-demo-setup").
+      pg_recorder->run_transactional("idem-demo-setup", consumer, [&](Transaction& tx) {
+        dynamic_cast<postgres::PostgresTransaction&>(tx).exec(
+            "CREATE TABLE IF NOT EXISTS " + postgres_ledger(*pg_recorder) + kLedgerColumns);
+      });
+#endif
+    } else {
+      throw NotSupported("--mode transactional: the demo has no ledger for " + redact_url(url));
+    }
   }
   std::cout.flush();  // the progress bar writes to stderr; keep the two in order
 
@@ -403,7 +518,7 @@ int run_demo(const DemoOptions& options) {
   Fd read_end(pipe_fds[0]);
   const auto stall_at =
       static_cast<std::int64_t>(static_cast<double>(stream_size) * options.kill_at);
-  const pid_t first = spawn_consumer(dir, options, stall_at, pipe_fds[1]);
+  const pid_t first = spawn_consumer(dir, options, url, consumer, stall_at, pipe_fds[1]);
   ::close(pipe_fds[1]);
   const int first_status = watch(first, read_end.fd, log, bar);
   if (first_status != -1) {
@@ -419,7 +534,7 @@ int run_demo(const DemoOptions& options) {
             << "of delivery #" << stall_at << "; last committed offset " << committed << std::endl;
 
   ProgressBar bar2("  restarted", stream_size);
-  const pid_t second = spawn_consumer(dir, options, -1, -1);
+  const pid_t second = spawn_consumer(dir, options, url, consumer, -1, -1);
   const int second_status = watch(second, -1, log, bar2);
   bar2.finish();
   if (!WIFEXITED(second_status) || WEXITSTATUS(second_status) != 0) {
@@ -432,12 +547,31 @@ int run_demo(const DemoOptions& options) {
   std::int64_t distinct_side_effects = 0;
   std::int64_t markers = 0;
   {
-    Db db(dir / "idem.db");
-    markers = db.scalar(std::string("SELECT COUNT(*) FROM processed_log WHERE consumer='") +
-                        kConsumer + "'");
-    if (options.mode == "transactional") {
-      side_effects = db.scalar("SELECT COUNT(*) FROM ledger");
-      distinct_side_effects = db.scalar("SELECT COUNT(DISTINCT event_id) FROM ledger");
+    // Markers: every published event must be processed in the recorder (asked through the
+    // same interface on every backend).
+    std::set<std::string> published;
+    for (const Event& event : read_queue(dir))
+      published.insert(event.id);
+    for (const std::string& id : published) {
+      if (recorder->is_processed(consumer, id)) ++markers;
+    }
+    if (mode == HandlerMode::transactional) {
+      const std::string where = " WHERE consumer = '" + consumer + "'";  // [a-z0-9-] only
+      if (sqlite_recorder != nullptr) {
+        Db db(sqlite_recorder->path());
+        side_effects = db.scalar(std::string("SELECT COUNT(*) FROM ") + kSqliteLedger + where);
+        distinct_side_effects =
+            db.scalar(std::string("SELECT COUNT(DISTINCT event_id) FROM ") + kSqliteLedger + where);
+#ifdef IDEM_HAVE_POSTGRES
+      } else if (pg_recorder != nullptr) {
+        read_in_rolled_back_transaction(*pg_recorder, [&](postgres::PostgresTransaction& tx) {
+          const std::string ledger = postgres_ledger(*pg_recorder);
+          side_effects = tx.query_int64("SELECT COUNT(*) FROM " + ledger + where).value_or(0);
+          distinct_side_effects =
+              tx.query_int64("SELECT COUNT(DISTINCT event_id) FROM " + ledger + where).value_or(0);
+        });
+#endif
+      }
     } else {
       std::ifstream in(dir / "side_effects.log");
       std::set<std::string> ids;
@@ -459,7 +593,7 @@ int run_demo(const DemoOptions& options) {
             << "  in-progress retries        " << stats.in_progress_retries << "\n"
             << "  handlers completed         " << stats.processed << "\n"
             << "  side effects               " << side_effects << "\n"
-            << "  markers (processed_log)    " << markers << "\n";
+            << "  events marked processed    " << markers << "\n";
 
   const bool once = side_effects == static_cast<std::int64_t>(options.events) &&
                     distinct_side_effects == side_effects &&
@@ -470,9 +604,10 @@ int run_demo(const DemoOptions& options) {
               << (stream_size - options.events) << " published duplicates and a SIGKILL)\n";
   } else {
     std::cout << "\nFAILED: " << side_effects << " side effects (" << distinct_side_effects
-              << " distinct) and " << markers << " markers for " << options.events
+              << " distinct) and " << markers << " events marked processed for " << options.events
               << " distinct events\n";
   }
+  recorder.reset();  // close the database before its directory goes
   if (remove_dir) {
     std::error_code ec;
     fs::remove_all(dir, ec);

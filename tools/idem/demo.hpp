@@ -1,4 +1,5 @@
-// `idem demo`: the crash-and-replay demonstration on the embedded SQLite default.
+// `idem demo`: the crash-and-replay demonstration, on the embedded SQLite default or on any
+// recorder URL (--store, see idem/open.hpp).
 //
 // A producer writes a stream of events with duplicates to a file-backed queue (a stand-in for a
 // broker with at-least-once delivery: a consumer acknowledges by committing its offset every
@@ -23,10 +24,16 @@ struct DemoOptions {
   std::string dir;                     // work dir; default: a new temp dir (removed unless --keep)
   bool keep = false;                   // keep the work dir
   std::uint64_t seed = 42;             // for the duplicate pattern
+  std::string store;                   // recorder URL; default: sqlite file idem.db in the work dir
 };
+
+// The consumer process gets the recorder URL in the environment variable IDEM_DEMO_STORE (not
+// on its command line, where other users' `ps` would show a password).
+inline constexpr const char* kDemoStoreVariable = "IDEM_DEMO_STORE";
 
 struct ConsumerOptions {
   std::string dir;
+  std::string consumer = "billing";  // the consumer name markers are recorded under
   std::string mode = "transactional";
   std::uint64_t ack_every = 64;
   std::int64_t stall_at = -1;  // stall inside the handler at this sequence number (first time)

@@ -15,7 +15,7 @@ int main(int argc, char** argv) {
   auto* demo_cmd = app.add_subcommand(
       "demo",
       "Crash-and-replay demo: at-least-once delivery, a consumer killed mid-handler, "
-      "side effects exactly once (embedded SQLite)");
+      "side effects exactly once (embedded SQLite, or any recorder with --store URL)");
   demo_cmd->add_option("--events", demo.events, "Distinct events to publish")
       ->capture_default_str()
       ->check(CLI::Range(1, 10'000'000));
@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--dir", demo.dir, "Work dir (default: a new temp dir, removed after)");
   demo_cmd->add_flag("--keep", demo.keep, "Keep the work dir");
   demo_cmd->add_option("--seed", demo.seed, "Seed of the duplicate pattern")->capture_default_str();
+  demo_cmd->add_option("--store", demo.store,
+                       "Recorder URL: sqlite:///path.db, redis://host:port/db, "
+                       "postgresql://user@host/db (default: idem.db in the work dir; see "
+                       "docs/urls.md)");
 
   idem::cli::ConsumerOptions consumer;
   auto* consumer_cmd =
@@ -45,6 +49,7 @@ int main(int argc, char** argv) {
   consumer_cmd->group("");  // internal: hidden from --help
   consumer_cmd->add_option("--dir", consumer.dir)->required();
   consumer_cmd->add_option("--mode", consumer.mode);
+  consumer_cmd->add_option("--consumer", consumer.consumer);
   consumer_cmd->add_option("--ack-every", consumer.ack_every);
   consumer_cmd->add_option("--stall-at", consumer.stall_at);
   consumer_cmd->add_option("--notify-fd", consumer.notify_fd);
