@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "idem/error.hpp"
+
 namespace idem {
 
 std::string_view to_string(IdempotencyRecord::State state) noexcept {
@@ -26,6 +28,16 @@ std::string_view to_string(ClaimOutcome::Status status) noexcept {
       return "mismatch";
   }
   return "unknown";
+}
+
+std::size_t IdempotencyStore::purge_expired(const PurgeProgress& progress) {
+  const std::size_t purged = purge_expired();
+  if (purged > 0 && progress) progress(purged);
+  return purged;
+}
+
+StoreCounts IdempotencyStore::counts() {
+  throw NotSupported("this idempotency store cannot count its records (counts)");
 }
 
 std::optional<IdempotencyRecord> IdempotencyStore::wait(std::string_view key, SteadyTime deadline,

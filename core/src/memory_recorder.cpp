@@ -6,7 +6,9 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -166,12 +168,24 @@ struct ClaimState {
 // only when the table doubles.
 class PackedMarkers {
  public:
-  bool contains(const UuidKey& key) const noexcept {
-    if (slots_.empty()) return false;
+  bool contains(const UuidKey& key) const noexcept { return marked_at(key).has_value(); }
+
+  std::optional<Ticks> marked_at(const UuidKey& key) const noexcept {
+    if (slots_.empty()) return std::nullopt;
     for (std::size_t i = index(key);; i = (i + 1) & mask_) {
       const Slot& slot = slots_[i];
-      if (slot.consumer == kEmpty) return false;
-      if (slot.hi == key.hi && slot.lo == key.lo && slot.consumer == key.consumer) return true;
+      if (slot.consumer == kEmpty) return std::nullopt;
+      if (slot.hi == key.hi && slot.lo == key.lo && slot.consumer == key.consumer) {
+        return slot.marked_at;
+      }
+    }
+  }
+
+  // Calls fn(consumer index) once per marker.
+  template <class Fn>
+  void for_each_consumer(Fn&& fn) const {
+    for (const Slot& slot : slots_) {
+      if (slot.consumer != kEmpty) fn(slot.consumer);
     }
   }
 
@@ -211,6 +225,14 @@ class PackedMarkers {
   }
 
   std::size_t size() const noexcept { return size_; }
+
+  std::size_t count_older(Ticks cutoff) const noexcept {
+    std::size_t n = 0;
+    for (const Slot& slot : slots_) {
+      if (slot.consumer != kEmpty && slot.marked_at < cutoff) ++n;
+    }
+    return n;
+  }
 
  private:
   struct Slot {
@@ -261,6 +283,16 @@ class PackedMarkers {
 class TextMarkers {
  public:
   bool contains(const TextKeyView& key) const { return map_.find(key) != map_.end(); }
+  std::optional<Ticks> marked_at(const TextKeyView& key) const {
+    auto it = map_.find(key);
+    if (it == map_.end()) return std::nullopt;
+    return it->second;
+  }
+  template <class Fn>
+  void for_each_consumer(Fn&& fn) const {
+    for (const auto& entry : map_)
+      fn(entry.first.consumer);
+  }
   void insert(const TextKeyView& key, Ticks marked_at) {
     if (map_.find(key) == map_.end())
       map_.emplace(TextKey{key.consumer, std::string(key.id)}, marked_at);
@@ -269,6 +301,10 @@ class TextMarkers {
     return std::erase_if(map_, [&](const auto& m) { return m.second < cutoff; });
   }
   std::size_t size() const noexcept { return map_.size(); }
+  std::size_t count_older(Ticks cutoff) const {
+    return static_cast<std::size_t>(
+        std::count_if(map_.begin(), map_.end(), [&](const auto& m) { return m.second < cutoff; }));
+  }
 
  private:
   std::unordered_map<TextKey, Ticks, TextKeyHash, TextKeyEq> map_;
@@ -496,23 +532,102 @@ bool InMemoryIdempotencyRecorder::renew(std::string_view consumer, std::string_v
 }
 
 std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
+  return purge(older_than, PurgeProgress{});
+}
+
+std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
+                                               const PurgeProgress& progress) {
   if (older_than < std::chrono::system_clock::duration::zero()) {
     throw InvalidArgument("purge: older_than must not be negative");
   }
   const Ticks now = detail::to_ticks(clock_->wall_now());
   const Ticks cutoff = detail::add_saturating(now, -older_than);
   std::size_t removed = 0;
+  // One shard is one chunk: each is locked only while it is swept.
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    auto& shard = shards_[i];
+    std::size_t in_shard = 0;
+    {
+      std::lock_guard lock(shard.mutex);
+      const auto sweep = [&](auto& table) {
+        in_shard += table.markers.erase_older(cutoff);
+        std::erase_if(table.claims, [&](const auto& c) { return c.second.lease_until < cutoff; });
+      };
+      sweep(shard.uuids);
+      sweep(shard.texts);
+    }
+    removed += in_shard;
+    if (in_shard > 0 && progress) progress(removed);
+  }
+  return removed;
+}
+
+std::vector<ConsumerCounts> InMemoryIdempotencyRecorder::consumer_counts() {
+  const Ticks now = detail::to_ticks(clock_->wall_now());
+  std::map<std::string, ConsumerCounts, std::less<>> by_name;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
     auto& shard = shards_[i];
     std::lock_guard lock(shard.mutex);
-    const auto sweep = [&](auto& table) {
-      removed += table.markers.erase_older(cutoff);
-      std::erase_if(table.claims, [&](const auto& c) { return c.second.lease_until < cutoff; });
+    std::vector<ConsumerCounts*> counts(shard.consumers.size(), nullptr);
+    for (const auto& [name, index] : shard.consumers) {
+      auto it = by_name.try_emplace(name).first;
+      it->second.consumer = name;
+      counts[index] = &it->second;
+    }
+    const auto add = [&](const auto& table) {
+      table.markers.for_each_consumer([&](std::uint32_t index) { ++counts[index]->processed; });
+      for (const auto& [key, claim] : table.claims) {
+        if (claim.lease_until > now) ++counts[key.consumer]->in_progress;
+      }
     };
-    sweep(shard.uuids);
-    sweep(shard.texts);
+    add(shard.uuids);
+    add(shard.texts);
   }
-  return removed;
+  std::vector<ConsumerCounts> result;
+  for (auto& [name, counts] : by_name) {
+    // Interned by a claim that was then released, with nothing left: not worth a line.
+    if (counts.processed > 0 || counts.in_progress > 0) result.push_back(std::move(counts));
+  }
+  return result;
+}
+
+std::size_t InMemoryIdempotencyRecorder::count_purgeable(
+    std::chrono::system_clock::duration older_than) {
+  if (older_than < std::chrono::system_clock::duration::zero()) {
+    throw InvalidArgument("count_purgeable: older_than must not be negative");
+  }
+  const Ticks cutoff = detail::add_saturating(detail::to_ticks(clock_->wall_now()), -older_than);
+  std::size_t n = 0;
+  for (std::size_t i = 0; i <= shard_mask_; ++i) {
+    std::lock_guard lock(shards_[i].mutex);
+    n +=
+        shards_[i].uuids.markers.count_older(cutoff) + shards_[i].texts.markers.count_older(cutoff);
+  }
+  return n;
+}
+
+MarkerInspection InMemoryIdempotencyRecorder::inspect(std::string_view consumer,
+                                                      std::string_view event_id) {
+  const Address a = detail::address(consumer, event_id);
+  const Ticks now = detail::to_ticks(clock_->wall_now());
+  auto& shard = shard_for(a.hash);
+  std::lock_guard lock(shard.mutex);
+  MarkerInspection result;
+  const std::uint32_t* index = shard.find_consumer(consumer);
+  if (index == nullptr) return result;
+  detail::with_key(shard, a, *index, [&](auto& table, const auto& key) {
+    if (auto at = table.markers.marked_at(key)) {
+      result.processed = true;
+      result.processed_at = detail::from_ticks(*at);
+    }
+    auto it = table.claims.find(key);
+    if (it != table.claims.end()) {
+      result.claim =
+          MarkerInspection::OpenClaim{it->second.token, detail::from_ticks(it->second.lease_until),
+                                      it->second.lease_until > now};
+    }
+  });
+  return result;
 }
 
 std::size_t InMemoryIdempotencyRecorder::marker_count() const {

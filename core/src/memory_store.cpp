@@ -283,16 +283,41 @@ std::optional<IdempotencyRecord> InMemoryIdempotencyStore::lookup(std::string_vi
 }
 
 std::size_t InMemoryIdempotencyStore::purge_expired() {
+  return purge_expired(PurgeProgress{});
+}
+
+std::size_t InMemoryIdempotencyStore::purge_expired(const PurgeProgress& progress) {
   std::size_t purged = 0;
+  // One shard is one chunk: each is locked only while it is swept.
+  for (auto& shard : shards_) {
+    std::size_t n = 0;
+    {
+      std::lock_guard lock(shard->mutex);
+      const WallTime now = clock_->wall_now();
+      n = std::erase_if(shard->records,
+                        [now](const auto& entry) { return is_expired(entry.second, now); });
+      if (capacity_) count_ -= n;
+    }
+    purged += n;
+    if (n > 0 && progress) progress(purged);
+  }
+  return purged;
+}
+
+StoreCounts InMemoryIdempotencyStore::counts() {
+  StoreCounts counts;
   for (auto& shard : shards_) {
     std::lock_guard lock(shard->mutex);
     const WallTime now = clock_->wall_now();
-    const std::size_t n = std::erase_if(
-        shard->records, [now](const auto& entry) { return is_expired(entry.second, now); });
-    if (capacity_) count_ -= n;
-    purged += n;
+    for (const auto& [key, record] : shard->records) {
+      if (record.state == IdempotencyRecord::State::completed) {
+        ++(now >= record.expires_at ? counts.expired : counts.completed);
+      } else {
+        ++(now >= record.lease_until ? counts.abandoned : counts.in_progress);
+      }
+    }
   }
-  return purged;
+  return counts;
 }
 
 std::size_t InMemoryIdempotencyStore::entry_count() {

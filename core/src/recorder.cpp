@@ -32,6 +32,25 @@ bool IdempotencyRecorder::renew(std::string_view, std::string_view, std::uint64_
   throw NotSupported("this recorder does not support claims (exclusive mode)");
 }
 
+std::size_t IdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
+                                       const PurgeProgress& progress) {
+  const std::size_t purged = purge(older_than);
+  if (purged > 0 && progress) progress(purged);
+  return purged;
+}
+
+std::vector<ConsumerCounts> IdempotencyRecorder::consumer_counts() {
+  throw NotSupported("this recorder cannot count its markers (consumer_counts)");
+}
+
+std::size_t IdempotencyRecorder::count_purgeable(std::chrono::system_clock::duration) {
+  throw NotSupported("this recorder cannot count its markers (count_purgeable)");
+}
+
+MarkerInspection IdempotencyRecorder::inspect(std::string_view, std::string_view) {
+  throw NotSupported("this recorder cannot inspect its markers (inspect)");
+}
+
 bool IdempotencyRecorder::run_transactional(std::string_view, std::string_view,
                                             const std::function<void(Transaction&)>&) {
   throw NotSupported("this recorder does not support transactions (transactional mode)");

@@ -8,6 +8,7 @@
 #include <deque>
 #include <exception>
 #include <limits>
+#include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -77,9 +78,29 @@ constexpr std::string_view kRenewClaim =
 // julianday() reads every ISO-8601 form (Z, +00:00, other offsets, any number of fraction
 // digits, none) as an instant, so rows from other writers age correctly; unparsable ts gives
 // NULL and the row is kept.
-constexpr std::string_view kPurgeMarkers =
-    "DELETE FROM processed_log WHERE julianday(ts) < julianday(?1)";
+//
+// purge() walks processed_log in rowid order, one chunk of at most kPurgeChunkRows rows per
+// write transaction: the table has no index on ts (its schema is infinity_bus's), so bounding
+// the rows a chunk *scans*, not the rows it deletes, is what bounds how long the write lock is
+// held. kPurgeChunkEnd finds the chunk's last rowid (NULL: the rest of the table is the chunk).
+constexpr std::string_view kPurgeChunkEnd =
+    "SELECT rowid FROM processed_log WHERE rowid > ?1 ORDER BY rowid LIMIT 1 OFFSET ?2";
+constexpr std::string_view kPurgeMarkersInRange =
+    "DELETE FROM processed_log WHERE rowid > ?2 AND rowid <= ?3 AND "
+    "julianday(ts) < julianday(?1)";
 constexpr std::string_view kPurgeClaims = "DELETE FROM idem_claims WHERE lease_until_ms < ?1";
+constexpr std::int64_t kPurgeChunkRows = 2000;
+
+constexpr std::string_view kCountMarkers =
+    "SELECT consumer, count(*) FROM processed_log GROUP BY consumer";
+constexpr std::string_view kCountLiveClaims =
+    "SELECT consumer, count(*) FROM idem_claims WHERE lease_until_ms > ?1 GROUP BY consumer";
+constexpr std::string_view kCountOldMarkers =
+    "SELECT count(*) FROM processed_log WHERE julianday(ts) < julianday(?1)";
+// The marker's time in Unix epoch milliseconds (NULL when SQLite cannot read the ts).
+constexpr std::string_view kSelectMarkerTime =
+    "SELECT CAST(round((julianday(ts) - 2440587.5) * 86400000.0) AS INTEGER) FROM processed_log "
+    "WHERE consumer = ?1 AND event_id = ?2";
 
 // Lease deadlines are stored as milliseconds and returned as WallTime, whose nanosecond count
 // overflows past this many milliseconds (year 2262).
@@ -624,6 +645,11 @@ bool SqliteIdempotencyRecorder::run_transactional(std::string_view consumer,
 }
 
 std::size_t SqliteIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
+  return purge(older_than, PurgeProgress{});
+}
+
+std::size_t SqliteIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
+                                             const PurgeProgress& progress) {
   if (older_than < std::chrono::system_clock::duration::zero()) {
     throw InvalidArgument("purge(older_than) needs older_than >= 0");
   }
@@ -632,22 +658,111 @@ std::size_t SqliteIdempotencyRecorder::purge(std::chrono::system_clock::duration
   const std::int64_t cutoff_ms = saturating_add(impl_->now_ms(), -age_ms);
   const std::string cutoff = marker_timestamp(from_ms(cutoff_ms));
 
-  Impl::WriterLock lock(*impl_, "purge");
-  Connection& connection = lock.connection();
-  WriteTransaction tx(connection);
-  std::int64_t markers = 0;
+  std::size_t markers = 0;
+  std::int64_t after = std::numeric_limits<std::int64_t>::min();  // rowids may be negative
+  for (bool last_chunk = false; !last_chunk;) {
+    std::int64_t removed = 0;
+    {
+      Impl::WriterLock lock(*impl_, "purge");
+      Connection& connection = lock.connection();
+      WriteTransaction tx(connection);
+      std::int64_t chunk_end = std::numeric_limits<std::int64_t>::max();
+      {
+        Statement end = connection.prepare(kPurgeChunkEnd);
+        end.bind(1, after).bind(2, kPurgeChunkRows - 1);
+        if (end.step()) {
+          chunk_end = end.column_int64(0);
+        } else {
+          last_chunk = true;
+        }
+      }
+      Statement purge_markers = connection.prepare(kPurgeMarkersInRange);
+      purge_markers.bind(1, std::string_view(cutoff)).bind(2, after).bind(3, chunk_end);
+      removed = purge_markers.run();
+      if (last_chunk) {
+        // Claims are few (one per event being handled): one statement, with the last chunk.
+        Statement purge_claims = connection.prepare(kPurgeClaims);
+        purge_claims.bind(1, cutoff_ms);
+        purge_claims.run();
+      }
+      tx.commit();
+      after = chunk_end;
+      if (chunk_end == std::numeric_limits<std::int64_t>::max()) last_chunk = true;
+    }
+    markers += static_cast<std::size_t>(removed);
+    if (removed > 0 && progress) progress(markers);  // outside the write lock
+  }
+  return markers;
+}
+
+std::vector<ConsumerCounts> SqliteIdempotencyRecorder::consumer_counts() {
+  std::map<std::string, ConsumerCounts, std::less<>> by_name;
+  const auto entry = [&](std::string name) -> ConsumerCounts& {
+    auto& counts = by_name[name];
+    counts.consumer = std::move(name);
+    return counts;
+  };
+  Impl::ReadLease lease(*impl_);
+  Connection& connection = lease.connection();
   {
-    Statement purge_markers = connection.prepare(kPurgeMarkers);
-    purge_markers.bind(1, std::string_view(cutoff));
-    markers = purge_markers.run();
+    Statement markers = connection.prepare(kCountMarkers);
+    while (markers.step()) {
+      entry(markers.column_text(0)).processed = static_cast<std::uint64_t>(markers.column_int64(1));
+    }
   }
   {
-    Statement purge_claims = connection.prepare(kPurgeClaims);
-    purge_claims.bind(1, cutoff_ms);
-    purge_claims.run();
+    Statement claims = connection.prepare(kCountLiveClaims);
+    claims.bind(1, impl_->now_ms());
+    while (claims.step()) {
+      entry(claims.column_text(0)).in_progress = static_cast<std::uint64_t>(claims.column_int64(1));
+    }
   }
-  tx.commit();
-  return static_cast<std::size_t>(markers);
+  std::vector<ConsumerCounts> result;
+  result.reserve(by_name.size());
+  for (auto& [name, counts] : by_name)
+    result.push_back(std::move(counts));
+  return result;
+}
+
+std::size_t SqliteIdempotencyRecorder::count_purgeable(
+    std::chrono::system_clock::duration older_than) {
+  if (older_than < std::chrono::system_clock::duration::zero()) {
+    throw InvalidArgument("count_purgeable(older_than) needs older_than >= 0");
+  }
+  const std::int64_t age_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(older_than).count();
+  const std::string cutoff = marker_timestamp(from_ms(saturating_add(impl_->now_ms(), -age_ms)));
+  Impl::ReadLease lease(*impl_);
+  Statement count = lease.connection().prepare(kCountOldMarkers);
+  count.bind(1, std::string_view(cutoff));
+  return count.step() ? static_cast<std::size_t>(count.column_int64(0)) : 0;
+}
+
+MarkerInspection SqliteIdempotencyRecorder::inspect(std::string_view consumer,
+                                                    std::string_view event_id) {
+  validate(consumer, event_id);
+  MarkerInspection result;
+  Impl::ReadLease lease(*impl_);
+  Connection& connection = lease.connection();
+  {
+    Statement marker = connection.prepare(kSelectMarkerTime);
+    marker.bind(1, consumer).bind(2, event_id);
+    if (marker.step()) {
+      result.processed = true;
+      if (!marker.column_is_null(0)) result.processed_at = from_ms(marker.column_int64(0));
+    }
+  }
+  {
+    Statement claim = connection.prepare(kSelectClaim);
+    claim.bind(1, consumer).bind(2, event_id);
+    if (claim.step()) {
+      const std::int64_t lease_until = claim.column_int64(1);
+      result.claim =
+          MarkerInspection::OpenClaim{static_cast<std::uint64_t>(claim.column_int64(0)),
+                                      from_ms(lease_until), lease_until > impl_->now_ms()};
+    }
+  }
+  return result;
 }
 
 }  // namespace idem::sqlite

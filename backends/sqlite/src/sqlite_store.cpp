@@ -75,8 +75,20 @@ constexpr std::string_view kDeleteClaim =
 constexpr std::string_view kRenew =
     "UPDATE idem_records SET lease_until_ms = ?3 "
     "WHERE key = ?1 AND state = 'in_progress' AND token = ?2";
-constexpr std::string_view kPurge =
-    "DELETE FROM idem_records WHERE state = 'completed' AND expires_at_ms <= ?1";
+// One chunk of purge_expired(): the partial index idem_records_expiry finds the expired rows
+// from the oldest, and the rows deleted by earlier chunks are gone, so every chunk reads only
+// what it deletes.
+constexpr std::string_view kPurgeChunk =
+    "DELETE FROM idem_records WHERE rowid IN (SELECT rowid FROM idem_records "
+    "WHERE state = 'completed' AND expires_at_ms <= ?1 LIMIT ?2)";
+constexpr std::int64_t kPurgeChunkRows = 1000;
+constexpr std::string_view kCountByState =
+    "SELECT "
+    "coalesce(sum(state = 'in_progress' AND lease_until_ms > ?1), 0), "
+    "coalesce(sum(state = 'in_progress' AND NOT lease_until_ms > ?1), 0), "
+    "coalesce(sum(state = 'completed' AND expires_at_ms > ?1), 0), "
+    "coalesce(sum(state = 'completed' AND NOT expires_at_ms > ?1), 0) "
+    "FROM idem_records";
 constexpr std::string_view kCount = "SELECT count(*) FROM idem_records";
 
 // Columns of kSelectRecord.
@@ -583,14 +595,42 @@ std::optional<IdempotencyRecord> SqliteIdempotencyStore::lookup(std::string_view
 }
 
 std::size_t SqliteIdempotencyStore::purge_expired() {
-  Impl::WriterLock lock(*impl_);
-  Connection& connection = lock.connection();
-  WriteTransaction tx(connection);
-  Statement purge = connection.prepare(kPurge);
-  purge.bind(1, impl_->now_ms());
-  const std::int64_t purged = purge.run();
-  tx.commit();
-  return static_cast<std::size_t>(purged);
+  return purge_expired(PurgeProgress{});
+}
+
+std::size_t SqliteIdempotencyStore::purge_expired(const PurgeProgress& progress) {
+  // One instant for the whole purge: results that expire while it runs wait for the next one.
+  const std::int64_t now = impl_->now_ms();
+  std::size_t purged = 0;
+  for (;;) {
+    std::int64_t removed = 0;
+    {
+      Impl::WriterLock lock(*impl_);
+      Connection& connection = lock.connection();
+      WriteTransaction tx(connection);
+      Statement purge = connection.prepare(kPurgeChunk);
+      purge.bind(1, now).bind(2, kPurgeChunkRows);
+      removed = purge.run();
+      tx.commit();
+    }
+    purged += static_cast<std::size_t>(removed);
+    if (removed > 0 && progress) progress(purged);  // outside the write lock
+    if (removed < kPurgeChunkRows) return purged;
+  }
+}
+
+StoreCounts SqliteIdempotencyStore::counts() {
+  Impl::ReadLease lease(*impl_);
+  Statement count = lease.connection().prepare(kCountByState);
+  count.bind(1, impl_->now_ms());
+  StoreCounts counts;
+  if (count.step()) {
+    counts.in_progress = static_cast<std::uint64_t>(count.column_int64(0));
+    counts.abandoned = static_cast<std::uint64_t>(count.column_int64(1));
+    counts.completed = static_cast<std::uint64_t>(count.column_int64(2));
+    counts.expired = static_cast<std::uint64_t>(count.column_int64(3));
+  }
+  return counts;
 }
 
 std::size_t SqliteIdempotencyStore::entry_count() {

@@ -35,6 +35,7 @@
 #include <typeindex>
 
 #include "idem/clock.hpp"
+#include "idem/purge_progress.hpp"
 #include "idem/report.hpp"
 
 namespace idem {
@@ -77,6 +78,15 @@ struct ClaimOutcome {
 
 std::string_view to_string(ClaimOutcome::Status status) noexcept;
 
+// How many records a store holds, by state (IdempotencyStore::counts()). The four add up to
+// entry_count() taken at the same instant.
+struct StoreCounts {
+  std::uint64_t in_progress = 0;  // claims under a live lease (lease_until > now)
+  std::uint64_t abandoned = 0;    // claims whose lease passed; the next claim() takes them over
+  std::uint64_t completed = 0;    // results that replay (expires_at > now)
+  std::uint64_t expired = 0;      // results past expires_at, awaiting purge_expired()
+};
+
 class IdempotencyStore {
  public:
   virtual ~IdempotencyStore() = default;
@@ -105,6 +115,17 @@ class IdempotencyStore {
 
   // Removes expired completed records; returns how many went.
   virtual std::size_t purge_expired() = 0;
+
+  // The same purge, deleting in bounded chunks and calling `progress` between them with the
+  // number of records deleted so far (see purge_progress.hpp). Every idem store overrides it
+  // (and its purge_expired() is this one with an empty callback). Default, for stores written
+  // before it existed: purge_expired(), then one progress call with the total.
+  virtual std::size_t purge_expired(const PurgeProgress& progress);
+
+  // Records held right now by state, decided with the store's clock. A snapshot that reads
+  // every record (or key, on Redis): for operators and tests, not a hot path.
+  // Default: throws NotSupported.
+  virtual StoreCounts counts();
 
   // Records currently held (live or not yet purged).
   virtual std::size_t entry_count() = 0;

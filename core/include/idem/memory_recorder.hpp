@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "idem/clock.hpp"
 #include "idem/recorder.hpp"
@@ -70,6 +71,13 @@ class InMemoryIdempotencyRecorder final : public IdempotencyRecorder {
 
   // `older_than` must not be negative (InvalidArgument otherwise).
   std::size_t purge(std::chrono::system_clock::duration older_than) override;
+  // One chunk per shard: progress is called after each shard that lost markers.
+  std::size_t purge(std::chrono::system_clock::duration older_than,
+                    const PurgeProgress& progress) override;
+
+  std::vector<ConsumerCounts> consumer_counts() override;
+  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override;
+  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override;
 
   // How many markers / live-or-lapsed claims are held right now (a snapshot; other threads may
   // change it at once).

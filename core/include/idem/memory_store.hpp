@@ -80,7 +80,10 @@ class InMemoryIdempotencyStore final : public IdempotencyStore {
   bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
   std::optional<IdempotencyRecord> lookup(std::string_view key) override;
   std::size_t purge_expired() override;
+  // One chunk per shard: progress is called after each shard that lost records.
+  std::size_t purge_expired(const PurgeProgress& progress) override;
   std::size_t entry_count() override;
+  StoreCounts counts() override;
   std::optional<IdempotencyRecord> wait(std::string_view key, SteadyTime deadline,
                                         std::stop_token stop) override;
 

@@ -26,10 +26,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/clock.hpp"
+#include "idem/purge_progress.hpp"
 
 namespace idem {
 
@@ -51,6 +54,26 @@ struct Claim {
 };
 
 std::string_view to_string(Claim::Status status) noexcept;
+
+// What a recorder holds for one consumer (IdempotencyRecorder::consumer_counts()).
+struct ConsumerCounts {
+  std::string consumer;
+  std::uint64_t processed = 0;    // markers held (not yet purged)
+  std::uint64_t in_progress = 0;  // claims under a live lease (lease_until > now)
+};
+
+// What a recorder holds for one (consumer, event_id) (IdempotencyRecorder::inspect()).
+struct MarkerInspection {
+  // An exclusive-mode claim that was neither completed nor released yet.
+  struct OpenClaim {
+    std::uint64_t token = 0;  // the current fencing token
+    WallTime lease_until{};   // when the owner's lease ends (or ended)
+    bool live = false;        // lease_until > now: another claim() would get in_progress
+  };
+  bool processed = false;                // a marker exists
+  std::optional<WallTime> processed_at;  // its time, when the recorder keeps a readable one
+  std::optional<OpenClaim> claim;        // the open claim, if any
+};
 
 // A backend transaction handed to a transactional handler. Backends derive from it and expose
 // their connection (e.g. idem::sqlite::SqliteTransaction::db()); handlers downcast to the
@@ -105,6 +128,28 @@ class IdempotencyRecorder {
   // A purged event counts as unprocessed again, so keep markers longer than the longest
   // redelivery window of the transport.
   virtual std::size_t purge(std::chrono::system_clock::duration older_than) = 0;
+
+  // The same purge, deleting in bounded chunks and calling `progress` between them with the
+  // number of markers deleted so far (see purge_progress.hpp). Every idem backend overrides it
+  // (and its purge(older_than) is this one with an empty callback). Default, for recorders
+  // written before it existed: purge(older_than), then one progress call with the total.
+  virtual std::size_t purge(std::chrono::system_clock::duration older_than,
+                            const PurgeProgress& progress);
+
+  // ---- operator views -------------------------------------------------------------------
+  // Markers and live claims per consumer, sorted by consumer name; consumers with neither are
+  // absent. A snapshot: concurrent calls may change the numbers at once. It reads every marker
+  // (or every key, on Redis), so it is for operators and tests, not for a hot path.
+  // Default: throws NotSupported.
+  virtual std::vector<ConsumerCounts> consumer_counts();
+
+  // How many markers purge(older_than) would delete right now (a dry run). Default: throws
+  // NotSupported.
+  virtual std::size_t count_purgeable(std::chrono::system_clock::duration older_than);
+
+  // The marker and the open claim of one event. Bad keys throw InvalidKey.
+  // Default: throws NotSupported.
+  virtual MarkerInspection inspect(std::string_view consumer, std::string_view event_id);
 };
 
 }  // namespace idem

@@ -324,6 +324,121 @@ TYPED_TEST_P(IdemRecorderConformance, PurgeKeepsLiveClaims) {
   EXPECT_TRUE(this->recorder_->is_processed("billing", id));
 }
 
+TYPED_TEST_P(IdemRecorderConformance, PurgeReportsProgressUpToItsTotal) {
+  using std::chrono::hours;
+  constexpr int kOld = 30;
+  for (int i = 0; i < kOld; ++i)
+    this->recorder_->mark_processed(i % 2 == 0 ? "billing" : "shipping",
+                                    "old-" + std::to_string(i));
+  this->clock_->advance(hours(3));
+  this->recorder_->mark_processed("billing", "young");
+
+  std::vector<std::size_t> calls;
+  const idem::PurgeProgress record = [&](std::size_t done) { calls.push_back(done); };
+  EXPECT_EQ(this->recorder_->count_purgeable(hours(4)), 0u);
+  EXPECT_EQ(this->recorder_->purge(hours(4), record), 0u);
+  EXPECT_TRUE(calls.empty()) << "nothing deleted, nothing reported";
+
+  EXPECT_EQ(this->recorder_->count_purgeable(hours(2)), static_cast<std::size_t>(kOld))
+      << "count_purgeable() is what purge() will delete";
+  const std::size_t purged = this->recorder_->purge(hours(2), record);
+  EXPECT_EQ(purged, static_cast<std::size_t>(kOld));
+  ASSERT_FALSE(calls.empty()) << "a purge that deleted something reports it";
+  for (std::size_t i = 1; i < calls.size(); ++i)
+    EXPECT_LT(calls[i - 1], calls[i]) << "progress only grows (call " << i << ")";
+  EXPECT_EQ(calls.back(), purged) << "the last report is the total";
+  EXPECT_TRUE(this->recorder_->is_processed("billing", "young"));
+  EXPECT_FALSE(this->recorder_->is_processed("billing", "old-0"));
+  EXPECT_EQ(this->recorder_->count_purgeable(hours(2)), 0u);
+  EXPECT_THROW(this->recorder_->count_purgeable(-hours(1)), idem::InvalidArgument);
+  EXPECT_THROW(this->recorder_->purge(-hours(1), record), idem::InvalidArgument);
+
+  // An empty callback is allowed, and a callback that throws stops the purge with its error.
+  this->clock_->advance(hours(3));
+  EXPECT_THROW(this->recorder_->purge(hours(1), [](std::size_t) { throw std::runtime_error("x"); }),
+               std::runtime_error);
+  EXPECT_FALSE(this->recorder_->is_processed("billing", "young"));
+  EXPECT_EQ(this->recorder_->purge(hours(1), idem::PurgeProgress{}), 0u);
+}
+
+// ---- operator views -----------------------------------------------------------------------
+
+TYPED_TEST_P(IdemRecorderConformance, ConsumerCountsAreSortedPerConsumer) {
+  EXPECT_TRUE(this->recorder_->consumer_counts().empty());
+  for (int i = 0; i < 3; ++i)
+    this->recorder_->mark_processed("shipping", "s-" + std::to_string(i));
+  this->recorder_->mark_processed("billing", "b-0");
+  this->recorder_->mark_processed("billing", "b-0");  // a repeated mark is one marker
+  this->recorder_->mark_processed("it's", "q");       // a name SQL must quote
+  const auto counts = this->recorder_->consumer_counts();
+  ASSERT_EQ(counts.size(), 3u);
+  EXPECT_EQ(counts[0].consumer, "billing");
+  EXPECT_EQ(counts[0].processed, 1u);
+  EXPECT_EQ(counts[1].consumer, "it's");
+  EXPECT_EQ(counts[1].processed, 1u);
+  EXPECT_EQ(counts[2].consumer, "shipping");
+  EXPECT_EQ(counts[2].processed, 3u);
+  for (const auto& c : counts)
+    EXPECT_EQ(c.in_progress, 0u) << c.consumer;
+}
+
+TYPED_TEST_P(IdemRecorderConformance, InspectShowsTheMarkerAndItsTime) {
+  const idem::MarkerInspection nothing = this->recorder_->inspect("billing", "never-seen");
+  EXPECT_FALSE(nothing.processed);
+  EXPECT_FALSE(nothing.processed_at.has_value());
+  EXPECT_FALSE(nothing.claim.has_value());
+
+  const idem::WallTime marked = this->now();
+  this->recorder_->mark_processed("billing", "e1");
+  this->clock_->advance(std::chrono::minutes(5));
+  const idem::MarkerInspection seen = this->recorder_->inspect("billing", "e1");
+  EXPECT_TRUE(seen.processed);
+  ASSERT_TRUE(seen.processed_at.has_value());
+  // Backends keep the time to the millisecond or better.
+  EXPECT_LE(*seen.processed_at, marked);
+  EXPECT_GT(*seen.processed_at, marked - std::chrono::milliseconds(1));
+  EXPECT_FALSE(seen.claim.has_value());
+  EXPECT_FALSE(this->recorder_->inspect("shipping", "e1").processed) << "consumers are isolated";
+
+  for (const std::string& bad : idem::testing::detail::invalid_keys()) {
+    EXPECT_THROW(this->recorder_->inspect(bad, "e1"), idem::InvalidKey);
+    EXPECT_THROW(this->recorder_->inspect("billing", bad), idem::InvalidKey);
+  }
+}
+
+TYPED_TEST_P(IdemRecorderConformance, InspectAndCountsShowOpenClaims) {
+  IDEM_CONFORMANCE_REQUIRE_CLAIMS();
+  using std::chrono::seconds;
+  const auto claim = this->recorder_->claim("billing", "e1", seconds(10));
+  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
+  this->recorder_->mark_processed("billing", "e0");
+
+  idem::MarkerInspection seen = this->recorder_->inspect("billing", "e1");
+  EXPECT_FALSE(seen.processed);
+  ASSERT_TRUE(seen.claim.has_value());
+  EXPECT_EQ(seen.claim->token, claim.token);
+  EXPECT_EQ(seen.claim->lease_until, claim.lease_until);
+  EXPECT_TRUE(seen.claim->live);
+  auto counts = this->recorder_->consumer_counts();
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_EQ(counts[0].consumer, "billing");
+  EXPECT_EQ(counts[0].processed, 1u);
+  EXPECT_EQ(counts[0].in_progress, 1u);
+
+  this->clock_->advance(seconds(10));  // the lease ends exactly now: the claim is no longer live
+  seen = this->recorder_->inspect("billing", "e1");
+  ASSERT_TRUE(seen.claim.has_value()) << "a lapsed claim stays until taken over or purged";
+  EXPECT_FALSE(seen.claim->live);
+  counts = this->recorder_->consumer_counts();
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_EQ(counts[0].in_progress, 0u);
+
+  ASSERT_TRUE(this->recorder_->complete("billing", "e1", claim.token));
+  seen = this->recorder_->inspect("billing", "e1");
+  EXPECT_TRUE(seen.processed);
+  EXPECT_FALSE(seen.claim.has_value()) << "a completed claim is a marker, not an open claim";
+}
+
 // ---- claims -------------------------------------------------------------------------------
 
 TYPED_TEST_P(IdemRecorderConformance, ClaimAcquiresWithLease) {
@@ -645,12 +760,13 @@ REGISTER_TYPED_TEST_SUITE_P(
     IdemRecorderConformance, ReportsDeclaredCapabilities, UnprocessedEventIsNotProcessed,
     MarkThenProcessed, RepeatedMarksAreHarmless, ConsumersAreIsolated, DistinctKeysDoNotCollide,
     UnusualValidKeysWork, InvalidKeysAreRejectedAndNothingMarked, InvalidKeyErrorNamesWhatWasWrong,
-    PurgeRemovesOnlyOldMarkers, PurgeKeepsLiveClaims, ClaimAcquiresWithLease,
-    SecondClaimIsInProgress, CompleteMarksProcessed, ReleaseLetsTheNextClaimAcquire,
-    StaleTokensAreRefusedAndChangeNothing, ExpiredLeaseIsTakenOverAndOldTokenFenced,
-    RenewExtendsTheLease, ConcurrentClaimsAcquireOncePerId, ConcurrentMarksAreSafe,
-    RunTransactionalRunsOnce, RunTransactionalThrowLeavesNoMarker,
-    ConcurrentRunTransactionalRunsOncePerId);
+    PurgeRemovesOnlyOldMarkers, PurgeKeepsLiveClaims, PurgeReportsProgressUpToItsTotal,
+    ConsumerCountsAreSortedPerConsumer, InspectShowsTheMarkerAndItsTime,
+    InspectAndCountsShowOpenClaims, ClaimAcquiresWithLease, SecondClaimIsInProgress,
+    CompleteMarksProcessed, ReleaseLetsTheNextClaimAcquire, StaleTokensAreRefusedAndChangeNothing,
+    ExpiredLeaseIsTakenOverAndOldTokenFenced, RenewExtendsTheLease,
+    ConcurrentClaimsAcquireOncePerId, ConcurrentMarksAreSafe, RunTransactionalRunsOnce,
+    RunTransactionalThrowLeavesNoMarker, ConcurrentRunTransactionalRunsOncePerId);
 
 // Runs the whole suite against the recorders `Factory` makes; `Prefix` names this instantiation
 // in test output (e.g. Memory/IdemRecorderConformance/0.MarkThenProcessed).

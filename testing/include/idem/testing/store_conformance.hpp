@@ -44,6 +44,7 @@
 #include <latch>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <string_view>
@@ -640,6 +641,66 @@ TYPED_TEST_P(IdemStoreConformance, EntryCountFollowsTheRecords) {
   EXPECT_EQ(this->store_->entry_count(), 2u);
 }
 
+TYPED_TEST_P(IdemStoreConformance, CountsSplitTheRecordsByState) {
+  using std::chrono::seconds;
+  const auto expect_counts = [&](std::uint64_t in_progress, std::uint64_t abandoned,
+                                 std::uint64_t completed, std::uint64_t expired, const char* when) {
+    const idem::StoreCounts counts = this->store_->counts();
+    EXPECT_EQ(counts.in_progress, in_progress) << when;
+    EXPECT_EQ(counts.abandoned, abandoned) << when;
+    EXPECT_EQ(counts.completed, completed) << when;
+    EXPECT_EQ(counts.expired, expired) << when;
+    EXPECT_EQ(counts.in_progress + counts.abandoned + counts.completed + counts.expired,
+              this->store_->entry_count())
+        << when << ": the four states add up to entry_count()";
+  };
+  expect_counts(0, 0, 0, 0, "empty");
+  this->acquire("running", std::nullopt, seconds(15));
+  this->acquire("stalled", std::nullopt, seconds(5));
+  this->complete("short", "r", seconds(10));
+  this->complete("long", "r", std::chrono::hours(1));
+  expect_counts(2, 0, 2, 0, "all live");
+  this->clock_->advance(seconds(5));  // "stalled"'s lease ends exactly now
+  expect_counts(1, 1, 2, 0, "at the end of a lease");
+  this->clock_->advance(seconds(5));  // "short" expires exactly now
+  expect_counts(1, 1, 1, 1, "at an expiry");
+  EXPECT_EQ(this->store_->purge_expired(), 1u);
+  expect_counts(1, 1, 1, 0, "after the purge");
+}
+
+TYPED_TEST_P(IdemStoreConformance, PurgeReportsProgressUpToItsTotal) {
+  constexpr int kExpired = 30;
+  for (int i = 0; i < kExpired; ++i)
+    this->complete("old-" + std::to_string(i), "r", std::chrono::seconds(1));
+  this->complete("young", "r", std::chrono::hours(1));
+  this->acquire("running", std::nullopt, std::chrono::milliseconds(500));
+
+  std::vector<std::size_t> calls;
+  const idem::PurgeProgress record = [&](std::size_t done) { calls.push_back(done); };
+  EXPECT_EQ(this->store_->purge_expired(record), 0u);
+  EXPECT_TRUE(calls.empty()) << "nothing deleted, nothing reported";
+
+  this->clock_->advance(std::chrono::seconds(1));
+  EXPECT_EQ(this->store_->counts().expired, static_cast<std::uint64_t>(kExpired))
+      << "counts().expired is what purge_expired() will delete";
+  const std::size_t purged = this->store_->purge_expired(record);
+  EXPECT_EQ(purged, static_cast<std::size_t>(kExpired));
+  ASSERT_FALSE(calls.empty()) << "a purge that deleted something reports it";
+  for (std::size_t i = 1; i < calls.size(); ++i)
+    EXPECT_LT(calls[i - 1], calls[i]) << "progress only grows (call " << i << ")";
+  EXPECT_EQ(calls.back(), purged) << "the last report is the total";
+  EXPECT_EQ(this->store_->entry_count(), 2u);
+  EXPECT_TRUE(this->store_->lookup("young").has_value());
+  EXPECT_TRUE(this->store_->lookup("running").has_value()) << "claims are never purged";
+
+  // An empty callback is allowed, and a callback that throws stops the purge with its error.
+  this->clock_->advance(std::chrono::hours(2));
+  EXPECT_THROW(this->store_->purge_expired([](std::size_t) { throw std::runtime_error("stop"); }),
+               std::runtime_error);
+  EXPECT_FALSE(this->store_->lookup("young").has_value());
+  EXPECT_EQ(this->store_->purge_expired(idem::PurgeProgress{}), 0u) << "it was purged already";
+}
+
 // ---- values and reports -------------------------------------------------------------------
 
 TYPED_TEST_P(IdemStoreConformance, ValuesRoundTrip) {
@@ -911,7 +972,8 @@ REGISTER_TYPED_TEST_SUITE_P(
     TypedObjectsKeepTheirType, ReportRoundTrips, WaitReturnsAtOnceWhenNothingIsInProgress,
     WaitStopsAtTheDeadlineOrOnStop, WaitSeesTheOwnerFinish, EightThreadsClaimingOneKeyYieldOneOwner,
     RacingOwnersAndClaimersKeepOneResult, InvalidKeysAreRejectedByEveryMethod,
-    UnusualValidKeysWorkAndStayDistinct, BadLeaseOrTtlIsRejected);
+    UnusualValidKeysWorkAndStayDistinct, BadLeaseOrTtlIsRejected, CountsSplitTheRecordsByState,
+    PurgeReportsProgressUpToItsTotal);
 
 // Runs the whole suite against the store made by `Factory` (see the top of this file).
 #define INSTANTIATE_STORE_CONFORMANCE(Prefix, Factory) \

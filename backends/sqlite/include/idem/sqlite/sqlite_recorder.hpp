@@ -41,6 +41,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/recorder.hpp"
 #include "idem/sqlite/sqlite_error.hpp"
@@ -99,7 +100,20 @@ class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
   // Deletes markers whose ts is older than now - older_than (older_than must be >= 0) and claims
   // whose lease ended before that instant. Markers whose ts SQLite cannot parse are kept.
   std::size_t purge(std::chrono::system_clock::duration older_than) override;
+  // Deletes in write transactions that each scan at most 2,000 rows of processed_log (in rowid
+  // order), so other writers and processes get the lock between chunks; `progress` is called
+  // between them.
+  std::size_t purge(std::chrono::system_clock::duration older_than,
+                    const PurgeProgress& progress) override;
 
+  // Both read on a reader connection (never the write lock). consumer_counts()
+  // scans processed_log's primary key. inspect()'s processed_at is the marker's ts to the
+  // millisecond, absent when SQLite cannot parse it.
+  std::vector<ConsumerCounts> consumer_counts() override;
+  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override;
+  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override;
+
+  // Counters of this recorder object (not of the file: see consumer_counts() for that).
   SqliteRecorderStats stats() const;
 
   const std::string& path() const noexcept;

@@ -87,7 +87,12 @@ class SqliteIdempotencyStore final : public IdempotencyStore {
   bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
   std::optional<IdempotencyRecord> lookup(std::string_view key) override;
   std::size_t purge_expired() override;
+  // Deletes in write transactions of at most 1,000 rows each (other writers and processes get
+  // the lock between them); `progress` is called between chunks.
+  std::size_t purge_expired(const PurgeProgress& progress) override;
   std::size_t entry_count() override;
+  // One read on a reader connection (never the write lock); scans the table.
+  StoreCounts counts() override;
 
   const std::string& path() const noexcept;
   const SqliteOptions& options() const noexcept;
