@@ -1,0 +1,105 @@
+// open_recorder / open_store on a real Redis server (IDEM_TEST_REDIS_URL): every query parameter
+// reaches RedisOptions, the scheme is matched without regard to case, and the opened objects
+// work (markers, claims, store records) and share data through the server.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "idem/error.hpp"
+#include "idem/open.hpp"
+#include "idem/redis/redis_recorder.hpp"
+#include "idem/redis/redis_store.hpp"
+#include "idem/report.hpp"
+#include "idem/testing/manual_clock.hpp"
+#include "redis_test_env.hpp"
+
+IDEM_REDIS_TEST_ENVIRONMENT();
+
+namespace {
+
+using namespace std::chrono_literals;
+
+// The server URL with `query` appended.
+std::string url_with(const std::string& query) {
+  const std::string base = idem::test::redis_url();
+  return base + (base.find('?') == std::string::npos ? "?" : "&") + query;
+}
+
+TEST(RedisOpen, RecorderGetsEveryParameterAndWorks) {
+  idem::test::RedisTestPrefix prefix("open");
+  auto clock = std::make_shared<idem::testing::ManualClock>();
+  const std::string url = url_with("prefix=" + prefix.prefix() +
+                                   "&pool_size=3&connect_timeout_ms=700&command_timeout_ms=1500"
+                                   "&wait_timeout_ms=250&marker_ttl_ms=60000"
+                                   "&expiry_slack_ms=5000&scan_count=77");
+  auto recorder = idem::open_recorder(url, {.clock = clock});
+  auto* redis = dynamic_cast<idem::redis::RedisIdempotencyRecorder*>(recorder.get());
+  ASSERT_NE(redis, nullptr);
+  const auto& options = redis->pool()->options();
+  EXPECT_EQ(options.key_prefix, prefix.prefix());
+  EXPECT_EQ(options.pool_size, 3u);
+  EXPECT_EQ(options.connect_timeout, 700ms);
+  EXPECT_EQ(options.command_timeout, 1500ms);
+  EXPECT_EQ(options.wait_timeout, 250ms);
+  EXPECT_EQ(options.marker_ttl, std::optional<std::chrono::milliseconds>(60s));
+  EXPECT_EQ(options.expiry_slack, 5s);
+  EXPECT_EQ(options.scan_count, 77u);
+  EXPECT_EQ(options.clock, clock);
+
+  EXPECT_FALSE(recorder->is_processed("c", "e1"));
+  recorder->mark_processed("c", "e1");
+  EXPECT_TRUE(recorder->is_processed("c", "e1"));
+
+  const auto claim = recorder->claim("c", "e2", 1s);
+  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
+  EXPECT_NE(recorder->claim("c", "e2", 1s).status, idem::Claim::Status::acquired);
+  EXPECT_TRUE(recorder->complete("c", "e2", claim.token));
+  EXPECT_TRUE(recorder->is_processed("c", "e2"));
+
+  // A second recorder opened from the same URL sees the first one's markers (upper-case scheme).
+  std::string upper = url;
+  upper.replace(0, 5, "REDIS");
+  auto other = idem::open_recorder(upper);
+  EXPECT_TRUE(other->is_processed("c", "e1"));
+  EXPECT_FALSE(other->supports_transactions());
+  EXPECT_GT(prefix.key_count(), 0u);
+}
+
+TEST(RedisOpen, StoreClaimsAndCompletes) {
+  idem::test::RedisTestPrefix prefix("openstore");
+  auto store = idem::open_store(url_with("prefix=" + prefix.prefix()));
+  ASSERT_NE(dynamic_cast<idem::redis::RedisIdempotencyStore*>(store.get()), nullptr);
+  EXPECT_TRUE(store->needs_bytes());
+  const auto first = store->claim("order-1", std::string("fp"), 10s);
+  ASSERT_EQ(first.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_EQ(store->claim("order-1", std::string("fp"), 10s).status,
+            idem::ClaimOutcome::Status::in_progress);
+  idem::StoredValue value;
+  value.bytes = "42";
+  ASSERT_TRUE(store->complete("order-1", first.token, value, idem::ExecutionReport{}, 1h));
+  auto again = idem::open_store(url_with("prefix=" + prefix.prefix()));
+  const auto replay = again->claim("order-1", std::string("fp"), 10s);
+  ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
+  ASSERT_TRUE(replay.record.has_value());
+  EXPECT_EQ(replay.record->value.bytes, std::optional<std::string>("42"));
+}
+
+TEST(RedisOpen, WrongPasswordOrDatabaseFailsWhenOpened) {
+  // The URL is fine but the server refuses: an error from the backend, never a ConfigError, and
+  // never the password in the message.
+  const std::string base = idem::test::redis_url();
+  std::string with_password = base;
+  with_password.insert(std::string("redis://").size(), ":hunter2@");
+  try {
+    (void)idem::open_recorder(with_password);
+    ADD_FAILURE() << "a password the server does not expect was accepted";
+  } catch (const idem::ConfigError& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const idem::Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
