@@ -1,0 +1,35 @@
+// `idem demo --store postgresql://...` on the test server (IDEM_TEST_POSTGRES_URL): every mode
+// passes its exactly-once check — transactional with the ledger row written through the
+// PostgresTransaction — and two runs against one database stay independent.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "../postgres_test_support.hpp"
+#include "demo_cli.hpp"
+
+IDEM_POSTGRES_TEST_ENVIRONMENT();
+
+namespace {
+
+using idem::test::has;
+using idem::test::run_demo;
+
+TEST(PostgresDemoStore, EveryModeTwiceOnOneDatabase) {
+  idem::test::pg::TempSchema schema;  // dropped afterwards
+  const std::string url = idem::test::pg::server_url().value_or("") + "?schema=" + schema.name();
+  for (const char* mode : {"transactional", "exclusive", "check_then_mark"}) {
+    for (int run = 0; run < 2; ++run) {
+      const auto result = run_demo(url, mode);
+      EXPECT_EQ(result.exit_code, 0) << mode << "\n" << result.output;
+      EXPECT_TRUE(has(result, "\nOK: side effects == distinct events == 400")) << result.output;
+    }
+  }
+  // Two transactional runs left 2 x 400 ledger rows, each run's under its own consumer.
+  EXPECT_EQ(idem::test::pg::query_int("SELECT COUNT(*) FROM " + schema.table("demo_ledger")), 800);
+  EXPECT_EQ(idem::test::pg::query_int("SELECT COUNT(DISTINCT consumer) FROM " +
+                                      schema.table("demo_ledger")),
+            2);
+}
+
+}  // namespace

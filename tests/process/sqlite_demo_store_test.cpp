@@ -1,0 +1,74 @@
+// `idem demo --store` on SQLite files: every mode passes its own exactly-once check (exit 0 and
+// the "OK:" line), two runs on one file stay independent, and recorders the demo cannot use are
+// refused before anything starts (exit 2, a message saying why).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+
+#include "demo_cli.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+using idem::test::has;
+using idem::test::run_demo;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "idem-demo-store-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+    path_ = pattern;
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  }
+  const fs::path& path() const { return path_; }
+
+ private:
+  fs::path path_;
+};
+
+TEST(SqliteDemoStore, EveryModeOnAFileUrlTwice) {
+  TempDir dir;
+  const std::string url = "sqlite://" + (dir.path() / "shared.db").string() + "?durability=off";
+  for (const char* mode : {"transactional", "exclusive", "check_then_mark"}) {
+    // The second run on the same file uses a fresh consumer name, so it is checked on its own.
+    for (int run = 0; run < 2; ++run) {
+      const auto result = run_demo(url, mode);
+      EXPECT_EQ(result.exit_code, 0) << mode << "\n" << result.output;
+      EXPECT_TRUE(has(result, "\nOK: side effects == distinct events == 400")) << result.output;
+      EXPECT_TRUE(has(result, "(a fresh name for this run)")) << result.output;
+    }
+  }
+}
+
+TEST(SqliteDemoStore, DefaultStoreIsUnchanged) {
+  const auto result = run_demo("", "transactional", "300");
+  EXPECT_EQ(result.exit_code, 0) << result.output;
+  EXPECT_TRUE(has(result, "\nOK: side effects == distinct events == 300")) << result.output;
+  EXPECT_TRUE(has(result, "consumer:  billing\n")) << result.output;
+}
+
+TEST(SqliteDemoStore, RecordersTheDemoCannotUseAreRefusedFirst) {
+  for (const char* url : {"memory://", "sqlite::memory:"}) {
+    const auto result = run_demo(url, "exclusive");
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_TRUE(has(result, "not_supported")) << result.output;
+    EXPECT_TRUE(has(result, "in-memory recorder")) << result.output;
+    EXPECT_FALSE(has(result, "producer:")) << "started anyway:\n" << result.output;
+  }
+  const auto bad = run_demo("sqlite://host/x.db", "exclusive");
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_TRUE(has(bad, "config_error")) << bad.output;
+  EXPECT_TRUE(has(bad, "host")) << bad.output;
+  const auto nonsense = run_demo("not a url", "exclusive");
+  EXPECT_EQ(nonsense.exit_code, 2) << nonsense.output;
+}
+
+}  // namespace
