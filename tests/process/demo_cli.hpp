@@ -2,12 +2,23 @@
 // everything it printed (stdout and stderr together).
 #pragma once
 
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "worker/child_process.hpp"
+
+// Without the CLI (-DIDEM_BUILD_TOOLS=OFF) the tests that need it skip: IDEM_REQUIRE_CLI().
+#ifndef IDEM_CLI
+#define IDEM_CLI ""
+#endif
+#define IDEM_REQUIRE_CLI()                                                                \
+  do {                                                                                    \
+    if (std::string_view(IDEM_CLI).empty()) GTEST_SKIP() << "built without the idem CLI"; \
+  } while (false)
 
 namespace idem::test {
 

@@ -16,6 +16,7 @@ using idem::test::has;
 using idem::test::run_demo;
 
 TEST(PostgresDemoStore, EveryModeTwiceOnOneDatabase) {
+  IDEM_REQUIRE_CLI();
   idem::test::pg::TempSchema schema;  // dropped afterwards
   const std::string url = idem::test::pg::server_url().value_or("") + "?schema=" + schema.name();
   for (const char* mode : {"transactional", "exclusive", "check_then_mark"}) {

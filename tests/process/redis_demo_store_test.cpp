@@ -16,6 +16,7 @@ using idem::test::has;
 using idem::test::run_demo;
 
 TEST(RedisDemoStore, ClaimModesTwiceOnOneServer) {
+  IDEM_REQUIRE_CLI();
   idem::test::RedisTestPrefix prefix("demo");  // its keys are deleted afterwards
   const std::string url = idem::test::redis_url() + "?prefix=" + prefix.prefix();
   for (const char* mode : {"exclusive", "check_then_mark"}) {
@@ -29,6 +30,7 @@ TEST(RedisDemoStore, ClaimModesTwiceOnOneServer) {
 }
 
 TEST(RedisDemoStore, TransactionalModeIsRefusedBeforeAnythingStarts) {
+  IDEM_REQUIRE_CLI();
   const auto result = run_demo(idem::test::redis_url(), "transactional");
   EXPECT_EQ(result.exit_code, 2) << result.output;
   EXPECT_TRUE(has(result, "not_supported")) << result.output;
@@ -37,6 +39,7 @@ TEST(RedisDemoStore, TransactionalModeIsRefusedBeforeAnythingStarts) {
 }
 
 TEST(RedisDemoStore, AnUnreachableServerOrABadUrlStopsTheDemo) {
+  IDEM_REQUIRE_CLI();
   const auto down = run_demo("redis://:hunter2@127.0.0.1:1/0", "exclusive");
   EXPECT_EQ(down.exit_code, 2) << down.output;
   EXPECT_FALSE(has(down, "producer:")) << down.output;

@@ -35,6 +35,7 @@ class TempDir {
 };
 
 TEST(SqliteDemoStore, EveryModeOnAFileUrlTwice) {
+  IDEM_REQUIRE_CLI();
   TempDir dir;
   const std::string url = "sqlite://" + (dir.path() / "shared.db").string() + "?durability=off";
   for (const char* mode : {"transactional", "exclusive", "check_then_mark"}) {
@@ -49,6 +50,7 @@ TEST(SqliteDemoStore, EveryModeOnAFileUrlTwice) {
 }
 
 TEST(SqliteDemoStore, DefaultStoreIsUnchanged) {
+  IDEM_REQUIRE_CLI();
   const auto result = run_demo("", "transactional", "300");
   EXPECT_EQ(result.exit_code, 0) << result.output;
   EXPECT_TRUE(has(result, "\nOK: side effects == distinct events == 300")) << result.output;
@@ -56,6 +58,7 @@ TEST(SqliteDemoStore, DefaultStoreIsUnchanged) {
 }
 
 TEST(SqliteDemoStore, RecordersTheDemoCannotUseAreRefusedFirst) {
+  IDEM_REQUIRE_CLI();
   for (const char* url : {"memory://", "sqlite::memory:"}) {
     const auto result = run_demo(url, "exclusive");
     EXPECT_EQ(result.exit_code, 2) << result.output;
