@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <limits>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,9 @@ bool fits_token(std::uint64_t token) noexcept {
 // A claim statement can lose a race twice in a row only when other callers keep claiming and
 // releasing the same event; after this many rounds the caller gets a retryable error.
 constexpr int kClaimRounds = 16;
+
+// Markers deleted per transaction by purge(): bounds the transaction's row locks and WAL.
+constexpr int kPurgeChunkRows = 1000;
 
 }  // namespace
 
@@ -125,13 +129,30 @@ class PostgresIdempotencyRecorder::Impl {
                                "WHERE c.done_at IS NULL AND c.lease_until <= $3 RETURNING 1) "
                                "SELECT (SELECT count(*) FROM marker), (SELECT count(*) FROM fence)",
                            {kTextOid, kTextOid, kTimestamptzOid}),
-        purge("WITH markers AS (DELETE FROM " + log +
-                  " WHERE ts < $1 RETURNING 1), "
-                  "old_claims AS (DELETE FROM " +
-                  claims +
-                  " WHERE coalesce(done_at, lease_until) < $1) "
-                  "SELECT count(*) FROM markers",
-              {kTimestamptzOid}) {}
+        // One chunk of purge(): at most kPurgeChunkRows old markers after the key ($2, $3), in
+        // primary-key order (the walk resumes where the last chunk stopped, so every chunk reads
+        // only its part of the index); returns how many went and the chunk's last key.
+        purge_chunk("WITH doomed AS (SELECT consumer, event_id FROM " + log +
+                        " WHERE (consumer, event_id) > ($2, $3) AND ts < $1 "
+                        "ORDER BY consumer, event_id LIMIT " +
+                        std::to_string(kPurgeChunkRows) + "), gone AS (DELETE FROM " + log +
+                        " AS l USING doomed AS d WHERE l.consumer = d.consumer AND "
+                        "l.event_id = d.event_id RETURNING 1) "
+                        "SELECT (SELECT count(*) FROM gone), consumer, event_id FROM doomed "
+                        "ORDER BY consumer DESC, event_id DESC LIMIT 1",
+                    {kTimestamptzOid, kTextOid, kTextOid}),
+        purge_claims("DELETE FROM " + claims + " WHERE coalesce(done_at, lease_until) < $1",
+                     {kTimestamptzOid}),
+        count_old_markers("SELECT count(*) FROM " + log + " WHERE ts < $1", {kTimestamptzOid}),
+        count_markers("SELECT consumer, count(*) FROM " + log + " GROUP BY consumer", {}),
+        count_live_claims("SELECT consumer, count(*) FROM " + claims +
+                              " WHERE done_at IS NULL AND lease_until > $1 GROUP BY consumer",
+                          {kTimestamptzOid}),
+        inspect("SELECT (SELECT ts FROM " + log +
+                    " WHERE consumer = $1 AND event_id = $2), c.token, c.lease_until "
+                    "FROM (SELECT 1) AS one LEFT JOIN " +
+                    claims + " AS c ON c.consumer = $1 AND c.event_id = $2 AND c.done_at IS NULL",
+                {kTextOid, kTextOid}) {}
 
   void create_tables() {
     const PostgresOptions& options = pool->options();
@@ -184,7 +205,12 @@ class PostgresIdempotencyRecorder::Impl {
   Statement release;
   Statement renew;
   Statement transactional_mark;
-  Statement purge;
+  Statement purge_chunk;
+  Statement purge_claims;
+  Statement count_old_markers;
+  Statement count_markers;
+  Statement count_live_claims;
+  Statement inspect;
 };
 
 PostgresIdempotencyRecorder::PostgresIdempotencyRecorder(PostgresOptions options)
@@ -409,15 +435,107 @@ bool PostgresIdempotencyRecorder::run_transactional(std::string_view consumer,
 }
 
 std::size_t PostgresIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
+  return purge(older_than, PurgeProgress{});
+}
+
+namespace {
+
+WallTime purge_cutoff(const Clock& clock, std::chrono::system_clock::duration older_than,
+                      std::string_view call) {
   if (older_than < std::chrono::system_clock::duration::zero()) {
-    throw InvalidArgument("purge(older_than) needs older_than >= 0");
+    throw InvalidArgument(std::string(call) + "(older_than) needs older_than >= 0");
+  }
+  return detail::add_saturating(clock.wall_now(),
+                                -std::chrono::duration_cast<std::chrono::nanoseconds>(older_than));
+}
+
+}  // namespace
+
+std::size_t PostgresIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
+                                               const PurgeProgress& progress) {
+  const WallTime cutoff = purge_cutoff(*impl_->clock, older_than, "purge");
+  std::size_t markers = 0;
+  // Keys are never empty (validate_key), so ('', '') is below every key idem wrote.
+  std::string after_consumer;
+  std::string after_event;
+  for (;;) {
+    Params params;
+    params.timestamptz(cutoff).text(after_consumer).text(after_event);
+    const detail::Result chunk = impl_->run(
+        impl_->purge_chunk, params, "PostgresIdempotencyRecorder::purge", StatementKind::write);
+    if (chunk.rows() == 0) break;  // no old marker after the last key
+    const auto removed = static_cast<std::size_t>(chunk.int8(0, 0));
+    after_consumer = std::string(chunk.bytes(0, 1));
+    after_event = std::string(chunk.bytes(0, 2));
+    markers += removed;
+    if (removed > 0 && progress) progress(markers);
   }
   Params params;
-  params.timestamptz(detail::add_saturating(
-      impl_->clock->wall_now(), -std::chrono::duration_cast<std::chrono::nanoseconds>(older_than)));
+  params.timestamptz(cutoff);
+  impl_->run(impl_->purge_claims, params, "PostgresIdempotencyRecorder::purge",
+             StatementKind::write);
+  return markers;
+}
+
+std::size_t PostgresIdempotencyRecorder::count_purgeable(
+    std::chrono::system_clock::duration older_than) {
+  Params params;
+  params.timestamptz(purge_cutoff(*impl_->clock, older_than, "count_purgeable"));
   const detail::Result result =
-      impl_->run(impl_->purge, params, "PostgresIdempotencyRecorder::purge", StatementKind::write);
+      impl_->run(impl_->count_old_markers, params, "PostgresIdempotencyRecorder::count_purgeable",
+                 StatementKind::read);
   return static_cast<std::size_t>(result.int8(0, 0));
+}
+
+std::vector<ConsumerCounts> PostgresIdempotencyRecorder::consumer_counts() {
+  constexpr std::string_view kCall = "PostgresIdempotencyRecorder::consumer_counts";
+  std::map<std::string, ConsumerCounts, std::less<>> by_name;
+  const auto entry = [&](std::string_view name) -> ConsumerCounts& {
+    auto& counts = by_name[std::string(name)];
+    counts.consumer = std::string(name);
+    return counts;
+  };
+  ConnectionPool::Lease lease = impl_->pool->acquire();
+  const detail::Result markers =
+      lease.connection().run(impl_->count_markers, Params{}, kCall, StatementKind::read);
+  for (int row = 0; row < markers.rows(); ++row) {
+    entry(markers.bytes(row, 0)).processed = static_cast<std::uint64_t>(markers.int8(row, 1));
+  }
+  Params params;
+  params.timestamptz(impl_->clock->wall_now());
+  const detail::Result claims =
+      lease.connection().run(impl_->count_live_claims, params, kCall, StatementKind::read);
+  for (int row = 0; row < claims.rows(); ++row) {
+    entry(claims.bytes(row, 0)).in_progress = static_cast<std::uint64_t>(claims.int8(row, 1));
+  }
+  // Sorted by the bytes of the name (std::map), not by the database's collation, so every
+  // backend lists consumers in the same order.
+  std::vector<ConsumerCounts> result;
+  result.reserve(by_name.size());
+  for (auto& [name, counts] : by_name)
+    result.push_back(std::move(counts));
+  return result;
+}
+
+MarkerInspection PostgresIdempotencyRecorder::inspect(std::string_view consumer,
+                                                      std::string_view event_id) {
+  validate(consumer, event_id);
+  Params params;
+  params.text(consumer).text(event_id);
+  const detail::Result row = impl_->run(
+      impl_->inspect, params, "PostgresIdempotencyRecorder::inspect", StatementKind::read);
+  MarkerInspection result;
+  if (row.rows() == 0) return result;
+  if (!row.is_null(0, 0)) {
+    result.processed = true;
+    result.processed_at = row.timestamptz(0, 0);
+  }
+  if (!row.is_null(0, 1)) {
+    const WallTime lease_until = row.timestamptz(0, 2);
+    result.claim = MarkerInspection::OpenClaim{static_cast<std::uint64_t>(row.int8(0, 1)),
+                                               lease_until, lease_until > impl_->clock->wall_now()};
+  }
+  return result;
 }
 
 }  // namespace idem::postgres

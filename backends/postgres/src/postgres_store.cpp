@@ -46,6 +46,9 @@ constexpr int kClaimLeadingColumns = 3;
 // claim/release churn on the same key.
 constexpr int kClaimRounds = 16;
 
+// Expired results deleted per transaction by purge_expired(): bounds its row locks and WAL.
+constexpr int kPurgeChunkRows = 1000;
+
 // While the listener is not LISTENing, waiters poll with this backoff.
 constexpr auto kFirstPollDelay = std::chrono::milliseconds(2);
 constexpr auto kMaxPollDelay = std::chrono::milliseconds(200);
@@ -312,8 +315,23 @@ class PostgresIdempotencyStore::Impl {
         renew("UPDATE " + table +
                   " SET lease_until = $3 WHERE key = $1 AND token = $2 AND state = 'in_progress'",
               {kTextOid, kInt8Oid, kTimestamptzOid}),
-        purge("DELETE FROM " + table + " WHERE state = 'completed' AND expires_at <= $1",
-              {kTimestamptzOid}),
+        // One chunk of purge_expired(): the oldest expired results through the expires_at index.
+        // The outer condition is checked again on the row's latest version, so a key claimed
+        // anew since the inner select is never deleted.
+        purge_chunk("DELETE FROM " + table + " WHERE key IN (SELECT key FROM " + table +
+                        " WHERE state = 'completed' AND expires_at <= $1 ORDER BY expires_at "
+                        "LIMIT " +
+                        std::to_string(kPurgeChunkRows) +
+                        ") AND state = 'completed' AND expires_at <= $1",
+                    {kTimestamptzOid}),
+        count_by_state(
+            "SELECT "
+            "count(*) FILTER (WHERE state = 'in_progress' AND lease_until > $1), "
+            "count(*) FILTER (WHERE state = 'in_progress' AND lease_until <= $1), "
+            "count(*) FILTER (WHERE state = 'completed' AND expires_at > $1), "
+            "count(*) FILTER (WHERE state = 'completed' AND expires_at <= $1) FROM " +
+                table,
+            {kTimestamptzOid}),
         count("SELECT count(*) FROM " + table, {}),
         listener(pool, channel) {}
 
@@ -411,7 +429,8 @@ class PostgresIdempotencyStore::Impl {
   Statement complete;
   Statement drop;
   Statement renew;
-  Statement purge;
+  Statement purge_chunk;
+  Statement count_by_state;
   Statement count;
 
   Listener listener;
@@ -567,13 +586,38 @@ std::optional<IdempotencyRecord> PostgresIdempotencyStore::lookup(std::string_vi
 }
 
 std::size_t PostgresIdempotencyStore::purge_expired() {
+  return purge_expired(PurgeProgress{});
+}
+
+std::size_t PostgresIdempotencyStore::purge_expired(const PurgeProgress& progress) {
+  // One instant for the whole purge: results that expire while it runs wait for the next one.
+  const WallTime now = impl_->clock->wall_now();
+  std::size_t purged = 0;
+  for (;;) {
+    Params params;
+    params.timestamptz(now);
+    const auto removed = static_cast<std::size_t>(
+        impl_
+            ->run(impl_->purge_chunk, params, "PostgresIdempotencyStore::purge_expired",
+                  StatementKind::write)
+            .affected());
+    purged += removed;
+    if (removed > 0 && progress) progress(purged);
+    if (removed < static_cast<std::size_t>(kPurgeChunkRows)) return purged;
+  }
+}
+
+StoreCounts PostgresIdempotencyStore::counts() {
   Params params;
   params.timestamptz(impl_->clock->wall_now());
-  return static_cast<std::size_t>(impl_
-                                      ->run(impl_->purge, params,
-                                            "PostgresIdempotencyStore::purge_expired",
-                                            StatementKind::write)
-                                      .affected());
+  const detail::Result row = impl_->run(impl_->count_by_state, params,
+                                        "PostgresIdempotencyStore::counts", StatementKind::read);
+  StoreCounts counts;
+  counts.in_progress = static_cast<std::uint64_t>(row.int8(0, 0));
+  counts.abandoned = static_cast<std::uint64_t>(row.int8(0, 1));
+  counts.completed = static_cast<std::uint64_t>(row.int8(0, 2));
+  counts.expired = static_cast<std::uint64_t>(row.int8(0, 3));
+  return counts;
 }
 
 std::size_t PostgresIdempotencyStore::entry_count() {

@@ -2,7 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
+#include <map>
+#include <optional>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -230,6 +234,57 @@ bool RedisIdempotencyRecorder::renew(std::string_view consumer, std::string_view
 }
 
 std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
+  return purge(older_than, PurgeProgress{});
+}
+
+namespace {
+
+// Calls each_page(keys) for every page of SCAN MATCH `pattern`.
+template <class EachPage>
+void scan_keys(RedisConnection& connection, const std::string& pattern, std::size_t count,
+               std::string_view what, EachPage&& each_page) {
+  const std::string count_text = std::to_string(count);
+  std::string cursor = "0";
+  do {
+    const RedisReply page = connection.command(
+        {"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}, CommandKind::read, what);
+    if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
+        page.elements[1].type != RedisReply::Type::array) {
+      detail::throw_unexpected_reply(page, what, connection.endpoint());
+    }
+    cursor = page.elements[0].str;
+    each_page(page.elements[1].elements);
+  } while (cursor != "0");
+}
+
+// The consumer of a marker or claim key "<prefix>m:{<escaped consumer>:<event id>}".
+std::optional<std::string> consumer_of(std::string_view key, std::size_t prefix_size) {
+  std::string consumer;
+  for (std::size_t i = prefix_size + 3; i < key.size(); ++i) {
+    if (key[i] == '\\' && i + 1 < key.size()) {
+      consumer += key[++i];
+    } else if (key[i] == ':') {
+      return consumer;
+    } else {
+      consumer += key[i];
+    }
+  }
+  return std::nullopt;  // not a key idem wrote
+}
+
+std::optional<std::int64_t> parse_ms(const RedisReply& field) {
+  if (field.type != RedisReply::Type::string) return std::nullopt;
+  std::int64_t value = 0;
+  const char* end = field.str.data() + field.str.size();
+  const auto [ptr, ec] = std::from_chars(field.str.data(), end, value);
+  if (ec != std::errc() || ptr != end) return std::nullopt;
+  return value;
+}
+
+}  // namespace
+
+std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
+                                            const PurgeProgress& progress) {
   if (older_than < std::chrono::system_clock::duration::zero()) {
     throw InvalidArgument("purge: older_than must not be negative");
   }
@@ -240,38 +295,144 @@ std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration 
   const std::string cutoff = std::to_string(cutoff_ms);
   // Markers and claims of this prefix: "<prefix>m:{..." and "<prefix>c:{...".
   const std::string pattern = detail::glob_escape(options.key_prefix) + "[mc]:{*";
-  const std::string count = std::to_string(options.scan_count);
   const std::size_t kind_at = options.key_prefix.size();
 
   auto connection = pool_->lease();
   const std::string& endpoint = connection->endpoint();
   detail::load_script(*connection, detail::recorder_purge_script(), "purge");
   // SCAN may return a key twice; the second compare-and-delete then finds nothing, so nothing
-  // is counted twice.
+  // is counted twice. One SCAN page is one chunk.
   std::size_t purged_markers = 0;
-  std::string cursor = "0";
-  do {
-    const RedisReply page = connection->command({"SCAN", cursor, "MATCH", pattern, "COUNT", count},
-                                                CommandKind::read, "purge");
-    if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
-        page.elements[1].type != RedisReply::Type::array) {
-      detail::throw_unexpected_reply(page, "purge", endpoint);
-    }
-    cursor = page.elements[0].str;
-    std::vector<bool> is_marker;
-    std::vector<detail::ScriptCall> calls;
-    for (const RedisReply& key : page.elements[1].elements) {
-      const bool marker = key.str[kind_at] == 'm';
-      calls.push_back({{key.str}, {marker ? "m" : "c", cutoff}});
-      is_marker.push_back(marker);
-    }
-    const auto replies = detail::run_script_pipelined(*connection, detail::recorder_purge_script(),
-                                                      calls, CommandKind::write, "purge");
-    for (std::size_t i = 0; i < replies.size(); ++i) {
-      if (flag_reply(replies[i], "purge", endpoint) && is_marker[i]) ++purged_markers;
-    }
-  } while (cursor != "0");
+  scan_keys(*connection, pattern, options.scan_count, "purge",
+            [&](const std::vector<RedisReply>& keys) {
+              std::vector<bool> is_marker;
+              std::vector<detail::ScriptCall> calls;
+              for (const RedisReply& key : keys) {
+                const bool marker = key.str[kind_at] == 'm';
+                calls.push_back({{key.str}, {marker ? "m" : "c", cutoff}});
+                is_marker.push_back(marker);
+              }
+              const auto replies = detail::run_script_pipelined(
+                  *connection, detail::recorder_purge_script(), calls, CommandKind::write, "purge");
+              const std::size_t before = purged_markers;
+              for (std::size_t i = 0; i < replies.size(); ++i) {
+                if (flag_reply(replies[i], "purge", endpoint) && is_marker[i]) ++purged_markers;
+              }
+              if (purged_markers > before && progress) progress(purged_markers);
+            });
   return purged_markers;
+}
+
+std::size_t RedisIdempotencyRecorder::count_purgeable(
+    std::chrono::system_clock::duration older_than) {
+  if (older_than < std::chrono::system_clock::duration::zero()) {
+    throw InvalidArgument("count_purgeable: older_than must not be negative");
+  }
+  const RedisOptions& options = pool_->options();
+  const std::int64_t cutoff =
+      detail::minus_ms(detail::to_ms(clock_->wall_now()),
+                       std::chrono::duration_cast<std::chrono::milliseconds>(older_than));
+  const std::string pattern = detail::glob_escape(options.key_prefix) + "m:{*";
+  auto connection = pool_->lease();
+  std::unordered_set<std::string> seen;  // SCAN may return a key more than once
+  std::size_t old = 0;
+  scan_keys(*connection, pattern, options.scan_count, "count_purgeable",
+            [&](const std::vector<RedisReply>& keys) {
+              std::size_t sent = 0;
+              for (const RedisReply& key : keys) {
+                if (!seen.insert(key.str).second) continue;
+                connection->append({"GET", key.str});
+                ++sent;
+              }
+              if (sent == 0) return;
+              // The same test as the purge script: a time that does not parse is never purged.
+              for (const RedisReply& reply :
+                   connection->read_replies(CommandKind::read, "count_purgeable")) {
+                const auto at = parse_ms(reply);
+                if (at && *at < cutoff) ++old;
+              }
+            });
+  return old;
+}
+
+std::vector<ConsumerCounts> RedisIdempotencyRecorder::consumer_counts() {
+  const RedisOptions& options = pool_->options();
+  const std::int64_t now = detail::to_ms(clock_->wall_now());
+  const std::string pattern = detail::glob_escape(options.key_prefix) + "[mc]:{*";
+  const std::size_t kind_at = options.key_prefix.size();
+  std::map<std::string, ConsumerCounts, std::less<>> by_name;
+  const auto entry = [&](const std::string& name) -> ConsumerCounts& {
+    auto& counts = by_name[name];
+    counts.consumer = name;
+    return counts;
+  };
+  auto connection = pool_->lease();
+  std::unordered_set<std::string> seen;  // SCAN may return a key more than once
+  scan_keys(*connection, pattern, options.scan_count, "consumer_counts",
+            [&](const std::vector<RedisReply>& keys) {
+              std::vector<std::string> claim_consumers;
+              for (const RedisReply& key : keys) {
+                if (!seen.insert(key.str).second) continue;
+                auto consumer = consumer_of(key.str, options.key_prefix.size());
+                if (!consumer) continue;
+                if (key.str[kind_at] == 'm') {
+                  ++entry(*consumer).processed;
+                } else {
+                  connection->append({"HGET", key.str, "lease_until"});
+                  claim_consumers.push_back(std::move(*consumer));
+                }
+              }
+              if (claim_consumers.empty()) return;
+              const auto replies = connection->read_replies(CommandKind::read, "consumer_counts");
+              for (std::size_t i = 0; i < replies.size() && i < claim_consumers.size(); ++i) {
+                const auto lease_until = parse_ms(replies[i]);
+                if (lease_until && *lease_until > now) ++entry(claim_consumers[i]).in_progress;
+              }
+            });
+  std::vector<ConsumerCounts> result;
+  for (auto& [name, counts] : by_name) {
+    // A consumer whose only key is a lapsed claim has nothing to show.
+    if (counts.processed > 0 || counts.in_progress > 0) result.push_back(std::move(counts));
+  }
+  return result;
+}
+
+MarkerInspection RedisIdempotencyRecorder::inspect(std::string_view consumer,
+                                                   std::string_view event_id) {
+  check_ids(consumer, event_id);
+  const RedisOptions& options = pool_->options();
+  const std::string marker = detail::marker_key(options.key_prefix, consumer, event_id);
+  const std::string claim = detail::claim_key(options.key_prefix, consumer, event_id);
+  auto connection = pool_->lease();
+  const std::string& endpoint = connection->endpoint();
+  connection->append({"GET", marker});
+  connection->append({"HMGET", claim, "token", "lease_until"});
+  const auto replies = connection->read_replies(CommandKind::read, "inspect");
+  if (replies.size() != 2)
+    throw StoreError("idem redis: inspect on " + endpoint + ": lost replies");
+  MarkerInspection result;
+  if (replies[0].is_error()) detail::throw_reply_error(replies[0], "inspect", endpoint);
+  if (!replies[0].is_nil()) {
+    result.processed = true;
+    if (auto at = parse_ms(replies[0])) result.processed_at = detail::from_ms(*at);
+  }
+  const RedisReply& fields = replies[1];
+  if (fields.is_error()) detail::throw_reply_error(fields, "inspect", endpoint);
+  if (fields.type == RedisReply::Type::array && fields.elements.size() == 2 &&
+      !fields.elements[0].is_nil()) {
+    const auto token = parse_ms(fields.elements[0]);
+    const auto lease_until = parse_ms(fields.elements[1]);
+    if (!token || *token < 0 || !lease_until) {
+      throw StoreError(ErrorCode::store_corrupt_record,
+                       "idem redis: inspect on " + endpoint + ": the claim of event '" +
+                           std::string(event_id) + "' for consumer '" + std::string(consumer) +
+                           "' (key " + claim + ") has no readable token and lease_until");
+    }
+    result.claim = MarkerInspection::OpenClaim{static_cast<std::uint64_t>(*token),
+                                               detail::from_ms(*lease_until),
+                                               *lease_until > detail::to_ms(clock_->wall_now())};
+  }
+  return result;
 }
 
 }  // namespace idem::redis

@@ -3,6 +3,7 @@
 #include <array>
 #include <charconv>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -283,12 +284,17 @@ void scan(RedisConnection& connection, const std::string& pattern, std::size_t c
 }  // namespace
 
 std::size_t RedisIdempotencyStore::purge_expired() {
+  return purge_expired(PurgeProgress{});
+}
+
+std::size_t RedisIdempotencyStore::purge_expired(const PurgeProgress& progress) {
   const RedisOptions& options = pool_->options();
   const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
   const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
   auto connection = pool_->lease();
   detail::load_script(*connection, detail::store_purge_script(), "purge_expired");
   std::size_t purged = 0;
+  // One SCAN page is one chunk: a pipeline of compare-and-delete scripts, each atomic alone.
   scan(*connection, pattern, options.scan_count, "purge_expired",
        [&](const std::vector<RedisReply>& keys) {
          std::vector<detail::ScriptCall> calls;
@@ -296,13 +302,61 @@ std::size_t RedisIdempotencyStore::purge_expired() {
          for (const RedisReply& key : keys)
            calls.push_back({{key.str}, {now}});
          // A key SCAN returned twice is found gone the second time: counted once.
+         const std::size_t before = purged;
          for (const RedisReply& reply :
               detail::run_script_pipelined(*connection, detail::store_purge_script(), calls,
                                            CommandKind::write, "purge_expired")) {
            if (flag_reply(reply, "purge_expired", connection->endpoint())) ++purged;
          }
+         if (purged > before && progress) progress(purged);
        });
   return purged;
+}
+
+StoreCounts RedisIdempotencyStore::counts() {
+  const RedisOptions& options = pool_->options();
+  const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
+  const std::int64_t now = detail::to_ms(clock_->wall_now());
+  auto connection = pool_->lease();
+  const auto number = [](const RedisReply& field) -> std::optional<std::int64_t> {
+    std::int64_t value = 0;
+    if (field.type != RedisReply::Type::string) return std::nullopt;
+    const char* end = field.str.data() + field.str.size();
+    const auto [ptr, ec] = std::from_chars(field.str.data(), end, value);
+    if (ec != std::errc() || ptr != end) return std::nullopt;
+    return value;
+  };
+  StoreCounts counts;
+  std::unordered_set<std::string> seen;  // SCAN may return a key more than once
+  scan(*connection, pattern, options.scan_count, "counts",
+       [&](const std::vector<RedisReply>& keys) {
+         std::size_t sent = 0;
+         for (const RedisReply& key : keys) {
+           if (!seen.insert(key.str).second) continue;
+           connection->append({"HMGET", key.str, "state", "lease_until", "expires_at"});
+           ++sent;
+         }
+         if (sent == 0) return;
+         for (const RedisReply& reply : connection->read_replies(CommandKind::read, "counts")) {
+           // A key of another type (WRONGTYPE) or a field idem cannot read is counted nowhere,
+           // as lookup() of it would fail; the key was deleted between SCAN and HMGET: all nil.
+           if (reply.is_error() || reply.type != RedisReply::Type::array ||
+               reply.elements.size() != 3) {
+             continue;
+           }
+           const RedisReply& state = reply.elements[0];
+           if (state.str == "in_progress") {
+             if (auto lease_until = number(reply.elements[1])) {
+               ++(*lease_until > now ? counts.in_progress : counts.abandoned);
+             }
+           } else if (state.str == "completed") {
+             if (auto expires_at = number(reply.elements[2])) {
+               ++(*expires_at > now ? counts.completed : counts.expired);
+             }
+           }
+         }
+       });
+  return counts;
 }
 
 std::size_t RedisIdempotencyStore::entry_count() {

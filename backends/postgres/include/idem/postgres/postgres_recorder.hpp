@@ -39,6 +39,7 @@
 #include <functional>
 #include <memory>
 #include <string_view>
+#include <vector>
 
 #include "idem/postgres/connection_pool.hpp"
 #include "idem/postgres/postgres_error.hpp"
@@ -85,6 +86,16 @@ class PostgresIdempotencyRecorder final : public IdempotencyRecorder {
   // Deletes markers whose ts is older than now - older_than (older_than must be >= 0), and
   // claims done or whose lease ended before that instant. Returns how many markers went.
   std::size_t purge(std::chrono::system_clock::duration older_than) override;
+  // Deletes markers in transactions of at most 1,000 rows, walking the primary key, then the
+  // old claims in one statement; `progress` is called between chunks.
+  std::size_t purge(std::chrono::system_clock::duration older_than,
+                    const PurgeProgress& progress) override;
+
+  // Reads only (no locks taken). consumer_counts() is sorted by the bytes of the names, not by
+  // the database's collation; done claims count as markers, never as in progress.
+  std::vector<ConsumerCounts> consumer_counts() override;
+  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override;
+  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override;
 
   const std::shared_ptr<ConnectionPool>& pool() const noexcept;
 

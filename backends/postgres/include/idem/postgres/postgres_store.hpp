@@ -93,7 +93,12 @@ class PostgresIdempotencyStore final : public IdempotencyStore {
   bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
   std::optional<IdempotencyRecord> lookup(std::string_view key) override;
   std::size_t purge_expired() override;
+  // Deletes in transactions of at most 1,000 rows (oldest expiry first); `progress` is called
+  // between them.
+  std::size_t purge_expired(const PurgeProgress& progress) override;
   std::size_t entry_count() override;
+  // One read (a scan of the table).
+  StoreCounts counts() override;
   std::optional<IdempotencyRecord> wait(std::string_view key, SteadyTime deadline,
                                         std::stop_token stop) override;
 

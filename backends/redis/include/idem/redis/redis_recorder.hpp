@@ -52,6 +52,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/recorder.hpp"
 #include "idem/redis/connection_pool.hpp"
@@ -94,6 +95,15 @@ class RedisIdempotencyRecorder final : public IdempotencyRecorder {
 
   // older_than must be >= 0 (InvalidArgument otherwise). See the top of this file for the cost.
   std::size_t purge(std::chrono::system_clock::duration older_than) override;
+  // One SCAN page per chunk; `progress` is called after each page that deleted markers.
+  std::size_t purge(std::chrono::system_clock::duration older_than,
+                    const PurgeProgress& progress) override;
+
+  // These SCAN the prefix (cost as for purge). consumer_counts() reads the consumer from each
+  // key's name and the lease of each claim; count_purgeable() reads every marker's time.
+  std::vector<ConsumerCounts> consumer_counts() override;
+  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override;
+  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override;
 
   // The Redis keys of a marker and a claim (for operators and tests).
   std::string marker_key(std::string_view consumer, std::string_view event_id) const;

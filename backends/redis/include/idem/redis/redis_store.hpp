@@ -79,7 +79,12 @@ class RedisIdempotencyStore final : public IdempotencyStore {
   bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
   std::optional<IdempotencyRecord> lookup(std::string_view key) override;
   std::size_t purge_expired() override;
+  // One SCAN page per chunk; `progress` is called after each page that deleted records.
+  std::size_t purge_expired(const PurgeProgress& progress) override;
   std::size_t entry_count() override;
+  // SCANs the prefix and reads three fields of every record (pipelined per page). Keys idem
+  // cannot read (another type, a missing or malformed field) are counted in no state.
+  StoreCounts counts() override;
 
   // The Redis key of the record for `key` (for operators and tests).
   std::string record_key(std::string_view key) const;
