@@ -6,6 +6,7 @@
 
 #include "demo.hpp"
 #include "idem/error.hpp"
+#include "store_commands.hpp"
 
 int main(int argc, char** argv) {
   CLI::App app{"idem: make retried and redelivered work happen once"};
@@ -54,6 +55,7 @@ int main(int argc, char** argv) {
   consumer_cmd->add_option("--stall-at", consumer.stall_at);
   consumer_cmd->add_option("--notify-fd", consumer.notify_fd);
 
+  idem::cli::add_store_commands(app);  // stats, purge, inspect (run from their callbacks)
   CLI11_PARSE(app, argc, argv);
   try {
     if (demo_cmd->parsed()) return idem::cli::run_demo(demo);

@@ -1,0 +1,317 @@
+// `idem stats`, `idem purge` and `idem inspect` run as processes (the CLI binary, IDEM_CLI) on
+// a SQLite file filled through the library: their output, totals, exit codes and error
+// messages. Times are written with a ManualClock set relative to the real clock, because the
+// CLI decides ages and expiry with the system clock.
+#include <fcntl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "idem/report.hpp"
+#include "idem/sqlite/sqlite_recorder.hpp"
+#include "idem/sqlite/sqlite_store.hpp"
+#include "idem/testing/manual_clock.hpp"
+
+#ifndef IDEM_CLI
+#define IDEM_CLI ""
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using std::chrono::hours;
+
+struct CliResult {
+  int code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string slurp(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+class CliStoreCommands : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string_view(IDEM_CLI).empty()) GTEST_SKIP() << "built without the idem CLI";
+    char pattern[] = "/tmp/idem-cli-test-XXXXXX";
+    ASSERT_NE(::mkdtemp(pattern), nullptr);
+    dir_ = pattern;
+    db_ = dir_ / "idem.db";
+    url_ = "sqlite://" + db_.string();
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    if (!dir_.empty()) fs::remove_all(dir_, ignored);
+  }
+
+  // Runs the CLI with `args`; stdout and stderr are captured separately (in files, so a large
+  // output can never block the child on a full pipe).
+  CliResult run(std::vector<std::string> args) {
+    const fs::path out = dir_ / "stdout";
+    const fs::path err = dir_ / "stderr";
+    std::vector<std::string> argv = {IDEM_CLI};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> raw;
+    for (auto& a : argv)
+      raw.push_back(a.data());
+    raw.push_back(nullptr);
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (out_fd < 0 || err_fd < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) _exit(127);
+      ::execv(raw[0], raw.data());
+      _exit(127);
+    }
+    CliResult result;
+    int status = 0;
+    if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) {
+      result.code = WEXITSTATUS(status);
+    }
+    result.out = slurp(out);
+    result.err = slurp(err);
+    return result;
+  }
+
+  // A clock at the real time shifted by `offset` (negative: in the past).
+  static std::shared_ptr<idem::testing::ManualClock> clock_at(
+      std::chrono::system_clock::duration offset) {
+    return std::make_shared<idem::testing::ManualClock>(std::chrono::system_clock::now() + offset);
+  }
+
+  idem::sqlite::SqliteOptions options_at(std::chrono::system_clock::duration offset) {
+    idem::sqlite::SqliteOptions options;
+    options.clock = clock_at(offset);
+    options.durability = idem::sqlite::Durability::off;  // test data: fast commits
+    return options;
+  }
+
+  // billing: 3 old markers (10 days) + 1 new one; shipping: 2 old ones; one live claim.
+  void fill_recorder() {
+    {
+      idem::sqlite::SqliteIdempotencyRecorder old(db_.string(), options_at(-hours(240)));
+      for (int i = 0; i < 3; ++i)
+        old.mark_processed("billing", "old-" + std::to_string(i));
+      old.mark_processed("shipping", "old-a");
+      old.mark_processed("shipping", "old-b");
+    }
+    idem::sqlite::SqliteIdempotencyRecorder now(db_.string(), options_at({}));
+    now.mark_processed("billing", "new-1");
+    ASSERT_EQ(now.claim("billing", "running", hours(1)).status, idem::Claim::Status::acquired);
+  }
+
+  // Two expired results, one live result ("order-1"), one live claim ("order-running").
+  void fill_store() {
+    const auto complete = [](idem::IdempotencyStore& store, const std::string& key,
+                             const std::string& bytes, idem::Millis ttl) {
+      const auto claim = store.claim(key, std::string("fp-") + key, hours(1));
+      ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired) << key;
+      idem::ExecutionReport report;
+      report.operation = "create_payment";
+      ASSERT_TRUE(store.complete(key, claim.token, idem::StoredValue{{}, {}, bytes}, report, ttl));
+    };
+    {
+      idem::sqlite::SqliteIdempotencyStore old(db_.string(), options_at(-hours(48)));
+      complete(old, "order-old-1", "x", hours(1));
+      complete(old, "order-old-2", "y", hours(1));
+    }
+    idem::sqlite::SqliteIdempotencyStore now(db_.string(), options_at({}));
+    complete(now, "order-1", std::string("{\"id\":42}\x01", 10), hours(24));
+    ASSERT_EQ(now.claim("order-running", std::nullopt, hours(1)).status,
+              idem::ClaimOutcome::Status::acquired);
+  }
+
+  fs::path dir_;
+  fs::path db_;
+  std::string url_;
+};
+
+TEST_F(CliStoreCommands, StatsCountsPerConsumerAndPerState) {
+  fill_recorder();
+  fill_store();
+  const CliResult text = run({"stats", url_});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("recorder: 6 markers, 1 live claims, 2 consumers"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("billing"), std::string::npos) << text.out;
+  EXPECT_NE(text.out.find("store: 4 records"), std::string::npos) << text.out;
+
+  const CliResult json = run({"stats", url_, "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto stats = nlohmann::json::parse(json.out);
+  ASSERT_EQ(stats["recorder"]["consumers"].size(), 2u);
+  EXPECT_EQ(stats["recorder"]["consumers"][0]["consumer"], "billing");
+  EXPECT_EQ(stats["recorder"]["consumers"][0]["processed"], 4);
+  EXPECT_EQ(stats["recorder"]["consumers"][0]["in_progress"], 1);
+  EXPECT_EQ(stats["recorder"]["consumers"][1]["consumer"], "shipping");
+  EXPECT_EQ(stats["recorder"]["consumers"][1]["processed"], 2);
+  EXPECT_EQ(stats["store"]["in_progress"], 1);
+  EXPECT_EQ(stats["store"]["abandoned"], 0);
+  EXPECT_EQ(stats["store"]["completed"], 1);
+  EXPECT_EQ(stats["store"]["expired"], 2);
+}
+
+TEST_F(CliStoreCommands, StatsSaysNoneForAFaceWithoutTablesAndCreatesNothing) {
+  fill_recorder();  // no store tables in the file
+  const CliResult result = run({"stats", url_, "--json"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  const auto stats = nlohmann::json::parse(result.out);
+  EXPECT_TRUE(stats["store"].is_null());
+  EXPECT_EQ(stats["recorder"]["processed"], 6);
+  const CliResult text = run({"stats", url_});
+  EXPECT_NE(text.out.find("store: none"), std::string::npos) << text.out;
+  EXPECT_EQ(run({"inspect", url_, "order-1"}).code, 1) << "no store: nothing to find";
+  // Looking must not have created the store's tables.
+  EXPECT_TRUE(nlohmann::json::parse(run({"stats", url_, "--json"}).out)["store"].is_null());
+}
+
+TEST_F(CliStoreCommands, PurgeDryRunCountsAndRealRunDeletes) {
+  fill_recorder();
+  fill_store();
+  const CliResult dry = run({"purge", url_, "--older-than", "7d", "--dry-run"});
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("recorder: would purge 5 markers older than 7d"), std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find("store: would purge 2 expired records"), std::string::npos) << dry.out;
+  auto stats = nlohmann::json::parse(run({"stats", url_, "--json"}).out);
+  EXPECT_EQ(stats["recorder"]["processed"], 6) << "a dry run deletes nothing";
+  EXPECT_EQ(stats["store"]["expired"], 2);
+
+  const CliResult real = run({"purge", url_, "--older-than", "7d"});
+  ASSERT_EQ(real.code, 0) << real.err;
+  EXPECT_NE(real.out.find("recorder: purged 5 markers older than 7d"), std::string::npos)
+      << real.out;
+  EXPECT_NE(real.out.find("store: purged 2 expired records"), std::string::npos) << real.out;
+  stats = nlohmann::json::parse(run({"stats", url_, "--json"}).out);
+  EXPECT_EQ(stats["recorder"]["processed"], 1);
+  EXPECT_EQ(stats["recorder"]["in_progress"], 1) << "a live claim is never purged";
+  EXPECT_EQ(stats["store"]["expired"], 0);
+  EXPECT_EQ(stats["store"]["completed"], 1);
+  EXPECT_EQ(stats["store"]["in_progress"], 1);
+
+  const CliResult again = run({"purge", url_, "--older-than", "7d"});
+  EXPECT_NE(again.out.find("recorder: purged 0 markers"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("store: purged 0 expired records"), std::string::npos) << again.out;
+}
+
+TEST_F(CliStoreCommands, PurgeOfOneFaceLeavesTheOther) {
+  fill_recorder();
+  fill_store();
+  const CliResult store_only = run({"purge", url_, "--store-only"});
+  ASSERT_EQ(store_only.code, 0) << store_only.err;
+  EXPECT_EQ(store_only.out, "store: purged 2 expired records\n");
+  const CliResult recorder_only = run({"purge", url_, "--older-than", "1h", "--recorder-only"});
+  ASSERT_EQ(recorder_only.code, 0) << recorder_only.err;
+  EXPECT_EQ(recorder_only.out, "recorder: purged 5 markers older than 1h\n");
+}
+
+TEST_F(CliStoreCommands, LargePurgeShowsProgressOnStderrAndTheTotalOnStdout) {
+  {
+    idem::sqlite::SqliteIdempotencyRecorder old(db_.string(), options_at(-hours(240)));
+    for (int i = 0; i < 4500; ++i)
+      old.mark_processed("billing", "e-" + std::to_string(i));
+  }
+  const CliResult result = run({"purge", url_, "--older-than", "7d", "--recorder-only"});
+  ASSERT_EQ(result.code, 0) << result.err;
+  EXPECT_EQ(result.out, "recorder: purged 4500 markers older than 7d\n");
+  // Not a terminal: the bar prints a line per 10% step, the last at 100%.
+  EXPECT_NE(result.err.find("purging markers"), std::string::npos) << result.err;
+  EXPECT_NE(result.err.find("100% 4500/4500"), std::string::npos) << result.err;
+}
+
+TEST_F(CliStoreCommands, InspectShowsARecordAndAMarker) {
+  fill_recorder();
+  fill_store();
+  const CliResult record = run({"inspect", url_, "order-1"});
+  ASSERT_EQ(record.code, 0) << record.err;
+  EXPECT_NE(record.out.find("state         completed"), std::string::npos) << record.out;
+  EXPECT_NE(record.out.find("fingerprint   fp-order-1"), std::string::npos) << record.out;
+  EXPECT_NE(record.out.find("value         10 bytes: {\"id\":42}\\x01"), std::string::npos)
+      << record.out;
+  EXPECT_NE(record.out.find("create_payment"), std::string::npos) << "the stored report";
+
+  const auto json = nlohmann::json::parse(run({"inspect", url_, "order-1", "--json"}).out);
+  EXPECT_EQ(json["state"], "completed");
+  EXPECT_EQ(json["value_size"], 10);
+  EXPECT_EQ(json["report"]["operation"], "create_payment");
+
+  const CliResult running = run({"inspect", url_, "order-running", "--json"});
+  ASSERT_EQ(running.code, 0) << running.err;
+  EXPECT_EQ(nlohmann::json::parse(running.out)["state"], "in_progress");
+
+  const CliResult marker = run({"inspect", url_, "new-1", "--consumer", "billing"});
+  ASSERT_EQ(marker.code, 0) << marker.err;
+  EXPECT_NE(marker.out.find("processed     yes, at "), std::string::npos) << marker.out;
+  EXPECT_NE(marker.out.find("claim         none"), std::string::npos) << marker.out;
+  const auto claim = nlohmann::json::parse(
+      run({"inspect", url_, "running", "--consumer", "billing", "--json"}).out);
+  EXPECT_EQ(claim["processed"], false);
+  EXPECT_EQ(claim["claim"]["live"], true);
+}
+
+TEST_F(CliStoreCommands, InspectOfAMissingKeyExitsOneWithNotFound) {
+  fill_recorder();
+  fill_store();
+  const CliResult missing = run({"inspect", url_, "no-such-order"});
+  EXPECT_EQ(missing.code, 1);
+  EXPECT_TRUE(missing.out.empty()) << missing.out;
+  EXPECT_NE(missing.err.find("not found"), std::string::npos) << missing.err;
+  const CliResult expired = run({"inspect", url_, "order-old-1"});
+  EXPECT_EQ(expired.code, 1) << "an expired record is not live";
+  const CliResult marker = run({"inspect", url_, "never", "--consumer", "billing"});
+  EXPECT_EQ(marker.code, 1);
+  EXPECT_NE(marker.err.find("not found"), std::string::npos) << marker.err;
+}
+
+TEST_F(CliStoreCommands, UsageAndConfigurationErrorsExitTwo) {
+  fill_recorder();
+  const CliResult scheme = run({"stats", "nosuch://x"});
+  EXPECT_EQ(scheme.code, 2);
+  EXPECT_NE(scheme.err.find("nosuch"), std::string::npos) << scheme.err;
+  EXPECT_EQ(run({"stats"}).code, 2) << "no URL";
+  EXPECT_EQ(run({"stats", url_, "extra"}).code, 2) << "an unexpected argument";
+  EXPECT_EQ(run({"stats", url_, "--bogus"}).code, 2) << "an unknown option";
+  EXPECT_EQ(run({"purge", url_}).code, 2) << "markers need --older-than";
+  const CliResult duration = run({"purge", url_, "--older-than", "7 days"});
+  EXPECT_EQ(duration.code, 2);
+  EXPECT_NE(duration.err.find("7 days"), std::string::npos) << duration.err;
+  EXPECT_EQ(run({"purge", url_, "--store-only", "--recorder-only"}).code, 2);
+  EXPECT_EQ(run({"inspect", url_}).code, 2) << "no KEY";
+  EXPECT_EQ(run({"inspect", url_, "bad\tkey", "--consumer", "billing"}).code, 2) << "InvalidKey";
+  EXPECT_EQ(run({"stats", url_ + "?durability=sometimes"}).code, 2) << "a bad parameter";
+}
+
+TEST_F(CliStoreCommands, StoreErrorsExitThreeAndNeverPrintAPassword) {
+  const CliResult missing = run({"stats", "sqlite://" + (dir_ / "missing.db").string()});
+  EXPECT_EQ(missing.code, 3) << missing.err;
+  EXPECT_FALSE(fs::exists(dir_ / "missing.db")) << "stats must not create a database";
+
+  // Nothing listens on port 1: the connection is refused at once.
+  const CliResult pg = run({"stats", "postgresql://app:s3cr3t-pw@127.0.0.1:1/db"});
+  EXPECT_NE(pg.code, 0);
+  EXPECT_TRUE(pg.code == 3 || pg.code == 2) << pg.code << " " << pg.err;
+  EXPECT_FALSE(pg.err.empty());
+  EXPECT_EQ(pg.err.find("s3cr3t-pw"), std::string::npos) << pg.err;
+  const CliResult redis = run({"purge", "redis://:s3cr3t-pw@127.0.0.1:1/0", "--store-only"});
+  EXPECT_NE(redis.code, 0);
+  EXPECT_EQ(redis.err.find("s3cr3t-pw"), std::string::npos) << redis.err;
+  EXPECT_EQ(redis.out.find("s3cr3t-pw"), std::string::npos) << redis.out;
+}
+
+}  // namespace
