@@ -176,6 +176,12 @@ SqliteTarget sqlite_target(const UrlContext& context, std::string_view rest,
 #ifdef IDEM_OPEN_HAVE_REDIS
 redis::RedisOptions redis_options(const UrlContext& context, const detail::SplitUrl& split,
                                   const OpenOptions& open) {
+  // Checked here, not by from_url: its message would quote the start of the URL, and without
+  // "//" a password cannot be told apart to be redacted.
+  if (split.rest.substr(0, 2) != "//") {
+    context.fail("authority",
+                 "a Redis URL starts with " + split.scheme + ":// (e.g. redis://localhost:6379/0)");
+  }
   // RedisOptions::from_url parses the rest (it wants the scheme in lower case).
   const std::string url = split.scheme + ":" + std::string(split.rest);
   redis::RedisOptions options =
@@ -194,6 +200,10 @@ redis::RedisOptions redis_options(const UrlContext& context, const detail::Split
 postgres::PostgresOptions postgres_options(const UrlContext& context, const detail::SplitUrl& split,
                                            const OpenOptions& open) {
   const auto [location, query] = split_query(split.rest);
+  if (location.substr(0, 2) != "//") {
+    context.fail("authority", "a PostgreSQL URL starts with " + split.scheme +
+                                  ":// (e.g. postgresql://user@host:5432/dbname)");
+  }
   postgres::PostgresOptions options;
   options.clock = open.clock;
   std::string forwarded;
@@ -240,10 +250,6 @@ postgres::PostgresOptions postgres_options(const UrlContext& context, const deta
     } else {
       forwarded += (forwarded.empty() ? "" : "&") + std::string(parameter.raw);
     }
-  }
-  if (location.substr(0, 2) != "//") {
-    context.fail("authority", "a PostgreSQL URL starts with " + split.scheme +
-                                  ":// (e.g. postgresql://user@host:5432/dbname)");
   }
   // libpq wants the scheme in lower case.
   options.url = split.scheme + ":" + std::string(location);

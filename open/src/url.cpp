@@ -51,9 +51,11 @@ std::string lenient_decode(std::string_view text) {
 
 // Where the user info's password is in `url`: [first, last) offsets, or nullopt.
 std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_view url) {
-  const std::size_t slashes = url.find("://");
-  if (slashes == std::string_view::npos) return std::nullopt;
-  const std::size_t start = slashes + 3;
+  // The user info follows "scheme://" — or, in a URL missing its "//" ("redis:u:pw@host"),
+  // "scheme:": redacting too much is harmless, too little is not.
+  const std::size_t scheme_end = url.find(':');
+  if (scheme_end == std::string_view::npos) return std::nullopt;
+  const std::size_t start = url.substr(scheme_end, 3) == "://" ? scheme_end + 3 : scheme_end + 1;
   const std::size_t end = std::min(url.find_first_of("?#", start), url.size());
   // The last '@' before the query: a password with an unescaped '/' or '@' is still covered.
   const std::string_view region = url.substr(start, end - start);

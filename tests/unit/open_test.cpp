@@ -228,6 +228,11 @@ TEST(OpenSqlite, RelativePathInMemoryAndEscapes) {
   }
   EXPECT_TRUE(fs::exists(dir.path() / "a.db"));
 
+  const std::string absolute = (dir.path() / "no-authority.db").string();
+  auto no_authority = open_recorder("sqlite:" + absolute);
+  EXPECT_EQ(dynamic_cast<idem::sqlite::SqliteIdempotencyRecorder*>(no_authority.get())->path(),
+            absolute);
+
   auto memory = open_recorder("sqlite::memory:");
   EXPECT_EQ(dynamic_cast<idem::sqlite::SqliteIdempotencyRecorder*>(memory.get())->path(),
             ":memory:");
@@ -311,6 +316,9 @@ TEST(OpenRedis, BadUrlsNameTheWrongPartAndNeverThePassword) {
   expect_bad_url("redis://localhost/0?pool_size=0", {"pool_size"});
   expect_bad_url("redis://[::1/0", {"']'"});
   expect_bad_url("rediss://localhost/0", {"TLS"});
+  expect_bad_url("redis:u:hunter2@localhost/0", {"authority", "redis://"});
+  EXPECT_EQ(thrown_by([] { return open_store("redis:u:hunter2@h/0"); }).message.find("hunter2"),
+            std::string::npos);
   expect_bad_url("redis://localhost/0?prefix=%zz", {"%-escape"});
   for (const char* url : {"redis://:hunter2@localhost:99999/0", "redis://u:hunter2@[::1/0",
                           "redis://:hunter2@h/0?pool_size=x"}) {
@@ -416,6 +424,7 @@ TEST(RedactUrl, ReplacesPasswordsOnly) {
   EXPECT_EQ(redact_url("redis://[::1]:6379/0"), "redis://[::1]:6379/0");
   EXPECT_EQ(redact_url("sqlite:///tmp/x.db"), "sqlite:///tmp/x.db");
   EXPECT_EQ(redact_url("x://h/?PassWord=1"), "x://h/?PassWord=***");
+  EXPECT_EQ(redact_url("redis:u:pw@host/0"), "redis:u:***@host/0");  // "//" forgotten
   EXPECT_EQ(redact_url(""), "");
   EXPECT_EQ(redact_url(std::string_view("a\0b\n", 4)), "a\\x00b\\x0a");
   const std::string long_url = "memory://?" + std::string(1000, 'q');
