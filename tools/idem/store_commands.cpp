@@ -227,9 +227,10 @@ int run_stats(const StatsArgs& args) {
     std::size_t width = 8;  // "consumer"
     for (const auto& c : *consumers)
       width = std::max(width, c.consumer.size());
-    std::printf("recorder: %llu markers, %llu live claims, %zu consumers\n",
+    std::printf("recorder: %llu markers, %llu live claims, %zu consumer%s\n",
                 static_cast<unsigned long long>(processed),
-                static_cast<unsigned long long>(in_progress), consumers->size());
+                static_cast<unsigned long long>(in_progress), consumers->size(),
+                consumers->size() == 1 ? "" : "s");
     if (!consumers->empty()) {
       std::printf("  %-*s %12s %12s\n", static_cast<int>(width), "consumer", "processed",
                   "in_progress");

@@ -3,7 +3,8 @@
 // Every recorder idem ships passes this suite (memory, SQLite file and :memory:, ...), and users
 // can run it against their own recorder. It checks the contract written in idem/recorder.hpp:
 // check/mark, consumer isolation (fanout), key validation, claims with leases and fencing
-// tokens, lease takeover and renewal, purge by age, races between threads, and the
+// tokens, lease takeover and renewal, purge by age (with progress and count_purgeable), the
+// operator views consumer_counts() and inspect(), races between threads, and the
 // transactional inbox.
 //
 // How to use it — a factory type and one macro, in a test file linked with gtest_main:
