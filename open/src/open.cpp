@@ -27,6 +27,12 @@
 namespace idem {
 namespace {
 
+// Upper bounds of counts given in URLs (see detail::count_value).
+constexpr std::size_t kMaxShards = 65'536;
+constexpr std::size_t kMaxPoolSize = 10'000;
+constexpr std::size_t kMaxCount = 1'000'000'000;
+constexpr std::size_t kMaxSeconds = 86'400'000;  // 1000 days, as durations (url.cpp)
+
 using detail::QueryParameter;
 using detail::UrlContext;
 
@@ -70,7 +76,7 @@ std::shared_ptr<IdempotencyRecorder> open_memory_recorder(const UrlContext& cont
   options.clock = open.clock;
   for (const QueryParameter& parameter : memory_parameters(context, rest)) {
     if (parameter.name == "shards") {
-      options.shards = detail::count_value(context, parameter, 1);
+      options.shards = detail::count_value(context, parameter, 1, kMaxShards);
     } else {
       detail::unknown_parameter(context, parameter, "a memory:// recorder", "shards");
     }
@@ -86,7 +92,7 @@ std::shared_ptr<IdempotencyStore> open_memory_store(const UrlContext& context,
   options.clock = open.clock;
   for (const QueryParameter& parameter : memory_parameters(context, rest)) {
     if (parameter.name == "capacity") {
-      options.capacity = detail::count_value(context, parameter, 1);
+      options.capacity = detail::count_value(context, parameter, 1, kMaxCount);
     } else if (parameter.name == "when_full") {
       if (parameter.value == "reject") {
         options.when_full = InMemoryStoreOptions::WhenFull::reject;
@@ -98,7 +104,7 @@ std::shared_ptr<IdempotencyStore> open_memory_store(const UrlContext& context,
                          detail::printable(parameter.value, 64) + "'");
       }
     } else if (parameter.name == "shards") {
-      options.shards = detail::count_value(context, parameter, 1);
+      options.shards = detail::count_value(context, parameter, 1, kMaxShards);
     } else {
       detail::unknown_parameter(context, parameter, "a memory:// store",
                                 "capacity, when_full, shards");
@@ -158,9 +164,9 @@ SqliteTarget sqlite_target(const UrlContext& context, std::string_view rest,
     } else if (parameter.name == "read_only") {
       options.read_only = detail::bool_value(context, parameter);
     } else if (parameter.name == "max_batch_size") {
-      options.max_batch_size = detail::count_value(context, parameter, 1);
+      options.max_batch_size = detail::count_value(context, parameter, 1, kMaxCount);
     } else if (parameter.name == "max_idle_readers") {
-      options.max_idle_readers = detail::count_value(context, parameter, 0);
+      options.max_idle_readers = detail::count_value(context, parameter, 0, kMaxPoolSize);
     } else {
       detail::unknown_parameter(context, parameter, "sqlite:",
                                 "durability, busy_timeout, read_only, max_batch_size, "
@@ -212,15 +218,16 @@ postgres::PostgresOptions postgres_options(const UrlContext& context, const deta
     if (name == "schema") {
       options.schema = parameter.value;
     } else if (name == "pool_size") {
-      options.pool_size = detail::count_value(context, parameter, 1);
+      options.pool_size = detail::count_value(context, parameter, 1, kMaxPoolSize);
     } else if (name == "connect_timeout") {
       // libpq's own spelling is whole seconds ("10"); a unit is accepted too ("500ms"). idem
       // enforces it itself (libpq's is not applied to idem's non-blocking connect).
       const bool bare_seconds = !parameter.value.empty() && parameter.value.find_first_not_of(
                                                                 "0123456789") == std::string::npos;
       options.connect_timeout =
-          bare_seconds ? std::chrono::seconds(detail::count_value(context, parameter, 1))
-                       : detail::duration_value(context, parameter);
+          bare_seconds
+              ? std::chrono::seconds(detail::count_value(context, parameter, 1, kMaxSeconds))
+              : detail::duration_value(context, parameter);
     } else if (name == "acquire_timeout") {
       options.acquire_timeout = detail::duration_value(context, parameter);
     } else if (name == "statement_timeout") {

@@ -253,14 +253,15 @@ std::string parameter_part(const QueryParameter& parameter) {
 }  // namespace
 
 std::size_t count_value(const UrlContext& context, const QueryParameter& parameter,
-                        std::size_t minimum) {
+                        std::size_t minimum, std::size_t maximum) {
   const std::string& text = parameter.value;
   std::uint64_t value = 0;
   const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || ec != std::errc() || end != text.data() + text.size() ||
-      value > std::numeric_limits<std::size_t>::max() || value < minimum) {
-    context.fail(parameter_part(parameter), "must be a whole number >= " + std::to_string(minimum) +
-                                                ", got '" + printable(text, 64) + "'");
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < minimum ||
+      value > maximum) {
+    context.fail(parameter_part(parameter),
+                 "must be a whole number from " + std::to_string(minimum) + " to " +
+                     std::to_string(maximum) + ", got '" + printable(text, 64) + "'");
   }
   return static_cast<std::size_t>(value);
 }
@@ -274,11 +275,23 @@ bool bool_value(const UrlContext& context, const QueryParameter& parameter) {
 
 std::chrono::milliseconds duration_value(const UrlContext& context,
                                          const QueryParameter& parameter) {
+  // Backends add timeouts to the current time; a bound far below the type's range keeps that
+  // from overflowing.
+  constexpr auto kMaxDuration = std::chrono::hours(24 * 1000);
+  std::chrono::milliseconds value{};
   try {
-    return parse_duration(parameter.value);
+    value = parse_duration(parameter.value);
   } catch (const ConfigError& e) {
-    context.fail(parameter_part(parameter), e.what());
+    constexpr std::string_view kPrefix = "idem: config_error: ";
+    std::string_view message = e.what();
+    if (message.substr(0, kPrefix.size()) == kPrefix) message.remove_prefix(kPrefix.size());
+    context.fail(parameter_part(parameter), message);
   }
+  if (value > kMaxDuration) {
+    context.fail(parameter_part(parameter),
+                 "is longer than 1000d, got '" + printable(parameter.value, 64) + "'");
+  }
+  return value;
 }
 
 void unknown_parameter(const UrlContext& context, const QueryParameter& parameter,

@@ -58,8 +58,10 @@ struct QueryParameter {
 std::vector<QueryParameter> parse_query(const UrlContext& context, std::string_view query);
 
 // Typed values of query parameters; each failure names the parameter.
+// A whole number in [minimum, maximum]; the bounds keep absurd values (a billion shards) from
+// turning into allocation failures or overflows inside a backend.
 std::size_t count_value(const UrlContext& context, const QueryParameter& parameter,
-                        std::size_t minimum);
+                        std::size_t minimum, std::size_t maximum);
 bool bool_value(const UrlContext& context, const QueryParameter& parameter);
 std::chrono::milliseconds duration_value(const UrlContext& context,
                                          const QueryParameter& parameter);

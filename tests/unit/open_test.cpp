@@ -161,7 +161,8 @@ TEST(OpenMemory, StoreCapacityAndWhenFull) {
 }
 
 TEST(OpenMemory, BadParameters) {
-  expect_bad_url("memory://?shards=0", {"query parameter 'shards'", ">= 1", "'0'"});
+  expect_bad_url("memory://?shards=0", {"query parameter 'shards'", "from 1 to 65536", "'0'"});
+  expect_bad_url("memory://?shards=1000000000000", {"'shards'", "65536"});
   expect_bad_url("memory://?shards=-1", {"'shards'"});
   expect_bad_url("memory://?shards=99999999999999999999999", {"'shards'"});
   expect_bad_url("memory://?shards=", {"'shards'"});
@@ -254,6 +255,8 @@ TEST(OpenSqlite, BadUrlsNameTheWrongPart) {
   expect_bad_url("sqlite:///tmp/x.db?durability=fast", {"'durability'", "full, normal or off"});
   expect_bad_url("sqlite:///tmp/x.db?busy_timeout=5", {"'busy_timeout'", "no unit"});
   expect_bad_url("sqlite:///tmp/x.db?busy_timeout=-5s", {"'busy_timeout'", "negative"});
+  expect_bad_url("sqlite:///tmp/x.db?busy_timeout=1001d", {"'busy_timeout'", "1000d"});
+  expect_bad_url("sqlite:///tmp/x.db?busy_timeout=9223372036854775807ms", {"1000d"});
   expect_bad_url("sqlite:///tmp/x.db?read_only=yes", {"'read_only'", "true or false"});
   expect_bad_url("sqlite:///tmp/x.db?max_batch_size=0", {"'max_batch_size'"});
   expect_bad_url("sqlite:///tmp/x.db?journal=wal", {"'journal'", "durability, busy_timeout"});
@@ -356,6 +359,8 @@ TEST(OpenPostgres, BadUrlsNameTheWrongPartAndNeverThePassword) {
   expect_bad_url("postgresql://localhost/db?wait_strategy=spin", {"'wait_strategy'", "notify"});
   expect_bad_url("postgresql://localhost/db?statement_timeout=30", {"'statement_timeout'"});
   expect_bad_url("postgresql://localhost/db?connect_timeout=abc", {"'connect_timeout'"});
+  expect_bad_url("postgresql://localhost/db?connect_timeout=99999999999999", {"'connect_timeout'"});
+  expect_bad_url("postgresql://localhost/db?pool_size=100000", {"'pool_size'"});
   expect_bad_url("postgresql://localhost/db?create_schema=maybe", {"'create_schema'"});
   expect_bad_url("postgresql:localhost/db", {"authority", "postgresql://"});
   // libpq quotes URLs it cannot parse; the password must not come through.
