@@ -53,4 +53,13 @@ inline bool has(const CliRun& run, const std::string& text) {
   return run.output.find(text) != std::string::npos;
 }
 
+// The demo passed its own check, and really killed a consumer inside a handler (so at least
+// that delivery came again).
+inline void expect_demo_ok(const CliRun& run, const std::string& events) {
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_TRUE(has(run, "\nOK: side effects == distinct events == " + events + " ")) << run.output;
+  EXPECT_TRUE(has(run, "killed with SIGKILL inside the handler of delivery #")) << run.output;
+  EXPECT_FALSE(has(run, "despite 0 redeliveries")) << run.output;
+}
+
 }  // namespace idem::test

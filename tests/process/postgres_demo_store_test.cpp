@@ -22,8 +22,8 @@ TEST(PostgresDemoStore, EveryModeTwiceOnOneDatabase) {
   for (const char* mode : {"transactional", "exclusive", "check_then_mark"}) {
     for (int run = 0; run < 2; ++run) {
       const auto result = run_demo(url, mode);
-      EXPECT_EQ(result.exit_code, 0) << mode << "\n" << result.output;
-      EXPECT_TRUE(has(result, "\nOK: side effects == distinct events == 400")) << result.output;
+      SCOPED_TRACE(mode);
+      idem::test::expect_demo_ok(result, "400");
     }
   }
   // Two transactional runs left 2 x 400 ledger rows, each run's under its own consumer.

@@ -42,8 +42,8 @@ TEST(SqliteDemoStore, EveryModeOnAFileUrlTwice) {
     // The second run on the same file uses a fresh consumer name, so it is checked on its own.
     for (int run = 0; run < 2; ++run) {
       const auto result = run_demo(url, mode);
-      EXPECT_EQ(result.exit_code, 0) << mode << "\n" << result.output;
-      EXPECT_TRUE(has(result, "\nOK: side effects == distinct events == 400")) << result.output;
+      SCOPED_TRACE(mode);
+      idem::test::expect_demo_ok(result, "400");
       EXPECT_TRUE(has(result, "(a fresh name for this run)")) << result.output;
     }
   }
@@ -52,8 +52,7 @@ TEST(SqliteDemoStore, EveryModeOnAFileUrlTwice) {
 TEST(SqliteDemoStore, DefaultStoreIsUnchanged) {
   IDEM_REQUIRE_CLI();
   const auto result = run_demo("", "transactional", "300");
-  EXPECT_EQ(result.exit_code, 0) << result.output;
-  EXPECT_TRUE(has(result, "\nOK: side effects == distinct events == 300")) << result.output;
+  idem::test::expect_demo_ok(result, "300");
   EXPECT_TRUE(has(result, "consumer:  billing\n")) << result.output;
 }
 

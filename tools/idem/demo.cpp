@@ -310,18 +310,29 @@ std::string ratio_note(const DeliveryStats& s) {
 }
 
 // Runs until the child exits (or, with notify_fd, until it reports it stalled — then kills it).
-// Returns the child's wait status, or -1 when it was killed on purpose.
-int watch(pid_t pid, int notify_fd, DeliveryLogReader& log, ProgressBar& bar) {
+// Returns the child's wait status, or -1 when it was killed on purpose; `stalled_seq` gets the
+// sequence number the child stalled in.
+int watch(pid_t pid, int notify_fd, DeliveryLogReader& log, ProgressBar& bar,
+          std::string* stalled_seq = nullptr) {
   for (;;) {
     bar.update(log.poll().furthest, ratio_note(log.poll()));
     if (notify_fd >= 0) {
       pollfd p{notify_fd, POLLIN, 0};
-      if (::poll(&p, 1, 50) > 0) {
+      // A child that exited also makes the pipe readable (EOF): only a message means "stalled".
+      char buffer[32];
+      ssize_t n = 0;
+      if (::poll(&p, 1, 50) > 0 && (n = ::read(notify_fd, buffer, sizeof buffer)) > 0) {
         ::kill(pid, SIGKILL);
         int status = 0;
         ::waitpid(pid, &status, 0);
+        if (stalled_seq != nullptr) {
+          stalled_seq->assign(buffer, static_cast<std::size_t>(n));
+          while (!stalled_seq->empty() && stalled_seq->back() == '\n')
+            stalled_seq->pop_back();
+        }
         return -1;
       }
+      if (n == 0 && (p.revents & POLLHUP) != 0) notify_fd = -1;  // exited: wait for its status
     } else {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -354,9 +365,12 @@ int run_demo_consumer(const ConsumerOptions& options) {
 
   auto stall_here = [&](const Event& event) {
     if (stalled || options.stall_at < 0) return;
-    if (event.headers.at("seq") != std::to_string(options.stall_at)) return;
+    // The first handler that runs at or after the chosen delivery: a duplicate dropped there
+    // never reaches the handler, so "exactly at" could miss.
+    const std::string& seq = event.headers.at("seq");
+    if (std::stoll(seq) < options.stall_at) return;
     stalled = true;
-    write_all(options.notify_fd, "k");  // "kill me now": the parent sends SIGKILL
+    write_all(options.notify_fd, seq + "\n");  // "kill me now": the parent sends SIGKILL
     for (;;)
       std::this_thread::sleep_for(std::chrono::seconds(1));
   };
@@ -520,7 +534,8 @@ int run_demo(const DemoOptions& options) {
       static_cast<std::int64_t>(static_cast<double>(stream_size) * options.kill_at);
   const pid_t first = spawn_consumer(dir, options, url, consumer, stall_at, pipe_fds[1]);
   ::close(pipe_fds[1]);
-  const int first_status = watch(first, read_end.fd, log, bar);
+  std::string stalled_seq;
+  const int first_status = watch(first, read_end.fd, log, bar, &stalled_seq);
   if (first_status != -1) {
     bar.finish();
     std::cerr << "idem demo: the first consumer exited before it was killed (status "
@@ -531,7 +546,8 @@ int run_demo(const DemoOptions& options) {
   bar.finish("killed");
   std::cout.flush();
   std::cout << "  crash:     consumer pid " << first << " killed with SIGKILL inside the handler "
-            << "of delivery #" << stall_at << "; last committed offset " << committed << std::endl;
+            << "of delivery #" << stalled_seq << "; last committed offset " << committed
+            << std::endl;
 
   ProgressBar bar2("  restarted", stream_size);
   const pid_t second = spawn_consumer(dir, options, url, consumer, -1, -1);
