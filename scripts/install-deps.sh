@@ -9,9 +9,11 @@ packages=(
   libssl-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
   libhiredis-dev libpq-dev redis-server redis-tools postgresql python3
 )
-# Extra groups: `install-deps.sh tools` adds what linting and plotting need.
+# Extra groups: `install-deps.sh format` adds clang-format (CI's check); `tools` adds what
+# linting and plotting need.
 for group in "$@"; do
   case "$group" in
+    format) packages+=(clang-format) ;;
     tools) packages+=(clang-format clang-tidy python3-matplotlib) ;;
     *) echo "install-deps.sh: unknown group '$group'" >&2; exit 2 ;;
   esac

@@ -1,20 +1,22 @@
 #!/usr/bin/env bash
 # The test command: installs what is missing, configures, builds and runs every test.
 #
-#   scripts/test.sh                 # RelWithDebInfo build in build/default
-#   scripts/test.sh --preset asan   # AddressSanitizer + UndefinedBehaviorSanitizer
-#   scripts/test.sh --preset tsan   # ThreadSanitizer
-#   scripts/test.sh -- -R handler   # extra arguments after -- go to ctest
+#   scripts/test.sh                    # AddressSanitizer + UBSan build in build/asan (the default:
+#                                      # every test, the examples and the CLI, checked for memory
+#                                      # errors, leaks and undefined behaviour)
+#   scripts/test.sh --preset tsan      # ThreadSanitizer (CI runs this too)
+#   scripts/test.sh --preset default   # RelWithDebInfo, no sanitizer
+#   scripts/test.sh -- -R handler      # extra arguments after -- go to ctest
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-preset=default
+preset=asan
 ctest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset=$2; shift 2 ;;
     --) shift; ctest_args=("$@"); break ;;
-    *) echo "usage: scripts/test.sh [--preset default|asan|tsan] [-- ctest args]" >&2; exit 2 ;;
+    *) echo "usage: scripts/test.sh [--preset asan|tsan|default] [-- ctest args]" >&2; exit 2 ;;
   esac
 done
 
