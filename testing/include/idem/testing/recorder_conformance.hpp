@@ -362,6 +362,38 @@ TYPED_TEST_P(IdemRecorderConformance, PurgeReportsProgressUpToItsTotal) {
   EXPECT_EQ(this->recorder_->purge(hours(1), idem::PurgeProgress{}), 0u);
 }
 
+TYPED_TEST_P(IdemRecorderConformance, PurgeRacingWithMarksKeepsEveryNewMarker) {
+  using std::chrono::hours;
+  constexpr int kOld = 40;
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 25;
+  for (int i = 0; i < kOld; ++i)
+    this->recorder_->mark_processed("billing", "old-" + std::to_string(i));
+  this->clock_->advance(hours(3));
+  std::latch start(kThreads + 1);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kPerThread; ++i)
+        this->recorder_->mark_processed("billing", "new-" + std::to_string(t * kPerThread + i));
+    });
+  }
+  std::size_t reported = 0;
+  start.arrive_and_wait();
+  const std::size_t purged =
+      this->recorder_->purge(hours(1), [&](std::size_t done) { reported = done; });
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(purged, static_cast<std::size_t>(kOld));
+  EXPECT_EQ(reported, purged);
+  for (int i = 0; i < kThreads * kPerThread; ++i)
+    EXPECT_TRUE(this->recorder_->is_processed("billing", "new-" + std::to_string(i))) << i;
+  const auto counts = this->recorder_->consumer_counts();
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_EQ(counts[0].processed, static_cast<std::uint64_t>(kThreads * kPerThread));
+}
+
 // ---- operator views -----------------------------------------------------------------------
 
 TYPED_TEST_P(IdemRecorderConformance, ConsumerCountsAreSortedPerConsumer) {
@@ -762,12 +794,13 @@ REGISTER_TYPED_TEST_SUITE_P(
     MarkThenProcessed, RepeatedMarksAreHarmless, ConsumersAreIsolated, DistinctKeysDoNotCollide,
     UnusualValidKeysWork, InvalidKeysAreRejectedAndNothingMarked, InvalidKeyErrorNamesWhatWasWrong,
     PurgeRemovesOnlyOldMarkers, PurgeKeepsLiveClaims, PurgeReportsProgressUpToItsTotal,
-    ConsumerCountsAreSortedPerConsumer, InspectShowsTheMarkerAndItsTime,
-    InspectAndCountsShowOpenClaims, ClaimAcquiresWithLease, SecondClaimIsInProgress,
-    CompleteMarksProcessed, ReleaseLetsTheNextClaimAcquire, StaleTokensAreRefusedAndChangeNothing,
-    ExpiredLeaseIsTakenOverAndOldTokenFenced, RenewExtendsTheLease,
-    ConcurrentClaimsAcquireOncePerId, ConcurrentMarksAreSafe, RunTransactionalRunsOnce,
-    RunTransactionalThrowLeavesNoMarker, ConcurrentRunTransactionalRunsOncePerId);
+    PurgeRacingWithMarksKeepsEveryNewMarker, ConsumerCountsAreSortedPerConsumer,
+    InspectShowsTheMarkerAndItsTime, InspectAndCountsShowOpenClaims, ClaimAcquiresWithLease,
+    SecondClaimIsInProgress, CompleteMarksProcessed, ReleaseLetsTheNextClaimAcquire,
+    StaleTokensAreRefusedAndChangeNothing, ExpiredLeaseIsTakenOverAndOldTokenFenced,
+    RenewExtendsTheLease, ConcurrentClaimsAcquireOncePerId, ConcurrentMarksAreSafe,
+    RunTransactionalRunsOnce, RunTransactionalThrowLeavesNoMarker,
+    ConcurrentRunTransactionalRunsOncePerId);
 
 // Runs the whole suite against the recorders `Factory` makes; `Prefix` names this instantiation
 // in test output (e.g. Memory/IdemRecorderConformance/0.MarkThenProcessed).
