@@ -4,12 +4,14 @@
 
 namespace idem::detail {
 
-std::string sha256_hex(std::string_view data) {
+namespace {
+
+std::string digest_hex(std::string_view data, const EVP_MD* algorithm, std::string_view name) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int length = 0;
-  if (EVP_Digest(data.data(), data.size(), digest, &length, EVP_sha256(), nullptr) != 1 ||
-      length != 32) {
-    throw Error(ErrorCode::invalid_argument, "idem::fingerprint: SHA-256 failed (libcrypto)");
+  if (EVP_Digest(data.data(), data.size(), digest, &length, algorithm, nullptr) != 1 ||
+      static_cast<int>(length) != EVP_MD_get_size(algorithm)) {
+    throw Error(ErrorCode::invalid_argument, "idem: " + std::string(name) + " failed (libcrypto)");
   }
   static constexpr char kHex[] = "0123456789abcdef";
   std::string hex;
@@ -19,6 +21,16 @@ std::string sha256_hex(std::string_view data) {
     hex.push_back(kHex[digest[i] & 0x0f]);
   }
   return hex;
+}
+
+}  // namespace
+
+std::string sha256_hex(std::string_view data) {
+  return digest_hex(data, EVP_sha256(), "SHA-256");
+}
+
+std::string sha1_hex(std::string_view data) {
+  return digest_hex(data, EVP_sha1(), "SHA-1");
 }
 
 }  // namespace idem::detail

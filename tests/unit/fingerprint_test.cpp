@@ -54,6 +54,12 @@ TEST(Fingerprint, Sha256MatchesTheStandardVectors) {
             "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
 }
 
+TEST(Fingerprint, Sha1MatchesTheStandardVectors) {
+  // FIPS 180-1 examples (Redis names scripts by this digest).
+  EXPECT_EQ(idem::detail::sha1_hex("abc"), "a9993e364706816aba3e25717850c26c9cd0d89d");
+  EXPECT_EQ(idem::detail::sha1_hex(""), "da39a3ee5e6b4b0d3255bfef95601890afd80709");
+}
+
 TEST(Fingerprint, CanonicalEncodingIsPinned) {
   // The documented version-1 layout: prefix, argument count, then tag + fixed-width big-endian
   // payloads. Changing it changes every stored fingerprint, so it must stay exactly this.

@@ -80,8 +80,6 @@ std::vector<RedisReply> run_script_pipelined(RedisConnection& connection, const 
 // SCRIPT LOAD, so that pipelined EVALSHA calls usually find it.
 void load_script(RedisConnection& connection, const Script& script, std::string_view what);
 
-std::string sha1_hex(std::string_view data);
-
 // ---- errors -------------------------------------------------------------------------------
 // An error reply as a RedisError (reply, not retryable); WRONGTYPE → store_corrupt_record.
 [[noreturn]] void throw_reply_error(const RedisReply& reply, std::string_view what,

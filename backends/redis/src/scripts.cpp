@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idem/fingerprint.hpp"
 #include "internal.hpp"
 
 namespace idem::redis::detail {
@@ -190,7 +191,7 @@ return 0
 )lua";
 
 Script make_script(std::string_view name, std::string_view source) {
-  return Script{name, source, sha1_hex(source)};
+  return Script{name, source, idem::detail::sha1_hex(source)};
 }
 
 bool is_noscript(const RedisReply& reply) {

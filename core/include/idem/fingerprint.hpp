@@ -57,6 +57,9 @@ namespace detail {
 
 // SHA-256 of `data` as 64 lowercase hex characters (OpenSSL libcrypto).
 std::string sha256_hex(std::string_view data);
+// SHA-1 of `data` as 40 lowercase hex characters (OpenSSL libcrypto). Only for names other
+// systems compute with SHA-1 (Redis's EVALSHA script digests); never for anything secret.
+std::string sha1_hex(std::string_view data);
 
 inline void append_u64(std::string& out, std::uint64_t value) {
   for (int shift = 56; shift >= 0; shift -= 8) {
