@@ -68,8 +68,9 @@ for run in $(seq 1 "$runs"); do
   echo "run $run: pgbench ${pg[-1]} tps, idem recorder ${idem[-1]} marks/s" >&2
 done
 
-python3 - "$clients" "${pg[*]}" "${idem[*]}" <<'PY'
+PYTHONPATH=bench python3 - "$clients" "${pg[*]}" "${idem[*]}" <<'PY'
 import statistics, sys
+from ratios import record
 clients = sys.argv[1]
 pg = [float(x) for x in sys.argv[2].split()]
 idem = [float(x) for x in sys.argv[3].split()]
@@ -79,4 +80,6 @@ print(f"clients={clients} runs={len(pg)}")
 print(f"pgbench INSERT ... ON CONFLICT DO NOTHING: median {pg_median:.0f} tps")
 print(f"PostgresIdempotencyRecorder::mark_processed: median {idem_median:.0f} marks/s")
 print(f"ratio {ratio:.1%} (target >= 85%): {'ok' if ratio >= 0.85 else 'BELOW TARGET'}")
+record(f"PostgreSQL recorder marks / pgbench INSERT ON CONFLICT ({clients} clients)", ratio, 0.85,
+       f"idem {idem_median:.0f}/s, pgbench {pg_median:.0f} tps, medians of {len(pg)} runs")
 PY

@@ -7,6 +7,8 @@ Every ratio compares two figures measured in the same run on the same machine.
 import json
 import sys
 
+from ratios import record
+
 
 def load(paths):
     medians = {}
@@ -63,13 +65,22 @@ def main(argv):
         r_idem = rate(f"BM_SqliteRecorder_CheckMark/full:{full}/real_time")
         r_raw = rate(f"BM_RawSqlite_CheckMark/full:{full}/real_time")
         if r_idem and r_raw:
-            ratios.append((f"sqlite recorder check+mark / raw loop (synchronous={'FULL' if full else 'NORMAL'})",
-                           r_idem / r_raw, "target >= 0.50"))
+            label = f"SQLite recorder check+mark / raw sqlite3 loop (synchronous={'FULL' if full else 'NORMAL'})"
+            ratios.append((label, r_idem / r_raw, "target >= 0.50"))
+            record(label, r_idem / r_raw, 0.50, f"idem {fmt_rate(r_idem)}, raw {fmt_rate(r_raw)}")
         r_idem8 = rate(f"BM_SqliteRecorder_Marks/full:{full}/real_time/threads:8")
         r_raw8 = rate(f"BM_RawSqlite_Marks/full:{full}/real_time/threads:8")
         if r_idem8 and r_raw8:
             ratios.append((f"sqlite recorder 8-thread marks / raw 8 connections (synchronous={'FULL' if full else 'NORMAL'})",
                            r_idem8 / r_raw8, f"idem {fmt_rate(r_idem8)}; target >= 40 k/s"))
+    for full in (0, 1):
+        r_store = rate(f"BM_SqliteStore_ClaimComplete/full:{full}/real_time")
+        r_raw = rate(f"BM_RawSqliteStore_ClaimComplete/full:{full}/real_time")
+        if r_store and r_raw:
+            durability = "FULL" if full else "NORMAL"
+            label = f"SQLite store claim+complete / raw sqlite3 loop (synchronous={durability})"
+            ratios.append((label, r_store / r_raw, "target >= 0.50"))
+            record(label, r_store / r_raw, 0.50, f"store {fmt_rate(r_store)}, raw {fmt_rate(r_raw)}")
     direct = time("BM_DirectCall")
     plain = time("BM_ResilientNoPolicies")
     if direct is not None and plain is not None:
