@@ -80,6 +80,6 @@ print(f"clients={clients} runs={len(pg)}")
 print(f"pgbench INSERT ... ON CONFLICT DO NOTHING: median {pg_median:.0f} tps")
 print(f"PostgresIdempotencyRecorder::mark_processed: median {idem_median:.0f} marks/s")
 print(f"ratio {ratio:.1%} (target >= 85%): {'ok' if ratio >= 0.85 else 'BELOW TARGET'}")
-record(f"PostgreSQL recorder marks / pgbench INSERT ON CONFLICT ({clients} clients)", ratio, 0.85,
+record(f"PostgreSQL recorder marks / pgbench INSERT ON CONFLICT ({clients} client{'' if clients == '1' else 's'})", ratio, 0.85,
        f"idem {idem_median:.0f}/s, pgbench {pg_median:.0f} tps, medians of {len(pg)} runs")
 PY
