@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <exception>
 #include <latch>
 #include <memory>
 #include <mutex>
@@ -331,11 +332,21 @@ void every_caller_gets_the_exception(idem::IdempotencyCoordinator& coordinator,
   };
   std::atomic<int> caught{0};
   std::atomic<int> wrong{0};
+  // Every caller catches the same exception object; the test keeps a reference to it until the
+  // threads are joined, so it is freed here and not by whichever catch ends last. (libstdc++'s
+  // exception reference count is not instrumented, so TSan would report that free as racing
+  // with another thread's read of the object.)
+  std::mutex kept_mutex;
+  std::vector<std::exception_ptr> kept;
   auto caller = [&] {
     try {
       coordinator.run(policy, call, execute);
       ++wrong;
     } catch (const Thrown& e) {
+      {
+        const std::lock_guard lock(kept_mutex);
+        kept.push_back(std::current_exception());
+      }
       if (check(e)) {
         ++caught;
       } else {
