@@ -7,7 +7,8 @@ packages=(
   g++ cmake make pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
-  libhiredis-dev libpq-dev redis-server redis-tools postgresql python3
+  libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
+  python3
 )
 # Extra groups: `install-deps.sh format` adds clang-format (CI's check); `tools` adds what
 # linting and plotting need.
