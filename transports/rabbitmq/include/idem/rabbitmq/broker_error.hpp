@@ -1,0 +1,38 @@
+// BrokerError: a failure talking to RabbitMQ, as an idem Error.
+//
+//   what happened                                     retryable  in_doubt
+//   connect refused / timed out / login refused(*)    yes        no
+//   the connection or channel was lost, the broker    yes        no    (nothing was sent, or a
+//   closed it (restart: CONNECTION_FORCED)                             consume/ack was lost)
+//   a publish was sent but its confirm never came     yes        yes   (the broker may have
+//   (connection lost, confirm timeout)                                 stored it: publishing
+//                                                                      again can duplicate it —
+//                                                                      harmless for idem
+//                                                                      consumers, which dedup
+//                                                                      on the event id)
+//   the broker nacked a publish                       yes        no
+//   the broker refused a declare/bind (406            no         no
+//   PRECONDITION_FAILED: an existing queue or
+//   exchange with other settings, 403, 404, ...)
+//
+// (*) ACCESS_REFUSED on login is not retryable.
+// The code is always store_error (the transport is where the events are kept). Messages name the
+// operation and the endpoint (never the password), e.g.
+//   "idem rabbitmq: connect to amqp://guest@127.0.0.1:5672/: a socket error occurred".
+//
+// Thread-safety: immutable after construction.
+#pragma once
+
+#include <string>
+
+#include "idem/error.hpp"
+
+namespace idem::rabbitmq {
+
+class BrokerError : public Error {
+ public:
+  BrokerError(const std::string& message, bool retryable, bool in_doubt = false)
+      : Error(ErrorCode::store_error, message, retryable, in_doubt) {}
+};
+
+}  // namespace idem::rabbitmq

@@ -1,0 +1,131 @@
+// Consumer: delivers events from a RabbitMQ queue to an idem EventHandler, at least once.
+//
+// Topology (declared, idempotently, on every connect):
+//   * the exchange ConsumerOptions::exchange (durable, of exchange_type);
+//   * a durable QUORUM queue named queue_name (default "idem.<consumer_name>"), bound to the
+//     exchange with binding_key — one queue per consumer name, so under fanout every consumer
+//     name gets every event once;
+//   * a durable classic dead-letter queue dead_letter_queue (default "<queue_name>.dlq").
+// Quorum queues count deliveries themselves (the `x-delivery-count` header: how often the
+// message was returned to the queue — nacked, or unacked when a connection dropped), which is
+// what bounds redelivery here; classic queues only say "redelivered". docs/rabbitmq.md has why.
+//
+// For each delivery:
+//   * no message_id, or one that is not a valid idem key → dead-lettered as malformed;
+//   * the handler returns (processed or duplicate) → basic.ack, AFTER it returned;
+//   * it throws DecodeError or InvalidKey (the payload cannot be decoded: retrying cannot help)
+//     → dead-lettered as malformed;
+//   * it throws AlreadyInProgress (exclusive mode: another delivery holds the claim) → after
+//     in_progress_backoff, basic.nack(requeue) — not counted as a failure, but bounded by
+//     max_in_progress_requeues (then dead-lettered);
+//   * it throws anything else → basic.nack(requeue), until the message has failed
+//     max_deliveries times; then dead-lettered with the exception's what() as reason.
+// Dead-lettering publishes a copy (same properties and body, plus headers x-idem-reason,
+// x-idem-consumer, x-idem-routing-key, x-idem-deliveries) to the dead-letter queue, waits for the
+// broker's confirm, then acks the original. If that publish fails the original is requeued.
+//
+// Connection loss (broker restart, network): the consumer reconnects with backoff
+// (ConnectionOptions), re-declares and resumes. Messages that were delivered but not acked are
+// delivered again by the broker; an IdempotentHandler drops the ones it already marked, so their
+// side effects do not run twice (see handler.hpp for the windows each mode leaves).
+//
+// Follow-up events a handler publishes through its BusProxy go to ConsumerOptions::exchange
+// over the consumer's second connection, with confirms, at once (in transactional mode the
+// handler hands them over only after its commit). A failed follow-up publish throws out of the
+// handler's publish call.
+//
+// Thread-safety: run(), run_until(), run_for() and poll_once() must be called from one thread at
+// a time (the consumer owns two rabbitmq-c connections, which are not thread-safe). stop() and
+// stats() may be called from any thread; stop() only stores to a lock-free atomic, so it is
+// async-signal-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "idem/clock.hpp"
+#include "idem/handler.hpp"
+#include "idem/rabbitmq/options.hpp"
+#include "idem/rabbitmq/publisher.hpp"
+
+namespace idem::rabbitmq {
+
+struct ConsumerOptions {
+  // The consumer name; names the queue. Required: a valid idem key. It should equal the
+  // handler's consumer() so markers and queue belong together (not enforced).
+  std::string consumer_name;
+  // Exchange the queue is bound to (and follow-up events go to). Default "idem.events".
+  std::string exchange = "idem.events";
+  // Type the exchange is declared with. Default topic.
+  ExchangeType exchange_type = ExchangeType::topic;
+  // Binding of the queue; ignored by fanout exchanges. Default "#" (every event).
+  std::string binding_key = "#";
+  // Queue name. Default "" → "idem.<consumer_name>". At most 255 bytes.
+  std::string queue_name;
+  // Dead-letter queue. Default "" → "<queue_name>.dlq". At most 255 bytes.
+  std::string dead_letter_queue;
+  // Unacknowledged deliveries the broker may send ahead (basic.qos). Default 16; 1..65535.
+  int prefetch = 16;
+  // Failed deliveries of one message before it is dead-lettered. Default 5; at least 1.
+  int max_deliveries = 5;
+  // AlreadyInProgress requeues of one message before it is dead-lettered. Default 1000.
+  int max_in_progress_requeues = 1000;
+  // Wait before requeueing an AlreadyInProgress delivery (the consumer thread waits: the
+  // claim's holder is busy, so the broker would only hand it straight back). Default 100 ms.
+  Millis in_progress_backoff = std::chrono::milliseconds(100);
+  // How long run()/run_until() wait for a delivery before checking stop() again. Default 100 ms;
+  // must be positive.
+  Millis poll_interval = std::chrono::milliseconds(100);
+};
+
+struct ConsumerStats {
+  std::uint64_t delivered = 0;             // deliveries received
+  std::uint64_t acked = 0;                 // handler returned → acked
+  std::uint64_t duplicates = 0;            // of those, HandleResult::duplicate
+  std::uint64_t requeued = 0;              // handler threw → nacked with requeue
+  std::uint64_t in_progress_requeued = 0;  // AlreadyInProgress → nacked with requeue
+  std::uint64_t dead_lettered = 0;         // sent to the dead-letter queue (malformed included)
+  std::uint64_t malformed = 0;             // of those, malformed messages
+  std::uint64_t follow_ups = 0;            // events handlers published through the BusProxy
+  std::uint64_t reconnects = 0;            // connections opened after the first
+};
+
+class Consumer {
+ public:
+  // Validates the options (ConfigError). Does not connect yet: the first poll does.
+  Consumer(ConnectionOptions connection, ConsumerOptions options);
+  ~Consumer();  // closes the connections; unacked deliveries go back to the queue
+  Consumer(const Consumer&) = delete;
+  Consumer& operator=(const Consumer&) = delete;
+
+  // Consumes until stop(). Returns normally after stop(); throws BrokerError when the broker
+  // refuses the topology (not retryable) or max_reconnect_attempts connects failed in a row.
+  void run(EventHandler& handler);
+  // Like run(), but also returns once done() is true (checked after every delivery and every
+  // poll_interval). Returns false when stop() ended it.
+  bool run_until(EventHandler& handler, const std::function<bool()>& done);
+  // Consumes until `deliveries` deliveries have been settled (acked, requeued or dead-lettered)
+  // or stop(). Returns how many were settled.
+  std::size_t run_for(EventHandler& handler, std::size_t deliveries);
+  // Connects if needed (one attempt: BrokerError when it fails), waits up to `timeout` for one
+  // delivery and settles it. Returns whether a delivery was handled. A lost connection is
+  // dropped (false) and reopened by the next call.
+  bool poll_once(EventHandler& handler, Millis timeout);
+
+  // Makes the running (or next) run()/run_until()/run_for() return after the delivery in hand.
+  // Any thread, async-signal-safe.
+  void stop() noexcept;
+
+  ConsumerStats stats() const;
+  const std::string& queue_name() const noexcept;
+  const std::string& dead_letter_queue() const noexcept;
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace idem::rabbitmq

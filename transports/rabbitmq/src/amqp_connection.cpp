@@ -1,0 +1,409 @@
+#include "amqp_connection.hpp"
+
+#include <amqp.h>
+#include <amqp_framing.h>
+#include <amqp_tcp_socket.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
+namespace idem::rabbitmq::detail {
+namespace {
+
+constexpr amqp_channel_t kChannel = 1;
+
+timeval to_timeval(Millis duration) {
+  const auto ms = std::max<Millis::rep>(duration.count(), 0);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms % 1000) * 1000);
+  return tv;
+}
+
+amqp_bytes_t bytes_of(std::string_view text) {
+  amqp_bytes_t bytes;
+  bytes.len = text.size();
+  bytes.bytes = const_cast<char*>(text.data());  // rabbitmq-c only reads it
+  return bytes;
+}
+
+std::string string_of(amqp_bytes_t bytes) {
+  if (bytes.len == 0 || bytes.bytes == nullptr) return {};
+  return std::string(static_cast<const char*>(bytes.bytes), bytes.len);
+}
+
+// 406 PRECONDITION_FAILED, 403 ACCESS_REFUSED, 404 NOT_FOUND and the like say the request is
+// wrong: trying again gives the same answer. 320 CONNECTION_FORCED (the broker is stopping),
+// 541 INTERNAL_ERROR and 504/505 channel/frame trouble can pass.
+bool retryable_reply_code(int code) {
+  return code == 320 || code == 541 || code == 504 || code == 505 || code == 506;
+}
+
+void read_table(const amqp_table_t& table, std::map<std::string, std::string>& headers,
+                std::int64_t& delivery_count) {
+  for (int i = 0; i < table.num_entries; ++i) {
+    const amqp_table_entry_t& entry = table.entries[i];
+    const std::string key = string_of(entry.key);
+    const amqp_field_value_t& value = entry.value;
+    switch (value.kind) {
+      case AMQP_FIELD_KIND_UTF8:
+      case AMQP_FIELD_KIND_BYTES:
+        headers[key] = string_of(value.value.bytes);
+        break;
+      case AMQP_FIELD_KIND_I8:
+        if (key == "x-delivery-count") delivery_count = value.value.i8;
+        break;
+      case AMQP_FIELD_KIND_U8:
+        if (key == "x-delivery-count") delivery_count = value.value.u8;
+        break;
+      case AMQP_FIELD_KIND_I16:
+        if (key == "x-delivery-count") delivery_count = value.value.i16;
+        break;
+      case AMQP_FIELD_KIND_U16:
+        if (key == "x-delivery-count") delivery_count = value.value.u16;
+        break;
+      case AMQP_FIELD_KIND_I32:
+        if (key == "x-delivery-count") delivery_count = value.value.i32;
+        break;
+      case AMQP_FIELD_KIND_U32:
+        if (key == "x-delivery-count") delivery_count = value.value.u32;
+        break;
+      case AMQP_FIELD_KIND_I64:
+        if (key == "x-delivery-count") delivery_count = value.value.i64;
+        break;
+      case AMQP_FIELD_KIND_U64:
+        if (key == "x-delivery-count") delivery_count = static_cast<std::int64_t>(value.value.u64);
+        break;
+      default:
+        break;  // tables, arrays, ... (x-death) are broker bookkeeping, not event headers
+    }
+  }
+}
+
+void read_message(const amqp_message_t& message, Delivery& delivery) {
+  const amqp_basic_properties_t& properties = message.properties;
+  delivery.body = string_of(message.body);
+  if ((properties._flags & AMQP_BASIC_MESSAGE_ID_FLAG) != 0)
+    delivery.message_id = string_of(properties.message_id);
+  if ((properties._flags & AMQP_BASIC_TYPE_FLAG) != 0) delivery.type = string_of(properties.type);
+  if ((properties._flags & AMQP_BASIC_TIMESTAMP_FLAG) != 0)
+    delivery.timestamp = properties.timestamp;
+  if ((properties._flags & AMQP_BASIC_HEADERS_FLAG) != 0)
+    read_table(properties.headers, delivery.headers, delivery.delivery_count);
+}
+
+}  // namespace
+
+AmqpConnection::AmqpConnection(const ConnectionOptions& options)
+    : endpoint_(options.describe()), rpc_timeout_(options.connect_timeout) {
+  connection_ = amqp_new_connection();
+  if (connection_ == nullptr) fail("connect to " + endpoint_, "out of memory", false);
+  amqp_socket_t* socket = amqp_tcp_socket_new(connection_);
+  if (socket == nullptr) fail("connect to " + endpoint_, "cannot create a TCP socket", true);
+  timeval timeout = to_timeval(options.connect_timeout);
+  amqp_set_handshake_timeout(connection_, &timeout);
+  amqp_set_rpc_timeout(connection_, &timeout);
+  const int status = amqp_socket_open_noblock(socket, options.host.c_str(), options.port, &timeout);
+  if (status != AMQP_STATUS_OK) fail("connect to " + endpoint_, amqp_error_string2(status), true);
+
+  const auto heartbeat_ms = options.heartbeat.count();
+  const int heartbeat_s = heartbeat_ms <= 0
+                              ? 0
+                              : static_cast<int>(std::max<long long>(
+                                    1, (static_cast<long long>(heartbeat_ms) + 999) / 1000));
+  const amqp_rpc_reply_t login =
+      amqp_login(connection_, options.vhost.c_str(), 0, AMQP_DEFAULT_FRAME_SIZE, heartbeat_s,
+                 AMQP_SASL_METHOD_PLAIN, options.user.c_str(), options.password.c_str());
+  if (login.reply_type != AMQP_RESPONSE_NORMAL) {
+    if (login.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
+      // The broker answers bad credentials by closing the socket during the handshake.
+      fail("login to " + endpoint_,
+           std::string(amqp_error_string2(login.library_error)) +
+               " (wrong user/password or vhost, or the broker is starting)",
+           true);
+    }
+    check_rpc("login to " + endpoint_);
+  }
+  amqp_channel_open(connection_, kChannel);
+  check_rpc("open a channel on " + endpoint_);
+  channel_open_ = true;
+}
+
+AmqpConnection::~AmqpConnection() {
+  if (connection_ == nullptr) return;
+  if (!broken_) {
+    // A clean close: the broker requeues unacked deliveries at once instead of on socket EOF.
+    if (channel_open_) amqp_channel_close(connection_, kChannel, AMQP_REPLY_SUCCESS);
+    amqp_connection_close(connection_, AMQP_REPLY_SUCCESS);
+  }
+  amqp_destroy_connection(connection_);
+}
+
+void AmqpConnection::fail(std::string_view operation, const std::string& reason, bool retryable,
+                          bool in_doubt) {
+  broken_ = true;
+  throw BrokerError("idem rabbitmq: " + std::string(operation) + ": " + reason, retryable,
+                    in_doubt);
+}
+
+void AmqpConnection::check_status(int status, std::string_view operation) {
+  if (status != AMQP_STATUS_OK) fail(operation, amqp_error_string2(status), true);
+}
+
+void AmqpConnection::check_rpc(std::string_view operation) {
+  const amqp_rpc_reply_t reply = amqp_get_rpc_reply(connection_);
+  switch (reply.reply_type) {
+    case AMQP_RESPONSE_NORMAL:
+      return;
+    case AMQP_RESPONSE_NONE:
+      fail(operation, "no reply from the broker", true);
+    case AMQP_RESPONSE_LIBRARY_EXCEPTION:
+      fail(operation, amqp_error_string2(reply.library_error), true);
+    case AMQP_RESPONSE_SERVER_EXCEPTION:
+      break;
+  }
+  int code = 0;
+  std::string text;
+  if (reply.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+    const auto* close = static_cast<const amqp_connection_close_t*>(reply.reply.decoded);
+    code = close->reply_code;
+    text = string_of(close->reply_text);
+  } else if (reply.reply.id == AMQP_CHANNEL_CLOSE_METHOD) {
+    const auto* close = static_cast<const amqp_channel_close_t*>(reply.reply.decoded);
+    code = close->reply_code;
+    text = string_of(close->reply_text);
+  } else {
+    fail(operation, "unexpected method from the broker", true);
+  }
+  fail(operation, "the broker refused: " + std::to_string(code) + " " + text,
+       retryable_reply_code(code));
+}
+
+void AmqpConnection::declare_exchange(const std::string& name, std::string_view type) {
+  amqp_exchange_declare(connection_, kChannel, bytes_of(name), bytes_of(type), /*passive=*/0,
+                        /*durable=*/1, /*auto_delete=*/0, /*internal=*/0, amqp_empty_table);
+  check_rpc("declare exchange '" + name + "' on " + endpoint_);
+}
+
+void AmqpConnection::declare_queue(const std::string& name, bool quorum) {
+  amqp_table_entry_t entry;
+  entry.key = amqp_cstring_bytes("x-queue-type");
+  entry.value.kind = AMQP_FIELD_KIND_UTF8;
+  entry.value.value.bytes = amqp_cstring_bytes(quorum ? "quorum" : "classic");
+  amqp_table_t arguments;
+  arguments.num_entries = 1;
+  arguments.entries = &entry;
+  amqp_queue_declare(connection_, kChannel, bytes_of(name), /*passive=*/0, /*durable=*/1,
+                     /*exclusive=*/0, /*auto_delete=*/0, arguments);
+  check_rpc("declare queue '" + name + "' on " + endpoint_);
+}
+
+void AmqpConnection::bind_queue(const std::string& queue, const std::string& exchange,
+                                const std::string& key) {
+  amqp_queue_bind(connection_, kChannel, bytes_of(queue), bytes_of(exchange), bytes_of(key),
+                  amqp_empty_table);
+  check_rpc("bind queue '" + queue + "' to exchange '" + exchange + "' on " + endpoint_);
+}
+
+std::uint32_t AmqpConnection::message_count(const std::string& queue) {
+  const amqp_queue_declare_ok_t* ok = amqp_queue_declare(connection_, kChannel, bytes_of(queue),
+                                                         /*passive=*/1, 0, 0, 0, amqp_empty_table);
+  check_rpc("look at queue '" + queue + "' on " + endpoint_);
+  return ok->message_count;
+}
+
+void AmqpConnection::delete_queue(const std::string& name) {
+  amqp_queue_delete(connection_, kChannel, bytes_of(name), /*if_unused=*/0, /*if_empty=*/0);
+  check_rpc("delete queue '" + name + "' on " + endpoint_);
+}
+
+void AmqpConnection::delete_exchange(const std::string& name) {
+  amqp_exchange_delete(connection_, kChannel, bytes_of(name), /*if_unused=*/0);
+  check_rpc("delete exchange '" + name + "' on " + endpoint_);
+}
+
+void AmqpConnection::enable_confirms() {
+  amqp_confirm_select(connection_, kChannel);
+  check_rpc("enable publisher confirms on " + endpoint_);
+  confirms_ = true;
+}
+
+void AmqpConnection::publish(const std::string& exchange, const std::string& routing_key,
+                             const Outgoing& message) {
+  const std::string operation = "publish to exchange '" + exchange + "' on " + endpoint_;
+  amqp_basic_properties_t properties{};
+  properties._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
+  properties.delivery_mode = AMQP_DELIVERY_PERSISTENT;
+  if (message.message_id) {
+    properties._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
+    properties.message_id = bytes_of(*message.message_id);
+  }
+  if (message.type) {
+    properties._flags |= AMQP_BASIC_TYPE_FLAG;
+    properties.type = bytes_of(*message.type);
+  }
+  if (message.timestamp) {
+    properties._flags |= AMQP_BASIC_TIMESTAMP_FLAG;
+    properties.timestamp = *message.timestamp;
+  }
+  std::vector<amqp_table_entry_t> entries;
+  entries.reserve(message.headers.size());
+  for (const auto& [key, value] : message.headers) {
+    amqp_table_entry_t entry;
+    entry.key = bytes_of(key);
+    entry.value.kind = AMQP_FIELD_KIND_UTF8;
+    entry.value.value.bytes = bytes_of(value);
+    entries.push_back(entry);
+  }
+  if (!entries.empty()) {
+    properties._flags |= AMQP_BASIC_HEADERS_FLAG;
+    properties.headers.num_entries = static_cast<int>(entries.size());
+    properties.headers.entries = entries.data();
+  }
+  const int status =
+      amqp_basic_publish(connection_, kChannel, bytes_of(exchange), bytes_of(routing_key),
+                         /*mandatory=*/0, /*immediate=*/0, &properties, bytes_of(message.body));
+  if (status != AMQP_STATUS_OK) fail(operation, amqp_error_string2(status), true);
+  ++published_;
+  if (!confirms_) return;
+
+  const std::string lost =
+      "; the message was sent but not confirmed: the broker may or may not have it";
+  const auto deadline = std::chrono::steady_clock::now() + rpc_timeout_;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) fail(operation, "no confirm within the timeout" + lost, true, true);
+    timeval timeout = to_timeval(left);
+    amqp_frame_t frame;
+    const int wait = amqp_simple_wait_frame_noblock(connection_, &frame, &timeout);
+    if (wait == AMQP_STATUS_TIMEOUT) continue;
+    if (wait != AMQP_STATUS_OK) fail(operation, amqp_error_string2(wait) + lost, true, true);
+    if (frame.frame_type != AMQP_FRAME_METHOD) continue;
+    switch (frame.payload.method.id) {
+      case AMQP_BASIC_ACK_METHOD: {
+        const auto* ack = static_cast<const amqp_basic_ack_t*>(frame.payload.method.decoded);
+        if (ack->delivery_tag == published_ ||
+            (ack->multiple != 0 && ack->delivery_tag >= published_))
+          return;
+        break;  // an earlier message's confirm
+      }
+      case AMQP_BASIC_NACK_METHOD: {
+        const auto* nack = static_cast<const amqp_basic_nack_t*>(frame.payload.method.decoded);
+        if (nack->delivery_tag == published_ ||
+            (nack->multiple != 0 && nack->delivery_tag >= published_)) {
+          // The channel is still fine, but keep the rule simple: an error drops the connection.
+          fail(operation, "the broker nacked the message (it did not store it)", true);
+        }
+        break;
+      }
+      case AMQP_BASIC_RETURN_METHOD: {
+        amqp_message_t returned;
+        const amqp_rpc_reply_t read = amqp_read_message(connection_, frame.channel, &returned, 0);
+        if (read.reply_type != AMQP_RESPONSE_NORMAL)
+          fail(operation, "lost a returned message" + lost, true, true);
+        amqp_destroy_message(&returned);
+        break;
+      }
+      case AMQP_CHANNEL_CLOSE_METHOD:
+      case AMQP_CONNECTION_CLOSE_METHOD:
+        fail(operation, "the broker closed the connection" + lost, true, true);
+      default:
+        break;
+    }
+  }
+}
+
+void AmqpConnection::qos(int prefetch) {
+  amqp_basic_qos(connection_, kChannel, 0, static_cast<std::uint16_t>(prefetch), 0);
+  check_rpc("set prefetch on " + endpoint_);
+}
+
+void AmqpConnection::consume(const std::string& queue) {
+  amqp_basic_consume(connection_, kChannel, bytes_of(queue), amqp_empty_bytes, /*no_local=*/0,
+                     /*no_ack=*/0, /*exclusive=*/0, amqp_empty_table);
+  check_rpc("consume from queue '" + queue + "' on " + endpoint_);
+}
+
+std::optional<Delivery> AmqpConnection::next_delivery(Millis timeout) {
+  const std::string operation = "receive from " + endpoint_;
+  amqp_maybe_release_buffers(connection_);
+  timeval tv = to_timeval(timeout);
+  amqp_envelope_t envelope;
+  const amqp_rpc_reply_t reply = amqp_consume_message(connection_, &envelope, &tv, 0);
+  if (reply.reply_type == AMQP_RESPONSE_NORMAL) {
+    Delivery delivery;
+    delivery.tag = envelope.delivery_tag;
+    delivery.redelivered = envelope.redelivered != 0;
+    delivery.routing_key = string_of(envelope.routing_key);
+    read_message(envelope.message, delivery);
+    amqp_destroy_envelope(&envelope);
+    return delivery;
+  }
+  if (reply.reply_type != AMQP_RESPONSE_LIBRARY_EXCEPTION)
+    fail(operation, "unexpected reply from the broker", true);
+  if (reply.library_error == AMQP_STATUS_TIMEOUT) return std::nullopt;
+  if (reply.library_error != AMQP_STATUS_UNEXPECTED_STATE)
+    fail(operation, amqp_error_string2(reply.library_error), true);
+  // A frame that is not a delivery: rabbitmq-c put it back for us to read.
+  amqp_frame_t frame;
+  const int status = amqp_simple_wait_frame(connection_, &frame);
+  if (status != AMQP_STATUS_OK) fail(operation, amqp_error_string2(status), true);
+  if (frame.frame_type == AMQP_FRAME_METHOD) {
+    switch (frame.payload.method.id) {
+      case AMQP_CHANNEL_CLOSE_METHOD: {
+        const auto* close = static_cast<const amqp_channel_close_t*>(frame.payload.method.decoded);
+        fail(operation,
+             "the broker closed the channel: " + std::to_string(close->reply_code) + " " +
+                 string_of(close->reply_text),
+             true);
+      }
+      case AMQP_CONNECTION_CLOSE_METHOD: {
+        const auto* close =
+            static_cast<const amqp_connection_close_t*>(frame.payload.method.decoded);
+        fail(operation,
+             "the broker closed the connection: " + std::to_string(close->reply_code) + " " +
+                 string_of(close->reply_text),
+             true);
+      }
+      case AMQP_BASIC_CANCEL_METHOD:
+        // The queue was deleted under us (or a quorum queue lost its leader).
+        fail(operation, "the broker cancelled the consumer", true);
+      default:
+        break;
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<Delivery> AmqpConnection::get(const std::string& queue) {
+  const std::string operation = "get from queue '" + queue + "' on " + endpoint_;
+  const amqp_rpc_reply_t reply =
+      amqp_basic_get(connection_, kChannel, bytes_of(queue), /*no_ack=*/0);
+  if (reply.reply_type != AMQP_RESPONSE_NORMAL) check_rpc(operation);
+  if (reply.reply.id == AMQP_BASIC_GET_EMPTY_METHOD) return std::nullopt;
+  const auto* ok = static_cast<const amqp_basic_get_ok_t*>(reply.reply.decoded);
+  Delivery delivery;
+  delivery.tag = ok->delivery_tag;
+  delivery.redelivered = ok->redelivered != 0;
+  delivery.routing_key = string_of(ok->routing_key);
+  amqp_message_t message;
+  const amqp_rpc_reply_t read = amqp_read_message(connection_, kChannel, &message, 0);
+  if (read.reply_type != AMQP_RESPONSE_NORMAL) fail(operation, "could not read the message", true);
+  read_message(message, delivery);
+  amqp_destroy_message(&message);
+  return delivery;
+}
+
+void AmqpConnection::ack(std::uint64_t tag) {
+  check_status(amqp_basic_ack(connection_, kChannel, tag, 0), "ack on " + endpoint_);
+}
+
+void AmqpConnection::nack(std::uint64_t tag, bool requeue) {
+  check_status(amqp_basic_nack(connection_, kChannel, tag, 0, requeue ? 1 : 0),
+               "nack on " + endpoint_);
+}
+
+}  // namespace idem::rabbitmq::detail

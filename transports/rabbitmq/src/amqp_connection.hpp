@@ -1,0 +1,91 @@
+// One rabbitmq-c connection with one channel, wrapped for idem (internal).
+//
+// Every failure becomes a BrokerError (broker_error.hpp) and leaves the connection broken():
+// its owner drops it and opens a new one rather than trying to resynchronise a half-read
+// protocol stream. Not thread-safe, like rabbitmq-c itself.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "idem/rabbitmq/broker_error.hpp"
+#include "idem/rabbitmq/options.hpp"
+
+struct amqp_connection_state_t_;
+
+namespace idem::rabbitmq::detail {
+
+// What idem reads from a received message.
+struct Delivery {
+  std::uint64_t tag = 0;
+  bool redelivered = false;
+  std::string routing_key;
+  std::string body;
+  std::optional<std::string> message_id;
+  std::optional<std::string> type;
+  std::optional<std::uint64_t> timestamp;      // seconds since the epoch
+  std::map<std::string, std::string> headers;  // string-valued headers only
+  std::int64_t delivery_count = 0;             // quorum queues: x-delivery-count (0 if absent)
+};
+
+// What idem sends.
+struct Outgoing {
+  std::optional<std::string> message_id;
+  std::optional<std::string> type;
+  std::optional<std::uint64_t> timestamp;
+  std::map<std::string, std::string> headers;
+  std::string_view body;
+};
+
+class AmqpConnection {
+ public:
+  // Connects, logs in and opens channel 1. Throws BrokerError.
+  explicit AmqpConnection(const ConnectionOptions& options);
+  ~AmqpConnection();
+  AmqpConnection(const AmqpConnection&) = delete;
+  AmqpConnection& operator=(const AmqpConnection&) = delete;
+
+  bool broken() const noexcept { return broken_; }
+  const std::string& endpoint() const noexcept { return endpoint_; }
+
+  void declare_exchange(const std::string& name, std::string_view type);
+  void declare_queue(const std::string& name, bool quorum);
+  void bind_queue(const std::string& queue, const std::string& exchange, const std::string& key);
+  // Message count of an existing queue (passive declare; a missing queue throws).
+  std::uint32_t message_count(const std::string& queue);
+  void delete_queue(const std::string& name);
+  void delete_exchange(const std::string& name);
+
+  void enable_confirms();
+  // Publishes; with confirms enabled waits for the broker's ack (BrokerError on nack/loss).
+  void publish(const std::string& exchange, const std::string& routing_key,
+               const Outgoing& message);
+
+  void qos(int prefetch);
+  void consume(const std::string& queue);
+  // The next delivery of the consume, or nullopt after `timeout` (or a frame that is not one).
+  std::optional<Delivery> next_delivery(Millis timeout);
+  // basic.get (manual ack); nullopt when the queue is empty.
+  std::optional<Delivery> get(const std::string& queue);
+  void ack(std::uint64_t tag);
+  void nack(std::uint64_t tag, bool requeue);
+
+ private:
+  void check_rpc(std::string_view operation);
+  [[noreturn]] void fail(std::string_view operation, const std::string& reason, bool retryable,
+                         bool in_doubt = false);
+  void check_status(int status, std::string_view operation);
+
+  amqp_connection_state_t_* connection_ = nullptr;
+  std::string endpoint_;
+  Millis rpc_timeout_;
+  bool broken_ = false;
+  bool channel_open_ = false;
+  bool confirms_ = false;
+  std::uint64_t published_ = 0;  // publish sequence number on the channel (confirm tags)
+};
+
+}  // namespace idem::rabbitmq::detail

@@ -1,0 +1,378 @@
+#include "idem/rabbitmq/consumer.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <optional>
+#include <unordered_map>
+
+#include "amqp_connection.hpp"
+#include "idem/error.hpp"
+#include "idem/key.hpp"
+#include "idem/rabbitmq/broker_error.hpp"
+#include "internal.hpp"
+
+namespace idem::rabbitmq {
+namespace {
+
+// Reasons travel in a header; a runaway what() should not make every dead letter huge.
+constexpr std::size_t kMaxReasonLength = 1000;
+// The in-progress requeue counts are per process and only a guard against endless cycling; if
+// they pile up (messages taken over by other consumer processes never come back here) they are
+// simply forgotten.
+constexpr std::size_t kMaxTrackedInProgress = 10000;
+
+std::string clip(std::string reason) {
+  if (reason.size() > kMaxReasonLength) {
+    reason.resize(kMaxReasonLength);
+    reason += "...";
+  }
+  return reason;
+}
+
+}  // namespace
+
+class Consumer::Impl {
+ public:
+  Impl(ConnectionOptions connection, ConsumerOptions options)
+      : connection_options_(std::move(connection)), options_(std::move(options)) {
+    detail::validate_connection_options(connection_options_);
+    try {
+      validate_key("ConsumerOptions::consumer_name", options_.consumer_name);
+    } catch (const InvalidKey& e) {
+      throw ConfigError(e.what());
+    }
+    detail::validate_amqp_name("ConsumerOptions::exchange", options_.exchange);
+    detail::validate_amqp_name("ConsumerOptions::binding_key", options_.binding_key,
+                               /*allow_empty=*/true);
+    queue_ = options_.queue_name.empty() ? "idem." + options_.consumer_name : options_.queue_name;
+    dead_letter_queue_ =
+        options_.dead_letter_queue.empty() ? queue_ + ".dlq" : options_.dead_letter_queue;
+    detail::validate_amqp_name("ConsumerOptions::queue_name (\"idem.<consumer_name>\")", queue_);
+    detail::validate_amqp_name("ConsumerOptions::dead_letter_queue (\"<queue_name>.dlq\")",
+                               dead_letter_queue_);
+    if (queue_ == dead_letter_queue_)
+      throw ConfigError("idem rabbitmq: ConsumerOptions: queue and dead-letter queue are the same");
+    const auto bad = [](const std::string& what) {
+      throw ConfigError("idem rabbitmq: ConsumerOptions: " + what);
+    };
+    if (options_.prefetch < 1 || options_.prefetch > 65535)
+      bad("prefetch " + std::to_string(options_.prefetch) + " is not in 1..65535");
+    if (options_.max_deliveries < 1)
+      bad("max_deliveries " + std::to_string(options_.max_deliveries) + " is less than 1");
+    if (options_.max_in_progress_requeues < 0) bad("max_in_progress_requeues is negative");
+    if (options_.in_progress_backoff.count() < 0) bad("in_progress_backoff is negative");
+    if (options_.poll_interval.count() <= 0) bad("poll_interval must be positive");
+    clock_ = connection_options_.clock != nullptr ? connection_options_.clock : system_clock();
+  }
+
+  bool run_until(EventHandler& handler, const std::function<bool()>& done) {
+    while (!stop_.load()) {
+      if (done && done()) return true;
+      poll(handler, options_.poll_interval, /*retry_connect=*/true);
+    }
+    stop_.store(false);
+    return false;
+  }
+
+  std::size_t run_for(EventHandler& handler, std::size_t deliveries) {
+    const std::uint64_t start = settled_;
+    run_until(handler, [&] { return settled_ - start >= deliveries; });
+    return static_cast<std::size_t>(settled_ - start);
+  }
+
+  bool poll(EventHandler& handler, Millis timeout, bool retry_connect) {
+    if (!ensure_connected(retry_connect)) return false;
+    std::optional<detail::Delivery> delivery;
+    try {
+      delivery = main_->next_delivery(timeout);
+    } catch (const BrokerError&) {
+      main_.reset();  // reconnect on the next poll; unacked deliveries come back
+      return false;
+    }
+    if (!delivery) return false;
+    settle(handler, *delivery);
+    return true;
+  }
+
+  void stop() noexcept { stop_.store(true); }
+
+  ConsumerStats stats() const {
+    std::lock_guard lock(stats_mutex_);
+    return stats_;
+  }
+
+  const std::string& queue() const noexcept { return queue_; }
+  const std::string& dead_letter_queue() const noexcept { return dead_letter_queue_; }
+
+  // Follow-up events from handlers.
+  void publish_follow_up(const Event& event) {
+    const detail::Outgoing message = detail::to_outgoing(event);
+    side_publish(options_.exchange, event.type, message);
+    count([](ConsumerStats& s) { ++s.follow_ups; });
+  }
+  const std::string& consumer_name() const noexcept { return options_.consumer_name; }
+
+ private:
+  class Proxy final : public BusProxy {
+   public:
+    explicit Proxy(Impl& impl) : impl_(impl) {}
+    void publish(Event event) override { impl_.publish_follow_up(event); }
+    std::string_view consumer() const override { return impl_.consumer_name(); }
+
+   private:
+    Impl& impl_;
+  };
+
+  enum class Outcome { ack, in_progress, malformed, failed };
+
+  template <class F>
+  void count(F&& update) {
+    std::lock_guard lock(stats_mutex_);
+    update(stats_);
+  }
+
+  // One attempt, or (retry) attempts with backoff until connected, stopped (false) or out of
+  // attempts (throws).
+  bool ensure_connected(bool retry) {
+    if (main_ != nullptr && !main_->broken()) return true;
+    main_.reset();
+    Millis backoff = connection_options_.initial_backoff;
+    int failures = 0;
+    for (;;) {
+      try {
+        open_main();
+        return true;
+      } catch (const BrokerError& e) {
+        main_.reset();
+        if (!retry || !e.retryable()) throw;
+        ++failures;
+        if (connection_options_.max_reconnect_attempts > 0 &&
+            failures >= connection_options_.max_reconnect_attempts) {
+          throw BrokerError(
+              std::string(e.what()) + " (gave up after " + std::to_string(failures) + " attempts)",
+              true);
+        }
+        if (!detail::wait_unless_stopped(*clock_, backoff, options_.poll_interval, stop_))
+          return false;
+        backoff = std::min(backoff * 2, connection_options_.max_backoff);
+      }
+    }
+  }
+
+  void open_main() {
+    auto connection = std::make_unique<detail::AmqpConnection>(connection_options_);
+    connection->declare_exchange(options_.exchange, to_string(options_.exchange_type));
+    connection->declare_queue(queue_, /*quorum=*/true);
+    connection->bind_queue(queue_, options_.exchange, options_.binding_key);
+    connection->declare_queue(dead_letter_queue_, /*quorum=*/false);
+    connection->qos(options_.prefetch);
+    connection->consume(queue_);
+    if (connected_before_) count([](ConsumerStats& s) { ++s.reconnects; });
+    connected_before_ = true;
+    main_ = std::move(connection);
+  }
+
+  void side_publish(const std::string& exchange, const std::string& routing_key,
+                    const detail::Outgoing& message) {
+    try {
+      if (side_ == nullptr || side_->broken()) {
+        side_.reset();
+        auto connection = std::make_unique<detail::AmqpConnection>(connection_options_);
+        connection->enable_confirms();
+        side_ = std::move(connection);
+      }
+      side_->publish(exchange, routing_key, message);
+    } catch (...) {
+      if (side_ != nullptr && side_->broken()) side_.reset();
+      throw;
+    }
+  }
+
+  void settle(EventHandler& handler, const detail::Delivery& delivery) {
+    count([](ConsumerStats& s) { ++s.delivered; });
+    ++settled_;
+    if (!delivery.message_id) {
+      dead_letter(delivery, "malformed: the message has no message_id property", true, 0);
+      return;
+    }
+    const std::string& id = *delivery.message_id;
+    try {
+      validate_key("event id", id);
+    } catch (const InvalidKey& e) {
+      dead_letter(delivery,
+                  std::string("malformed: message_id is not a valid event id: ") + e.what(), true,
+                  0);
+      return;
+    }
+
+    Event event;
+    event.id = id;
+    event.type = delivery.type.value_or(delivery.routing_key);
+    event.payload = delivery.body;
+    event.headers = delivery.headers;
+    event.timestamp =
+        WallTime(std::chrono::seconds(static_cast<std::int64_t>(delivery.timestamp.value_or(0))));
+
+    Outcome outcome = Outcome::ack;
+    HandleResult result = HandleResult::processed;
+    std::string reason;
+    Proxy proxy(*this);
+    try {
+      result = handler(event, proxy);
+    } catch (const AlreadyInProgress& e) {
+      outcome = Outcome::in_progress;
+      reason = e.what();
+    } catch (const Error& e) {
+      // A payload the handler's codec cannot read (or an id it refuses) fails the same way on
+      // every delivery: retrying only delays the dead letter.
+      const bool permanent =
+          e.code() == ErrorCode::decode_error || e.code() == ErrorCode::invalid_key;
+      outcome = permanent ? Outcome::malformed : Outcome::failed;
+      reason = e.what();
+    } catch (const std::exception& e) {
+      outcome = Outcome::failed;
+      reason = e.what();
+    } catch (...) {
+      outcome = Outcome::failed;
+      reason = "the handler threw a non-standard exception";
+    }
+
+    try {
+      switch (outcome) {
+        case Outcome::ack:
+          main_->ack(delivery.tag);
+          in_progress_.erase(id);
+          count([&](ConsumerStats& s) {
+            ++s.acked;
+            if (result == HandleResult::duplicate) ++s.duplicates;
+          });
+          return;
+        case Outcome::malformed:
+          in_progress_.erase(id);
+          dead_letter(delivery, "malformed: " + reason, true, 1);
+          return;
+        case Outcome::in_progress:
+          on_in_progress(delivery, id, reason);
+          return;
+        case Outcome::failed:
+          on_failure(delivery, id, reason);
+          return;
+      }
+    } catch (const BrokerError&) {
+      // The ack/nack could not be sent: the connection is gone and the broker will deliver the
+      // message again (the idempotent handler then drops it if it was processed).
+      main_.reset();
+    }
+  }
+
+  void on_in_progress(const detail::Delivery& delivery, const std::string& id,
+                      const std::string& reason) {
+    if (in_progress_.size() >= kMaxTrackedInProgress && in_progress_.count(id) == 0)
+      in_progress_.clear();
+    const int requeues = ++in_progress_[id];
+    if (requeues > options_.max_in_progress_requeues) {
+      in_progress_.erase(id);
+      dead_letter(
+          delivery,
+          "still in progress after " + std::to_string(requeues - 1) + " requeues: " + reason, false,
+          static_cast<int>(delivery.delivery_count));
+      return;
+    }
+    detail::wait_unless_stopped(*clock_, options_.in_progress_backoff, options_.poll_interval,
+                                stop_);
+    main_->nack(delivery.tag, /*requeue=*/true);
+    count([](ConsumerStats& s) { ++s.in_progress_requeued; });
+  }
+
+  void on_failure(const detail::Delivery& delivery, const std::string& id,
+                  const std::string& reason) {
+    // x-delivery-count counts every return to the queue, in-progress requeues included; those
+    // are not failures.
+    const auto tracked = in_progress_.find(id);
+    const std::int64_t not_failures = tracked == in_progress_.end() ? 0 : tracked->second;
+    const std::int64_t failures =
+        std::max<std::int64_t>(delivery.delivery_count - not_failures, 0) + 1;
+    if (failures >= options_.max_deliveries) {
+      in_progress_.erase(id);
+      dead_letter(delivery, reason, false, static_cast<int>(failures));
+      return;
+    }
+    main_->nack(delivery.tag, /*requeue=*/true);
+    count([](ConsumerStats& s) { ++s.requeued; });
+  }
+
+  // Copies the message to the dead-letter queue (confirmed), then acks the original. If the copy
+  // cannot be published the original is requeued, so nothing is lost.
+  void dead_letter(const detail::Delivery& delivery, const std::string& reason, bool malformed,
+                   int failures) {
+    detail::Outgoing copy;
+    copy.message_id = delivery.message_id;
+    copy.type = delivery.type;
+    copy.timestamp = delivery.timestamp;
+    copy.headers = delivery.headers;
+    copy.headers["x-idem-reason"] = clip(reason);
+    copy.headers["x-idem-consumer"] = options_.consumer_name;
+    copy.headers["x-idem-routing-key"] = delivery.routing_key;
+    copy.headers["x-idem-deliveries"] = std::to_string(failures);
+    copy.body = delivery.body;
+    try {
+      side_publish(/*exchange=*/"", dead_letter_queue_, copy);
+    } catch (const Error&) {
+      main_->nack(delivery.tag, /*requeue=*/true);
+      count([](ConsumerStats& s) { ++s.requeued; });
+      return;
+    }
+    main_->ack(delivery.tag);
+    count([&](ConsumerStats& s) {
+      ++s.dead_lettered;
+      if (malformed) ++s.malformed;
+    });
+  }
+
+  const ConnectionOptions connection_options_;
+  const ConsumerOptions options_;
+  std::string queue_;
+  std::string dead_letter_queue_;
+  std::shared_ptr<Clock> clock_;
+  std::unique_ptr<detail::AmqpConnection> main_;  // consumes, acks
+  std::unique_ptr<detail::AmqpConnection> side_;  // publishes dead letters and follow-ups
+  bool connected_before_ = false;
+  std::uint64_t settled_ = 0;
+  std::unordered_map<std::string, int> in_progress_;  // event id → AlreadyInProgress requeues
+  std::atomic<bool> stop_{false};
+  static_assert(std::atomic<bool>::is_always_lock_free, "stop() must be async-signal-safe");
+  mutable std::mutex stats_mutex_;
+  ConsumerStats stats_;
+};
+
+Consumer::Consumer(ConnectionOptions connection, ConsumerOptions options)
+    : impl_(std::make_unique<Impl>(std::move(connection), std::move(options))) {}
+Consumer::~Consumer() = default;
+
+void Consumer::run(EventHandler& handler) {
+  impl_->run_until(handler, nullptr);
+}
+bool Consumer::run_until(EventHandler& handler, const std::function<bool()>& done) {
+  return impl_->run_until(handler, done);
+}
+std::size_t Consumer::run_for(EventHandler& handler, std::size_t deliveries) {
+  return impl_->run_for(handler, deliveries);
+}
+bool Consumer::poll_once(EventHandler& handler, Millis timeout) {
+  return impl_->poll(handler, timeout, /*retry_connect=*/false);
+}
+void Consumer::stop() noexcept {
+  impl_->stop();
+}
+ConsumerStats Consumer::stats() const {
+  return impl_->stats();
+}
+const std::string& Consumer::queue_name() const noexcept {
+  return impl_->queue();
+}
+const std::string& Consumer::dead_letter_queue() const noexcept {
+  return impl_->dead_letter_queue();
+}
+
+}  // namespace idem::rabbitmq

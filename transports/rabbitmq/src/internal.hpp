@@ -1,0 +1,29 @@
+// Helpers shared by the publisher, the consumer and the admin calls (internal).
+#pragma once
+
+#include <atomic>
+#include <string>
+
+#include "amqp_connection.hpp"
+#include "idem/event.hpp"
+#include "idem/rabbitmq/options.hpp"
+#include "idem/rabbitmq/publisher.hpp"
+
+namespace idem::rabbitmq::detail {
+
+// Throws ConfigError for options no connection can use.
+void validate_connection_options(const ConnectionOptions& options);
+
+// Checks an exchange or queue name (AMQP short string: at most 255 bytes). `what` names it.
+void validate_amqp_name(std::string_view what, const std::string& name, bool allow_empty = false);
+
+// The message an event becomes. Throws InvalidKey / InvalidArgument for an event that cannot
+// be sent (bad id, empty or too long type, a header name longer than 255 bytes).
+Outgoing to_outgoing(const Event& event);
+
+// Waits `duration` on `clock` in slices of at most `slice`, returning early (false) once `stop`
+// is set.
+bool wait_unless_stopped(Clock& clock, Millis duration, Millis slice,
+                         const std::atomic<bool>& stop);
+
+}  // namespace idem::rabbitmq::detail
