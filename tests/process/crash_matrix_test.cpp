@@ -89,6 +89,11 @@ struct Cell {
   }
 };
 
+// gtest prints a failing parameter with this instead of its bytes.
+void PrintTo(const Cell& cell, std::ostream* out) {
+  *out << cell.name();
+}
+
 // What docs/guarantees.md promises for a cell.
 struct Promise {
   int effects;         // side effects in total, after the crash and the fresh process
