@@ -95,6 +95,8 @@ class Consumer::Impl {
     return true;
   }
 
+  void connect() { ensure_connected(/*retry=*/false); }
+
   void stop() noexcept { stop_.store(true); }
 
   ConsumerStats stats() const {
@@ -350,6 +352,9 @@ Consumer::Consumer(ConnectionOptions connection, ConsumerOptions options)
     : impl_(std::make_unique<Impl>(std::move(connection), std::move(options))) {}
 Consumer::~Consumer() = default;
 
+void Consumer::connect() {
+  impl_->connect();
+}
 void Consumer::run(EventHandler& handler) {
   impl_->run_until(handler, nullptr);
 }

@@ -11,8 +11,27 @@
 namespace idem::rabbitmq {
 namespace {
 
+// Control characters (a NUL would cut what() short) are shown as \xNN; long URLs are cut.
+std::string printable(std::string_view text) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out;
+  for (char c : text.substr(0, 256)) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      out += "\\x";
+      out += kHex[byte >> 4];
+      out += kHex[byte & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  if (text.size() > 256) out += "...";
+  return out;
+}
+
 [[noreturn]] void bad_url(std::string_view url, const std::string& what) {
-  throw ConfigError("idem rabbitmq: bad AMQP URL '" + redact_amqp_url(url) + "': " + what);
+  throw ConfigError("idem rabbitmq: bad AMQP URL '" + printable(redact_amqp_url(url)) +
+                    "': " + what);
 }
 
 bool starts_with_nocase(std::string_view text, std::string_view prefix) {
@@ -87,6 +106,8 @@ ConnectionOptions ConnectionOptions::from_url(std::string_view url) {
 
   std::vector<char> buffer(url.begin(), url.end());
   buffer.push_back('\0');
+  for (std::size_t i = 0; i < 4; ++i)  // rabbitmq-c only knows the lowercase scheme
+    buffer[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(buffer[i])));
   amqp_connection_info info;
   amqp_default_connection_info(&info);
   if (amqp_parse_url(buffer.data(), &info) != AMQP_STATUS_OK)

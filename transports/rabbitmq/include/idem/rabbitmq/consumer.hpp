@@ -101,6 +101,9 @@ class Consumer {
   Consumer(const Consumer&) = delete;
   Consumer& operator=(const Consumer&) = delete;
 
+  // Connects and declares the topology now (one attempt; BrokerError when it fails), so events
+  // published afterwards are queued for this consumer. The run and poll calls do it themselves.
+  void connect();
   // Consumes until stop(). Returns normally after stop(); throws BrokerError when the broker
   // refuses the topology (not retryable) or max_reconnect_attempts connects failed in a row.
   void run(EventHandler& handler);

@@ -1,0 +1,414 @@
+// idem::rabbitmq against a real broker: events survive the trip, acks come after the handler,
+// failures are redelivered and then dead-lettered with a reason, malformed messages never stop
+// the consumer, duplicates run their side effect once, fanout gives each consumer name every
+// event, follow-ups are published.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "idem/error.hpp"
+#include "idem/handler.hpp"
+#include "idem/memory_recorder.hpp"
+#include "idem/open.hpp"
+#include "idem/rabbitmq/admin.hpp"
+#include "idem/rabbitmq/broker_error.hpp"
+#include "idem/rabbitmq/consumer.hpp"
+#include "idem/rabbitmq/publisher.hpp"
+#include "rabbitmq_test_env.hpp"
+#include "rabbitmq_test_handlers.hpp"
+
+IDEM_RABBITMQ_TEST_ENVIRONMENT();
+
+namespace {
+
+using idem::BusProxy;
+using idem::Event;
+using idem::HandleResult;
+using idem::rabbitmq::Consumer;
+using idem::rabbitmq::ExchangeType;
+using idem::rabbitmq::Publisher;
+using idem::test::consume_until;
+using idem::test::FnHandler;
+using idem::test::SideEffects;
+
+class RabbitMqTransportTest : public ::testing::Test {
+ protected:
+  idem::test::TestTopology topology_;
+  idem::rabbitmq::ConnectionOptions connection_ = idem::test::amqp_test_options();
+};
+
+TEST_F(RabbitMqTransportTest, EveryFieldOfAnEventSurvivesTheTrip) {
+  const auto options = topology_.consumer_options("roundtrip");
+  Consumer consumer(connection_, options);
+  consumer.connect();  // the queue exists before anything is published
+  Publisher publisher(connection_, topology_.publisher_options());
+
+  const Event sent = Event::make("order.created", std::string("bin\0ary\xff\x01\n payload", 19),
+                                 {{"trace-id", "abc-123"},
+                                  {"empty", ""},
+                                  {"utf8", "h\xc3\xa9llo"},
+                                  {"nul", std::string("a\0b", 3)}});
+  publisher.publish(sent);
+  EXPECT_EQ(publisher.stats().published, 1u);
+
+  std::vector<Event> received;
+  FnHandler handler(options.consumer_name, [&](const Event& event, BusProxy&) {
+    received.push_back(event);
+    return HandleResult::processed;
+  });
+  ASSERT_TRUE(consume_until(consumer, handler, [&] { return received.size() == 1; }));
+  const Event& got = received.front();
+  EXPECT_EQ(got.id, sent.id);
+  EXPECT_EQ(got.type, sent.type);
+  EXPECT_EQ(got.payload, sent.payload);
+  EXPECT_EQ(got.payload.size(), 19u);
+  EXPECT_EQ(got.headers, sent.headers);
+  EXPECT_EQ(got.timestamp, std::chrono::floor<std::chrono::seconds>(sent.timestamp));
+  const auto stats = consumer.stats();
+  EXPECT_EQ(stats.delivered, 1u);
+  EXPECT_EQ(stats.acked, 1u);
+  EXPECT_EQ(stats.dead_lettered, 0u);
+  // Acked: nothing is left in the queue, nothing was dead-lettered.
+  EXPECT_FALSE(consumer.poll_once(handler, idem::Millis(50)));
+  EXPECT_EQ(idem::rabbitmq::queue_depth(connection_, consumer.queue_name()), 0u);
+}
+
+TEST_F(RabbitMqTransportTest, AHandlerThatThrowsOnceIsRedeliveredAndMarkedOnce) {
+  const auto options = topology_.consumer_options("flaky");
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+  SideEffects effects;
+  int calls = 0;
+  auto handler =
+      idem::make_idempotent_handler(options.consumer_name, recorder,
+                                    [&](const std::string&, BusProxy&, const Event& event) {
+                                      if (++calls == 1)
+                                        throw std::runtime_error("flaky dependency");
+                                      effects.record(event.id);
+                                    },
+                                    {idem::HandlerMode::check_then_mark});
+
+  const Event event = Event::make("order.paid", "{}");
+  publisher.publish(event);
+  ASSERT_TRUE(consume_until(consumer, *handler, [&] { return consumer.stats().acked == 1; }));
+  EXPECT_EQ(calls, 2);
+  EXPECT_EQ(effects.counts(), (std::map<std::string, int>{{event.id, 1}}));
+  EXPECT_TRUE(recorder->is_processed(options.consumer_name, event.id));
+  const auto stats = consumer.stats();
+  EXPECT_EQ(stats.delivered, 2u);
+  EXPECT_EQ(stats.requeued, 1u);
+  EXPECT_EQ(stats.dead_lettered, 0u);
+  EXPECT_EQ(idem::rabbitmq::queue_depth(connection_, consumer.dead_letter_queue()), 0u);
+}
+
+TEST_F(RabbitMqTransportTest, AHandlerThatAlwaysThrowsIsDeadLetteredAfterMaxDeliveries) {
+  auto options = topology_.consumer_options("broken");
+  options.max_deliveries = 3;
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+  int calls = 0;
+  auto handler =
+      idem::make_idempotent_handler(options.consumer_name, recorder, [&](const std::string&) {
+        ++calls;
+        throw std::runtime_error("payment service down");
+      });
+  const Event event = Event::make("order.paid", "payload", {{"k", "v"}});
+  publisher.publish(event);
+  ASSERT_TRUE(
+      consume_until(consumer, *handler, [&] { return consumer.stats().dead_lettered == 1; }));
+  EXPECT_EQ(calls, 3);
+  EXPECT_FALSE(recorder->is_processed(options.consumer_name, event.id));
+  const auto stats = consumer.stats();
+  EXPECT_EQ(stats.requeued, 2u);
+  EXPECT_EQ(stats.malformed, 0u);
+
+  const auto letters =
+      idem::rabbitmq::take_dead_letters(connection_, consumer.dead_letter_queue(), 10);
+  ASSERT_EQ(letters.size(), 1u);
+  EXPECT_EQ(letters[0].event.id, event.id);
+  EXPECT_EQ(letters[0].event.type, event.type);
+  EXPECT_EQ(letters[0].event.payload, event.payload);
+  EXPECT_EQ(letters[0].event.headers, event.headers);
+  EXPECT_EQ(letters[0].reason, "payment service down");
+  EXPECT_EQ(letters[0].consumer, options.consumer_name);
+  EXPECT_EQ(letters[0].routing_key, "order.paid");
+  EXPECT_EQ(letters[0].deliveries, 3);
+  EXPECT_EQ(idem::rabbitmq::queue_depth(connection_, consumer.queue_name()), 0u);
+}
+
+struct Order {
+  int n = 0;
+};
+void to_json(nlohmann::json& j, const Order& o) {
+  j = nlohmann::json{{"n", o.n}};
+}
+void from_json(const nlohmann::json& j, Order& o) {
+  j.at("n").get_to(o.n);
+}
+
+TEST_F(RabbitMqTransportTest, MalformedMessagesAreDeadLetteredWithAReasonAndConsumingGoesOn) {
+  const auto options = topology_.consumer_options("strict");
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  SideEffects effects;
+  auto handler = idem::make_idempotent_handler<Order>(
+      options.consumer_name, std::make_shared<idem::InMemoryIdempotencyRecorder>(),
+      [&](const Order&, BusProxy&, const Event& event) { effects.record(event.id); });
+
+  idem::test::publish_raw(topology_.exchange(), "order.raw", std::nullopt, R"({"n":1})");
+  idem::test::publish_raw(topology_.exchange(), "order.raw", std::string("bad\x01key"),
+                          R"({"n":2})");
+  idem::test::publish_raw(topology_.exchange(), "order.raw", std::string("   "), R"({"n":3})");
+  const Event undecodable = Event::make("order.created", "this is not json");
+  publisher.publish(undecodable);
+  const Event good = Event::make("order.created", R"({"n":5})");
+  publisher.publish(good);
+
+  ASSERT_TRUE(consume_until(consumer, *handler, [&] {
+    return consumer.stats().dead_lettered == 4 && effects.distinct() == 1;
+  }));
+  EXPECT_EQ(effects.counts(), (std::map<std::string, int>{{good.id, 1}}));
+  const auto stats = consumer.stats();
+  EXPECT_EQ(stats.malformed, 4u);
+  EXPECT_EQ(stats.requeued, 0u);  // retrying cannot fix these: dead-lettered at once
+  EXPECT_EQ(stats.acked, 1u);
+
+  const auto letters =
+      idem::rabbitmq::take_dead_letters(connection_, consumer.dead_letter_queue(), 10);
+  ASSERT_EQ(letters.size(), 4u);
+  int no_id = 0, bad_id = 0, undecoded = 0;
+  for (const auto& letter : letters) {
+    EXPECT_EQ(letter.reason.rfind("malformed: ", 0), 0u) << letter.reason;
+    EXPECT_EQ(letter.consumer, options.consumer_name);
+    if (letter.reason.find("no message_id") != std::string::npos) {
+      ++no_id;
+      EXPECT_EQ(letter.event.payload, R"({"n":1})");
+    } else if (letter.reason.find("not a valid event id") != std::string::npos) {
+      ++bad_id;
+    } else if (letter.event.id == undecodable.id) {
+      ++undecoded;
+      EXPECT_EQ(letter.event.payload, "this is not json");
+    }
+  }
+  EXPECT_EQ(no_id, 1);
+  EXPECT_EQ(bad_id, 2);
+  EXPECT_EQ(undecoded, 1);
+}
+
+TEST_F(RabbitMqTransportTest, AlreadyInProgressRequeuesAreNotCountedAsFailures) {
+  auto options = topology_.consumer_options("claimed");
+  options.max_deliveries = 2;
+  options.in_progress_backoff = idem::Millis(0);
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  int calls = 0;
+  FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
+    if (++calls <= 3) throw idem::AlreadyInProgress("held by another delivery");
+    return HandleResult::processed;
+  });
+  publisher.publish(Event::make("order.created", "x"));
+  ASSERT_TRUE(consume_until(consumer, handler, [&] { return consumer.stats().acked == 1; }));
+  const auto stats = consumer.stats();
+  EXPECT_EQ(stats.in_progress_requeued, 3u);
+  EXPECT_EQ(stats.dead_lettered, 0u);
+  EXPECT_EQ(calls, 4);
+}
+
+TEST_F(RabbitMqTransportTest, AClaimThatNeverFreesIsDeadLetteredAfterTheRequeueBound) {
+  auto options = topology_.consumer_options("stuck");
+  options.max_in_progress_requeues = 2;
+  options.in_progress_backoff = idem::Millis(0);
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) -> HandleResult {
+    throw idem::AlreadyInProgress("held forever");
+  });
+  publisher.publish(Event::make("order.created", "x"));
+  ASSERT_TRUE(
+      consume_until(consumer, handler, [&] { return consumer.stats().dead_lettered == 1; }));
+  EXPECT_EQ(consumer.stats().in_progress_requeued, 2u);
+  const auto letters =
+      idem::rabbitmq::take_dead_letters(connection_, consumer.dead_letter_queue(), 10);
+  ASSERT_EQ(letters.size(), 1u);
+  EXPECT_NE(letters[0].reason.find("still in progress after 2 requeues"), std::string::npos)
+      << letters[0].reason;
+}
+
+struct DuplicateCase {
+  std::string name;
+  std::string backend;  // "memory" or "sqlite"
+  idem::HandlerMode mode;
+};
+
+class RabbitMqDuplicateTest : public RabbitMqTransportTest,
+                              public ::testing::WithParamInterface<DuplicateCase> {};
+
+TEST_P(RabbitMqDuplicateTest, AnEventPublishedTwiceRunsItsSideEffectOnce) {
+  const DuplicateCase& param = GetParam();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("idem-rmq-" + idem::new_event_id() + ".db"))
+          .string();
+  std::shared_ptr<idem::IdempotencyRecorder> recorder;
+  if (param.backend == "memory") {
+    recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+  } else {
+    recorder = idem::open_recorder("sqlite://" + path);
+  }
+  const auto options = topology_.consumer_options("dup-" + param.name);
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  SideEffects effects;
+  auto handler =
+      idem::make_idempotent_handler(options.consumer_name, recorder,
+                                    [&](const std::string&, BusProxy& bus, const Event& event) {
+                                      if (param.mode == idem::HandlerMode::transactional) {
+                                        EXPECT_NE(bus.transaction(), nullptr);
+                                      }
+                                      effects.record(event.id);
+                                    },
+                                    {param.mode});
+
+  constexpr int kEvents = 20;
+  for (int i = 0; i < kEvents; ++i) {
+    const Event event = Event::make("order.created", std::to_string(i));
+    publisher.publish(event);
+    publisher.publish(event);  // the same id again, on purpose
+  }
+  ASSERT_TRUE(
+      consume_until(consumer, *handler, [&] { return consumer.stats().acked == 2 * kEvents; }));
+  EXPECT_EQ(effects.distinct(), static_cast<std::size_t>(kEvents));
+  EXPECT_TRUE(effects.doubled().empty());
+  EXPECT_EQ(consumer.stats().duplicates, static_cast<std::size_t>(kEvents));
+  recorder.reset();
+  for (const char* suffix : {"", "-wal", "-shm", "-journal"})
+    std::remove((path + suffix).c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recorders, RabbitMqDuplicateTest,
+    ::testing::Values(DuplicateCase{"memory_check", "memory", idem::HandlerMode::check_then_mark},
+                      DuplicateCase{"memory_exclusive", "memory", idem::HandlerMode::exclusive},
+                      DuplicateCase{"sqlite_check", "sqlite", idem::HandlerMode::check_then_mark},
+                      DuplicateCase{"sqlite_exclusive", "sqlite", idem::HandlerMode::exclusive},
+                      DuplicateCase{"sqlite_transactional", "sqlite",
+                                    idem::HandlerMode::transactional}),
+    [](const ::testing::TestParamInfo<DuplicateCase>& case_info) { return case_info.param.name; });
+
+TEST_F(RabbitMqTransportTest, FanoutGivesEveryConsumerNameEveryEventOnce) {
+  const auto billing_options = topology_.consumer_options("billing", ExchangeType::fanout);
+  const auto shipping_options = topology_.consumer_options("shipping", ExchangeType::fanout);
+  Consumer billing(connection_, billing_options);
+  Consumer shipping(connection_, shipping_options);
+  billing.connect();
+  shipping.connect();
+  Publisher publisher(connection_, topology_.publisher_options(ExchangeType::fanout));
+  // One recorder for both: markers are per consumer name, so one never hides events from the
+  // other.
+  auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+  SideEffects billed, shipped;
+  auto bill = idem::make_idempotent_handler(
+      billing_options.consumer_name, recorder,
+      [&](const std::string&, BusProxy&, const Event& event) { billed.record(event.id); });
+  auto ship = idem::make_idempotent_handler(
+      shipping_options.consumer_name, recorder,
+      [&](const std::string&, BusProxy&, const Event& event) { shipped.record(event.id); });
+
+  constexpr std::size_t kEvents = 30;
+  for (std::size_t i = 0; i < kEvents; ++i)
+    publisher.publish(Event::make(i % 2 == 0 ? "order.created" : "refund.issued", "x"));
+  ASSERT_TRUE(consume_until(billing, *bill, [&] { return billed.distinct() == kEvents; }));
+  ASSERT_TRUE(consume_until(shipping, *ship, [&] { return shipped.distinct() == kEvents; }));
+  EXPECT_EQ(billed.counts(), shipped.counts());
+  EXPECT_TRUE(billed.doubled().empty());
+  EXPECT_TRUE(shipped.doubled().empty());
+}
+
+TEST_F(RabbitMqTransportTest, FollowUpEventsArePublishedToTheExchange) {
+  auto orders_options = topology_.consumer_options("orders");
+  orders_options.binding_key = "order.#";
+  auto audit_options = topology_.consumer_options("audit");
+  audit_options.binding_key = "audit.#";
+  Consumer orders(connection_, orders_options);
+  Consumer audit(connection_, audit_options);
+  orders.connect();
+  audit.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+  auto forward =
+      idem::make_idempotent_handler(orders_options.consumer_name, recorder,
+                                    [&](const std::string& payload, BusProxy& bus, const Event&) {
+                                      bus.publish(Event::make("audit.order", "seen " + payload));
+                                    });
+  std::vector<Event> audited;
+  FnHandler collect(audit_options.consumer_name, [&](const Event& event, BusProxy&) {
+    audited.push_back(event);
+    return HandleResult::processed;
+  });
+  for (int i = 0; i < 5; ++i)
+    publisher.publish(Event::make("order.created", std::to_string(i)));
+  ASSERT_TRUE(consume_until(orders, *forward, [&] { return orders.stats().acked == 5; }));
+  EXPECT_EQ(orders.stats().follow_ups, 5u);
+  ASSERT_TRUE(consume_until(audit, collect, [&] { return audited.size() == 5; }));
+  for (const auto& event : audited) {
+    EXPECT_EQ(event.type, "audit.order");
+    EXPECT_EQ(event.payload.rfind("seen ", 0), 0u);
+  }
+}
+
+TEST_F(RabbitMqTransportTest, PublishRefusesEventsItCannotSend) {
+  Publisher publisher(connection_, topology_.publisher_options());
+  Event event = Event::make("order.created", "x");
+  event.id = "bad\nid";
+  EXPECT_THROW(publisher.publish(event), idem::InvalidKey);
+  event = Event::make("", "x");
+  EXPECT_THROW(publisher.publish(event), idem::InvalidArgument);
+  event = Event::make(std::string(256, 't'), "x");
+  EXPECT_THROW(publisher.publish(event), idem::InvalidArgument);
+  event = Event::make("order.created", "x", {{"", "empty name"}});
+  EXPECT_THROW(publisher.publish(event), idem::InvalidArgument);
+  publisher.publish(Event::make("order.created", "still fine"));
+  EXPECT_EQ(publisher.stats().published, 1u);
+}
+
+TEST_F(RabbitMqTransportTest, ATopologyThatContradictsTheBrokerIsNotRetried) {
+  Publisher publisher(connection_, topology_.publisher_options(ExchangeType::topic));
+  auto options = topology_.consumer_options("mismatch", ExchangeType::fanout);
+  Consumer consumer(connection_, options);
+  try {
+    consumer.connect();
+    FAIL() << "declared a fanout exchange over a topic one";
+  } catch (const idem::rabbitmq::BrokerError& e) {
+    EXPECT_FALSE(e.retryable());
+    EXPECT_NE(std::string(e.what()).find("406"), std::string::npos) << e.what();
+  }
+  FnHandler handler(options.consumer_name,
+                    [](const Event&, BusProxy&) { return HandleResult::processed; });
+  EXPECT_THROW(consumer.run(handler), idem::rabbitmq::BrokerError);
+}
+
+TEST_F(RabbitMqTransportTest, BadCredentialsAreReportedWithoutThePassword) {
+  auto options = connection_;
+  options.password = "wrong-password";
+  try {
+    Publisher publisher(options, topology_.publisher_options());
+    FAIL() << "logged in with a wrong password";
+  } catch (const idem::rabbitmq::BrokerError& e) {
+    EXPECT_EQ(std::string(e.what()).find("wrong-password"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("login"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
