@@ -1,0 +1,91 @@
+// The idempotent handlers plug into the RabbitMQ consumer unchanged on the server recorders:
+// every event published twice on purpose runs its side effect once with Redis and PostgreSQL
+// recorders opened by URL (check_then_mark and exclusive on both, transactional on PostgreSQL).
+// Memory and SQLite are covered by rabbitmq_transport_test.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <memory>
+#include <string>
+
+#include "idem/handler.hpp"
+#include "idem/open.hpp"
+#include "idem/rabbitmq/consumer.hpp"
+#include "idem/rabbitmq/publisher.hpp"
+#include "rabbitmq_test_env.hpp"
+#include "rabbitmq_test_handlers.hpp"
+
+IDEM_RABBITMQ_TEST_ENVIRONMENT();
+
+namespace {
+
+using idem::BusProxy;
+using idem::Event;
+
+struct BackendCase {
+  std::string name;
+  std::string url_variable;  // IDEM_TEST_REDIS_URL or IDEM_TEST_POSTGRES_URL
+  idem::HandlerMode mode;
+};
+
+class RabbitMqBackendTest : public ::testing::TestWithParam<BackendCase> {
+ protected:
+  idem::test::TestTopology topology_;
+  idem::rabbitmq::ConnectionOptions connection_ = idem::test::amqp_test_options();
+};
+
+TEST_P(RabbitMqBackendTest, AnEventPublishedTwiceRunsItsSideEffectOnce) {
+  const BackendCase& param = GetParam();
+  const char* base = std::getenv(param.url_variable.c_str());
+  if (base == nullptr || *base == '\0') {
+    if (idem::test::amqp_servers_required()) FAIL() << param.url_variable << " is not set";
+    GTEST_SKIP() << param.url_variable << " is not set (run through scripts/servers.sh)";
+  }
+  std::string url = base;
+  if (param.url_variable == "IDEM_TEST_REDIS_URL") {
+    url += "?prefix=idemtest:rmq:" + idem::new_event_id().substr(0, 12) + ":";
+  }
+  auto recorder = idem::open_recorder(url);
+
+  const auto options = topology_.consumer_options("dup-" + param.name);
+  idem::rabbitmq::Consumer consumer(connection_, options);
+  consumer.connect();
+  idem::rabbitmq::Publisher publisher(connection_, topology_.publisher_options());
+  idem::test::SideEffects effects;
+  auto handler =
+      idem::make_idempotent_handler(options.consumer_name, recorder,
+                                    [&](const std::string&, BusProxy& bus, const Event& event) {
+                                      if (param.mode == idem::HandlerMode::transactional) {
+                                        EXPECT_NE(bus.transaction(), nullptr);
+                                      }
+                                      effects.record(event.id);
+                                    },
+                                    {param.mode});
+
+  constexpr std::size_t kEvents = 20;
+  for (std::size_t i = 0; i < kEvents; ++i) {
+    const Event event = Event::make("order.created", std::to_string(i));
+    publisher.publish(event);
+    publisher.publish(event);
+  }
+  ASSERT_TRUE(idem::test::consume_until(consumer, *handler,
+                                        [&] { return consumer.stats().acked == 2 * kEvents; }));
+  EXPECT_EQ(effects.distinct(), kEvents);
+  EXPECT_TRUE(effects.doubled().empty());
+  EXPECT_EQ(consumer.stats().duplicates, kEvents);
+  for (const auto& [id, count] : effects.counts())
+    EXPECT_TRUE(recorder->is_processed(options.consumer_name, id));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Recorders, RabbitMqBackendTest,
+    ::testing::Values(
+        BackendCase{"redis_check", "IDEM_TEST_REDIS_URL", idem::HandlerMode::check_then_mark},
+        BackendCase{"redis_exclusive", "IDEM_TEST_REDIS_URL", idem::HandlerMode::exclusive},
+        BackendCase{"postgres_check", "IDEM_TEST_POSTGRES_URL", idem::HandlerMode::check_then_mark},
+        BackendCase{"postgres_exclusive", "IDEM_TEST_POSTGRES_URL", idem::HandlerMode::exclusive},
+        BackendCase{"postgres_transactional", "IDEM_TEST_POSTGRES_URL",
+                    idem::HandlerMode::transactional}),
+    [](const ::testing::TestParamInfo<BackendCase>& case_info) { return case_info.param.name; });
+
+}  // namespace
