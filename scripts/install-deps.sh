@@ -10,11 +10,13 @@ packages=(
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   python3
 )
-# Extra groups: `install-deps.sh format` adds clang-format (CI's check); `tools` adds what
+# Extra groups: `install-deps.sh format` adds clang-format (CI's check); `fuzz` adds clang and
+# its libFuzzer runtime (scripts/fuzz.sh); `tools` adds what
 # linting and plotting need.
 for group in "$@"; do
   case "$group" in
     format) packages+=(clang-format) ;;
+    fuzz) packages+=(clang libclang-rt-14-dev) ;;
     tools) packages+=(clang-format clang-tidy python3-matplotlib) ;;
     *) echo "install-deps.sh: unknown group '$group'" >&2; exit 2 ;;
   esac
