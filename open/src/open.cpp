@@ -1,7 +1,9 @@
 #include "idem/open.hpp"
 
 #include <string>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "idem/error.hpp"
@@ -36,8 +38,6 @@ constexpr std::size_t kMaxSeconds = 86'400'000;  // 1000 days, as durations (url
 using detail::QueryParameter;
 using detail::UrlContext;
 
-enum class Face { recorder, store };
-
 // Runs `open` (a backend constructor); a ConfigError it throws gets the URL context (and loses
 // any secret it might quote). Other errors pass unchanged: they never contain the URL.
 template <class Open>
@@ -69,9 +69,8 @@ std::vector<QueryParameter> memory_parameters(const UrlContext& context, std::st
   return detail::parse_query(context, query);
 }
 
-std::shared_ptr<IdempotencyRecorder> open_memory_recorder(const UrlContext& context,
-                                                          std::string_view rest,
-                                                          const OpenOptions& open) {
+InMemoryRecorderOptions memory_recorder_options(const UrlContext& context, std::string_view rest,
+                                                const OpenOptions& open) {
   InMemoryRecorderOptions options;
   options.clock = open.clock;
   for (const QueryParameter& parameter : memory_parameters(context, rest)) {
@@ -81,13 +80,11 @@ std::shared_ptr<IdempotencyRecorder> open_memory_recorder(const UrlContext& cont
       detail::unknown_parameter(context, parameter, "a memory:// recorder", "shards");
     }
   }
-  return with_context(context,
-                      [&] { return std::make_shared<InMemoryIdempotencyRecorder>(options); });
+  return options;
 }
 
-std::shared_ptr<IdempotencyStore> open_memory_store(const UrlContext& context,
-                                                    std::string_view rest,
-                                                    const OpenOptions& open) {
+InMemoryStoreOptions memory_store_options(const UrlContext& context, std::string_view rest,
+                                          const OpenOptions& open) {
   InMemoryStoreOptions options;
   options.clock = open.clock;
   for (const QueryParameter& parameter : memory_parameters(context, rest)) {
@@ -110,7 +107,7 @@ std::shared_ptr<IdempotencyStore> open_memory_store(const UrlContext& context,
                                 "capacity, when_full, shards");
     }
   }
-  return with_context(context, [&] { return std::make_shared<InMemoryIdempotencyStore>(options); });
+  return options;
 }
 
 // ---- sqlite: ---------------------------------------------------------------------------------
@@ -271,40 +268,48 @@ postgres::PostgresOptions postgres_options(const UrlContext& context, const deta
                              "or postgres)");
 }
 
-}  // namespace
+// Everything a URL asks for, parsed and checked, before anything is opened: open_recorder and
+// open_store share the parsing and differ only in the class they construct (and the memory
+// scheme's options, which differ by face).
+using Plan = std::variant<InMemoryRecorderOptions, InMemoryStoreOptions
+#ifdef IDEM_OPEN_HAVE_SQLITE
+                          ,
+                          SqliteTarget
+#endif
+#ifdef IDEM_OPEN_HAVE_REDIS
+                          ,
+                          redis::RedisOptions
+#endif
+#ifdef IDEM_OPEN_HAVE_POSTGRES
+                          ,
+                          postgres::PostgresOptions
+#endif
+                          >;
 
-std::shared_ptr<IdempotencyRecorder> open_recorder(std::string_view url,
-                                                   const OpenOptions& options) {
-  const UrlContext context("open_recorder", url);
+Plan plan(const UrlContext& context, detail::OpenFace face, const OpenOptions& options) {
   const detail::SplitUrl split = detail::split_scheme(context);
-  if (split.scheme == "memory") return open_memory_recorder(context, split.rest, options);
+  if (split.scheme == "memory") {
+    if (face == detail::OpenFace::recorder)
+      return memory_recorder_options(context, split.rest, options);
+    return memory_store_options(context, split.rest, options);
+  }
   if (split.scheme == "sqlite") {
 #ifdef IDEM_OPEN_HAVE_SQLITE
-    SqliteTarget target = sqlite_target(context, split.rest, options);
-    return with_context(context, [&] {
-      return std::make_shared<sqlite::SqliteIdempotencyRecorder>(std::move(target.path),
-                                                                 std::move(target.options));
-    });
+    return sqlite_target(context, split.rest, options);
 #else
     context.not_built("sqlite", "SQLite", "IDEM_WITH_SQLITE", "libsqlite3-dev");
 #endif
   }
   if (split.scheme == "redis" || split.scheme == "rediss") {
 #ifdef IDEM_OPEN_HAVE_REDIS
-    auto redis_opts = redis_options(context, split, options);
-    return with_context(context, [&] {
-      return std::make_shared<redis::RedisIdempotencyRecorder>(std::move(redis_opts));
-    });
+    return redis_options(context, split, options);
 #else
     context.not_built(split.scheme, "Redis", "IDEM_WITH_REDIS", "libhiredis-dev");
 #endif
   }
   if (split.scheme == "postgresql" || split.scheme == "postgres") {
 #ifdef IDEM_OPEN_HAVE_POSTGRES
-    auto pg_opts = postgres_options(context, split, options);
-    return with_context(context, [&] {
-      return std::make_shared<postgres::PostgresIdempotencyRecorder>(std::move(pg_opts));
-    });
+    return postgres_options(context, split, options);
 #else
     context.not_built(split.scheme, "PostgreSQL", "IDEM_WITH_POSTGRES", "libpq-dev");
 #endif
@@ -312,42 +317,90 @@ std::shared_ptr<IdempotencyRecorder> open_recorder(std::string_view url,
   unknown_scheme(context, split.scheme);
 }
 
+// The other face's memory options: plan() never returns them for this face.
+template <class Interface>
+std::shared_ptr<Interface> other_face() {
+  throw InvalidArgument("idem::open: internal error: a plan for the other face");
+}
+
+// The object for one alternative of a plan: Interface (recorder or store) picks the memory,
+// SQLite, Redis or PostgreSQL class.
+template <class Interface, class Memory, class Sqlite, class Redis, class Postgres,
+          class MemoryOptions, class Chosen>
+std::shared_ptr<Interface> make_object(Chosen& chosen) {
+  if constexpr (std::is_same_v<Chosen, MemoryOptions>) {
+    return std::make_shared<Memory>(std::move(chosen));
+#ifdef IDEM_OPEN_HAVE_SQLITE
+  } else if constexpr (std::is_same_v<Chosen, SqliteTarget>) {
+    return std::make_shared<Sqlite>(std::move(chosen.path), std::move(chosen.options));
+#endif
+#ifdef IDEM_OPEN_HAVE_REDIS
+  } else if constexpr (std::is_same_v<Chosen, redis::RedisOptions>) {
+    return std::make_shared<Redis>(std::move(chosen));
+#endif
+#ifdef IDEM_OPEN_HAVE_POSTGRES
+  } else if constexpr (std::is_same_v<Chosen, postgres::PostgresOptions>) {
+    return std::make_shared<Postgres>(std::move(chosen));
+#endif
+  } else {
+    return other_face<Interface>();
+  }
+}
+
+template <class Interface, class Memory, class Sqlite, class Redis, class Postgres,
+          class MemoryOptions>
+std::shared_ptr<Interface> construct(const UrlContext& context, Plan&& plan) {
+  return std::visit(
+      [&](auto& chosen) {
+        return with_context(context, [&] {
+          return make_object<Interface, Memory, Sqlite, Redis, Postgres, MemoryOptions>(chosen);
+        });
+      },
+      plan);
+}
+
+#ifndef IDEM_OPEN_HAVE_SQLITE
+namespace sqlite {
+using SqliteIdempotencyRecorder = void;
+using SqliteIdempotencyStore = void;
+}  // namespace sqlite
+#endif
+#ifndef IDEM_OPEN_HAVE_REDIS
+namespace redis {
+using RedisIdempotencyRecorder = void;
+using RedisIdempotencyStore = void;
+}  // namespace redis
+#endif
+#ifndef IDEM_OPEN_HAVE_POSTGRES
+namespace postgres {
+using PostgresIdempotencyRecorder = void;
+using PostgresIdempotencyStore = void;
+}  // namespace postgres
+#endif
+
+}  // namespace
+
+namespace detail {
+void check_open_url(std::string_view url, OpenFace face) {
+  const UrlContext context(face == OpenFace::recorder ? "open_recorder" : "open_store", url);
+  (void)plan(context, face, OpenOptions{});
+}
+}  // namespace detail
+
+std::shared_ptr<IdempotencyRecorder> open_recorder(std::string_view url,
+                                                   const OpenOptions& options) {
+  const UrlContext context("open_recorder", url);
+  return construct<IdempotencyRecorder, InMemoryIdempotencyRecorder,
+                   sqlite::SqliteIdempotencyRecorder, redis::RedisIdempotencyRecorder,
+                   postgres::PostgresIdempotencyRecorder, InMemoryRecorderOptions>(
+      context, plan(context, detail::OpenFace::recorder, options));
+}
+
 std::shared_ptr<IdempotencyStore> open_store(std::string_view url, const OpenOptions& options) {
   const UrlContext context("open_store", url);
-  const detail::SplitUrl split = detail::split_scheme(context);
-  if (split.scheme == "memory") return open_memory_store(context, split.rest, options);
-  if (split.scheme == "sqlite") {
-#ifdef IDEM_OPEN_HAVE_SQLITE
-    SqliteTarget target = sqlite_target(context, split.rest, options);
-    return with_context(context, [&] {
-      return std::make_shared<sqlite::SqliteIdempotencyStore>(std::move(target.path),
-                                                              std::move(target.options));
-    });
-#else
-    context.not_built("sqlite", "SQLite", "IDEM_WITH_SQLITE", "libsqlite3-dev");
-#endif
-  }
-  if (split.scheme == "redis" || split.scheme == "rediss") {
-#ifdef IDEM_OPEN_HAVE_REDIS
-    auto redis_opts = redis_options(context, split, options);
-    return with_context(context, [&] {
-      return std::make_shared<redis::RedisIdempotencyStore>(std::move(redis_opts));
-    });
-#else
-    context.not_built(split.scheme, "Redis", "IDEM_WITH_REDIS", "libhiredis-dev");
-#endif
-  }
-  if (split.scheme == "postgresql" || split.scheme == "postgres") {
-#ifdef IDEM_OPEN_HAVE_POSTGRES
-    auto pg_opts = postgres_options(context, split, options);
-    return with_context(context, [&] {
-      return std::make_shared<postgres::PostgresIdempotencyStore>(std::move(pg_opts));
-    });
-#else
-    context.not_built(split.scheme, "PostgreSQL", "IDEM_WITH_POSTGRES", "libpq-dev");
-#endif
-  }
-  unknown_scheme(context, split.scheme);
+  return construct<IdempotencyStore, InMemoryIdempotencyStore, sqlite::SqliteIdempotencyStore,
+                   redis::RedisIdempotencyStore, postgres::PostgresIdempotencyStore,
+                   InMemoryStoreOptions>(context, plan(context, detail::OpenFace::store, options));
 }
 
 }  // namespace idem

@@ -68,6 +68,12 @@ std::chrono::milliseconds duration_value(const UrlContext& context,
 [[noreturn]] void unknown_parameter(const UrlContext& context, const QueryParameter& parameter,
                                     std::string_view where, std::string_view known);
 
+// Parses and checks `url` as open_recorder / open_store would, opening nothing (no file, no
+// connection). Throws what they throw for a bad URL (ConfigError, NotSupported). For tests and
+// the URL fuzzer.
+enum class OpenFace { recorder, store };
+void check_open_url(std::string_view url, OpenFace face);
+
 // `text` with control characters as \xNN, cut to `limit` characters ("...").
 std::string printable(std::string_view text, std::size_t limit = 256);
 
