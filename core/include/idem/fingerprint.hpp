@@ -100,17 +100,11 @@ inline void append_double(std::string& out, double value) {
   append_u64(out, bits);
 }
 
+// Any nlohmann::basic_json instantiation (json, ordered_json, ...). nlohmann's own trait: the
+// template's parameter list changed between releases (3.11.3 added one), so spelling it out here
+// broke clang.
 template <class T>
-inline constexpr bool is_basic_json_v = false;
-template <template <typename, typename, typename...> class ObjectType,
-          template <typename, typename...> class ArrayType, class StringType, class BooleanType,
-          class NumberIntegerType, class NumberUnsignedType, class NumberFloatType,
-          template <typename> class AllocatorType,
-          template <typename, typename = void> class JSONSerializer, class BinaryType,
-          class... Rest>
-inline constexpr bool is_basic_json_v<nlohmann::basic_json<
-    ObjectType, ArrayType, StringType, BooleanType, NumberIntegerType, NumberUnsignedType,
-    NumberFloatType, AllocatorType, JSONSerializer, BinaryType, Rest...>> = true;
+inline constexpr bool is_basic_json_v = nlohmann::detail::is_basic_json<T>::value;
 
 template <class T>
 inline constexpr bool is_optional_v = false;
