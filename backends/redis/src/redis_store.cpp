@@ -12,12 +12,10 @@
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "internal.hpp"
+#include "record_decoder.hpp"
 
 namespace idem::redis {
 namespace {
-
-constexpr std::string_view kInProgress = "in_progress";
-constexpr std::string_view kCompleted = "completed";
 
 void check_lease(Millis lease) {
   if (lease <= Millis::zero()) {
@@ -38,83 +36,6 @@ bool flag_reply(const RedisReply& reply, std::string_view what, const std::strin
   return detail::reply_integer(reply, what, endpoint) == 1;
 }
 
-// Turns a record hash (HGETALL's field/value list) back into an IdempotencyRecord, checking
-// every field a state needs. Anything missing or malformed is reported, never guessed.
-class RecordDecoder {
- public:
-  RecordDecoder(std::string_view key, std::string redis_key, const RedisReply& fields)
-      : key_(key), redis_key_(std::move(redis_key)) {
-    if (fields.type != RedisReply::Type::array || fields.elements.size() % 2 != 0) {
-      corrupt("it is not a hash of field/value pairs");
-    }
-    for (std::size_t i = 0; i + 1 < fields.elements.size(); i += 2)
-      fields_[fields.elements[i].str] = &fields.elements[i + 1].str;
-  }
-
-  IdempotencyRecord decode() {
-    IdempotencyRecord record;
-    record.key = std::string(key_);
-    const std::string& state = required("state");
-    record.token = unsigned_field("token");
-    if (const std::string* fingerprint = optional("fingerprint")) {
-      record.fingerprint = *fingerprint;
-    }
-    if (state == kInProgress) {
-      record.state = IdempotencyRecord::State::in_progress;
-      record.lease_until = time_field("lease_until");
-    } else if (state == kCompleted) {
-      record.state = IdempotencyRecord::State::completed;
-      if (optional("lease_until") != nullptr) record.lease_until = time_field("lease_until");
-      record.completed_at = time_field("completed_at");
-      record.expires_at = time_field("expires_at");
-      record.value.bytes = required("value");
-      const std::string& report = required("report");
-      try {
-        record.report = ExecutionReport::from_json(report);
-      } catch (const std::exception& e) {
-        corrupt("field 'report' is not a valid execution report (" + std::string(e.what()) + ")");
-      }
-    } else {
-      corrupt("unknown state '" + state.substr(0, 40) + "'");
-    }
-    return record;
-  }
-
- private:
-  [[noreturn]] void corrupt(const std::string& why) const {
-    throw StoreError(ErrorCode::store_corrupt_record,
-                     "idem redis: the record of idempotency key '" + std::string(key_) +
-                         "' (redis key " + redis_key_ + ") is corrupt: " + why +
-                         "; delete the key to reset it");
-  }
-  const std::string* optional(const char* name) const {
-    const auto it = fields_.find(name);
-    return it == fields_.end() ? nullptr : it->second;
-  }
-  const std::string& required(const char* name) const {
-    const std::string* value = optional(name);
-    if (value == nullptr) corrupt("field '" + std::string(name) + "' is missing");
-    return *value;
-  }
-  template <class T>
-  T number(const char* name) const {
-    const std::string& text = required(name);
-    T value{};
-    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-    if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
-      corrupt("field '" + std::string(name) + "' is not an integer ('" + text.substr(0, 40) + "')");
-    }
-    return value;
-  }
-  std::uint64_t unsigned_field(const char* name) const { return number<std::uint64_t>(name); }
-  WallTime time_field(const char* name) const {
-    return detail::from_ms(number<std::int64_t>(name));
-  }
-
-  std::string_view key_;
-  std::string redis_key_;
-  std::map<std::string, const std::string*, std::less<>> fields_;
-};
 
 }  // namespace
 
@@ -174,7 +95,7 @@ ClaimOutcome RedisIdempotencyStore::claim(std::string_view key,
     return outcome;
   }
   if (reply.elements.size() != 2) detail::throw_unexpected_reply(reply, "claim", endpoint);
-  IdempotencyRecord found = RecordDecoder(key, record, reply.elements[1]).decode();
+  IdempotencyRecord found = detail::RecordDecoder(key, record, reply.elements[1]).decode();
   if (status == "corrupt") {
     // The decoder found nothing wrong, but the script could not read the state's time either:
     // report it rather than act on a record two readers disagree about.
@@ -253,7 +174,7 @@ std::optional<IdempotencyRecord> RedisIdempotencyStore::lookup(std::string_view 
   const RedisReply reply = connection->command({"HGETALL", record}, CommandKind::read, "lookup");
   if (reply.is_error()) detail::throw_reply_error(reply, "lookup", connection->endpoint());
   if (reply.type == RedisReply::Type::array && reply.elements.empty()) return std::nullopt;
-  IdempotencyRecord found = RecordDecoder(key, record, reply).decode();
+  IdempotencyRecord found = detail::RecordDecoder(key, record, reply).decode();
   if (found.state == IdempotencyRecord::State::completed &&
       clock_->wall_now() >= found.expires_at) {
     return std::nullopt;  // expired: reported absent; purge_expired() or Redis removes it
