@@ -19,6 +19,7 @@
 
 #include "connection.hpp"
 #include "idem/error.hpp"
+#include "record_decoder.hpp"
 #include "schema.hpp"
 
 namespace idem::postgres {
@@ -33,8 +34,8 @@ using detail::Params;
 using detail::Statement;
 using State = IdempotencyRecord::State;
 
-constexpr std::string_view kInProgress = "in_progress";
-constexpr std::string_view kCompleted = "completed";
+using detail::kCompleted;
+using detail::kInProgress;
 
 // The columns every statement that reads a record returns, in this order (decode_record).
 constexpr const char* kRecordColumns =
@@ -365,46 +366,9 @@ class PostgresIdempotencyStore::Impl {
     return lease.connection().run(statement, params, call, kind);
   }
 
-  [[noreturn]] void corrupt(std::string_view key, const std::string& why) const {
-    throw StoreError(ErrorCode::store_corrupt_record,
-                     "PostgresIdempotencyStore: the record for key '" + std::string(key) + "' in " +
-                         table_name + " is corrupt: " + why);
-  }
-
-  // The record in the kRecordColumns columns of `row` that start at column `first`.
   IdempotencyRecord decode(std::string_view key, const detail::Result& result, int row,
                            int first) const {
-    const auto null = [&](int column) { return result.is_null(row, first + column); };
-    IdempotencyRecord record;
-    record.key = std::string(key);
-    const std::string_view state = result.bytes(row, first + 0);
-    if (state == kInProgress) {
-      record.state = State::in_progress;
-    } else if (state == kCompleted) {
-      record.state = State::completed;
-    } else {
-      corrupt(key, "unknown state '" + std::string(state.substr(0, 40)) + "'");
-    }
-    if (null(1) || result.int8(row, first + 1) <= 0) corrupt(key, "no valid token");
-    record.token = static_cast<std::uint64_t>(result.int8(row, first + 1));
-    if (!null(2)) record.fingerprint = std::string(result.bytes(row, first + 2));
-    if (!null(3)) record.lease_until = result.timestamptz(row, first + 3);
-    if (record.state == State::in_progress) {
-      if (null(3)) corrupt(key, "an in-progress record without lease_until");
-      return record;
-    }
-    if (null(5) || null(6)) corrupt(key, "a completed record without completed_at/expires_at");
-    record.completed_at = result.timestamptz(row, first + 5);
-    record.expires_at = result.timestamptz(row, first + 6);
-    if (null(7)) corrupt(key, "a completed record without a value");
-    record.value.bytes = std::string(result.bytes(row, first + 7));
-    if (null(8)) corrupt(key, "a completed record without its report");
-    try {
-      record.report = ExecutionReport::from_json(result.bytes(row, first + 8));
-    } catch (const Error& e) {
-      corrupt(key, std::string("its report does not decode: ") + e.what());
-    }
-    return record;
+    return detail::decode_record(key, table_name, result, row, first);
   }
 
   std::optional<IdempotencyRecord> read(std::string_view key, std::string_view call) {
