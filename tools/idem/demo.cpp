@@ -16,6 +16,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <stdexcept>
@@ -36,6 +37,11 @@
 #ifdef IDEM_HAVE_POSTGRES
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_transaction.hpp"
+#endif
+#ifdef IDEM_HAVE_RABBITMQ
+#include "idem/rabbitmq/admin.hpp"
+#include "idem/rabbitmq/consumer.hpp"
+#include "idem/rabbitmq/publisher.hpp"
 #endif
 
 extern char** environ;
@@ -283,12 +289,16 @@ pid_t spawn_consumer(const fs::path& dir, const DemoOptions& options, const std:
   }
   // The environment is built before fork(): the child may only call async-signal-safe functions.
   std::string store_variable = std::string(kDemoStoreVariable) + "=" + url;
+  std::string broker_variable = std::string(kDemoBrokerVariable) + "=" + options.broker;
   std::vector<char*> envp;
   for (char** e = environ; *e != nullptr; ++e) {
-    if (std::string_view(*e).rfind(std::string(kDemoStoreVariable) + "=", 0) != 0)
+    const std::string_view entry(*e);
+    if (entry.rfind(std::string(kDemoStoreVariable) + "=", 0) != 0 &&
+        entry.rfind(std::string(kDemoBrokerVariable) + "=", 0) != 0)
       envp.push_back(*e);
   }
   envp.push_back(store_variable.data());
+  if (!options.broker.empty()) envp.push_back(broker_variable.data());
   envp.push_back(nullptr);
   std::vector<char*> argv;
   for (auto& a : args)
@@ -340,6 +350,58 @@ int watch(pid_t pid, int notify_fd, DeliveryLogReader& log, ProgressBar& bar,
     if (::waitpid(pid, &status, WNOHANG) == pid) return status;
   }
 }
+
+// Writes the delivery log around a handler: "D seq" before it runs, then "P seq" / "X seq", or
+// "B seq" when another delivery holds the event's claim (rethrown: the transport redelivers it).
+class LoggedHandler final : public EventHandler {
+ public:
+  LoggedHandler(EventHandler& inner, AppendLog& log, std::set<std::uint64_t>& settled)
+      : inner_(inner), log_(log), settled_(settled) {}
+  const std::string& consumer() const noexcept override { return inner_.consumer(); }
+  HandleResult operator()(const Event& event, BusProxy& bus) override {
+    const auto seq = event.headers.find("seq");
+    if (seq == event.headers.end()) throw DecodeError("demo event without a seq header");
+    log_.line("D " + seq->second);
+    HandleResult result{};
+    try {
+      result = inner_(event, bus);
+    } catch (const AlreadyInProgress&) {
+      log_.line("B " + seq->second);
+      throw;
+    }
+    log_.line((result == HandleResult::processed ? "P " : "X ") + seq->second);
+    settled_.insert(std::stoull(seq->second));
+    return result;
+  }
+
+ private:
+  EventHandler& inner_;
+  AppendLog& log_;
+  std::set<std::uint64_t>& settled_;
+};
+
+// Sequence numbers a previous consumer process already settled (P or X in the delivery log).
+std::set<std::uint64_t> settled_in_log(const fs::path& path) {
+  std::set<std::uint64_t> settled;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.size() > 2 && (line[0] == 'P' || line[0] == 'X'))
+      settled.insert(std::stoull(line.substr(2)));
+  }
+  return settled;
+}
+
+#ifdef IDEM_HAVE_RABBITMQ
+// One exchange and one queue per run (named after the run's fresh consumer name), so runs
+// against one broker never see each other's messages.
+rabbitmq::ConsumerOptions broker_consumer_options(const std::string& consumer) {
+  rabbitmq::ConsumerOptions options;
+  options.consumer_name = consumer;
+  options.exchange = "idem.demo." + consumer;
+  return options;
+}
+#endif
 
 }  // namespace
 
@@ -409,6 +471,25 @@ int run_demo_consumer(const ConsumerOptions& options) {
       HandlerOptions{.mode = mode, .lease = std::chrono::milliseconds(1500)});
 
   const std::vector<Event> queue = read_queue(dir);
+  const char* broker = std::getenv(kDemoBrokerVariable);
+  if (broker != nullptr && *broker != '\0') {
+#ifdef IDEM_HAVE_RABBITMQ
+    // RabbitMQ acknowledges each message after its handler returned; a killed consumer's
+    // unacknowledged messages are delivered again. Done when every published message was
+    // settled (by this process or the one before) and the queue holds nothing more.
+    const auto connection = rabbitmq::ConnectionOptions::from_url(broker);
+    rabbitmq::Consumer amqp(connection, broker_consumer_options(consumer));
+    std::set<std::uint64_t> settled = settled_in_log(dir / "deliveries.log");
+    LoggedHandler logged(*handler, deliveries, settled);
+    amqp.run_until(logged, [&] {
+      return settled.size() >= queue.size() &&
+             rabbitmq::queue_depth(connection, amqp.queue_name()) == 0;
+    });
+    return 0;
+#else
+    throw NotSupported("--broker: this idem was built without RabbitMQ (IDEM_WITH_RABBITMQ)");
+#endif
+  }
   CollectingBusProxy bus(consumer);
   std::uint64_t offset = read_offset(dir);
   while (offset < queue.size()) {
@@ -472,6 +553,21 @@ int run_demo(const DemoOptions& options) {
     }
   }
 
+#ifdef IDEM_HAVE_RABBITMQ
+  std::optional<rabbitmq::ConnectionOptions> broker;
+  if (!options.broker.empty()) {
+    broker = rabbitmq::ConnectionOptions::from_url(options.broker);  // ConfigError when bad
+    if (consumer == kConsumer)
+      consumer = std::string(kConsumer) + "-" + new_event_id().substr(0, 8);
+  }
+#else
+  if (!options.broker.empty()) {
+    throw NotSupported(
+        "--broker: this idem was built without RabbitMQ (IDEM_WITH_RABBITMQ=ON and "
+        "librabbitmq-dev build it)");
+  }
+#endif
+
   fs::path dir = options.dir;
   bool remove_dir = false;
   if (dir.empty()) {
@@ -496,7 +592,24 @@ int run_demo(const DemoOptions& options) {
             << "  consumer:  " << consumer
             << (options.store.empty() ? "\n" : " (a fresh name for this run)\n");
 
+#ifdef IDEM_HAVE_RABBITMQ
+  // The queue is declared before anything is published, so it receives every message (and an
+  // unreachable broker stops the demo before it starts).
+  if (broker) rabbitmq::Consumer(*broker, broker_consumer_options(consumer)).connect();
+#endif
   const std::size_t stream_size = publish(dir, options);
+#ifdef IDEM_HAVE_RABBITMQ
+  if (broker) {
+    rabbitmq::PublisherOptions publisher_options;
+    publisher_options.exchange = broker_consumer_options(consumer).exchange;
+    rabbitmq::Publisher publisher(*broker, publisher_options);
+    for (Event& event : read_queue(dir))
+      publisher.publish(event);  // waits for the broker's confirm
+    std::cout << "  broker:    " << rabbitmq::redact_amqp_url(options.broker) << ", exchange "
+              << publisher_options.exchange << ", queue idem." << consumer
+              << " (acked after each handler)\n";
+  }
+#endif
   std::cout << "  producer:  published " << stream_size << " events (" << options.events
             << " distinct + " << (stream_size - options.events) << " duplicates)\n";
 
@@ -546,7 +659,10 @@ int run_demo(const DemoOptions& options) {
   bar.finish("killed");
   std::cout.flush();
   std::cout << "  crash:     consumer pid " << first << " killed with SIGKILL inside the handler "
-            << "of delivery #" << stalled_seq << "; last committed offset " << committed
+            << "of delivery #" << stalled_seq
+            << (options.broker.empty()
+                    ? "; last committed offset " + std::to_string(committed)
+                    : std::string("; its unacknowledged messages go back to the queue"))
             << std::endl;
 
   ProgressBar bar2("  restarted", stream_size);
@@ -623,6 +739,14 @@ int run_demo(const DemoOptions& options) {
               << " distinct) and " << markers << " events marked processed for " << options.events
               << " distinct events\n";
   }
+#ifdef IDEM_HAVE_RABBITMQ
+  if (broker) {
+    const auto topology = broker_consumer_options(consumer);
+    rabbitmq::delete_queue(*broker, "idem." + consumer);
+    rabbitmq::delete_queue(*broker, "idem." + consumer + ".dlq");
+    rabbitmq::delete_exchange(*broker, topology.exchange);
+  }
+#endif
   recorder.reset();  // close the database before its directory goes
   if (remove_dir) {
     std::error_code ec;

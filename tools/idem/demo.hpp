@@ -3,9 +3,11 @@
 //
 // A producer writes a stream of events with duplicates to a file-backed queue (a stand-in for a
 // broker with at-least-once delivery: a consumer acknowledges by committing its offset every
-// few messages). A consumer *process* is killed with SIGKILL in the middle of a handler and
-// restarted; it resumes from its last committed offset, so the backlog since that offset is
-// redelivered. The demo then counts deliveries, duplicates dropped, redeliveries and side
+// few messages) — or, with --broker amqp://..., publishes them to RabbitMQ, where the consumer
+// acknowledges each message after its handler returned and the broker redelivers what a killed
+// consumer had not acknowledged. A consumer *process* is killed with SIGKILL in the middle of a
+// handler and restarted; it resumes from its last committed offset, so the backlog since that
+// offset is redelivered. The demo then counts deliveries, duplicates dropped, redeliveries and side
 // effects from what the processes left on disk, and checks that every distinct event had its
 // side effect exactly once.
 #pragma once
@@ -25,11 +27,14 @@ struct DemoOptions {
   bool keep = false;                   // keep the work dir
   std::uint64_t seed = 42;             // for the duplicate pattern
   std::string store;                   // recorder URL; default: sqlite file idem.db in the work dir
+  std::string broker;                  // amqp:// URL: deliver through RabbitMQ (default: the file)
 };
 
 // The consumer process gets the recorder URL in the environment variable IDEM_DEMO_STORE (not
 // on its command line, where other users' `ps` would show a password).
 inline constexpr const char* kDemoStoreVariable = "IDEM_DEMO_STORE";
+// Likewise the broker URL (--broker), in IDEM_DEMO_BROKER.
+inline constexpr const char* kDemoBrokerVariable = "IDEM_DEMO_BROKER";
 
 struct ConsumerOptions {
   std::string dir;

@@ -43,6 +43,9 @@ int main(int argc, char** argv) {
                        "Recorder URL: sqlite:///path.db, redis://host:port/db, "
                        "postgresql://user@host/db (default: idem.db in the work dir; see "
                        "docs/urls.md)");
+  demo_cmd->add_option("--broker", demo.broker,
+                       "Deliver through RabbitMQ at this amqp://user:password@host:port/vhost URL "
+                       "(default: a file-backed queue; see docs/rabbitmq.md)");
 
   idem::cli::ConsumerOptions consumer;
   auto* consumer_cmd =

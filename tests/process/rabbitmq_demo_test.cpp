@@ -1,0 +1,62 @@
+// `idem demo --broker amqp://...` on the test broker (IDEM_TEST_AMQP_URL): the crash-and-replay
+// demo delivered through RabbitMQ — a consumer process SIGKILLed inside a handler, its
+// unacknowledged messages redelivered to a fresh process — passes its exactly-once check in every
+// handler mode on a SQLite recorder and with a Redis recorder; a bad or unreachable broker stops
+// the demo before anything is published, without printing the password.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "../integration/rabbitmq_test_env.hpp"
+#include "../integration/redis_test_env.hpp"
+#include "demo_cli.hpp"
+
+IDEM_RABBITMQ_TEST_ENVIRONMENT();
+
+namespace {
+
+using idem::test::has;
+using idem::test::run_cli;
+
+idem::test::CliRun run_broker_demo(const std::string& mode, const std::string& store = "") {
+  std::vector<std::string> arguments = {
+      "demo", "--events", "400", "--mode", mode, "--broker", idem::test::amqp_url()};
+  if (!store.empty()) arguments.insert(arguments.end(), {"--store", store});
+  return run_cli(arguments);
+}
+
+TEST(RabbitMqDemo, EveryModeOnSqliteDeliversThroughTheBrokerOnce) {
+  IDEM_REQUIRE_CLI();
+  for (const char* mode : {"transactional", "exclusive", "check_then_mark"}) {
+    SCOPED_TRACE(mode);
+    const auto run = run_broker_demo(mode);
+    idem::test::expect_demo_ok(run, "400");
+    EXPECT_TRUE(has(run, "its unacknowledged messages go back to the queue")) << run.output;
+    EXPECT_TRUE(has(run, "(acked after each handler)")) << run.output;
+  }
+}
+
+TEST(RabbitMqDemo, ARedisRecorderBehindTheBroker) {
+  IDEM_REQUIRE_CLI();
+  if (idem::test::redis_url().empty()) GTEST_SKIP() << "no Redis server (IDEM_TEST_REDIS_URL)";
+  idem::test::RedisTestPrefix prefix("demo-amqp");
+  const auto run =
+      run_broker_demo("exclusive", idem::test::redis_url() + "?prefix=" + prefix.prefix());
+  idem::test::expect_demo_ok(run, "400");
+}
+
+TEST(RabbitMqDemo, ABadOrUnreachableBrokerStopsTheDemoBeforeItPublishes) {
+  IDEM_REQUIRE_CLI();
+  const auto down =
+      run_cli({"demo", "--events", "50", "--broker", "amqp://guest:hunter22@127.0.0.1:1/"});
+  EXPECT_EQ(down.exit_code, 2) << down.output;
+  EXPECT_FALSE(has(down, "producer:")) << down.output;
+  EXPECT_FALSE(has(down, "hunter22")) << down.output;
+  const auto bad = run_cli({"demo", "--events", "50", "--broker", "http://guest:hunter22@x/"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_FALSE(has(bad, "producer:")) << bad.output;
+  EXPECT_FALSE(has(bad, "hunter22")) << bad.output;
+}
+
+}  // namespace
