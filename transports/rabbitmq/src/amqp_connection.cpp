@@ -181,6 +181,27 @@ void AmqpConnection::check_rpc(std::string_view operation) {
        retryable_reply_code(code));
 }
 
+bool AmqpConnection::alive() {
+  if (broken_) return false;
+  for (;;) {
+    timeval no_wait{};
+    amqp_frame_t frame;
+    const int status = amqp_simple_wait_frame_noblock(connection_, &frame, &no_wait);
+    if (status == AMQP_STATUS_TIMEOUT) return true;
+    if (status != AMQP_STATUS_OK) {
+      broken_ = true;
+      return false;
+    }
+    if (frame.frame_type == AMQP_FRAME_METHOD &&
+        (frame.payload.method.id == AMQP_CONNECTION_CLOSE_METHOD ||
+         frame.payload.method.id == AMQP_CHANNEL_CLOSE_METHOD)) {
+      broken_ = true;
+      return false;
+    }
+    // Anything else unasked for (a late confirm) carries nothing we need.
+  }
+}
+
 void AmqpConnection::declare_exchange(const std::string& name, std::string_view type) {
   amqp_exchange_declare(connection_, kChannel, bytes_of(name), bytes_of(type), /*passive=*/0,
                         /*durable=*/1, /*auto_delete=*/0, /*internal=*/0, amqp_empty_table);

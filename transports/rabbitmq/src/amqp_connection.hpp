@@ -49,6 +49,9 @@ class AmqpConnection {
   AmqpConnection& operator=(const AmqpConnection&) = delete;
 
   bool broken() const noexcept { return broken_; }
+  // Reads whatever the broker sent meanwhile without waiting (answering heartbeats): false, and
+  // broken(), when it closed the connection — e.g. after missed heartbeats while we sat idle.
+  bool alive();
   const std::string& endpoint() const noexcept { return endpoint_; }
 
   void declare_exchange(const std::string& name, std::string_view type);

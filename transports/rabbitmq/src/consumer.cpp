@@ -178,7 +178,7 @@ class Consumer::Impl {
   void side_publish(const std::string& exchange, const std::string& routing_key,
                     const detail::Outgoing& message) {
     try {
-      if (side_ == nullptr || side_->broken()) {
+      if (side_ == nullptr || !side_->alive()) {
         side_.reset();
         auto connection = std::make_unique<detail::AmqpConnection>(connection_options_);
         connection->enable_confirms();
@@ -192,6 +192,16 @@ class Consumer::Impl {
   }
 
   void settle(EventHandler& handler, const detail::Delivery& delivery) {
+    try {
+      settle_or_throw(handler, delivery);
+    } catch (const BrokerError&) {
+      // The ack/nack could not be sent: the connection is gone and the broker will deliver the
+      // message again (the idempotent handler then drops it if it was processed).
+      main_.reset();
+    }
+  }
+
+  void settle_or_throw(EventHandler& handler, const detail::Delivery& delivery) {
     count([](ConsumerStats& s) { ++s.delivered; });
     ++settled_;
     if (!delivery.message_id) {
@@ -240,31 +250,25 @@ class Consumer::Impl {
       reason = "the handler threw a non-standard exception";
     }
 
-    try {
-      switch (outcome) {
-        case Outcome::ack:
-          main_->ack(delivery.tag);
-          in_progress_.erase(id);
-          count([&](ConsumerStats& s) {
-            ++s.acked;
-            if (result == HandleResult::duplicate) ++s.duplicates;
-          });
-          return;
-        case Outcome::malformed:
-          in_progress_.erase(id);
-          dead_letter(delivery, "malformed: " + reason, true, 1);
-          return;
-        case Outcome::in_progress:
-          on_in_progress(delivery, id, reason);
-          return;
-        case Outcome::failed:
-          on_failure(delivery, id, reason);
-          return;
-      }
-    } catch (const BrokerError&) {
-      // The ack/nack could not be sent: the connection is gone and the broker will deliver the
-      // message again (the idempotent handler then drops it if it was processed).
-      main_.reset();
+    switch (outcome) {
+      case Outcome::ack:
+        main_->ack(delivery.tag);
+        in_progress_.erase(id);
+        count([&](ConsumerStats& s) {
+          ++s.acked;
+          if (result == HandleResult::duplicate) ++s.duplicates;
+        });
+        return;
+      case Outcome::malformed:
+        in_progress_.erase(id);
+        dead_letter(delivery, "malformed: " + reason, true, 1);
+        return;
+      case Outcome::in_progress:
+        on_in_progress(delivery, id, reason);
+        return;
+      case Outcome::failed:
+        on_failure(delivery, id, reason);
+        return;
     }
   }
 

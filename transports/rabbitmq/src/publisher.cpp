@@ -101,7 +101,7 @@ class Publisher::Impl {
     const detail::Outgoing message = detail::to_outgoing(event);
     std::lock_guard lock(mutex_);
     try {
-      if (connection_ == nullptr || connection_->broken()) {
+      if (connection_ == nullptr || !connection_->alive()) {
         connection_.reset();
         connect();
         ++stats_.reconnects;

@@ -15,7 +15,9 @@
 //   PRECONDITION_FAILED: an existing queue or
 //   exchange with other settings, 403, 404, ...)
 //
-// (*) ACCESS_REFUSED on login is not retryable.
+// (*) RabbitMQ answers bad credentials by closing the socket during the handshake, which looks
+//     the same as a broker that is still starting, so a refused login is retryable too: a
+//     consumer with a wrong password retries until max_reconnect_attempts (0: forever).
 // The code is always store_error (the transport is where the events are kept). Messages name the
 // operation and the endpoint (never the password), e.g.
 //   "idem rabbitmq: connect to amqp://guest@127.0.0.1:5672/: a socket error occurred".

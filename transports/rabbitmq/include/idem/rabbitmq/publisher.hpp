@@ -12,8 +12,10 @@
 // which idem's consumers drop by event id). An event no queue is bound for is acknowledged and
 // dropped by the broker, as AMQP does.
 //
-// A lost connection is noticed by the publish that meets it (which throws); the next publish
-// reconnects (one attempt, no backoff: the caller decides whether and when to retry).
+// Before sending, publish() reads without waiting what the broker sent meanwhile, so a
+// connection it closed while the publisher sat idle (missed heartbeats, a restart) is replaced
+// first. A connection that fails during a publish makes it throw; the next publish reconnects
+// (one attempt, no backoff: the caller decides whether and when to retry).
 //
 // Thread-safety: a Publisher is internally locked, so several threads may share one; publishes
 // are then serialised on its single connection. For throughput give each thread its own.
