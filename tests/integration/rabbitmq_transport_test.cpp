@@ -10,6 +10,8 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "idem/error.hpp"
 #include "idem/handler.hpp"
@@ -334,6 +336,56 @@ TEST_F(RabbitMqTransportTest, FanoutGivesEveryConsumerNameEveryEventOnce) {
   EXPECT_EQ(billed.counts(), shipped.counts());
   EXPECT_TRUE(billed.doubled().empty());
   EXPECT_TRUE(shipped.doubled().empty());
+}
+
+TEST_F(RabbitMqTransportTest, CompetingConsumersAndASharedPublisherRunEachEventOnce) {
+  // Two Consumer objects with one name share the queue, each on its own thread, with one
+  // exclusive-mode handler; four threads publish every event twice through one Publisher.
+  auto options = topology_.consumer_options("competing");
+  options.in_progress_backoff = idem::Millis(1);
+  options.prefetch = 4;
+  Consumer first(connection_, options);
+  Consumer second(connection_, options);
+  first.connect();
+  second.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+  SideEffects effects;
+  auto handler = idem::make_idempotent_handler(
+      options.consumer_name, recorder,
+      [&](const std::string&, BusProxy&, const Event& event) { effects.record(event.id); },
+      {idem::HandlerMode::exclusive});
+
+  constexpr std::size_t kThreads = 4;
+  constexpr std::size_t kPerThread = 25;
+  constexpr std::size_t kDeliveries = 2 * kThreads * kPerThread;
+  const auto all_acked = [&] { return first.stats().acked + second.stats().acked >= kDeliveries; };
+  std::thread run_first([&] { consume_until(first, *handler, all_acked); });
+  std::thread run_second([&] { consume_until(second, *handler, all_acked); });
+  std::vector<std::thread> publishers;
+  for (std::size_t t = 0; t < kThreads; ++t) {
+    publishers.emplace_back([&, t] {
+      for (std::size_t i = 0; i < kPerThread; ++i) {
+        const Event event =
+            Event::make("order.created", std::to_string(t) + "/" + std::to_string(i));
+        publisher.publish(event);
+        publisher.publish(event);
+      }
+    });
+  }
+  for (auto& thread : publishers)
+    thread.join();
+  run_first.join();
+  run_second.join();
+
+  EXPECT_EQ(publisher.stats().published, kDeliveries);
+  EXPECT_EQ(effects.distinct(), kThreads * kPerThread);
+  EXPECT_TRUE(effects.doubled().empty());
+  const auto a = first.stats();
+  const auto b = second.stats();
+  EXPECT_EQ(a.acked + b.acked, kDeliveries);
+  EXPECT_EQ(a.duplicates + b.duplicates, kThreads * kPerThread);
+  EXPECT_EQ(a.dead_lettered + b.dead_lettered, 0u);
 }
 
 TEST_F(RabbitMqTransportTest, FollowUpEventsArePublishedToTheExchange) {
