@@ -5,11 +5,13 @@
 // One cell = one new event (or key):
 //   1. idem_test_crash_worker runs with IDEM_CRASH_POINT=<point> IDEM_CRASH_ACTION=kill in its
 //      environment (CrashPlan::from_env) and must die by SIGKILL — which only the plan sends.
-//   2. A fresh worker without a plan handles the same event (the redelivery) or calls the same key.
+//   2. Where the dead owner left a claim (exclusive mode, operations), a worker within its lease
+//      is refused (AlreadyInProgress) and runs nothing.
+//   3. A fresh worker without a plan handles the same event (the redelivery) or calls the same key.
 //      Its wall clock runs 61 s ahead, past the dead owner's 60 s lease: an abandoned claim is
 //      taken over without the test sleeping through the lease (the pattern of the other crash
 //      tests; a real short lease would only add waiting, not coverage).
-//   3. The side effects are counted — lines in an fsync'ed append-only file, and for the
+//   4. The side effects are counted — lines in an fsync'ed append-only file, and for the
 //      transactional mode also rows written through the handler's transaction — and compared
 //      with the cell's promise: 1 (exactly once) or 2 (at least once, in the named window). The
 //      event must end marked (no open claim); the key must end completed.
@@ -443,6 +445,24 @@ TEST_P(CrashMatrix, AFreshProcessFinishesTheWorkWithThePromisedSideEffects) {
     ASSERT_EQ(output, "") << name << ": the armed worker got past its crash point";
   }
 
+  // 1b. Where the dead owner left a claim (exclusive mode, operations), a fresh process within
+  //     its lease is refused and runs nothing: the claim, not luck, keeps W2/W4 to one rerun.
+  const bool claim_left =
+      (cell.mode == "exclusive" || cell.face == Face::operation) &&
+      (cell.point == CrashPoint::after_claim || cell.point == CrashPoint::after_side_effect ||
+       cell.point == CrashPoint::before_complete);
+  if (claim_left) {
+    const int before = count_lines(effects, effect_line);
+    ChildProcess child(worker(std::nullopt, args));
+    child.close_stdin();
+    const std::string output = child.read_all();
+    const int status = child.wait();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << name << ": the worker within the lease failed (" << describe(status) << ")";
+    EXPECT_EQ(output, "in_progress\n") << name << ": a delivery within the dead owner's lease";
+    EXPECT_EQ(count_lines(effects, effect_line), before) << name << ": ran within the lease";
+  }
+
   // 2. A fresh process, past the dead owner's lease, handles the same event / calls the same key.
   std::vector<std::string> fresh_args = args;
   fresh_args.push_back("--clock-ahead-ms");
@@ -459,7 +479,7 @@ TEST_P(CrashMatrix, AFreshProcessFinishesTheWorkWithThePromisedSideEffects) {
   }
   second = second.substr(0, second.find_first_of(" \n"));
 
-  // 3. The outcome the docs promise.
+  // 4. The outcome the docs promise.
   const int effects_seen = count_lines(effects, effect_line);
   const long long rows = promise.rows >= 0 ? backend.rows(id) : -1;
   std::string observed = std::to_string(effects_seen);

@@ -11,13 +11,14 @@
 //     transaction (SQLite: SqliteTransaction, PostgreSQL: PostgresTransaction). The handler then
 //     passes crash_point(after_side_effect); after it returned, crash_point(after_commit_before_
 //     ack) — the moment a consumer would acknowledge the delivery. Prints "processed" or
-//     "duplicate".
+//     "duplicate" — or "in_progress" when a live claim of another process refused it.
 //
 //   operate --url URL --key K --effects FILE [--lease-ms N] [--clock-ahead-ms N]
 //     Calls an idem::resilient() operation with idempotency key K on the store. Its body appends
 //     "<K>\n" to FILE (fsync) and passes crash_point(after_side_effect); after the call returned,
 //     crash_point(after_commit_before_ack) (the caller about to use the result). Prints the
-//     idempotency status ("executed" / "replayed" / "joined") and the value.
+//     idempotency status ("executed" / "replayed" / "joined") and the value, or "in_progress" when
+//     another process's live claim holds the key (it does not wait).
 //
 // --clock-ahead-ms N runs this process's wall clock N ms ahead of the system's: a fresh process
 // started that far ahead finds a killed owner's lease over without anyone waiting for it.
@@ -31,6 +32,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -184,7 +186,13 @@ int consume(const Args& args, const CrashPlan& plan) {
   idem::Event event;
   event.id = required(args, "--event");
   event.type = "crash.matrix";
-  const idem::HandleResult result = (*handler)(event, bus);
+  idem::HandleResult result;
+  try {
+    result = (*handler)(event, bus);
+  } catch (const idem::AlreadyInProgress&) {
+    std::cout << "in_progress" << std::endl;  // a live claim holds the event: not acknowledged
+    return 0;
+  }
   idem::testing::crash_point(CrashPoint::after_commit_before_ack, plan);
   std::cout << idem::to_string(result) << std::endl;
   return 0;
@@ -213,9 +221,16 @@ int operate(const Args& args, const CrashPlan& plan) {
         return "value:" + key;
       },
       std::move(options));
-  const auto result = operation(required(args, "--key"));
+  std::optional<idem::OperationResult<std::string>> result;
+  try {
+    result = operation(required(args, "--key"));
+  } catch (const idem::AlreadyInProgress&) {
+    std::cout << "in_progress" << std::endl;  // a live claim holds the key
+    return 0;
+  }
   idem::testing::crash_point(CrashPoint::after_commit_before_ack, plan);
-  std::cout << result.report.metadata.at("idempotency_status") << " " << result.value << std::endl;
+  std::cout << result->report.metadata.at("idempotency_status") << " " << result->value
+            << std::endl;
   return 0;
 }
 
