@@ -257,11 +257,11 @@ void AmqpConnection::publish(const std::string& exchange, const std::string& rou
   amqp_basic_properties_t properties{};
   properties._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
   properties.delivery_mode = AMQP_DELIVERY_PERSISTENT;
-  if (message.message_id) {
+  if (message.message_id != nullptr) {
     properties._flags |= AMQP_BASIC_MESSAGE_ID_FLAG;
     properties.message_id = bytes_of(*message.message_id);
   }
-  if (message.type) {
+  if (message.type != nullptr) {
     properties._flags |= AMQP_BASIC_TYPE_FLAG;
     properties.type = bytes_of(*message.type);
   }

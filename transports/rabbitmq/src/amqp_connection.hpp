@@ -31,10 +31,11 @@ struct Delivery {
   std::int64_t delivery_count = 0;             // quorum queues: x-delivery-count (0 if absent)
 };
 
-// What idem sends.
+// What idem sends. Views into strings the caller keeps alive for the publish (null: the
+// property is left out).
 struct Outgoing {
-  std::optional<std::string> message_id;
-  std::optional<std::string> type;
+  const std::string* message_id = nullptr;
+  const std::string* type = nullptr;
   std::optional<std::uint64_t> timestamp;
   std::map<std::string, std::string> headers;
   std::string_view body;

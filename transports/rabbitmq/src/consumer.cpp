@@ -313,8 +313,8 @@ class Consumer::Impl {
   void dead_letter(const detail::Delivery& delivery, const std::string& reason, bool malformed,
                    int failures) {
     detail::Outgoing copy;
-    copy.message_id = delivery.message_id;
-    copy.type = delivery.type;
+    copy.message_id = delivery.message_id ? &*delivery.message_id : nullptr;
+    copy.type = delivery.type ? &*delivery.type : nullptr;
     copy.timestamp = delivery.timestamp;
     copy.headers = delivery.headers;
     copy.headers["x-idem-reason"] = clip(reason);

@@ -17,8 +17,9 @@ void validate_connection_options(const ConnectionOptions& options);
 // Checks an exchange or queue name (AMQP short string: at most 255 bytes). `what` names it.
 void validate_amqp_name(std::string_view what, const std::string& name, bool allow_empty = false);
 
-// The message an event becomes. Throws InvalidKey / InvalidArgument for an event that cannot
-// be sent (bad id, empty or too long type, a header name longer than 255 bytes).
+// The message an event becomes; it points into `event`, which must outlive it. Throws InvalidKey /
+// InvalidArgument for an event that cannot be sent (bad id, empty or too long type, a header name
+// longer than 255 bytes).
 Outgoing to_outgoing(const Event& event);
 
 // Waits `duration` on `clock` in slices of at most `slice`, returning early (false) once `stop`

@@ -54,8 +54,8 @@ Outgoing to_outgoing(const Event& event) {
     }
   }
   Outgoing message;
-  message.message_id = event.id;
-  message.type = event.type;
+  message.message_id = &event.id;
+  message.type = &event.type;
   const auto seconds =
       std::chrono::duration_cast<std::chrono::seconds>(event.timestamp.time_since_epoch()).count();
   message.timestamp = seconds < 0 ? 0 : static_cast<std::uint64_t>(seconds);
