@@ -91,9 +91,7 @@ class RecordDecoder {
     return value;
   }
   std::uint64_t unsigned_field(const char* name) const { return number<std::uint64_t>(name); }
-  WallTime time_field(const char* name) const {
-    return from_ms(number<std::int64_t>(name));
-  }
+  WallTime time_field(const char* name) const { return from_ms(number<std::int64_t>(name)); }
 
   std::string_view key_;
   std::string redis_key_;

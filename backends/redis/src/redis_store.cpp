@@ -36,7 +36,6 @@ bool flag_reply(const RedisReply& reply, std::string_view what, const std::strin
   return detail::reply_integer(reply, what, endpoint) == 1;
 }
 
-
 }  // namespace
 
 RedisIdempotencyStore::RedisIdempotencyStore(RedisOptions options)
