@@ -98,7 +98,8 @@ void read_message(const amqp_message_t& message, Delivery& delivery) {
 
 AmqpConnection::AmqpConnection(const ConnectionOptions& options)
     : endpoint_(options.describe()), rpc_timeout_(options.connect_timeout) {
-  connection_ = amqp_new_connection();
+  state_.reset(amqp_new_connection());
+  connection_ = state_.get();
   if (connection_ == nullptr) fail("connect to " + endpoint_, "out of memory", false);
   amqp_socket_t* socket = amqp_tcp_socket_new(connection_);
   if (socket == nullptr) fail("connect to " + endpoint_, "cannot create a TCP socket", true);
@@ -131,14 +132,15 @@ AmqpConnection::AmqpConnection(const ConnectionOptions& options)
   channel_open_ = true;
 }
 
+void AmqpConnection::StateDeleter::operator()(amqp_connection_state_t_* state) const noexcept {
+  amqp_destroy_connection(state);  // closes the socket, frees every buffer
+}
+
 AmqpConnection::~AmqpConnection() {
-  if (connection_ == nullptr) return;
-  if (!broken_) {
-    // A clean close: the broker requeues unacked deliveries at once instead of on socket EOF.
-    if (channel_open_) amqp_channel_close(connection_, kChannel, AMQP_REPLY_SUCCESS);
-    amqp_connection_close(connection_, AMQP_REPLY_SUCCESS);
-  }
-  amqp_destroy_connection(connection_);
+  if (connection_ == nullptr || broken_) return;
+  // A clean close: the broker requeues unacked deliveries at once instead of on socket EOF.
+  if (channel_open_) amqp_channel_close(connection_, kChannel, AMQP_REPLY_SUCCESS);
+  amqp_connection_close(connection_, AMQP_REPLY_SUCCESS);
 }
 
 void AmqpConnection::fail(std::string_view operation, const std::string& reason, bool retryable,

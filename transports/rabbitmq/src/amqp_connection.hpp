@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -83,7 +84,12 @@ class AmqpConnection {
                          bool in_doubt = false);
   void check_status(int status, std::string_view operation);
 
-  amqp_connection_state_t_* connection_ = nullptr;
+  struct StateDeleter {
+    void operator()(amqp_connection_state_t_* state) const noexcept;  // amqp_destroy_connection
+  };
+  // Owned from the first line of the constructor, so a constructor that throws still frees it.
+  std::unique_ptr<amqp_connection_state_t_, StateDeleter> state_;
+  amqp_connection_state_t_* connection_ = nullptr;  // state_.get()
   std::string endpoint_;
   Millis rpc_timeout_;
   bool broken_ = false;
