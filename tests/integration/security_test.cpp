@@ -364,9 +364,21 @@ TEST(SecurityPostgresConfig, SchemaAndTableNamesMustBeIdentifiers) {
     idem::postgres::PostgresOptions options;
     options.url = idem::test::pg::server_url().value_or("postgresql://idem@127.0.0.1:1/idem");
     options.connect_timeout = 2s;
-    options.schema = bad;
-    EXPECT_THROW(idem::postgres::PostgresIdempotencyRecorder{options}, idem::ConfigError);
-    EXPECT_THROW(idem::postgres::PostgresIdempotencyStore{options}, idem::ConfigError);
+    for (std::string idem::postgres::PostgresOptions::*field :
+         {&idem::postgres::PostgresOptions::schema,
+          &idem::postgres::PostgresOptions::processed_log_table,
+          &idem::postgres::PostgresOptions::claims_table,
+          &idem::postgres::PostgresOptions::records_table}) {
+      idem::postgres::PostgresOptions named = options;
+      named.*field = bad;
+      EXPECT_THROW(idem::postgres::PostgresIdempotencyRecorder{named}, idem::ConfigError);
+      EXPECT_THROW(idem::postgres::PostgresIdempotencyStore{named}, idem::ConfigError);
+    }
+    if (!bad.empty()) {  // empty means "derived from the table name"
+      idem::postgres::PostgresOptions named = options;
+      named.notify_channel = bad;
+      EXPECT_THROW(idem::postgres::PostgresIdempotencyStore{named}, idem::ConfigError);
+    }
   }
 }
 
