@@ -684,9 +684,9 @@ class BackendRun {
           fmt::print(stderr, "[{}] housekeeping error: {}\n", name_, e.what());
         }
       }
-      std::mutex mutex;
-      std::unique_lock lock(mutex);
-      std::condition_variable_any().wait_for(lock, stop, kRssPeriod, [] { return false; });
+      // Waits one sampling period, or less when the run ends (stop wakes the wait).
+      std::unique_lock lock(tick_mutex_);
+      tick_.wait_for(lock, stop, kRssPeriod, [] { return false; });
     }
   }
 
@@ -796,6 +796,8 @@ class BackendRun {
   Counters counters_;
   std::atomic<std::uint64_t> events_published_{0};
 
+  std::mutex tick_mutex_;
+  std::condition_variable_any tick_;
   std::mutex samples_mutex_;
   std::vector<double> rss_;
   SizeCheck marker_sizes_;
