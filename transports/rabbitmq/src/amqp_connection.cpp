@@ -82,6 +82,8 @@ void read_table(const amqp_table_t& table, std::map<std::string, std::string>& h
   }
 }
 
+}  // namespace
+
 void read_message(const amqp_message_t& message, Delivery& delivery) {
   const amqp_basic_properties_t& properties = message.properties;
   delivery.body = string_of(message.body);
@@ -93,8 +95,6 @@ void read_message(const amqp_message_t& message, Delivery& delivery) {
   if ((properties._flags & AMQP_BASIC_HEADERS_FLAG) != 0)
     read_table(properties.headers, delivery.headers, delivery.delivery_count);
 }
-
-}  // namespace
 
 AmqpConnection::AmqpConnection(const ConnectionOptions& options)
     : endpoint_(options.describe()), rpc_timeout_(options.connect_timeout) {

@@ -16,6 +16,7 @@
 #include "idem/rabbitmq/options.hpp"
 
 struct amqp_connection_state_t_;
+struct amqp_message_t_;
 
 namespace idem::rabbitmq::detail {
 
@@ -31,6 +32,10 @@ struct Delivery {
   std::map<std::string, std::string> headers;  // string-valued headers only
   std::int64_t delivery_count = 0;             // quorum queues: x-delivery-count (0 if absent)
 };
+
+// Fills `delivery`'s body, properties and string headers from a received message (the part of
+// every delivery that comes from the sender, so the AMQP fuzzer drives it with decoded bytes).
+void read_message(const amqp_message_t_& message, Delivery& delivery);
 
 // What idem sends. Views into strings the caller keeps alive for the publish (null: the
 // property is left out).

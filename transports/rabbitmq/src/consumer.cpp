@@ -204,27 +204,12 @@ class Consumer::Impl {
   void settle_or_throw(EventHandler& handler, const detail::Delivery& delivery) {
     count([](ConsumerStats& s) { ++s.delivered; });
     ++settled_;
-    if (!delivery.message_id) {
-      dead_letter(delivery, "malformed: the message has no message_id property", true, 0);
+    detail::IncomingEvent incoming = detail::event_from_delivery(delivery);
+    if (!incoming.event) {
+      dead_letter(delivery, incoming.malformed_reason, true, 0);
       return;
     }
-    const std::string& id = *delivery.message_id;
-    try {
-      validate_key("event id", id);
-    } catch (const InvalidKey& e) {
-      dead_letter(delivery,
-                  std::string("malformed: message_id is not a valid event id: ") + e.what(), true,
-                  0);
-      return;
-    }
-
-    Event event;
-    event.id = id;
-    event.type = delivery.type.value_or(delivery.routing_key);
-    event.payload = delivery.body;
-    event.headers = delivery.headers;
-    event.timestamp =
-        WallTime(std::chrono::seconds(static_cast<std::int64_t>(delivery.timestamp.value_or(0))));
+    const Event& event = *incoming.event;
 
     Outcome outcome = Outcome::ack;
     HandleResult result = HandleResult::processed;
@@ -253,21 +238,21 @@ class Consumer::Impl {
     switch (outcome) {
       case Outcome::ack:
         main_->ack(delivery.tag);
-        in_progress_.erase(id);
+        in_progress_.erase(event.id);
         count([&](ConsumerStats& s) {
           ++s.acked;
           if (result == HandleResult::duplicate) ++s.duplicates;
         });
         return;
       case Outcome::malformed:
-        in_progress_.erase(id);
+        in_progress_.erase(event.id);
         dead_letter(delivery, "malformed: " + reason, true, 1);
         return;
       case Outcome::in_progress:
-        on_in_progress(delivery, id, reason);
+        on_in_progress(delivery, event.id, reason);
         return;
       case Outcome::failed:
-        on_failure(delivery, id, reason);
+        on_failure(delivery, event.id, reason);
         return;
     }
   }
@@ -383,5 +368,40 @@ const std::string& Consumer::queue_name() const noexcept {
 const std::string& Consumer::dead_letter_queue() const noexcept {
   return impl_->dead_letter_queue();
 }
+
+namespace detail {
+
+IncomingEvent event_from_delivery(const Delivery& delivery) {
+  IncomingEvent incoming;
+  if (!delivery.message_id) {
+    incoming.malformed_reason = "malformed: the message has no message_id property";
+    return incoming;
+  }
+  try {
+    validate_key("event id", *delivery.message_id);
+  } catch (const InvalidKey& e) {
+    incoming.malformed_reason =
+        std::string("malformed: message_id is not a valid event id: ") + e.what();
+    return incoming;
+  }
+  Event event;
+  event.id = *delivery.message_id;
+  // An absent or empty `type` property: the routing key names the event instead.
+  event.type = delivery.type && !delivery.type->empty() ? *delivery.type : delivery.routing_key;
+  event.payload = delivery.body;
+  event.headers = delivery.headers;
+  // AMQP timestamps are unsigned seconds; WallTime counts nanoseconds in an int64, so anything
+  // past the year 2262 would overflow the conversion (undefined behaviour): left unset.
+  constexpr std::uint64_t kMaxSeconds = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(WallTime::duration::max()).count());
+  if (delivery.timestamp && *delivery.timestamp <= kMaxSeconds) {
+    event.timestamp = WallTime(std::chrono::duration_cast<WallTime::duration>(
+        std::chrono::seconds(static_cast<std::int64_t>(*delivery.timestamp))));
+  }
+  incoming.event = std::move(event);
+  return incoming;
+}
+
+}  // namespace detail
 
 }  // namespace idem::rabbitmq

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <atomic>
+#include <optional>
 #include <string>
 
 #include "amqp_connection.hpp"
@@ -21,6 +22,16 @@ void validate_amqp_name(std::string_view what, const std::string& name, bool all
 // InvalidArgument for an event that cannot be sent (bad id, empty or too long type, a header name
 // longer than 255 bytes).
 Outgoing to_outgoing(const Event& event);
+
+// What a delivery carries: the Event, or why it is malformed (no message_id, or one that is not
+// a valid idem key — dead-lettered without running the handler). The type is the `type`
+// property, else (absent or empty) the routing key; a timestamp beyond what WallTime can hold is
+// left unset. Never throws for any delivery (fuzzed: fuzz/rabbitmq_message_fuzzer.cpp).
+struct IncomingEvent {
+  std::optional<Event> event;    // set when the delivery is well-formed
+  std::string malformed_reason;  // otherwise: "malformed: ..."
+};
+IncomingEvent event_from_delivery(const Delivery& delivery);
 
 // Waits `duration` on `clock` in slices of at most `slice`, returning early (false) once `stop`
 // is set.
