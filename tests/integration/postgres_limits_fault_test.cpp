@@ -16,6 +16,8 @@
 
 #include "../postgres_test_support.hpp"
 #include "idem/error.hpp"
+#include "idem/event.hpp"
+#include "idem/handler.hpp"
 #include "idem/postgres/postgres_error.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
@@ -155,10 +157,21 @@ TEST(PostgresLimits, RecorderStatementTimeoutOnALockedTableMarksNothingAndRecove
   pg::TempSchema schema;
   idem::postgres::PostgresOptions options = schema.options();
   options.statement_timeout = 300ms;  // how long a statement may wait; nothing here is timed
-  idem::postgres::PostgresIdempotencyRecorder recorder(options);
+  auto recorder_ptr = std::make_shared<idem::postgres::PostgresIdempotencyRecorder>(options);
+  auto& recorder = *recorder_ptr;
   recorder.mark_processed("billing", "before");
+  int runs = 0;
+  idem::HandlerOptions handler_options;
+  handler_options.mode = idem::HandlerMode::check_then_mark;
+  auto handler = idem::make_idempotent_handler(
+      "handler", recorder_ptr, [&](const std::string&) { ++runs; }, handler_options);
+  const idem::Event event = idem::Event::make("order.created", "{}");
+  idem::CollectingBusProxy bus;
   {
     TableLock lock(schema.table("processed_log"));
+    // A delivery during the lock: its first read times out, so nothing runs or is marked.
+    EXPECT_THROW((*handler)(event, bus), PostgresError);
+    EXPECT_EQ(runs, 0);
     expect_statement_timeout(expect_pg_error([&] { recorder.mark_processed("billing", "e1"); }));
     expect_statement_timeout(expect_pg_error([&] { (void)recorder.claim("billing", "e2", 30s); }));
     // Readers wait on ACCESS EXCLUSIVE too: also a classified timeout, not a hang.
@@ -174,6 +187,10 @@ TEST(PostgresLimits, RecorderStatementTimeoutOnALockedTableMarksNothingAndRecove
   const idem::Claim claim = recorder.claim("billing", "e2", 30s);
   ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
   EXPECT_TRUE(recorder.complete("billing", "e2", claim.token));
+  // Redelivered after the lock: it runs once and is marked.
+  EXPECT_EQ((*handler)(event, bus), idem::HandleResult::processed);
+  EXPECT_EQ((*handler)(event, bus), idem::HandleResult::duplicate);
+  EXPECT_EQ(runs, 1);
 }
 
 TEST(PostgresLimits, StoreStatementTimeoutOnALockedTableCompletesNothingAndRecovers) {
