@@ -253,9 +253,8 @@ void AmqpConnection::enable_confirms() {
   confirms_ = true;
 }
 
-void AmqpConnection::publish(const std::string& exchange, const std::string& routing_key,
-                             const Outgoing& message) {
-  const std::string operation = "publish to exchange '" + exchange + "' on " + endpoint_;
+void AmqpConnection::send(const std::string& exchange, const std::string& routing_key,
+                          const Outgoing& message, std::string_view operation) {
   amqp_basic_properties_t properties{};
   properties._flags = AMQP_BASIC_DELIVERY_MODE_FLAG;
   properties.delivery_mode = AMQP_DELIVERY_PERSISTENT;
@@ -290,6 +289,12 @@ void AmqpConnection::publish(const std::string& exchange, const std::string& rou
                          /*mandatory=*/0, /*immediate=*/0, &properties, bytes_of(message.body));
   if (status != AMQP_STATUS_OK) fail(operation, amqp_error_string2(status), true);
   ++published_;
+}
+
+void AmqpConnection::publish(const std::string& exchange, const std::string& routing_key,
+                             const Outgoing& message) {
+  const std::string operation = "publish to exchange '" + exchange + "' on " + endpoint_;
+  send(exchange, routing_key, message, operation);
   if (!confirms_) return;
 
   const std::string lost =
@@ -333,6 +338,94 @@ void AmqpConnection::publish(const std::string& exchange, const std::string& rou
       case AMQP_CHANNEL_CLOSE_METHOD:
       case AMQP_CONNECTION_CLOSE_METHOD:
         fail(operation, "the broker closed the connection" + lost, true, true);
+      default:
+        break;
+    }
+  }
+}
+
+void AmqpConnection::publish_batch(const std::string& exchange,
+                                   const std::vector<const std::string*>& keys,
+                                   const std::vector<Outgoing>& messages,
+                                   std::size_t& confirmed_prefix) {
+  confirmed_prefix = 0;
+  if (messages.empty()) return;
+  const std::string operation = "publish a batch of " + std::to_string(messages.size()) +
+                                " to exchange '" + exchange + "' on " + endpoint_;
+  const std::uint64_t first = published_ + 1;  // delivery tag of messages[0]
+  for (std::size_t i = 0; i < messages.size(); ++i) {
+    try {
+      send(exchange, *keys[i], messages[i], operation);
+    } catch (const BrokerError& error) {
+      // Earlier messages of the batch were sent without their confirms being awaited.
+      throw BrokerError(bare_message(error) + " (after sending " + std::to_string(i) +
+                            " of the batch's messages, none of them confirmed)",
+                        true, i > 0);
+    }
+  }
+  if (!confirms_) {
+    confirmed_prefix = messages.size();
+    return;
+  }
+
+  // Confirms may acknowledge tags singly, several at once (`multiple`), and not necessarily in
+  // order, so each message's state is kept and the confirmed prefix advanced over it.
+  std::vector<bool> acked(messages.size(), false);
+  const auto mark = [&](std::uint64_t tag, bool multiple) {
+    if (tag < first || tag > published_) return;  // not this batch's
+    const std::size_t last = static_cast<std::size_t>(tag - first);
+    const std::size_t from = multiple ? confirmed_prefix : last;
+    for (std::size_t i = from; i <= last; ++i)
+      acked[i] = true;
+    while (confirmed_prefix < acked.size() && acked[confirmed_prefix])
+      ++confirmed_prefix;
+  };
+  const auto doubt = [&](const std::string& reason) {
+    fail(operation,
+         reason + "; " + std::to_string(confirmed_prefix) + " of " +
+             std::to_string(messages.size()) +
+             " messages (the first ones) were confirmed, the rest are in doubt: the "
+             "broker may or may not have them",
+         true, true);
+  };
+  auto deadline = std::chrono::steady_clock::now() + rpc_timeout_;
+  while (confirmed_prefix < messages.size()) {
+    const auto left =
+        std::chrono::duration_cast<Millis>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) doubt("no confirm within the timeout");
+    timeval timeout = to_timeval(left);
+    amqp_frame_t frame;
+    const int wait = amqp_simple_wait_frame_noblock(connection_, &frame, &timeout);
+    if (wait == AMQP_STATUS_TIMEOUT) continue;
+    if (wait != AMQP_STATUS_OK) doubt(amqp_error_string2(wait));
+    if (frame.frame_type != AMQP_FRAME_METHOD) continue;
+    switch (frame.payload.method.id) {
+      case AMQP_BASIC_ACK_METHOD: {
+        const auto* ack = static_cast<const amqp_basic_ack_t*>(frame.payload.method.decoded);
+        mark(ack->delivery_tag, ack->multiple != 0);
+        // Progress restarts the timeout: a large batch may take longer than one rpc timeout.
+        deadline = std::chrono::steady_clock::now() + rpc_timeout_;
+        break;
+      }
+      case AMQP_BASIC_NACK_METHOD: {
+        const auto* nack = static_cast<const amqp_basic_nack_t*>(frame.payload.method.decoded);
+        if (nack->delivery_tag >= first) {
+          // As publish(): any error drops the connection, and with it the pending confirms.
+          doubt("the broker nacked message " + std::to_string(nack->delivery_tag - first) +
+                " of the batch (it did not store it)");
+        }
+        break;
+      }
+      case AMQP_BASIC_RETURN_METHOD: {
+        amqp_message_t returned;
+        const amqp_rpc_reply_t read = amqp_read_message(connection_, frame.channel, &returned, 0);
+        if (read.reply_type != AMQP_RESPONSE_NORMAL) doubt("lost a returned message");
+        amqp_destroy_message(&returned);
+        break;
+      }
+      case AMQP_CHANNEL_CLOSE_METHOD:
+      case AMQP_CONNECTION_CLOSE_METHOD:
+        doubt("the broker closed the connection");
       default:
         break;
     }

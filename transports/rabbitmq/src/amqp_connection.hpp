@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/rabbitmq/broker_error.hpp"
 #include "idem/rabbitmq/options.hpp"
@@ -36,6 +37,13 @@ struct Delivery {
 // Fills `delivery`'s body, properties and string headers from a received message (the part of
 // every delivery that comes from the sender, so the AMQP fuzzer drives it with decoded bytes).
 void read_message(const amqp_message_t_& message, Delivery& delivery);
+
+// An Error's message without the "idem: <code>: " prefix what() adds, to wrap it in another.
+inline std::string bare_message(const Error& error) {
+  const std::string what = error.what();
+  const std::string prefix = "idem: " + std::string(error.code_name()) + ": ";
+  return what.rfind(prefix, 0) == 0 ? what.substr(prefix.size()) : what;
+}
 
 // What idem sends. Views into strings the caller keeps alive for the publish (null: the
 // property is left out).
@@ -73,6 +81,13 @@ class AmqpConnection {
   // Publishes; with confirms enabled waits for the broker's ack (BrokerError on nack/loss).
   void publish(const std::string& exchange, const std::string& routing_key,
                const Outgoing& message);
+  // Sends every message, then waits for all their confirms (basic.ack/nack, `multiple` or not),
+  // so a batch costs about one broker fsync. Returns normally only when every message was
+  // confirmed (or at once after sending without confirms). On a nack, a lost connection or a
+  // timeout (rpc timeout without any confirm arriving) throws BrokerError, broken(), after
+  // setting `confirmed_prefix` to how many leading messages were confirmed.
+  void publish_batch(const std::string& exchange, const std::vector<const std::string*>& keys,
+                     const std::vector<Outgoing>& messages, std::size_t& confirmed_prefix);
 
   void qos(int prefetch);
   void consume(const std::string& queue);
@@ -84,6 +99,9 @@ class AmqpConnection {
   void nack(std::uint64_t tag, bool requeue);
 
  private:
+  // basic.publish of one message (no waiting); ++published_.
+  void send(const std::string& exchange, const std::string& routing_key, const Outgoing& message,
+            std::string_view operation);
   void check_rpc(std::string_view operation);
   [[noreturn]] void fail(std::string_view operation, const std::string& reason, bool retryable,
                          bool in_doubt = false);

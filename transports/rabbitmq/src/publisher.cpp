@@ -87,6 +87,15 @@ std::string_view to_string(ExchangeType type) noexcept {
   return "topic";
 }
 
+namespace {
+
+std::string batch_prefix(std::size_t index, std::size_t size) {
+  return "idem rabbitmq: publish_batch: event " + std::to_string(index) + " of " +
+         std::to_string(size) + " (nothing was sent): ";
+}
+
+}  // namespace
+
 class Publisher::Impl {
  public:
   Impl(ConnectionOptions connection, PublisherOptions options)
@@ -108,6 +117,44 @@ class Publisher::Impl {
       }
       connection_->publish(options_.exchange, event.type, message);
       ++stats_.published;
+    } catch (...) {
+      ++stats_.failed;
+      if (connection_ != nullptr && connection_->broken()) connection_.reset();
+      throw;
+    }
+  }
+
+  std::size_t publish_batch(std::span<const Event> events) {
+    std::vector<detail::Outgoing> messages;
+    std::vector<const std::string*> keys;
+    messages.reserve(events.size());
+    keys.reserve(events.size());
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      try {
+        messages.push_back(detail::to_outgoing(events[i]));
+      } catch (const InvalidKey& error) {
+        throw InvalidKey(batch_prefix(i, events.size()) + detail::bare_message(error));
+      } catch (const InvalidArgument& error) {
+        throw InvalidArgument(batch_prefix(i, events.size()) + detail::bare_message(error));
+      }
+      keys.push_back(&events[i].type);
+    }
+    if (events.empty()) return 0;
+    std::lock_guard lock(mutex_);
+    std::size_t confirmed = 0;
+    try {
+      if (connection_ == nullptr || !connection_->alive()) {
+        connection_.reset();
+        connect();
+        ++stats_.reconnects;
+      }
+      connection_->publish_batch(options_.exchange, keys, messages, confirmed);
+      stats_.published += events.size();
+      return events.size();
+    } catch (const BrokerError& error) {
+      ++stats_.failed;
+      if (connection_ != nullptr && connection_->broken()) connection_.reset();
+      throw PublishBatchError(detail::bare_message(error), error.in_doubt(), confirmed);
     } catch (...) {
       ++stats_.failed;
       if (connection_ != nullptr && connection_->broken()) connection_.reset();
@@ -141,6 +188,9 @@ Publisher::~Publisher() = default;
 
 void Publisher::publish(const Event& event) {
   impl_->publish(event);
+}
+std::size_t Publisher::publish_batch(std::span<const Event> events) {
+  return impl_->publish_batch(events);
 }
 PublisherStats Publisher::stats() const {
   return impl_->stats();

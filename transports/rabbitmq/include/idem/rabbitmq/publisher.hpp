@@ -17,18 +17,35 @@
 // first. A connection that fails during a publish makes it throw; the next publish reconnects
 // (one attempt, no backoff: the caller decides whether and when to retry).
 //
+// publish_batch() sends a whole batch and then waits for all its confirms, so a batch costs about
+// one broker fsync instead of one per event (a confirmed publish to a quorum queue is ~3 ms).
+//
 // Thread-safety: a Publisher is internally locked, so several threads may share one; publishes
 // are then serialised on its single connection. For throughput give each thread its own.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "idem/event.hpp"
+#include "idem/rabbitmq/broker_error.hpp"
 #include "idem/rabbitmq/options.hpp"
 
 namespace idem::rabbitmq {
+
+// A publish_batch() that failed part way: confirmed() leading events were confirmed.
+class PublishBatchError : public BrokerError {
+ public:
+  PublishBatchError(const std::string& message, bool in_doubt, std::size_t confirmed)
+      : BrokerError(message, /*retryable=*/true, in_doubt), confirmed_(confirmed) {}
+  // How many events from the start of the batch the broker confirmed (stored).
+  std::size_t confirmed() const noexcept { return confirmed_; }
+
+ private:
+  std::size_t confirmed_;
+};
 
 enum class ExchangeType { topic, fanout };
 
@@ -44,8 +61,8 @@ struct PublisherOptions {
 };
 
 struct PublisherStats {
-  std::uint64_t published = 0;   // publish() calls that returned normally
-  std::uint64_t failed = 0;      // publish() calls that threw
+  std::uint64_t published = 0;   // events of publish()/publish_batch() calls that returned normally
+  std::uint64_t failed = 0;      // publish()/publish_batch() calls that threw
   std::uint64_t reconnects = 0;  // connections opened after the first
 };
 
@@ -60,6 +77,16 @@ class Publisher {
   // Throws InvalidKey for an id that is not a valid key, InvalidArgument for an empty type or a
   // type longer than 255 bytes (an AMQP routing key), BrokerError as above.
   void publish(const Event& event);
+
+  // Publishes every event in order, then waits for all their confirms; returns events.size()
+  // once every one was confirmed (without confirms: once all were written to the socket). The
+  // whole batch is validated first, as publish() does: an invalid event throws InvalidKey or
+  // InvalidArgument naming its index, and nothing is sent. Failures throw PublishBatchError (a
+  // BrokerError, retryable): events [0, confirmed()) are stored by the broker; the others are in
+  // doubt (in_doubt() unless none was sent) — some may be stored, some not. Re-publishing the
+  // rest, or the whole batch, is safe for idem consumers: they drop duplicates by event id.
+  // An empty batch sends nothing and returns 0.
+  std::size_t publish_batch(std::span<const Event> events);
 
   PublisherStats stats() const;
 
