@@ -54,14 +54,22 @@ class RabbitMqCrash : public ::testing::Test {
   std::vector<std::string> publish(std::size_t distinct, std::size_t duplicates) {
     idem::rabbitmq::Publisher publisher(idem::test::amqp_test_options(),
                                         topology_.publisher_options());
+    // In batches of 500: one confirm wait (one quorum-queue fsync) per batch, not per event.
+    constexpr std::size_t kBatch = 500;
     std::vector<std::string> ids;
+    std::vector<idem::Event> batch;
     for (std::size_t i = 0; i < distinct + duplicates; ++i) {
       idem::Event event = idem::Event::make("order.paid", "{}");
       if (i >= distinct) event.id = ids[i - distinct];
       event.headers["seq"] = std::to_string(i);
-      publisher.publish(event);
       ids.push_back(event.id);
+      batch.push_back(std::move(event));
+      if (batch.size() == kBatch) {
+        publisher.publish_batch(batch);
+        batch.clear();
+      }
     }
+    publisher.publish_batch(batch);
     return ids;
   }
 
