@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# End-to-end events/s through RabbitMQ with dedup on SQLite, Redis and PostgreSQL, against the same
+# pipeline without dedup in the same run (issue #5; target: dedup overhead <= 15%, ratio >= 0.85).
+#
+#   bench/rabbitmq_dedup.sh                  # EVENTS=5000 RUNS=3
+#   EVENTS=10000 RUNS=5 bench/rabbitmq_dedup.sh
+#
+# Each run does every pipeline once, in alternating order (run 1: plain first, run 2: plain last),
+# each on a fresh queue: publish EVENTS with publish_batch, consume them with one Consumer
+# (prefetch 64). Pipelines: plain (no recorder), sqlite-normal / sqlite-full (file recorder,
+# synchronous=NORMAL / FULL), redis, postgres — IdempotentHandler in check_then_mark mode.
+# Prints the medians of the consume phase (and of the publish phase) and the ratios
+# dedup events/s / plain events/s, and records them with bench/ratios.py.
+# Servers: reuses IDEM_TEST_AMQP_URL / _REDIS_URL / _POSTGRES_URL when all are set, otherwise
+# reruns itself under scripts/servers.sh. Build: IDEM_BENCH_BUILD (default build/release).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+events=${EVENTS:-5000}
+runs=${RUNS:-3}
+build=${IDEM_BENCH_BUILD:-build/release}
+[ "$runs" -ge 3 ] || { echo "RUNS must be >= 3 (medians)" >&2; exit 2; }
+
+if [ -z "${IDEM_TEST_AMQP_URL:-}" ] || [ -z "${IDEM_TEST_REDIS_URL:-}" ] ||
+   [ -z "${IDEM_TEST_POSTGRES_URL:-}" ]; then
+  if [ ! -f "$build/CMakeCache.txt" ]; then
+    cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DIDEM_BUILD_TESTS=OFF \
+      -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_TOOLS=OFF >/dev/null
+  fi
+  cmake --build "$build" -j 2 --target bench_rabbitmq_pipeline >/dev/null
+  exec scripts/servers.sh "$0" "$@"
+fi
+bench_bin=$build/bench/bench_rabbitmq_pipeline
+[ -x "$bench_bin" ] || { echo "missing $bench_bin" >&2; exit 1; }
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+results=$work/results.txt
+pipelines=(plain sqlite-normal sqlite-full redis postgres)
+
+recorder_url() {  # $1 pipeline, $2 run
+  case $1 in
+    plain) echo none ;;
+    sqlite-normal) echo "sqlite://$work/normal-$2.db?durability=normal" ;;
+    sqlite-full) echo "sqlite://$work/full-$2.db?durability=full" ;;
+    redis) echo "$IDEM_TEST_REDIS_URL" ;;
+    postgres) echo "$IDEM_TEST_POSTGRES_URL" ;;
+  esac
+}
+
+for run in $(seq 1 "$runs"); do
+  order=("${pipelines[@]}")
+  if [ $((run % 2)) -eq 0 ]; then  # alternate: plain last on even runs
+    order=(sqlite-normal sqlite-full redis postgres plain)
+  fi
+  for p in "${order[@]}"; do
+    line=$("$bench_bin" "$IDEM_TEST_AMQP_URL" "$p" "$(recorder_url "$p" "$run")" "$events" 64)
+    echo "run $run: $line"
+    echo "$line" >>"$results"
+  done
+done
+
+PYTHONPATH=bench python3 - "$results" "$events" "$runs" <<'PY'
+import statistics, sys
+from ratios import record
+path, events, runs = sys.argv[1], sys.argv[2], sys.argv[3]
+by = {}
+for line in open(path):
+    fields = dict(f.split("=") for f in line.split())
+    by.setdefault(fields["pipeline"], []).append(fields)
+med = {p: (statistics.median(float(r["publish_eps"]) for r in rs),
+           statistics.median(float(r["consume_eps"]) for r in rs)) for p, rs in by.items()}
+plain = med["plain"][1]
+print(f"\nmedians of {runs} runs, {events} events each (events/s)")
+print(f"{'pipeline':>14} {'publish':>9} {'consume':>9} {'ratio':>6} {'overhead':>8}")
+for p, (pub, con) in med.items():
+    ratio = con / plain
+    print(f"{p:>14} {pub:9.0f} {con:9.0f} {ratio:6.2f} {1 - ratio:8.1%}")
+    if p != "plain":
+        record(f"rabbitmq dedup {p}", ratio, 0.85,
+               f"consume {con:.0f} vs plain {plain:.0f} events/s, {events} events, "
+               f"median of {runs}, prefetch 64, check_then_mark")
+PY

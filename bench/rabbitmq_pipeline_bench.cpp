@@ -1,0 +1,124 @@
+// End-to-end events/s through RabbitMQ, with and without dedup (issue #5).
+//
+//   bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL EVENTS [PREFETCH]
+//
+// PIPELINE is a label; RECORDER_URL "none" runs the plain pipeline (a handler that does the side
+// effect, no recorder), anything else is opened with idem::open_recorder and wrapped in an
+// IdempotentHandler (check_then_mark). Per run: a fresh exchange and queue, EVENTS events
+// published with Publisher::publish_batch (batches of 500), then consumed by one Consumer
+// (prefetch default 64) until all are handled. Prints one line:
+//   pipeline=<label> events=N publish_eps=X consume_eps=Y
+// A plain program rather than Google Benchmark: each run needs its own broker topology, and
+// bench/rabbitmq_dedup.sh alternates the pipelines across runs and takes the medians.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "idem/event.hpp"
+#include "idem/handler.hpp"
+#include "idem/open.hpp"
+#include "idem/rabbitmq/admin.hpp"
+#include "idem/rabbitmq/consumer.hpp"
+#include "idem/rabbitmq/options.hpp"
+#include "idem/rabbitmq/publisher.hpp"
+
+namespace {
+
+// The side effect every pipeline performs: cheap, so the measured cost is the pipeline's.
+std::atomic<std::uint64_t> g_effects{0};
+
+class PlainHandler final : public idem::EventHandler {
+ public:
+  explicit PlainHandler(std::string consumer) : consumer_(std::move(consumer)) {}
+  const std::string& consumer() const noexcept override { return consumer_; }
+  idem::HandleResult operator()(const idem::Event&, idem::BusProxy&) override {
+    g_effects.fetch_add(1, std::memory_order_relaxed);
+    return idem::HandleResult::processed;
+  }
+
+ private:
+  std::string consumer_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int run(int argc, char** argv) {
+  if (argc < 5) {
+    std::cerr << "usage: bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL|none EVENTS "
+                 "[PREFETCH]\n";
+    return 2;
+  }
+  const std::string amqp_url = argv[1];
+  const std::string label = argv[2];
+  const std::string recorder_url = argv[3];
+  const std::size_t events = std::stoul(argv[4]);
+  const int prefetch = argc > 5 ? std::stoi(argv[5]) : 64;
+
+  const auto connection = idem::rabbitmq::ConnectionOptions::from_url(amqp_url);
+  const std::string id = idem::new_event_id().substr(0, 12);
+  idem::rabbitmq::ConsumerOptions consumer_options;
+  consumer_options.consumer_name = "bench-" + id + "-" + label;
+  consumer_options.exchange = "idembench." + id;
+  consumer_options.prefetch = prefetch;
+  idem::rabbitmq::PublisherOptions publisher_options;
+  publisher_options.exchange = consumer_options.exchange;
+
+  std::shared_ptr<idem::EventHandler> handler;
+  if (recorder_url == "none") {
+    handler = std::make_shared<PlainHandler>(consumer_options.consumer_name);
+  } else {
+    handler = idem::make_idempotent_handler(
+        consumer_options.consumer_name, idem::open_recorder(recorder_url),
+        [](const std::string&) { g_effects.fetch_add(1, std::memory_order_relaxed); },
+        {idem::HandlerMode::check_then_mark});
+  }
+
+  idem::rabbitmq::Consumer consumer(connection, consumer_options);
+  consumer.connect();  // declares the queue, so every event published below is kept
+  std::vector<idem::Event> batch;
+  {
+    idem::rabbitmq::Publisher publisher(connection, publisher_options);
+    constexpr std::size_t kBatch = 500;
+    const auto start = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < events; ++i) {
+      batch.push_back(idem::Event::make("order.paid", R"({"order":)" + std::to_string(i) + "}"));
+      if (batch.size() == kBatch || i + 1 == events) {
+        publisher.publish_batch(batch);
+        batch.clear();
+      }
+    }
+    const double publish_s = seconds_since(start);
+    std::cout << "pipeline=" << label << " events=" << events
+              << " publish_eps=" << static_cast<double>(events) / publish_s;
+  }
+
+  const std::uint64_t before = g_effects.load();
+  const auto start = std::chrono::steady_clock::now();
+  consumer.run_until(*handler, [&] { return g_effects.load() - before >= events; });
+  const double consume_s = seconds_since(start);
+  std::cout << " consume_eps=" << static_cast<double>(events) / consume_s << std::endl;
+
+  idem::rabbitmq::delete_queue(connection, "idem." + consumer_options.consumer_name);
+  idem::rabbitmq::delete_queue(connection, "idem." + consumer_options.consumer_name + ".dlq");
+  idem::rabbitmq::delete_exchange(connection, consumer_options.exchange);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception& e) {
+    std::cerr << "bench_rabbitmq_pipeline: " << e.what() << "\n";
+    return 1;
+  }
+}
