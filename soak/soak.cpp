@@ -62,6 +62,18 @@
 #include "idem/recorder.hpp"
 #include "idem/resilient.hpp"
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kUnderAddressSanitizer = true;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kUnderAddressSanitizer = true;
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
+#else
+constexpr bool kUnderAddressSanitizer = false;
+#endif
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -729,10 +741,20 @@ class BackendRun {
                               rss.begin() + static_cast<std::ptrdiff_t>(2 * q)});
     const double q4 = median({rss.end() - static_cast<std::ptrdiff_t>(q), rss.end()});
     const double mb = 1024.0 * 1024.0;
-    check(q >= 1 && q4 <= q2 * 1.2 + 8 * mb,
-          fmt::format("RSS flat: median of 2nd quarter {:.1f} MB, of last quarter {:.1f} MB "
-                      "(rule: last <= 1.2 x second + 8 MB; {} samples)",
-                      q2 / mb, q4 / mb, rss.size()));
+    if (kUnderAddressSanitizer) {
+      // ASan keeps freed memory in its quarantine (256 MB by default) and never gives it back,
+      // so RSS climbs for the whole run whatever idem does: the rule is checked only in
+      // uninstrumented builds (scripts/soak.sh's default release build).
+      fmt::print(
+          "[{}] SKIP RSS flat: not measured under AddressSanitizer (its quarantine holds "
+          "freed memory); 2nd quarter {:.1f} MB, last quarter {:.1f} MB\n",
+          name_, q2 / mb, q4 / mb);
+    } else {
+      check(q >= 1 && q4 <= q2 * 1.2 + 8 * mb,
+            fmt::format("RSS flat: median of 2nd quarter {:.1f} MB, of last quarter {:.1f} MB "
+                        "(rule: last <= 1.2 x second + 8 MB; {} samples)",
+                        q2 / mb, q4 / mb, rss.size()));
+    }
     check(
         marker_sizes_.samples > 0 && marker_sizes_.violations == 0,
         fmt::format("markers bounded by retention: max {} held over {} samples (rule: held <= "
