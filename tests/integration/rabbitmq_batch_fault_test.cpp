@@ -118,22 +118,9 @@ TEST(RabbitMqBatchTest, AnInvalidEventAnywhereInTheBatchSendsNothing) {
   EXPECT_EQ(effects.distinct(), 1u);
 }
 
-std::string rabbitmqctl() {
-  const char* command = std::getenv("IDEM_TEST_RABBITMQCTL");
-  return command != nullptr ? std::string(command) : std::string();
-}
-
-bool broker_command(const std::string& verb) {
-  return std::system((rabbitmqctl() + " " + verb + " >/dev/null 2>&1").c_str()) == 0;
-}
-
-class BrokerGuard {
- public:
-  ~BrokerGuard() {
-    if (stopped) broker_command("start_app");
-  }
-  bool stopped = false;
-};
+using idem::test::broker_command;
+using idem::test::BrokerGuard;
+using idem::test::rabbitmqctl;
 
 TEST(RabbitMqBatchTest, ABrokerStoppedMidBatchThrowsAndRepublishingEveryBatchDeliversEachOnce) {
   if (rabbitmqctl().empty()) {

@@ -36,23 +36,9 @@ namespace {
 using idem::BusProxy;
 using idem::Event;
 
-std::string rabbitmqctl() {
-  const char* command = std::getenv("IDEM_TEST_RABBITMQCTL");
-  return command != nullptr ? std::string(command) : std::string();
-}
-
-bool broker_command(const std::string& verb) {
-  return std::system((rabbitmqctl() + " " + verb + " >/dev/null 2>&1").c_str()) == 0;
-}
-
-// Starts the broker application again if a failed assertion left it stopped.
-class BrokerGuard {
- public:
-  ~BrokerGuard() {
-    if (stopped) broker_command("start_app");
-  }
-  bool stopped = false;
-};
+using idem::test::broker_command;
+using idem::test::BrokerGuard;
+using idem::test::rabbitmqctl;
 
 // Publishes, retrying retryable failures: right after start_app the broker may still be
 // recovering its queues. Bounded; the retries are the publisher's reconnects, no timing.

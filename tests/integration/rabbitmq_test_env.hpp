@@ -147,4 +147,27 @@ inline void publish_raw(const std::string& exchange, const std::string& routing_
   if (status != AMQP_STATUS_OK) throw std::runtime_error("publish_raw: publish failed");
 }
 
+// The broker-control command line of scripts/servers.sh (IDEM_TEST_RABBITMQCTL), "" when unset.
+inline std::string rabbitmqctl() {
+  const char* command = std::getenv("IDEM_TEST_RABBITMQCTL");
+  return command != nullptr ? std::string(command) : std::string();
+}
+
+// Runs `rabbitmqctl <verb>` (e.g. stop_app, start_app) on the test broker; true on success.
+inline bool broker_command(const std::string& verb) {
+  return std::system((rabbitmqctl() + " " + verb + " >/dev/null 2>&1").c_str()) == 0;
+}
+
+// Starts the broker application again if a failed assertion left it stopped.
+class BrokerGuard {
+ public:
+  BrokerGuard() = default;
+  BrokerGuard(const BrokerGuard&) = delete;
+  BrokerGuard& operator=(const BrokerGuard&) = delete;
+  ~BrokerGuard() {
+    if (stopped) broker_command("start_app");
+  }
+  bool stopped = false;
+};
+
 }  // namespace idem::test
