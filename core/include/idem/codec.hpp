@@ -16,11 +16,17 @@
 //   };
 //
 // decode() of the codecs above never has undefined behaviour on bad input: it throws DecodeError
-// naming the type. Known exception (found by fuzz/codec_fuzzer.cpp, not yet fixed): a type decoded
-// through nlohmann-json's from_json with an integer field receiving a JSON float outside that
-// integer's range (e.g. 2e22 into an int) is a float-to-int conversion overflow inside
-// nlohmann-json — undefined behaviour. Validate such fields' ranges in your from_json, or use
-// nlohmann::json / floating-point fields for untrusted numbers.
+// naming the type. For types decoded through from_json, numbers are checked first, because
+// nlohmann-json converts a JSON float into an integer field with a plain cast (undefined
+// behaviour when the value does not fit — found by fuzz/codec_fuzzer.cpp with {"a":2e22}):
+//   * a float with an integral value that fits a 64-bit integer is handed over as that integer
+//     (exact: 1e3 decodes into an int field as 1000, into a double field as 1000.0);
+//   * a float beyond the 64-bit range (|x| >= 2^63, or >= 2^64 if positive) is refused with
+//     DecodeError, since no integer field could hold it: decode such documents as nlohmann::json;
+//   * a non-integral float (2.5) is handed over unchanged. Into a 64-bit integer field nlohmann
+//     truncates it (defined); into a narrower or unsigned field whose range it exceeds
+//     (3000000000.5 into an int, -1.5 into an unsigned) nlohmann's cast is still undefined, so
+//     range-check such fields in your from_json when the bytes come from outside.
 //
 // Thread-safety: stateless.
 #pragma once
@@ -126,6 +132,11 @@ concept JsonConvertible = !std::is_arithmetic_v<T> && !std::is_same_v<T, std::st
   nlohmann::adl_serializer<T>::to_json(j, value);
   nlohmann::adl_serializer<T>::from_json(std::as_const(j), out);
 };
+
+// Rewrites every JSON float in `document` with an integral value that fits a 64-bit integer
+// as that integer, and throws DecodeError for a float beyond the 64-bit range (see the comment
+// at the top). Iterative: a deeply nested document cannot overflow the stack.
+void normalise_json_numbers(nlohmann::json& document);
 }  // namespace detail
 
 template <class T>
@@ -133,7 +144,9 @@ struct Codec<T, std::enable_if_t<detail::JsonConvertible<T>>> {
   static std::string encode(const T& value) { return nlohmann::json(value).dump(); }
   static T decode(std::string_view bytes) {
     try {
-      return nlohmann::json::parse(bytes).get<T>();
+      nlohmann::json document = nlohmann::json::parse(bytes);
+      detail::normalise_json_numbers(document);
+      return document.get<T>();
     } catch (const nlohmann::json::exception& e) {
       throw DecodeError(std::string("cannot decode a JSON value: ") + e.what());
     }
