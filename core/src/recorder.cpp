@@ -1,6 +1,7 @@
 #include "idem/recorder.hpp"
 
 #include "idem/error.hpp"
+#include "idem/key.hpp"
 
 namespace idem {
 
@@ -14,6 +15,27 @@ std::string_view to_string(Claim::Status status) noexcept {
       return "in_progress";
   }
   return "unknown";
+}
+
+std::vector<bool> IdempotencyRecorder::is_processed_many(std::string_view consumer,
+                                                         std::span<const std::string> event_ids) {
+  validate_key("consumer name", consumer);
+  for (const auto& id : event_ids)
+    validate_key("event id", id);
+  std::vector<bool> processed;
+  processed.reserve(event_ids.size());
+  for (const auto& id : event_ids)
+    processed.push_back(is_processed(consumer, id));
+  return processed;
+}
+
+void IdempotencyRecorder::mark_processed_many(std::string_view consumer,
+                                              std::span<const std::string> event_ids) {
+  validate_key("consumer name", consumer);
+  for (const auto& id : event_ids)
+    validate_key("event id", id);
+  for (const auto& id : event_ids)
+    mark_processed(consumer, id);
 }
 
 Claim IdempotencyRecorder::claim(std::string_view, std::string_view, Millis) {

@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -93,6 +94,22 @@ class IdempotencyRecorder {
   // Records that `consumer` processed `event_id`. Marking again is harmless (no error, no
   // duplicate). Returns only once the marker is as durable as the recorder promises.
   virtual void mark_processed(std::string_view consumer, std::string_view event_id) = 0;
+
+  // ---- batches (a transport settling a window of deliveries at once) --------------------
+  // is_processed for every id, in order: result[i] is is_processed(consumer, event_ids[i]).
+  // Every id is validated first (InvalidKey: nothing read). An empty span reads nothing.
+  // Default: one is_processed per id; the idem backends answer in one query / round trip.
+  virtual std::vector<bool> is_processed_many(std::string_view consumer,
+                                              std::span<const std::string> event_ids);
+
+  // mark_processed for every id (repeats, in the span or already marked, are harmless). Every
+  // id is validated first (InvalidKey: nothing written). Returns once all markers are as durable
+  // as the recorder promises. When it throws, some markers may have been written and others
+  // not — harmless, since the caller treats every id of a failed batch as unmarked and a repeat
+  // mark is a no-op. Default: one mark_processed per id; the idem backends write the batch in
+  // one transaction / round trip.
+  virtual void mark_processed_many(std::string_view consumer,
+                                   std::span<const std::string> event_ids);
 
   // ---- claims (exclusive mode) ----------------------------------------------------------
   virtual bool supports_claims() const noexcept { return false; }
