@@ -4,6 +4,7 @@
 #include <condition_variable>
 #include <map>
 #include <optional>
+#include <set>
 #include <stop_token>
 #include <thread>
 
@@ -33,6 +34,19 @@ std::string_view to_string(HandleResult result) noexcept {
       return "duplicate";
   }
   return "unknown";
+}
+
+std::vector<HandleOutcome> EventHandler::handle_batch(std::span<const Event> events,
+                                                      BusProxy& bus) {
+  std::vector<HandleOutcome> outcomes(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    try {
+      outcomes[i].result = (*this)(events[i], bus);
+    } catch (...) {
+      outcomes[i].error = std::current_exception();
+    }
+  }
+  return outcomes;
 }
 
 CollectingBusProxy::CollectingBusProxy(std::string consumer) : consumer_(std::move(consumer)) {}
@@ -246,6 +260,79 @@ HandleResult HandlerCore::run(const Event& event, BusProxy& bus,
       break;  // resolved at construction
   }
   throw InvalidArgument("IdempotentHandler: unresolved mode");
+}
+
+std::vector<HandleOutcome> HandlerCore::run_batch(
+    std::span<const Event> events, BusProxy& bus,
+    const std::function<void(const Event&, BusProxy&)>& invoke) {
+  std::vector<HandleOutcome> outcomes(events.size());
+  if (mode_ != HandlerMode::check_then_mark) {
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      try {
+        outcomes[i].result =
+            run(events[i], bus, [&](BusProxy& proxy) { invoke(events[i], proxy); });
+      } catch (...) {
+        outcomes[i].error = std::current_exception();
+      }
+    }
+    return outcomes;
+  }
+
+  // Ids that are valid keys, and where they sit in `events`; an invalid one fails alone.
+  std::vector<std::string> ids;
+  std::vector<std::size_t> positions;
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    try {
+      validate_key("event id", events[i].id);
+      ids.push_back(events[i].id);
+      positions.push_back(i);
+    } catch (...) {
+      outcomes[i].error = std::current_exception();
+    }
+  }
+  const auto fail_all = [&](const std::vector<std::size_t>& which) {
+    for (std::size_t i : which)
+      outcomes[i].error = std::current_exception();
+  };
+
+  std::vector<bool> processed;
+  try {
+    processed = recorder_->is_processed_many(consumer_, ids);
+  } catch (...) {
+    fail_all(positions);  // nothing ran: every event is redelivered and checked again
+    return outcomes;
+  }
+
+  std::set<std::string_view> handled;  // ids that succeeded earlier in this window
+  std::vector<std::string> to_mark;
+  std::vector<std::size_t> marked_positions;
+  for (std::size_t k = 0; k < ids.size(); ++k) {
+    const std::size_t i = positions[k];
+    if (processed[k] || handled.count(ids[k]) > 0) {
+      outcomes[i].result = HandleResult::duplicate;
+      continue;
+    }
+    try {
+      invoke(events[i], bus);
+      handled.insert(ids[k]);
+      to_mark.push_back(ids[k]);
+      marked_positions.push_back(i);
+    } catch (...) {
+      outcomes[i].error = std::current_exception();
+    }
+  }
+
+  try {
+    recorder_->mark_processed_many(consumer_, to_mark);
+  } catch (...) {
+    // Their side effects ran but are not (all) marked: report each as failed, so the transport
+    // redelivers them and runs them again — check_then_mark's crash-before-mark window.
+    fail_all(marked_positions);
+    return outcomes;
+  }
+  for (std::size_t i : marked_positions)
+    outcomes[i].result = HandleResult::processed;
+  return outcomes;
 }
 
 HandleResult HandlerCore::run_check_then_mark(const Event& event, BusProxy& bus,

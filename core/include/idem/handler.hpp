@@ -39,9 +39,12 @@
 #pragma once
 
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -105,6 +108,12 @@ class BusProxy {
   virtual Transaction* transaction() noexcept { return nullptr; }
 };
 
+// What one event of a batch came to: exactly one of the two is set.
+struct HandleOutcome {
+  std::optional<HandleResult> result;  // handled: processed or duplicate (ack it)
+  std::exception_ptr error;            // what operator() would have thrown for it (do not ack)
+};
+
 // The type-erased handler a bus (or any transport) calls.
 class EventHandler {
  public:
@@ -113,6 +122,13 @@ class EventHandler {
   // Returns processed/duplicate. Throws AlreadyInProgress (do not ack, redeliver later) or
   // whatever the business code threw (do not ack, redeliver).
   virtual HandleResult operator()(const Event& event, BusProxy& bus) = 0;
+  // A window of deliveries at once (the RabbitMQ consumer passes what the broker prefetched):
+  // outcomes[i] is what events[i] came to, with the meaning of operator()'s result or exception.
+  // The transport settles the events after the call returns. Events run in order, on the
+  // calling thread. Default: operator() for each event. IdempotentHandler in check_then_mark
+  // mode overrides it to check the whole window with one is_processed_many and mark its
+  // successes with one mark_processed_many (see there for the window this widens).
+  virtual std::vector<HandleOutcome> handle_batch(std::span<const Event> events, BusProxy& bus);
 };
 
 // A BusProxy that keeps what is published, for running handlers outside a bus and in tests.
@@ -154,6 +170,11 @@ class HandlerCore {
   // Runs the protocol of mode() around `invoke`, which decodes the payload and calls handle
   // with the proxy it is given.
   HandleResult run(const Event& event, BusProxy& bus, const std::function<void(BusProxy&)>& invoke);
+
+  // The batch form (EventHandler::handle_batch): check_then_mark checks and marks the window
+  // with one recorder call each; the other modes run() each event.
+  std::vector<HandleOutcome> run_batch(std::span<const Event> events, BusProxy& bus,
+                                       const std::function<void(const Event&, BusProxy&)>& invoke);
 
  private:
   HandleResult run_check_then_mark(const Event& event, BusProxy& bus,
@@ -205,13 +226,18 @@ class IdempotentHandler : public EventHandler {
   HandlerMode mode() const noexcept { return core_.mode(); }
 
   HandleResult operator()(const Event& event, BusProxy& bus) final {
-    return core_.run(event, bus, [this, &event](BusProxy& proxy) {
-      if constexpr (std::is_same_v<Payload, std::string>) {
-        handle(event.payload, proxy, event);  // no copy for raw payloads
-      } else {
-        handle(detail::decode_payload<Payload>(event, core_.consumer()), proxy, event);
-      }
-    });
+    return core_.run(event, bus, [this, &event](BusProxy& proxy) { invoke(event, proxy); });
+  }
+
+  // check_then_mark: one is_processed_many for the window, handle for each event not yet
+  // processed (a repeat of an id handled earlier in the same window is a duplicate), then one
+  // mark_processed_many for the ones that succeeded. This widens check_then_mark's crash window
+  // from one event to the window: a crash (or a failed batch mark, reported as every marked
+  // event's error) after some handles ran and before the batch mark runs those handles again on
+  // redelivery. Exclusive and transactional modes handle each event as operator() does.
+  std::vector<HandleOutcome> handle_batch(std::span<const Event> events, BusProxy& bus) final {
+    return core_.run_batch(events, bus,
+                           [this](const Event& event, BusProxy& proxy) { invoke(event, proxy); });
   }
 
  protected:
@@ -220,6 +246,14 @@ class IdempotentHandler : public EventHandler {
   virtual void handle(const Payload& payload, BusProxy& bus, const Event& event) = 0;
 
  private:
+  void invoke(const Event& event, BusProxy& proxy) {
+    if constexpr (std::is_same_v<Payload, std::string>) {
+      handle(event.payload, proxy, event);  // no copy for raw payloads
+    } else {
+      handle(detail::decode_payload<Payload>(event, core_.consumer()), proxy, event);
+    }
+  }
+
   detail::HandlerCore core_;
 };
 
