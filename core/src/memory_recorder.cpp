@@ -446,6 +446,73 @@ void InMemoryIdempotencyRecorder::mark_processed(std::string_view consumer,
   });
 }
 
+namespace {
+
+// The batch's addresses (all validated before anything is touched), with their positions in
+// the caller's span, grouped by shard: each touched shard is locked once for all its ids.
+struct BatchAddress {
+  detail::Address address;
+  std::size_t position;
+  std::size_t shard;
+};
+
+}  // namespace
+
+template <class Fn>
+void InMemoryIdempotencyRecorder::for_each_shard_batch(std::string_view consumer,
+                                                       std::span<const std::string> event_ids,
+                                                       Fn&& fn) {
+  std::vector<BatchAddress> batch;
+  batch.reserve(event_ids.size());
+  for (std::size_t i = 0; i < event_ids.size(); ++i) {
+    const Address a = detail::address(consumer, event_ids[i]);  // validates: InvalidKey
+    batch.push_back(BatchAddress{a, i, static_cast<std::size_t>(&shard_for(a.hash) - &shards_[0])});
+  }
+  std::stable_sort(batch.begin(), batch.end(),
+                   [](const BatchAddress& x, const BatchAddress& y) { return x.shard < y.shard; });
+  // Shards are locked one at a time, never two at once, so a batch cannot deadlock with
+  // another batch or a single call.
+  for (std::size_t begin = 0; begin < batch.size();) {
+    std::size_t end = begin + 1;
+    while (end < batch.size() && batch[end].shard == batch[begin].shard)
+      ++end;
+    auto& shard = shards_[batch[begin].shard];
+    std::lock_guard lock(shard.mutex);
+    fn(shard, std::span<const BatchAddress>(batch.data() + begin, end - begin));
+    begin = end;
+  }
+}
+
+std::vector<bool> InMemoryIdempotencyRecorder::is_processed_many(
+    std::string_view consumer, std::span<const std::string> event_ids) {
+  validate_key("consumer", consumer);
+  std::vector<bool> processed(event_ids.size(), false);
+  for_each_shard_batch(consumer, event_ids, [&](MemoryRecorderShard& shard, const auto& group) {
+    const std::uint32_t* index = shard.find_consumer(consumer);
+    if (index == nullptr) return;
+    for (const auto& entry : group) {
+      processed[entry.position] = detail::with_key(
+          shard, entry.address, *index,
+          [](auto& table, const auto& key) { return table.markers.contains(key); });
+    }
+  });
+  return processed;
+}
+
+void InMemoryIdempotencyRecorder::mark_processed_many(std::string_view consumer,
+                                                      std::span<const std::string> event_ids) {
+  validate_key("consumer", consumer);
+  // One timestamp for the batch: it is one settlement of one window.
+  const Ticks now = detail::to_ticks(clock_->wall_now());
+  for_each_shard_batch(consumer, event_ids, [&](MemoryRecorderShard& shard, const auto& group) {
+    const std::uint32_t index = shard.intern_consumer(consumer);
+    for (const auto& entry : group) {
+      detail::with_key(shard, entry.address, index,
+                       [now](auto& table, const auto& key) { table.markers.insert(key, now); });
+    }
+  });
+}
+
 Claim InMemoryIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
                                          Millis lease) {
   const Address a = detail::address(consumer, event_id);
