@@ -666,6 +666,108 @@ TEST(SqliteRecorderGroupCommit, FailedBatchFailsEveryMarkAndMarksNone) {
   EXPECT_EQ(recorder.stats().marks, 0u);
 }
 
+// ---- batches --------------------------------------------------------------------------------
+
+namespace {
+
+std::vector<std::string> numbered_ids(const std::string& prefix, int n) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i)
+    ids.push_back(prefix + std::to_string(i));
+  return ids;
+}
+
+}  // namespace
+
+TEST(SqliteRecorderBatch, BatchIsOneCommitEvenPastMaxBatchSize) {
+  TempDir dir;
+  const std::string path = dir.file("batch.db");
+  SqliteOptions options;
+  options.max_batch_size = 8;
+  options.durability = Durability::full;
+  SqliteIdempotencyRecorder recorder(path, options);
+  const auto ids = numbered_ids("b", 100);
+  recorder.mark_processed_many("billing", ids);
+  const auto stats = recorder.stats();
+  EXPECT_EQ(stats.marks, 100u);
+  EXPECT_EQ(stats.mark_commits, 1u) << "a batch must be one transaction, not one per id";
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log WHERE consumer = 'billing'"), 100);
+  EXPECT_EQ(raw.integer("SELECT count(DISTINCT ts) FROM processed_log"), 1);
+  EXPECT_EQ(recorder.is_processed_many("billing", ids), std::vector<bool>(ids.size(), true));
+}
+
+TEST(SqliteRecorderBatch, BatchesAndSinglesQueuedBehindABusyWriterShareOneCommit) {
+  SqliteIdempotencyRecorder recorder(":memory:");
+  const auto first = numbered_ids("x", 10);
+  const auto second = numbered_ids("y", 10);
+  constexpr int kSingles = 4;
+  std::vector<std::thread> threads;
+  recorder.run_transactional("holder", "evt", [&](idem::Transaction&) {
+    threads.emplace_back([&] { recorder.mark_processed_many("billing", first); });
+    threads.emplace_back([&] { recorder.mark_processed_many("billing", second); });
+    for (int t = 0; t < kSingles; ++t) {
+      threads.emplace_back(
+          [&recorder, t] { recorder.mark_processed("billing", "m" + std::to_string(t)); });
+    }
+    while (recorder.stats().queued_marks < 2 + kSingles)
+      std::this_thread::yield();
+  });
+  for (auto& thread : threads)
+    thread.join();
+  const auto stats = recorder.stats();
+  EXPECT_EQ(stats.marks, 20u + kSingles);
+  EXPECT_LE(stats.mark_commits, 2u);
+  EXPECT_EQ(recorder.is_processed_many("billing", first), std::vector<bool>(10, true));
+  EXPECT_EQ(recorder.is_processed_many("billing", second), std::vector<bool>(10, true));
+  for (int t = 0; t < kSingles; ++t)
+    EXPECT_TRUE(recorder.is_processed("billing", "m" + std::to_string(t)));
+}
+
+TEST(SqliteRecorderBatch, BatchMarkInsideRunTransactionalIsAReentryError) {
+  SqliteIdempotencyRecorder recorder(":memory:");
+  const std::vector<std::string> ids = {"a", "b"};
+  std::vector<bool> seen;
+  EXPECT_TRUE(recorder.run_transactional("billing", "evt", [&](idem::Transaction&) {
+    try {
+      recorder.mark_processed_many("billing", ids);
+      ADD_FAILURE() << "mark_processed_many inside run_transactional did not throw";
+    } catch (const idem::Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::reentry) << e.what();
+    }
+    // Reads see the handler's own transaction.
+    seen = recorder.is_processed_many("billing", std::vector<std::string>{"evt", "a"});
+  }));
+  EXPECT_EQ(seen, (std::vector<bool>{true, false}));
+  EXPECT_EQ(recorder.is_processed_many("billing", ids), (std::vector<bool>{false, false}));
+}
+
+TEST(SqliteRecorderBatch, LockedFileFailsTheBatchRetryablyAndMarksNone) {
+  TempDir dir;
+  const std::string path = dir.file("locked.db");
+  SqliteOptions options;
+  options.busy_timeout = 10ms;
+  SqliteIdempotencyRecorder recorder(path, options);
+  const auto ids = numbered_ids("l", 20);
+  {
+    RawDb other(path);
+    other.exec("BEGIN IMMEDIATE");
+    try {
+      recorder.mark_processed_many("billing", ids);
+      ADD_FAILURE() << "the batch was marked while another connection held the write lock";
+    } catch (const idem::Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::store_busy) << e.what();
+      EXPECT_TRUE(e.retryable());
+    }
+    // Reads do not wait for the writer.
+    EXPECT_EQ(recorder.is_processed_many("billing", ids), std::vector<bool>(ids.size(), false));
+    other.exec("ROLLBACK");
+  }
+  EXPECT_EQ(recorder.stats().marks, 0u);
+  recorder.mark_processed_many("billing", ids);  // the retry
+  EXPECT_EQ(recorder.is_processed_many("billing", ids), std::vector<bool>(ids.size(), true));
+}
+
 // ---- claims: SQLite specifics -----------------------------------------------------------------
 
 TEST(SqliteRecorderClaims, TokensComeFromOneCounterForTheWholeFile) {

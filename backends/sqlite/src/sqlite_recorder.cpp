@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <bit>
 #include <condition_variable>
 #include <cstdio>
 #include <deque>
@@ -11,7 +12,9 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <thread>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -54,6 +57,9 @@ constexpr const char* kCreateIdemTables =
 
 constexpr std::string_view kSelectMarker =
     "SELECT 1 FROM processed_log WHERE consumer = ?1 AND event_id = ?2";
+// is_processed_many(): ids per SELECT ... IN (...). With the consumer that is at most 513
+// parameters, under the 999 of SQLite builds older than 3.32.
+constexpr std::size_t kLookupChunk = 512;
 constexpr std::string_view kInsertMarker =
     "INSERT OR IGNORE INTO processed_log(consumer, event_id, ts) VALUES (?1, ?2, ?3)";
 constexpr std::string_view kSelectClaim =
@@ -156,10 +162,13 @@ std::string marker_timestamp(WallTime t) {
 
 namespace detail {
 
-// One mark_processed() call waiting in the group-commit queue.
+// One mark_processed() call, or one whole mark_processed_many() batch, waiting in the
+// group-commit queue. A batch is one entry, so its markers always share one transaction.
 struct PendingMark {
   std::string_view consumer;
-  std::string_view event_id;
+  std::string_view event_id;           // a single mark
+  std::span<const std::string> batch;  // a batch (event_id unused)
+  bool is_batch = false;
   std::string ts;
   bool done = false;
   std::exception_ptr error;
@@ -175,7 +184,15 @@ using detail::PendingMark;
 class SqliteIdempotencyRecorder::Impl {
  public:
   Impl(std::string path, SqliteOptions options)
-      : path_(std::move(path)), options_(std::move(options)) {}
+      : path_(std::move(path)), options_(std::move(options)) {
+    for (std::size_t i = 0; i < select_markers_in_.size(); ++i) {
+      std::string& sql = select_markers_in_[i];
+      sql = "SELECT event_id FROM processed_log WHERE consumer = ?1 AND event_id IN (";
+      for (std::size_t k = 0; k < (std::size_t{1} << i); ++k)
+        sql += (k == 0 ? "?" : ", ?") + std::to_string(k + 2);
+      sql += ")";
+    }
+  }
 
   // Holds the writer connection for one write, and refuses a thread that already holds it
   // (a transactional handler calling back into its own recorder), which would deadlock.
@@ -242,6 +259,11 @@ class SqliteIdempotencyRecorder::Impl {
 
   std::int64_t now_ms() const { return to_ms(clock_->wall_now()); }
 
+  // "SELECT event_id ... IN (?2, ..., ?<slots + 1>)"; `slots` is a power of two <= kLookupChunk.
+  const std::string& select_markers_in(std::size_t slots) const {
+    return select_markers_in_[static_cast<std::size_t>(std::countr_zero(slots))];
+  }
+
   bool marker_exists(Connection& connection, std::string_view consumer, std::string_view event_id) {
     Statement select = connection.prepare(kSelectMarker);
     select.bind(1, consumer).bind(2, event_id);
@@ -270,15 +292,22 @@ class SqliteIdempotencyRecorder::Impl {
   // Commits the marks at the front of the queue in one transaction, for the caller at the
   // front. `taken` counts the queue's leading entries this commit holds; it grows while the
   // transaction is open, because marks that queue up while it inserts join it for free. Only the
-  // committing thread pops entries, so positions in the queue stay valid.
+  // committing thread pops entries, so positions in the queue stay valid. A transaction takes
+  // entries until it holds max_batch_size markers; a batch entry is always taken whole (the
+  // caller's own entry even when it alone is larger).
   void write_queued_marks(std::size_t& taken) {
+    std::size_t rows = 0;
     const auto collect = [&] {
       std::lock_guard lock(marks_mutex_);
-      const std::size_t end = std::min(pending_marks_.size(), options_.max_batch_size);
       std::vector<PendingMark*> more;
-      for (std::size_t i = taken; i < end; ++i)
-        more.push_back(pending_marks_[i]);
-      taken = std::max(taken, end);
+      while (taken < pending_marks_.size() && (taken == 0 || rows < options_.max_batch_size)) {
+        PendingMark* mark = pending_marks_[taken];
+        if (taken > 0 && mark->is_batch && rows + mark->batch.size() > options_.max_batch_size)
+          break;  // a batch that would overflow this transaction waits for the next one
+        more.push_back(mark);
+        rows += mark->is_batch ? mark->batch.size() : 1;
+        ++taken;
+      }
       return more;
     };
     auto batch = collect();  // at least the caller's own mark, so a failure fails it too
@@ -289,11 +318,19 @@ class SqliteIdempotencyRecorder::Impl {
     bool yielded = false;
     for (;;) {
       for (const PendingMark* mark : batch) {
-        Statement insert = connection.prepare(kInsertMarker);
-        insert.bind(1, mark->consumer).bind(2, mark->event_id).bind(3, std::string_view(mark->ts));
-        insert.run();
+        const auto insert_one = [&](std::string_view event_id) {
+          Statement insert = connection.prepare(kInsertMarker);
+          insert.bind(1, mark->consumer).bind(2, event_id).bind(3, std::string_view(mark->ts));
+          insert.run();
+        };
+        if (mark->is_batch) {
+          for (const std::string& event_id : mark->batch)
+            insert_one(event_id);
+        } else {
+          insert_one(mark->event_id);
+        }
       }
-      if (taken >= options_.max_batch_size) break;
+      if (rows >= options_.max_batch_size) break;
       if (batch.empty()) {
         if (yielded) break;
         // Callers whose marks just committed are about to queue their next one; giving them
@@ -304,8 +341,47 @@ class SqliteIdempotencyRecorder::Impl {
       batch = collect();
     }
     tx.commit();
-    marks_committed_.fetch_add(taken, std::memory_order_relaxed);
+    marks_committed_.fetch_add(rows, std::memory_order_relaxed);
     mark_commits_.fetch_add(1, std::memory_order_relaxed);
+  }
+
+  // Queues `mark` and returns once a transaction holding it committed (this thread's, when it
+  // reaches the front of the queue, or another caller's); rethrows that commit's failure.
+  void commit_mark(PendingMark& mark) {
+    std::unique_lock lock(marks_mutex_);
+    auto& queue = pending_marks_;
+    mark.cv = &mark_cvs_[next_mark_cv_++ % mark_cvs_.size()];
+    queue.push_back(&mark);
+    mark.cv->wait(lock, [&] { return mark.done || queue.front() == &mark; });
+    if (!mark.done) {
+      // This call is at the front: it commits its own mark and every mark queued behind it (up to
+      // max_batch_size) in one transaction; the others wait for that commit.
+      lock.unlock();
+      std::size_t taken = 0;
+      std::exception_ptr error;
+      try {
+        write_queued_marks(taken);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::array<bool, std::tuple_size_v<decltype(mark_cvs_)>> wake{};
+      lock.lock();
+      for (std::size_t i = 0; i < taken; ++i) {
+        PendingMark* done = queue.front();
+        queue.pop_front();
+        done->done = true;
+        done->error = error;
+        wake[static_cast<std::size_t>(done->cv - mark_cvs_.data())] = true;
+      }
+      // The next front becomes the committer.
+      if (!queue.empty())
+        wake[static_cast<std::size_t>(queue.front()->cv - mark_cvs_.data())] = true;
+      lock.unlock();
+      for (std::size_t i = 0; i < wake.size(); ++i) {
+        if (wake[i]) mark_cvs_[i].notify_all();  // shared slots: wake all, each re-checks
+      }
+    }
+    if (mark.error) std::rethrow_exception(mark.error);
   }
 
   std::string path_;
@@ -319,6 +395,9 @@ class SqliteIdempotencyRecorder::Impl {
 
   std::mutex readers_mutex_;
   std::vector<std::unique_ptr<Connection>> idle_readers_;
+
+  // SQL of is_processed_many()'s lookups, one per power-of-two size up to kLookupChunk.
+  std::array<std::string, std::bit_width(kLookupChunk)> select_markers_in_;
 
   // Group commit (LevelDB's writer queue): the waiter at the front commits a batch of the
   // queue's marks for everyone in it.
@@ -454,40 +533,51 @@ void SqliteIdempotencyRecorder::mark_processed(std::string_view consumer,
   mark.event_id = event_id;
   mark.ts = marker_timestamp(impl_->clock_->wall_now());
 
-  std::unique_lock lock(impl_->marks_mutex_);
-  auto& queue = impl_->pending_marks_;
-  mark.cv = &impl_->mark_cvs_[impl_->next_mark_cv_++ % impl_->mark_cvs_.size()];
-  queue.push_back(&mark);
-  mark.cv->wait(lock, [&] { return mark.done || queue.front() == &mark; });
-  if (!mark.done) {
-    // This call is at the front: it commits its own mark and every mark queued behind it (up to
-    // max_batch_size) in one transaction; the others wait for that commit.
-    lock.unlock();
-    std::size_t taken = 0;
-    std::exception_ptr error;
-    try {
-      impl_->write_queued_marks(taken);
-    } catch (...) {
-      error = std::current_exception();
+  impl_->commit_mark(mark);
+}
+
+std::vector<bool> SqliteIdempotencyRecorder::is_processed_many(
+    std::string_view consumer, std::span<const std::string> event_ids) {
+  validate_key("consumer", consumer);
+  for (const std::string& event_id : event_ids)
+    validate_key("event id", event_id);
+  std::vector<bool> processed(event_ids.size(), false);
+  if (event_ids.empty()) return processed;
+  Impl::ReadLease lease(*impl_);
+  Connection& connection = lease.connection();
+  std::unordered_set<std::string> found;
+  for (std::size_t offset = 0; offset < event_ids.size(); offset += kLookupChunk) {
+    const std::size_t n = std::min(kLookupChunk, event_ids.size() - offset);
+    // Statements come in power-of-two sizes, so a connection caches at most ten of them; the
+    // spare placeholders repeat the chunk's last id.
+    const std::size_t slots = std::bit_ceil(n);
+    Statement select = connection.prepare(impl_->select_markers_in(slots));
+    select.bind(1, consumer);
+    for (std::size_t i = 0; i < slots; ++i) {
+      select.bind(static_cast<int>(i + 2),
+                  std::string_view(event_ids[offset + std::min(i, n - 1)]));
     }
-    std::array<bool, std::tuple_size_v<decltype(impl_->mark_cvs_)>> wake{};
-    lock.lock();
-    for (std::size_t i = 0; i < taken; ++i) {
-      PendingMark* done = queue.front();
-      queue.pop_front();
-      done->done = true;
-      done->error = error;
-      wake[static_cast<std::size_t>(done->cv - impl_->mark_cvs_.data())] = true;
-    }
-    // The next front becomes the committer.
-    if (!queue.empty())
-      wake[static_cast<std::size_t>(queue.front()->cv - impl_->mark_cvs_.data())] = true;
-    lock.unlock();
-    for (std::size_t i = 0; i < wake.size(); ++i) {
-      if (wake[i]) impl_->mark_cvs_[i].notify_all();  // shared slots: wake all, each re-checks
-    }
+    while (select.step())
+      found.insert(select.column_text(0));
   }
-  if (mark.error) std::rethrow_exception(mark.error);
+  for (std::size_t i = 0; i < event_ids.size(); ++i)
+    processed[i] = found.contains(event_ids[i]);
+  return processed;
+}
+
+void SqliteIdempotencyRecorder::mark_processed_many(std::string_view consumer,
+                                                    std::span<const std::string> event_ids) {
+  validate_key("consumer", consumer);
+  for (const std::string& event_id : event_ids)
+    validate_key("event id", event_id);
+  impl_->throw_if_writer_thread("mark_processed_many");
+  if (event_ids.empty()) return;
+  PendingMark mark;
+  mark.consumer = consumer;
+  mark.batch = event_ids;
+  mark.is_batch = true;
+  mark.ts = marker_timestamp(impl_->clock_->wall_now());
+  impl_->commit_mark(mark);
 }
 
 Claim SqliteIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,

@@ -48,7 +48,8 @@ struct SqliteOptions {
   bool read_only = false;
 
   // Group commit: concurrent mark_processed() calls share one transaction, up to this many
-  // marks per commit. Must be >= 1; 1 turns batching off. Default: 256.
+  // marks per commit. Must be >= 1; 1 turns batching off. A mark_processed_many() batch is never
+  // split: it commits whole, alone when it is larger than this. Default: 256.
   std::size_t max_batch_size = 256;
 
   // Idle read-only connections kept for is_processed() (each thread that reads concurrently

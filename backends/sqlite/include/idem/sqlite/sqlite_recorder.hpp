@@ -39,6 +39,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,9 +58,9 @@ std::string marker_timestamp(WallTime t);
 
 // Counters of one recorder (this process only), e.g. to see how well group commit batches.
 struct SqliteRecorderStats {
-  std::uint64_t marks = 0;         // mark_processed() calls committed
+  std::uint64_t marks = 0;         // markers committed by mark_processed() / _many() calls
   std::uint64_t mark_commits = 0;  // transactions that committed them (<= marks)
-  std::size_t queued_marks = 0;    // mark_processed() calls waiting or committing right now
+  std::size_t queued_marks = 0;    // mark calls (a batch counts once) waiting or committing now
 };
 
 class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
@@ -80,6 +81,16 @@ class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
 
   bool is_processed(std::string_view consumer, std::string_view event_id) override;
   void mark_processed(std::string_view consumer, std::string_view event_id) override;
+  // One reader lease and one SELECT ... WHERE consumer = ? AND event_id IN (...) per 512 ids
+  // (never the write lock).
+  std::vector<bool> is_processed_many(std::string_view consumer,
+                                      std::span<const std::string> event_ids) override;
+  // The whole batch is one entry of the group-commit queue: all its markers are inserted in ONE
+  // write transaction (one fsync with durability full), possibly shared with concurrent
+  // mark_processed() calls. Called from inside run_transactional(): Error(reentry), as for
+  // mark_processed().
+  void mark_processed_many(std::string_view consumer,
+                           std::span<const std::string> event_ids) override;
 
   bool supports_claims() const noexcept override { return true; }
   // lease must be > 0 (InvalidArgument otherwise).
