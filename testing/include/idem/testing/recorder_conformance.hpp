@@ -2,10 +2,10 @@
 //
 // Every recorder idem ships passes this suite (memory, SQLite file and :memory:, ...), and users
 // can run it against their own recorder. It checks the contract written in idem/recorder.hpp:
-// check/mark, consumer isolation (fanout), key validation, claims with leases and fencing
-// tokens, lease takeover and renewal, purge by age (with progress and count_purgeable), the
-// operator views consumer_counts() and inspect(), races between threads, and the
-// transactional inbox.
+// check/mark (single and in batches), consumer isolation (fanout), key validation, claims with
+// leases and fencing tokens, lease takeover and renewal, purge by age (with progress and
+// count_purgeable), the operator views consumer_counts() and inspect(), races between threads, and
+// the transactional inbox.
 //
 // How to use it — a factory type and one macro, in a test file linked with gtest_main:
 //
@@ -48,6 +48,7 @@
 #include <cstdint>
 #include <latch>
 #include <memory>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -711,6 +712,244 @@ TYPED_TEST_P(IdemRecorderConformance, ConcurrentMarksAreSafe) {
   EXPECT_EQ(this->count_and_purge_all_markers(), 2 * ids.size());
 }
 
+// ---- batches (is_processed_many / mark_processed_many) ------------------------------------
+
+TYPED_TEST_P(IdemRecorderConformance, BatchOfNoIdsReadsAndMarksNothing) {
+  const std::vector<std::string> none;
+  EXPECT_TRUE(this->recorder_->is_processed_many("billing", none).empty());
+  EXPECT_NO_THROW(this->recorder_->mark_processed_many("billing", none));
+  EXPECT_TRUE(this->recorder_->consumer_counts().empty());
+  EXPECT_EQ(this->count_and_purge_all_markers(), 0u);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, BatchCheckAnswersEveryIdInOrder) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i)
+    ids.push_back(i % 3 == 2 ? "text-" + std::to_string(i) : idem::new_event_id());
+  // Processed: #1, #2 (a text id) and #4; the others never seen.
+  for (int i : {1, 2, 4})
+    this->recorder_->mark_processed("billing", ids[static_cast<std::size_t>(i)]);
+  const std::vector<bool> expected = {false, true, true, false, true, false};
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", ids), expected);
+  // Reversed order, reversed answers.
+  const std::vector<std::string> reversed(ids.rbegin(), ids.rend());
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", reversed),
+            std::vector<bool>(expected.rbegin(), expected.rend()));
+  // One id alone.
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", std::span(ids).subspan(1, 1)),
+            std::vector<bool>{true});
+}
+
+TYPED_TEST_P(IdemRecorderConformance, BatchMarkIsSeenBySingleAndBatchChecks) {
+  std::vector<std::string> ids = {idem::new_event_id(), "order-17", idem::new_event_id()};
+  const idem::WallTime marked = this->now();
+  this->recorder_->mark_processed_many("billing", ids);
+  for (const auto& id : ids)
+    EXPECT_TRUE(this->recorder_->is_processed("billing", id)) << id;
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", ids), std::vector<bool>(3, true));
+  EXPECT_FALSE(this->recorder_->is_processed("billing", idem::new_event_id()));
+  // A batch mark is an ordinary marker: inspect, counts and purge see it as one.
+  this->clock_->advance(std::chrono::minutes(5));
+  const idem::MarkerInspection seen = this->recorder_->inspect("billing", ids[1]);
+  EXPECT_TRUE(seen.processed);
+  ASSERT_TRUE(seen.processed_at.has_value());
+  EXPECT_LE(*seen.processed_at, marked);
+  EXPECT_GT(*seen.processed_at, marked - std::chrono::milliseconds(1));
+  const auto counts = this->recorder_->consumer_counts();
+  ASSERT_EQ(counts.size(), 1u);
+  EXPECT_EQ(counts[0].consumer, "billing");
+  EXPECT_EQ(counts[0].processed, 3u);
+  EXPECT_EQ(counts[0].in_progress, 0u);
+  // Marking the batch again (and a single mark of one of it) adds nothing.
+  this->recorder_->mark_processed_many("billing", ids);
+  this->recorder_->mark_processed("billing", ids[0]);
+  EXPECT_EQ(this->count_and_purge_all_markers(), 3u);
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", ids), std::vector<bool>(3, false));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, BatchWithRepeatedIdsIsHarmless) {
+  const std::string a = idem::new_event_id();
+  const std::string b = "it's-b";
+  const std::vector<std::string> marks = {a, b, a, a, b};
+  EXPECT_NO_THROW(this->recorder_->mark_processed_many("billing", marks));
+  const std::vector<std::string> checks = {a, a, "never", b, a};
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", checks),
+            (std::vector<bool>{true, true, false, true, true}));
+  EXPECT_EQ(this->count_and_purge_all_markers(), 2u) << "a repeated id is one marker";
+}
+
+TYPED_TEST_P(IdemRecorderConformance, BatchesKeepConsumersApart) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i)
+    ids.push_back(idem::new_event_id());
+  this->recorder_->mark_processed_many("billing", ids);
+  EXPECT_EQ(this->recorder_->is_processed_many("shipping", ids), std::vector<bool>(5, false));
+  EXPECT_EQ(this->recorder_->is_processed_many("Billing", ids), std::vector<bool>(5, false));
+  this->recorder_->mark_processed_many("shipping", std::span(ids).first(2));
+  EXPECT_EQ(this->recorder_->is_processed_many("shipping", ids),
+            (std::vector<bool>{true, true, false, false, false}));
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", ids), std::vector<bool>(5, true));
+  const auto counts = this->recorder_->consumer_counts();
+  ASSERT_EQ(counts.size(), 2u);
+  EXPECT_EQ(counts[0].consumer, "billing");
+  EXPECT_EQ(counts[0].processed, 5u);
+  EXPECT_EQ(counts[1].consumer, "shipping");
+  EXPECT_EQ(counts[1].processed, 2u);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, BatchWithAnInvalidKeyReadsAndMarksNothing) {
+  auto& recorder = *this->recorder_;
+  const std::string good = idem::new_event_id();
+  const std::string other = "order-1";
+  for (const auto& bad : idem::testing::detail::invalid_keys()) {
+    SCOPED_TRACE("bad key of " + std::to_string(bad.size()) + " bytes");
+    // First, in the middle, last: nothing of the batch may be written.
+    for (const std::vector<std::string>& batch :
+         {std::vector<std::string>{bad, good, other}, std::vector<std::string>{good, bad, other},
+          std::vector<std::string>{good, other, bad}}) {
+      EXPECT_THROW(recorder.mark_processed_many("consumer", batch), idem::InvalidKey);
+      EXPECT_THROW(recorder.is_processed_many("consumer", batch), idem::InvalidKey);
+    }
+    const std::vector<std::string> valid = {good, other};
+    EXPECT_THROW(recorder.mark_processed_many(bad, valid), idem::InvalidKey);
+    EXPECT_THROW(recorder.is_processed_many(bad, valid), idem::InvalidKey);
+    // A bad consumer is refused even with no ids.
+    EXPECT_THROW(recorder.mark_processed_many(bad, std::vector<std::string>{}), idem::InvalidKey);
+    EXPECT_THROW(recorder.is_processed_many(bad, std::vector<std::string>{}), idem::InvalidKey);
+  }
+  try {
+    recorder.mark_processed_many("billing", std::vector<std::string>{good, ""});
+    FAIL() << "an empty event id in a batch was accepted";
+  } catch (const idem::InvalidKey& e) {
+    EXPECT_NE(std::string(e.what()).find("event id"), std::string::npos) << e.what();
+  }
+  try {
+    recorder.mark_processed_many("", std::vector<std::string>{good});
+    FAIL() << "an empty consumer was accepted";
+  } catch (const idem::InvalidKey& e) {
+    EXPECT_NE(std::string(e.what()).find("consumer"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(recorder.is_processed("consumer", good));
+  EXPECT_FALSE(recorder.is_processed("consumer", other));
+  EXPECT_EQ(this->count_and_purge_all_markers(), 0u);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, BatchLargerThanAnyChunkWorks) {
+  // Larger than the chunk of every idem backend (SQLite 512, Redis 512, PostgreSQL 1,000).
+  constexpr std::size_t kIds = 1500;
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < kIds; ++i)
+    ids.push_back(i % 5 == 0 ? "text-" + std::to_string(i) : idem::new_event_id());
+  std::vector<std::string> every_third;
+  for (std::size_t i = 0; i < kIds; i += 3)
+    every_third.push_back(ids[i]);
+  this->recorder_->mark_processed_many("billing", every_third);
+  const std::vector<bool> seen = this->recorder_->is_processed_many("billing", ids);
+  ASSERT_EQ(seen.size(), kIds);
+  for (std::size_t i = 0; i < kIds; ++i)
+    ASSERT_EQ(seen[i], i % 3 == 0) << "id #" << i;
+  this->recorder_->mark_processed_many("billing", ids);
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", ids), std::vector<bool>(kIds, true));
+  EXPECT_TRUE(this->recorder_->is_processed("billing", ids.back()));
+  EXPECT_EQ(this->count_and_purge_all_markers(), kIds);
+}
+
+TYPED_TEST_P(IdemRecorderConformance, BatchesOfUnusualValidKeysWork) {
+  const auto keys = idem::testing::detail::unusual_valid_keys();
+  // Characters an array literal or a key separator would have to escape, too.
+  std::vector<std::string> ids = keys;
+  for (const char* extra : {"a,b", "{x}", "\"", "\\", "NULL", "a\\\"b,{c}"})
+    ids.emplace_back(extra);
+  EXPECT_EQ(this->recorder_->is_processed_many("consumer", ids),
+            std::vector<bool>(ids.size(), false));
+  this->recorder_->mark_processed_many("consumer", ids);
+  EXPECT_EQ(this->recorder_->is_processed_many("consumer", ids),
+            std::vector<bool>(ids.size(), true));
+  for (const auto& id : ids)
+    EXPECT_TRUE(this->recorder_->is_processed("consumer", id)) << id.substr(0, 40);
+  // Near misses of those keys stay unmarked.
+  const std::vector<std::string> near = {"it", "a", "b", "{x", "NUL", "null", "a,", "x"};
+  EXPECT_EQ(this->recorder_->is_processed_many("consumer", near),
+            std::vector<bool>(near.size(), false));
+  // The same texts as consumer names.
+  const std::vector<std::string> one = {"event-1"};
+  for (const auto& key : keys) {
+    SCOPED_TRACE("consumer: " + key.substr(0, 40));
+    this->recorder_->mark_processed_many(key, one);
+    EXPECT_EQ(this->recorder_->is_processed_many(key, one), std::vector<bool>{true});
+  }
+  EXPECT_EQ(this->count_and_purge_all_markers(), ids.size() + keys.size());
+}
+
+TYPED_TEST_P(IdemRecorderConformance, BatchMarksAgeAndPurgeLikeSingleMarks) {
+  using std::chrono::hours;
+  std::vector<std::string> old_ids;
+  std::vector<std::string> new_ids;
+  for (int i = 0; i < 4; ++i) {
+    old_ids.push_back(idem::new_event_id());
+    new_ids.push_back(idem::new_event_id());
+  }
+  this->recorder_->mark_processed_many("billing", old_ids);
+  this->clock_->advance(hours(3));
+  // Repeating an old id in a new batch must not make it look new to purge.
+  std::vector<std::string> second = new_ids;
+  second.push_back(old_ids[0]);
+  this->recorder_->mark_processed_many("billing", second);
+  this->clock_->advance(hours(1));
+  EXPECT_EQ(this->recorder_->count_purgeable(hours(2)), old_ids.size());
+  EXPECT_EQ(this->recorder_->purge(hours(2)), old_ids.size());
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", old_ids),
+            std::vector<bool>(old_ids.size(), false));
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", new_ids),
+            std::vector<bool>(new_ids.size(), true));
+}
+
+TYPED_TEST_P(IdemRecorderConformance, ConcurrentBatchAndSingleMarksOnOverlappingIds) {
+  constexpr int kThreads = 8;
+  constexpr std::size_t kWindow = 16;
+  const int ids_count = idem::testing::detail::concurrent_ids<TypeParam>();
+  std::vector<std::string> ids;
+  for (int i = 0; i < ids_count; ++i)
+    ids.push_back(idem::new_event_id());
+  std::atomic<int> errors{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      try {
+        if (t % 2 == 0) {
+          // Sliding windows that overlap each other and the other batch threads' windows.
+          for (std::size_t begin = static_cast<std::size_t>(t); begin < ids.size();
+               begin += kWindow / 2) {
+            const auto window =
+                std::span(ids).subspan(begin, std::min(kWindow, ids.size() - begin));
+            (void)this->recorder_->is_processed_many("billing", window);
+            this->recorder_->mark_processed_many("billing", window);
+            for (bool marked : this->recorder_->is_processed_many("billing", window)) {
+              if (!marked) errors.fetch_add(1);
+            }
+          }
+        } else {
+          for (std::size_t n = 0; n < ids.size(); ++n) {
+            const std::string& id = ids[ids.size() - 1 - n];
+            this->recorder_->mark_processed("billing", id);
+            if (!this->recorder_->is_processed("billing", id)) errors.fetch_add(1);
+          }
+        }
+      } catch (...) {
+        errors.fetch_add(1);
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(this->recorder_->is_processed_many("billing", ids),
+            std::vector<bool>(ids.size(), true));
+  EXPECT_EQ(this->count_and_purge_all_markers(), ids.size());
+}
+
 // ---- transactions -------------------------------------------------------------------------
 
 TYPED_TEST_P(IdemRecorderConformance, RunTransactionalRunsOnce) {
@@ -800,7 +1039,12 @@ REGISTER_TYPED_TEST_SUITE_P(
     StaleTokensAreRefusedAndChangeNothing, ExpiredLeaseIsTakenOverAndOldTokenFenced,
     RenewExtendsTheLease, ConcurrentClaimsAcquireOncePerId, ConcurrentMarksAreSafe,
     RunTransactionalRunsOnce, RunTransactionalThrowLeavesNoMarker,
-    ConcurrentRunTransactionalRunsOncePerId);
+    ConcurrentRunTransactionalRunsOncePerId, BatchOfNoIdsReadsAndMarksNothing,
+    BatchCheckAnswersEveryIdInOrder, BatchMarkIsSeenBySingleAndBatchChecks,
+    BatchWithRepeatedIdsIsHarmless, BatchesKeepConsumersApart,
+    BatchWithAnInvalidKeyReadsAndMarksNothing, BatchLargerThanAnyChunkWorks,
+    BatchesOfUnusualValidKeysWork, BatchMarksAgeAndPurgeLikeSingleMarks,
+    ConcurrentBatchAndSingleMarksOnOverlappingIds);
 
 // Runs the whole suite against the recorders `Factory` makes; `Prefix` names this instantiation
 // in test output (e.g. Memory/IdemRecorderConformance/0.MarkThenProcessed).
