@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -308,6 +309,88 @@ INSTANTIATE_TEST_SUITE_P(
                       DuplicateCase{"sqlite_transactional", "sqlite",
                                     idem::HandlerMode::transactional}),
     [](const ::testing::TestParamInfo<DuplicateCase>& case_info) { return case_info.param.name; });
+
+// A batch mixes every outcome: successes (acked together), a failure (requeued, then handled),
+// duplicates of already-marked events and of events earlier in the same batch. Run with batches
+// of one delivery and of many: the outcome must not depend on how deliveries were grouped.
+class RabbitMqBatchTest : public RabbitMqTransportTest,
+                          public ::testing::WithParamInterface<int> {};
+
+TEST_P(RabbitMqBatchTest, EveryOutcomeInABatchIsSettledAsAloneAndEachSideEffectRunsOnce) {
+  auto options = topology_.consumer_options("batch" + std::to_string(GetParam()));
+  options.prefetch = 64;
+  options.batch_size = GetParam();
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+  SideEffects effects;
+  std::map<std::string, int> attempts;
+  auto handler =
+      idem::make_idempotent_handler(options.consumer_name, recorder,
+                                    [&](const std::string& payload, BusProxy&, const Event& event) {
+                                      // Every event whose payload ends in 0 fails on its first
+                                      // attempt.
+                                      if (payload.back() == '0' && ++attempts[event.id] == 1)
+                                        throw std::runtime_error("first attempt fails");
+                                      effects.record(event.id);
+                                    },
+                                    {idem::HandlerMode::check_then_mark});
+
+  std::vector<Event> events;
+  for (int i = 0; i < 40; ++i)
+    events.push_back(Event::make("order.paid", std::to_string(i)));
+  recorder->mark_processed(options.consumer_name, events[7].id);  // processed before
+  std::vector<Event> sent;
+  for (const Event& event : events) {
+    sent.push_back(event);
+    if (sent.size() % 5 == 0) sent.push_back(event);  // the same id again, right behind it
+  }
+  publisher.publish_batch(sent);
+
+  ASSERT_TRUE(
+      consume_until(consumer, *handler, [&] { return consumer.stats().acked == sent.size(); }));
+  EXPECT_EQ(effects.distinct(), events.size() - 1);  // all but events[7], marked before
+  EXPECT_TRUE(effects.doubled().empty());
+  for (const Event& event : events)
+    EXPECT_TRUE(recorder->is_processed(options.consumer_name, event.id)) << event.payload;
+  const auto stats = consumer.stats();
+  EXPECT_EQ(stats.requeued, 4u);  // payloads 0, 10, 20, 30
+  EXPECT_EQ(stats.delivered, sent.size() + 4);
+  EXPECT_EQ(stats.dead_lettered, 0u);
+  EXPECT_EQ(stats.duplicates, sent.size() - events.size() + 1);
+  EXPECT_FALSE(consumer.poll_once(*handler, idem::Millis(50)));
+  EXPECT_EQ(idem::rabbitmq::queue_depth(connection_, consumer.queue_name()), 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(BatchSizes, RabbitMqBatchTest, ::testing::Values(1, 64),
+                         [](const ::testing::TestParamInfo<int>& size) {
+                           return "batch_size_" + std::to_string(size.param);
+                         });
+
+TEST_F(RabbitMqTransportTest, RunForNeverTakesMoreDeliveriesThanAsked) {
+  auto options = topology_.consumer_options("runfor");
+  options.prefetch = 64;
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  std::vector<Event> events;
+  for (int i = 0; i < 10; ++i)
+    events.push_back(Event::make("order.paid", std::to_string(i)));
+  publisher.publish_batch(events);
+  int handled = 0;
+  FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
+    ++handled;
+    return HandleResult::processed;
+  });
+
+  EXPECT_EQ(consumer.run_for(handler, 3), 3u);
+  EXPECT_EQ(handled, 3);
+  EXPECT_EQ(consumer.stats().acked, 3u);
+  EXPECT_EQ(consumer.run_for(handler, 7), 7u);
+  EXPECT_EQ(handled, 10);
+  EXPECT_EQ(idem::rabbitmq::queue_depth(connection_, consumer.queue_name()), 0u);
+}
 
 TEST_F(RabbitMqTransportTest, FanoutGivesEveryConsumerNameEveryEventOnce) {
   const auto billing_options = topology_.consumer_options("billing", ExchangeType::fanout);

@@ -118,6 +118,18 @@ TEST(RabbitMqOptionsTest, ConsumerOptionsAreValidated) {
             std::string::npos);
   EXPECT_NE(config_error([&] {
               auto o = valid_consumer();
+              o.batch_size = 0;
+              Consumer c(connection, o);
+            }).find("batch_size 0"),
+            std::string::npos);
+  EXPECT_NE(config_error([&] {
+              auto o = valid_consumer();
+              o.batch_size = 65536;
+              Consumer c(connection, o);
+            }).find("1..65535"),
+            std::string::npos);
+  EXPECT_NE(config_error([&] {
+              auto o = valid_consumer();
               o.consumer_name = "";
               Consumer c(connection, o);
             }).find("consumer_name"),

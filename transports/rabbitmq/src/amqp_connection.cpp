@@ -513,8 +513,8 @@ std::optional<Delivery> AmqpConnection::get(const std::string& queue) {
   return delivery;
 }
 
-void AmqpConnection::ack(std::uint64_t tag) {
-  check_status(amqp_basic_ack(connection_, kChannel, tag, 0), "ack on " + endpoint_);
+void AmqpConnection::ack(std::uint64_t tag, bool multiple) {
+  check_status(amqp_basic_ack(connection_, kChannel, tag, multiple ? 1 : 0), "ack on " + endpoint_);
 }
 
 void AmqpConnection::nack(std::uint64_t tag, bool requeue) {

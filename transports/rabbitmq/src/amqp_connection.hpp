@@ -95,7 +95,7 @@ class AmqpConnection {
   std::optional<Delivery> next_delivery(Millis timeout);
   // basic.get (manual ack); nullopt when the queue is empty.
   std::optional<Delivery> get(const std::string& queue);
-  void ack(std::uint64_t tag);
+  void ack(std::uint64_t tag, bool multiple = false);  // multiple: every unacked tag <= tag
   void nack(std::uint64_t tag, bool requeue);
 
  private:

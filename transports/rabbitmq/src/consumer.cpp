@@ -4,7 +4,9 @@
 #include <atomic>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <unordered_map>
+#include <vector>
 
 #include "amqp_connection.hpp"
 #include "idem/error.hpp"
@@ -58,6 +60,8 @@ class Consumer::Impl {
     };
     if (options_.prefetch < 1 || options_.prefetch > 65535)
       bad("prefetch " + std::to_string(options_.prefetch) + " is not in 1..65535");
+    if (options_.batch_size < 1 || options_.batch_size > 65535)
+      bad("batch_size " + std::to_string(options_.batch_size) + " is not in 1..65535");
     if (options_.max_deliveries < 1)
       bad("max_deliveries " + std::to_string(options_.max_deliveries) + " is less than 1");
     if (options_.max_in_progress_requeues < 0) bad("max_in_progress_requeues is negative");
@@ -69,7 +73,7 @@ class Consumer::Impl {
   bool run_until(EventHandler& handler, const std::function<bool()>& done) {
     while (!stop_.load()) {
       if (done && done()) return true;
-      poll(handler, options_.poll_interval, /*retry_connect=*/true);
+      poll(handler, options_.poll_interval, /*retry_connect=*/true, batch_limit());
     }
     stop_.store(false);
     return false;
@@ -77,21 +81,35 @@ class Consumer::Impl {
 
   std::size_t run_for(EventHandler& handler, std::size_t deliveries) {
     const std::uint64_t start = settled_;
-    run_until(handler, [&] { return settled_ - start >= deliveries; });
-    return static_cast<std::size_t>(settled_ - start);
+    const auto settled = [&] { return static_cast<std::size_t>(settled_ - start); };
+    while (!stop_.load() && settled() < deliveries) {
+      poll(handler, options_.poll_interval, /*retry_connect=*/true,
+           std::min(batch_limit(), deliveries - settled()));
+    }
+    stop_.store(false);
+    return settled();
   }
 
-  bool poll(EventHandler& handler, Millis timeout, bool retry_connect) {
+  // Waits up to `timeout` for a delivery, takes up to max_batch - 1 more that have already
+  // arrived (without waiting), and settles them as one batch.
+  bool poll(EventHandler& handler, Millis timeout, bool retry_connect, std::size_t max_batch) {
     if (!ensure_connected(retry_connect)) return false;
-    std::optional<detail::Delivery> delivery;
+    std::vector<detail::Delivery> deliveries;
     try {
-      delivery = main_->next_delivery(timeout);
+      std::optional<detail::Delivery> delivery = main_->next_delivery(timeout);
+      while (delivery) {
+        deliveries.push_back(std::move(*delivery));
+        if (deliveries.size() >= max_batch) break;
+        delivery = main_->next_delivery(Millis::zero());
+      }
     } catch (const BrokerError&) {
-      main_.reset();  // reconnect on the next poll; unacked deliveries come back
+      // Reconnect on the next poll. Deliveries already taken cannot be acked on another
+      // connection; the broker delivers them again.
+      main_.reset();
       return false;
     }
-    if (!delivery) return false;
-    settle(handler, *delivery);
+    if (deliveries.empty()) return false;
+    settle(handler, deliveries);
     return true;
   }
 
@@ -126,7 +144,7 @@ class Consumer::Impl {
     Impl& impl_;
   };
 
-  enum class Outcome { ack, in_progress, malformed, failed };
+  enum class Outcome { in_progress, malformed, failed };
 
   template <class F>
   void count(F&& update) {
@@ -191,32 +209,83 @@ class Consumer::Impl {
     }
   }
 
-  void settle(EventHandler& handler, const detail::Delivery& delivery) {
+  std::size_t batch_limit() const { return static_cast<std::size_t>(options_.batch_size); }
+
+  void settle(EventHandler& handler, const std::vector<detail::Delivery>& deliveries) {
     try {
-      settle_or_throw(handler, delivery);
+      settle_or_throw(handler, deliveries);
     } catch (const BrokerError&) {
-      // The ack/nack could not be sent: the connection is gone and the broker will deliver the
-      // message again (the idempotent handler then drops it if it was processed).
+      // An ack/nack could not be sent: the connection is gone and the broker will deliver the
+      // unsettled messages again (the idempotent handler then drops the ones it processed).
       main_.reset();
     }
   }
 
-  void settle_or_throw(EventHandler& handler, const detail::Delivery& delivery) {
-    count([](ConsumerStats& s) { ++s.delivered; });
-    ++settled_;
-    detail::IncomingEvent incoming = detail::event_from_delivery(delivery);
-    if (!incoming.event) {
-      dead_letter(delivery, incoming.malformed_reason, true, 0);
-      return;
-    }
-    const Event& event = *incoming.event;
+  // Hands the well-formed deliveries to handler.handle_batch, then settles each: failures first
+  // (nack or dead letter, in delivery order), then every ack at once — one basic.ack with
+  // `multiple` for the highest tag, which covers exactly the batch's acks because everything
+  // delivered before it on this channel is settled by then.
+  void settle_or_throw(EventHandler& handler, const std::vector<detail::Delivery>& deliveries) {
+    count([&](ConsumerStats& s) { s.delivered += deliveries.size(); });
+    settled_ += deliveries.size();
 
-    Outcome outcome = Outcome::ack;
-    HandleResult result = HandleResult::processed;
-    std::string reason;
+    std::vector<Event> events;
+    std::vector<const detail::Delivery*> sources;
+    for (const detail::Delivery& delivery : deliveries) {
+      detail::IncomingEvent incoming = detail::event_from_delivery(delivery);
+      if (!incoming.event) {
+        dead_letter(delivery, incoming.malformed_reason, true, 0);
+        continue;
+      }
+      events.push_back(std::move(*incoming.event));
+      sources.push_back(&delivery);
+    }
+    if (events.empty()) return;
+
     Proxy proxy(*this);
+    std::vector<HandleOutcome> outcomes;
     try {
-      result = handler(event, proxy);
+      outcomes = handler.handle_batch(events, proxy);
+    } catch (...) {
+      outcomes.clear();  // a handle_batch override that threw: the whole batch failed
+    }
+    if (outcomes.size() != events.size()) {
+      const std::exception_ptr error =
+          std::make_exception_ptr(std::runtime_error("the handler's handle_batch threw or "
+                                                     "returned the wrong number of outcomes"));
+      outcomes.assign(events.size(), HandleOutcome{std::nullopt, error});
+    }
+
+    std::optional<std::uint64_t> last_ack;
+    std::uint64_t acks = 0;
+    std::uint64_t duplicates = 0;
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      const Event& event = events[i];
+      const detail::Delivery& delivery = *sources[i];
+      if (outcomes[i].result && !outcomes[i].error) {
+        in_progress_.erase(event.id);
+        last_ack = std::max(last_ack.value_or(0), delivery.tag);
+        ++acks;
+        if (*outcomes[i].result == HandleResult::duplicate) ++duplicates;
+        continue;
+      }
+      settle_failure(delivery, event.id, outcomes[i].error);
+    }
+    if (last_ack) {
+      main_->ack(*last_ack, /*multiple=*/true);
+      count([&](ConsumerStats& s) {
+        s.acked += acks;
+        s.duplicates += duplicates;
+      });
+    }
+  }
+
+  void settle_failure(const detail::Delivery& delivery, const std::string& id,
+                      const std::exception_ptr& error) {
+    Outcome outcome = Outcome::failed;
+    std::string reason = "the handler failed without an exception";
+    try {
+      if (error) std::rethrow_exception(error);
     } catch (const AlreadyInProgress& e) {
       outcome = Outcome::in_progress;
       reason = e.what();
@@ -228,31 +297,21 @@ class Consumer::Impl {
       outcome = permanent ? Outcome::malformed : Outcome::failed;
       reason = e.what();
     } catch (const std::exception& e) {
-      outcome = Outcome::failed;
       reason = e.what();
     } catch (...) {
-      outcome = Outcome::failed;
       reason = "the handler threw a non-standard exception";
     }
 
     switch (outcome) {
-      case Outcome::ack:
-        main_->ack(delivery.tag);
-        in_progress_.erase(event.id);
-        count([&](ConsumerStats& s) {
-          ++s.acked;
-          if (result == HandleResult::duplicate) ++s.duplicates;
-        });
-        return;
       case Outcome::malformed:
-        in_progress_.erase(event.id);
+        in_progress_.erase(id);
         dead_letter(delivery, "malformed: " + reason, true, 1);
         return;
       case Outcome::in_progress:
-        on_in_progress(delivery, event.id, reason);
+        on_in_progress(delivery, id, reason);
         return;
       case Outcome::failed:
-        on_failure(delivery, event.id, reason);
+        on_failure(delivery, id, reason);
         return;
     }
   }
@@ -354,7 +413,7 @@ std::size_t Consumer::run_for(EventHandler& handler, std::size_t deliveries) {
   return impl_->run_for(handler, deliveries);
 }
 bool Consumer::poll_once(EventHandler& handler, Millis timeout) {
-  return impl_->poll(handler, timeout, /*retry_connect=*/false);
+  return impl_->poll(handler, timeout, /*retry_connect=*/false, /*max_batch=*/1);
 }
 void Consumer::stop() noexcept {
   impl_->stop();

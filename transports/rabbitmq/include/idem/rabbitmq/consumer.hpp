@@ -10,9 +10,17 @@
 // message was returned to the queue — nacked, or unacked when a connection dropped), which is
 // what bounds redelivery here; classic queues only say "redelivered". docs/rabbitmq.md has why.
 //
-// For each delivery:
-//   * no message_id, or one that is not a valid idem key → dead-lettered as malformed;
-//   * the handler returns (processed or duplicate) → basic.ack, AFTER it returned;
+// Deliveries are handled in batches: the consumer waits for one, takes the ones that have
+// already arrived behind it (up to batch_size, never waiting for more) and passes the
+// well-formed ones to EventHandler::handle_batch in delivery order. An IdempotentHandler in
+// check_then_mark mode checks the whole batch with one recorder query and marks its successes
+// with one write, so dedup costs two recorder round trips per batch instead of per event (the
+// crash-before-mark window then covers the batch: handler.hpp). Other handlers and modes run
+// each event in turn. Once the batch returns, each delivery is settled:
+//   * no message_id, or one that is not a valid idem key → dead-lettered as malformed (before
+//     the batch runs);
+//   * the handler returned (processed or duplicate) → acked, AFTER the batch returned (one
+//     basic.ack with `multiple` for the batch's acks, sent after its failures are settled);
 //   * it throws DecodeError or InvalidKey (the payload cannot be decoded: retrying cannot help)
 //     → dead-lettered as malformed;
 //   * it throws AlreadyInProgress (exclusive mode: another delivery holds the claim) → after
@@ -69,6 +77,10 @@ struct ConsumerOptions {
   std::string dead_letter_queue;
   // Unacknowledged deliveries the broker may send ahead (basic.qos). Default 16; 1..65535.
   int prefetch = 16;
+  // Most deliveries handed to the handler at once (EventHandler::handle_batch). A batch holds
+  // only what has already arrived, so it is also bounded by prefetch. 1 handles (and acks) one
+  // delivery at a time. Default 64; 1..65535.
+  int batch_size = 64;
   // Failed deliveries of one message before it is dead-lettered. Default 5; at least 1.
   int max_deliveries = 5;
   // AlreadyInProgress requeues of one message before it is dead-lettered. Default 1000.
@@ -107,18 +119,18 @@ class Consumer {
   // Consumes until stop(). Returns normally after stop(); throws BrokerError when the broker
   // refuses the topology (not retryable) or max_reconnect_attempts connects failed in a row.
   void run(EventHandler& handler);
-  // Like run(), but also returns once done() is true (checked after every delivery and every
+  // Like run(), but also returns once done() is true (checked after every batch and every
   // poll_interval). Returns false when stop() ended it.
   bool run_until(EventHandler& handler, const std::function<bool()>& done);
   // Consumes until `deliveries` deliveries have been settled (acked, requeued or dead-lettered)
-  // or stop(). Returns how many were settled.
+  // or stop(); never takes more than that. Returns how many were settled.
   std::size_t run_for(EventHandler& handler, std::size_t deliveries);
   // Connects if needed (one attempt: BrokerError when it fails), waits up to `timeout` for one
-  // delivery and settles it. Returns whether a delivery was handled. A lost connection is
-  // dropped (false) and reopened by the next call.
+  // delivery and settles it (a batch of one). Returns whether a delivery was handled. A lost
+  // connection is dropped (false) and reopened by the next call.
   bool poll_once(EventHandler& handler, Millis timeout);
 
-  // Makes the running (or next) run()/run_until()/run_for() return after the delivery in hand.
+  // Makes the running (or next) run()/run_until()/run_for() return after the batch in hand.
   // Any thread, async-signal-safe.
   void stop() noexcept;
 
