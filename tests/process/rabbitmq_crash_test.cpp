@@ -7,6 +7,9 @@
 //     marker vanish together and are written once by the next process — never split;
 //   * exclusive mode killed after the side effect, before the marker: that one event's side
 //     effect runs twice — the at-least-once window docs/guarantees.md names;
+//   * check_then_mark killed after a side effect, before its batch's mark: the side effects that
+//     batch had run (at most batch_size, the one killed included) run twice — window W1 over a
+//     batch; every other event once;
 //   * a backlog of 10,000 events (plus 1,000 published duplicates) that accumulated while no
 //     consumer ran is replayed by a restarted consumer: every event once, duplicates dropped.
 #include <gtest/gtest.h>
@@ -179,6 +182,28 @@ TEST_F(RabbitMqCrash, ExclusiveKilledBeforeTheMarkerRunsThatOneSideEffectTwice) 
     // lease ended, and the redelivery ran it again. Every other event: once.
     EXPECT_EQ(count, id == ids[100] ? 2 : 1) << id;
   }
+}
+
+TEST_F(RabbitMqCrash, CheckThenMarkKilledBeforeItsBatchMarkRunsThatBatchAgain) {
+  const auto ids = publish(kDistinct, kDuplicates);
+  crash_then_drain("check_then_mark", ids.size(), "after_side_effect", "100");
+  const auto counts = side_effect_counts(/*ledger=*/false);
+  EXPECT_EQ(counts.size(), kDistinct);
+  EXPECT_EQ(counts.at(ids[100]), 2);
+  // Only events of the killed batch may have run twice: it held seq 100 and at most
+  // batch_size (64) deliveries before it.
+  constexpr std::size_t kBatchSize = 64;
+  std::size_t twice = 0;
+  for (std::size_t seq = 0; seq < kDistinct; ++seq) {
+    const int count = counts.at(ids[seq]);
+    if (count == 2) {
+      ++twice;
+      EXPECT_TRUE(seq <= 100 && seq + kBatchSize > 100) << "seq " << seq << " ran twice";
+    } else {
+      EXPECT_EQ(count, 1) << "seq " << seq;
+    }
+  }
+  EXPECT_LE(twice, kBatchSize);
 }
 
 TEST_F(RabbitMqCrash, ABacklogPublishedWhileNoConsumerRanIsReplayedOnce) {

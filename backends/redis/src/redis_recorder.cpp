@@ -110,6 +110,37 @@ void RedisIdempotencyRecorder::mark_processed(std::string_view consumer,
   mark_chunk(*pool_, consumer, ids, std::to_string(detail::to_ms(clock_->wall_now())));
 }
 
+std::vector<bool> RedisIdempotencyRecorder::is_processed_many(
+    std::string_view consumer, std::span<const std::string> event_ids) {
+  validate_key("consumer", consumer);
+  for (const std::string& id : event_ids)
+    validate_key("event id", id);
+  std::vector<bool> processed;
+  processed.reserve(event_ids.size());
+  if (event_ids.empty()) return processed;
+  const std::string& prefix = pool_->options().key_prefix;
+  auto connection = pool_->lease();
+  std::vector<std::string> keys;
+  for (std::size_t offset = 0; offset < event_ids.size(); offset += kBatchChunk) {
+    const std::size_t n = std::min(kBatchChunk, event_ids.size() - offset);
+    keys.clear();
+    for (std::size_t i = 0; i < n; ++i)
+      keys.push_back(detail::marker_key(prefix, consumer, event_ids[offset + i]));
+    // One EXISTS per key (a multi-key EXISTS only counts them), pipelined: one round trip.
+    for (const std::string& key : keys)
+      connection->append({"EXISTS", key});
+    const auto replies = connection->read_replies(CommandKind::read, "is_processed");
+    for (const RedisReply& reply : replies)
+      processed.push_back(flag_reply(reply, "is_processed", connection->endpoint()));
+  }
+  return processed;
+}
+
+void RedisIdempotencyRecorder::mark_processed_many(std::string_view consumer,
+                                                   std::span<const std::string> event_ids) {
+  mark_processed_batch(consumer, event_ids);
+}
+
 std::size_t RedisIdempotencyRecorder::mark_processed_batch(
     std::string_view consumer, std::span<const std::string_view> event_ids) {
   validate_key("consumer", consumer);

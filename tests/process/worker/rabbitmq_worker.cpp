@@ -24,8 +24,10 @@
 #include <iostream>
 #include <memory>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "idem/handler.hpp"
 #include "idem/open.hpp"
@@ -69,16 +71,30 @@ class SettlingHandler final : public idem::EventHandler {
   const std::string& consumer() const noexcept override { return inner_.consumer(); }
   idem::HandleResult operator()(const idem::Event& event, idem::BusProxy& bus) override {
     const idem::HandleResult result = inner_(event, bus);
+    settled(event);
+    return result;
+  }
+  // The Consumer hands over batches: the inner handler's own batch path (one check and one mark
+  // per batch in check_then_mark mode) is the one under test.
+  std::vector<idem::HandleOutcome> handle_batch(std::span<const idem::Event> events,
+                                                idem::BusProxy& bus) override {
+    std::vector<idem::HandleOutcome> outcomes = inner_.handle_batch(events, bus);
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      if (outcomes[i].result) settled(events[i]);
+    }
+    return outcomes;
+  }
+
+ private:
+  void settled(const idem::Event& event) {
     const std::string& seq = event.headers.at("seq");
-    // The marker has committed; the Consumer acks when this returns. Dying here leaves a
+    // The marker has committed; the Consumer acks when the batch returns. Dying here leaves a
     // processed but unacknowledged message, which the broker delivers again.
     if (crash_before_ack_ && seq == crash_seq_) ::raise(SIGKILL);
     append_line(settled_file_, seq);
     seen_.insert(seq);
-    return result;
   }
 
- private:
   idem::EventHandler& inner_;
   std::string settled_file_;
   std::set<std::string>& seen_;

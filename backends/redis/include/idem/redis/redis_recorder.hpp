@@ -76,6 +76,12 @@ class RedisIdempotencyRecorder final : public IdempotencyRecorder {
 
   bool is_processed(std::string_view consumer, std::string_view event_id) override;
   void mark_processed(std::string_view consumer, std::string_view event_id) override;
+  // One pipelined round trip of EXISTS (one per id) per 512 ids, on one pooled connection.
+  std::vector<bool> is_processed_many(std::string_view consumer,
+                                      std::span<const std::string> event_ids) override;
+  // mark_processed_batch(): one pipelined round trip of SET NX per 512 ids.
+  void mark_processed_many(std::string_view consumer,
+                           std::span<const std::string> event_ids) override;
 
   // Marks many events of one consumer with one pipelined round trip per 512 ids. Every id is
   // validated before anything is sent (InvalidKey marks nothing). Returns how many markers were
