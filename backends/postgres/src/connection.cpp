@@ -349,6 +349,34 @@ Params& Params::null(Oid type) {
   return *this;
 }
 
+Params& Params::text_array(std::span<const std::string> values) {
+  // PostgreSQL's binary array format (array_recv): ndim, has-nulls flag, element type, then
+  // per dimension its length and lower bound, then each element as length + bytes. No quoting
+  // or escaping is involved, so any valid key travels as is.
+  std::string bytes;
+  const auto put_be32 = [&bytes](std::uint32_t v) {
+    for (int shift = 24; shift >= 0; shift -= 8)
+      bytes.push_back(static_cast<char>((v >> shift) & 0xff));
+  };
+  std::size_t size = 20;
+  for (const std::string& value : values)
+    size += 4 + value.size();
+  bytes.reserve(size);
+  put_be32(1);  // one dimension
+  put_be32(0);  // no NULLs
+  put_be32(kTextOid);
+  put_be32(static_cast<std::uint32_t>(values.size()));
+  put_be32(1);  // lower bound
+  for (const std::string& value : values) {
+    put_be32(static_cast<std::uint32_t>(value.size()));
+    bytes += value;
+  }
+  owned_.push_back(std::move(bytes));
+  types_.push_back(kTextArrayOid);
+  slots_.push_back(Slot{owned_.back(), {}, -1, false, 1});
+  return *this;
+}
+
 Params& Params::untyped(std::string_view text) {
   owned_.emplace_back(text);  // text format needs a NUL-terminated copy
   types_.push_back(0);

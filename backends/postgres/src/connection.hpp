@@ -14,6 +14,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <unordered_set>
@@ -33,6 +34,7 @@ inline constexpr Oid kInt4Oid = 23;
 inline constexpr Oid kTextOid = 25;
 inline constexpr Oid kFloat8Oid = 701;
 inline constexpr Oid kTimestamptzOid = 1184;
+inline constexpr Oid kTextArrayOid = 1009;  // text[]
 
 // ---- helpers --------------------------------------------------------------------------------
 
@@ -104,6 +106,8 @@ class Params {
   Params& boolean(bool value);
   Params& float8(double value);
   Params& timestamptz(WallTime value);
+  // A text[] (one dimension, no NULLs), encoded in binary and kept by the Params.
+  Params& text_array(std::span<const std::string> values);
   Params& null(Oid type);
   // Text sent in text format with no type (the server infers it from the statement), copied:
   // for statements written by users (PostgresTransaction::exec).

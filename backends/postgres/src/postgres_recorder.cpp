@@ -6,6 +6,7 @@
 #include <limits>
 #include <map>
 #include <string>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,7 @@ namespace idem::postgres {
 namespace {
 
 using detail::kInt8Oid;
+using detail::kTextArrayOid;
 using detail::kTextOid;
 using detail::kTimestamptzOid;
 using detail::Params;
@@ -44,6 +46,10 @@ bool fits_token(std::uint64_t token) noexcept {
 // releasing the same event; after this many rounds the caller gets a retryable error.
 constexpr int kClaimRounds = 16;
 
+// Ids per statement of is_processed_many() / mark_processed_many(): bounds one statement's
+// parameter and result size (a window of deliveries is far smaller).
+constexpr std::size_t kBatchChunk = 1000;
+
 // Markers deleted per transaction by purge(): bounds the transaction's row locks and WAL.
 constexpr int kPurgeChunkRows = 1000;
 
@@ -61,6 +67,16 @@ class PostgresIdempotencyRecorder::Impl {
                  detail::quote_identifier(pool->options().claims_table + "_token_seq")),
         select_marker("SELECT 1 FROM " + log + " WHERE consumer = $1 AND event_id = $2",
                       {kTextOid, kTextOid}),
+        // = ANY over a text[] parameter: one statement for a whole batch, no SQL built from ids.
+        select_markers_many(
+            "SELECT event_id FROM " + log + " WHERE consumer = $1 AND event_id = ANY ($2)",
+            {kTextOid, kTextArrayOid}),
+        // DISTINCT: a batch may repeat an id, and one INSERT must not meet its own row twice.
+        insert_markers_many("INSERT INTO " + log +
+                                " (consumer, event_id, ts) SELECT DISTINCT $1::text, id, $3 "
+                                "FROM unnest($2::text[]) AS id "
+                                "ON CONFLICT (consumer, event_id) DO NOTHING",
+                            {kTextOid, kTextArrayOid, kTimestamptzOid}),
         insert_marker("INSERT INTO " + log +
                           " (consumer, event_id, ts) VALUES ($1, $2, $3) "
                           "ON CONFLICT (consumer, event_id) DO NOTHING",
@@ -198,6 +214,8 @@ class PostgresIdempotencyRecorder::Impl {
   std::string sequence;
 
   Statement select_marker;
+  Statement select_markers_many;
+  Statement insert_markers_many;
   Statement insert_marker;
   Statement claim;
   Statement reread;
@@ -247,6 +265,50 @@ void PostgresIdempotencyRecorder::mark_processed(std::string_view consumer,
   params.text(consumer).text(event_id).timestamptz(impl_->clock->wall_now());
   impl_->run(impl_->insert_marker, params, "PostgresIdempotencyRecorder::mark_processed",
              StatementKind::write);
+}
+
+std::vector<bool> PostgresIdempotencyRecorder::is_processed_many(
+    std::string_view consumer, std::span<const std::string> event_ids) {
+  detail::validate_text_key("consumer", consumer);
+  for (const std::string& event_id : event_ids)
+    detail::validate_text_key("event id", event_id);
+  std::vector<bool> processed(event_ids.size(), false);
+  if (event_ids.empty()) return processed;
+  ConnectionPool::Lease lease = impl_->pool->acquire();
+  std::unordered_set<std::string_view> found;
+  std::vector<detail::Result> results;  // `found` points into their rows
+  for (std::size_t offset = 0; offset < event_ids.size(); offset += kBatchChunk) {
+    const auto chunk = event_ids.subspan(offset, std::min(kBatchChunk, event_ids.size() - offset));
+    Params params;
+    params.text(consumer).text_array(chunk);
+    results.push_back(lease.connection().run(impl_->select_markers_many, params,
+                                             "PostgresIdempotencyRecorder::is_processed_many",
+                                             StatementKind::read));
+    const detail::Result& result = results.back();
+    for (int row = 0; row < result.rows(); ++row)
+      found.insert(result.bytes(row, 0));
+  }
+  for (std::size_t i = 0; i < event_ids.size(); ++i)
+    processed[i] = found.contains(event_ids[i]);
+  return processed;
+}
+
+void PostgresIdempotencyRecorder::mark_processed_many(std::string_view consumer,
+                                                      std::span<const std::string> event_ids) {
+  detail::validate_text_key("consumer", consumer);
+  for (const std::string& event_id : event_ids)
+    detail::validate_text_key("event id", event_id);
+  if (event_ids.empty()) return;
+  const WallTime now = impl_->clock->wall_now();
+  ConnectionPool::Lease lease = impl_->pool->acquire();
+  for (std::size_t offset = 0; offset < event_ids.size(); offset += kBatchChunk) {
+    const auto chunk = event_ids.subspan(offset, std::min(kBatchChunk, event_ids.size() - offset));
+    Params params;
+    params.text(consumer).text_array(chunk).timestamptz(now);
+    lease.connection().run(impl_->insert_markers_many, params,
+                           "PostgresIdempotencyRecorder::mark_processed_many",
+                           StatementKind::write);
+  }
 }
 
 Claim PostgresIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
