@@ -2,12 +2,13 @@
 # End-to-end events/s through RabbitMQ with dedup on SQLite, Redis and PostgreSQL, against the same
 # pipeline without dedup in the same run (issue #5; target: dedup overhead <= 15%, ratio >= 0.85).
 #
-#   bench/rabbitmq_dedup.sh                  # EVENTS=5000 RUNS=3
-#   EVENTS=10000 RUNS=5 bench/rabbitmq_dedup.sh
+#   bench/rabbitmq_dedup.sh                  # EVENTS=5000 RUNS=3 PREFETCH=64
+#   EVENTS=10000 RUNS=5 PREFETCH=256 bench/rabbitmq_dedup.sh
 #
 # Each run does every pipeline once, in alternating order (run 1: plain first, run 2: plain last),
 # each on a fresh queue: publish EVENTS with publish_batch, consume them with one Consumer
-# (prefetch 64). Pipelines: plain (no recorder), sqlite-normal / sqlite-full (file recorder,
+# (prefetch and batch_size PREFETCH, default 64: the consumer hands up to that many deliveries
+# that have already arrived to the handler at once). Pipelines: plain (no recorder), sqlite-normal / sqlite-full (file recorder,
 # synchronous=NORMAL / FULL), redis, postgres — IdempotentHandler in check_then_mark mode.
 # Prints the medians of the consume phase (and of the publish phase) and the ratios
 # dedup events/s / plain events/s, and records them with bench/ratios.py.
@@ -18,6 +19,7 @@ cd "$(dirname "$0")/.."
 
 events=${EVENTS:-5000}
 runs=${RUNS:-3}
+prefetch=${PREFETCH:-64}
 build=${IDEM_BENCH_BUILD:-build/release}
 [ "$runs" -ge 3 ] || { echo "RUNS must be >= 3 (medians)" >&2; exit 2; }
 
@@ -54,16 +56,16 @@ for run in $(seq 1 "$runs"); do
     order=(sqlite-normal sqlite-full redis postgres plain)
   fi
   for p in "${order[@]}"; do
-    line=$("$bench_bin" "$IDEM_TEST_AMQP_URL" "$p" "$(recorder_url "$p" "$run")" "$events" 64)
+    line=$("$bench_bin" "$IDEM_TEST_AMQP_URL" "$p" "$(recorder_url "$p" "$run")" "$events" "$prefetch")
     echo "run $run: $line"
     echo "$line" >>"$results"
   done
 done
 
-PYTHONPATH=bench python3 - "$results" "$events" "$runs" <<'PY'
+PYTHONPATH=bench python3 - "$results" "$events" "$runs" "$prefetch" <<'PY'
 import statistics, sys
 from ratios import record
-path, events, runs = sys.argv[1], sys.argv[2], sys.argv[3]
+path, events, runs, prefetch = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 by = {}
 for line in open(path):
     fields = dict(f.split("=") for f in line.split())
@@ -71,13 +73,13 @@ for line in open(path):
 med = {p: (statistics.median(float(r["publish_eps"]) for r in rs),
            statistics.median(float(r["consume_eps"]) for r in rs)) for p, rs in by.items()}
 plain = med["plain"][1]
-print(f"\nmedians of {runs} runs, {events} events each (events/s)")
+print(f"\nmedians of {runs} runs, {events} events each, prefetch {prefetch} (events/s)")
 print(f"{'pipeline':>14} {'publish':>9} {'consume':>9} {'ratio':>6} {'overhead':>8}")
 for p, (pub, con) in med.items():
     ratio = con / plain
     print(f"{p:>14} {pub:9.0f} {con:9.0f} {ratio:6.2f} {1 - ratio:8.1%}")
     if p != "plain":
-        record(f"rabbitmq dedup {p}", ratio, 0.85,
+        record(f"rabbitmq dedup {p} prefetch {prefetch}", ratio, 0.85,
                f"consume {con:.0f} vs plain {plain:.0f} events/s, {events} events, "
-               f"median of {runs}, prefetch 64, check_then_mark")
+               f"median of {runs}, prefetch {prefetch}, check_then_mark")
 PY

@@ -6,7 +6,7 @@
 // effect, no recorder), anything else is opened with idem::open_recorder and wrapped in an
 // IdempotentHandler (check_then_mark). Per run: a fresh exchange and queue, EVENTS events
 // published with Publisher::publish_batch (batches of 500), then consumed by one Consumer
-// (prefetch default 64) until all are handled. Prints one line:
+// (prefetch and batch_size PREFETCH, default 64) until all are handled. Prints one line:
 //   pipeline=<label> events=N publish_eps=X consume_eps=Y
 // A plain program rather than Google Benchmark: each run needs its own broker topology, and
 // bench/rabbitmq_dedup.sh alternates the pipelines across runs and takes the medians.
@@ -68,6 +68,7 @@ int run(int argc, char** argv) {
   consumer_options.consumer_name = "bench-" + id + "-" + label;
   consumer_options.exchange = "idembench." + id;
   consumer_options.prefetch = prefetch;
+  consumer_options.batch_size = prefetch;
   idem::rabbitmq::PublisherOptions publisher_options;
   publisher_options.exchange = consumer_options.exchange;
 
