@@ -10,6 +10,7 @@
 //   pipeline=<label> events=N publish_eps=X consume_eps=Y
 // A plain program rather than Google Benchmark: each run needs its own broker topology, and
 // bench/rabbitmq_dedup.sh alternates the pipelines across runs and takes the medians.
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -105,7 +106,11 @@ int run(int argc, char** argv) {
   const auto start = std::chrono::steady_clock::now();
   consumer.run_until(*handler, [&] { return g_effects.load() - before >= events; });
   const double consume_s = seconds_since(start);
-  std::cout << " consume_eps=" << static_cast<double>(events) / consume_s << std::endl;
+  const auto stats = consumer.stats();
+  std::cout << " consume_eps=" << static_cast<double>(events) / consume_s << " mean_batch="
+            << static_cast<double>(stats.delivered) /
+                   static_cast<double>(std::max<std::uint64_t>(stats.batches, 1))
+            << std::endl;
 
   idem::rabbitmq::delete_queue(connection, "idem." + consumer_options.consumer_name);
   idem::rabbitmq::delete_queue(connection, "idem." + consumer_options.consumer_name + ".dlq");

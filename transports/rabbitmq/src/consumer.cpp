@@ -242,6 +242,7 @@ class Consumer::Impl {
     }
     if (events.empty()) return;
 
+    count([](ConsumerStats& s) { ++s.batches; });
     Proxy proxy(*this);
     std::vector<HandleOutcome> outcomes;
     try {

@@ -95,6 +95,7 @@ struct ConsumerOptions {
 
 struct ConsumerStats {
   std::uint64_t delivered = 0;             // deliveries received
+  std::uint64_t batches = 0;               // handle_batch calls (delivered / batches: mean size)
   std::uint64_t acked = 0;                 // handler returned → acked
   std::uint64_t duplicates = 0;            // of those, HandleResult::duplicate
   std::uint64_t requeued = 0;              // handler threw → nacked with requeue
