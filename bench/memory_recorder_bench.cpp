@@ -8,6 +8,7 @@
 #include "bench_ids.hpp"
 #include "idem/event.hpp"
 #include "idem/memory_recorder.hpp"
+#include "recorder_window.hpp"
 
 namespace {
 
@@ -25,6 +26,15 @@ void BM_MemoryRecorder_CheckMark(benchmark::State& state) {
   if (state.thread_index() == 0) g_recorder.reset();
 }
 BENCHMARK(BM_MemoryRecorder_CheckMark)->Threads(1)->Threads(2)->UseRealTime();
+
+// A window of 64 fresh events: one check and one mark per event (batch:0) or one
+// is_processed_many and one mark_processed_many for the window (batch:1).
+void BM_MemoryRecorder_CheckMarkWindow(benchmark::State& state) {
+  idem::InMemoryIdempotencyRecorder recorder;
+  idem::bench::IdSequence ids(1);
+  idem::bench::check_mark_window(state, recorder, "billing", ids, state.range(0) != 0);
+}
+BENCHMARK(BM_MemoryRecorder_CheckMarkWindow)->Arg(0)->Arg(1)->ArgName("batch");
 
 // A repeat delivery: the event is already processed, only is_processed runs.
 void BM_MemoryRecorder_CheckProcessed(benchmark::State& state) {

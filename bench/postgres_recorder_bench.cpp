@@ -28,6 +28,7 @@
 #include "bench_ids.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
+#include "recorder_window.hpp"
 
 namespace {
 
@@ -121,6 +122,15 @@ void BM_RecorderMark(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// A window of 64 new events: a check and a mark per event (batch:0), or one is_processed_many
+// and one mark_processed_many (batch:1).
+void BM_RecorderCheckMarkWindow(benchmark::State& state) {
+  if (skip_without_server(state)) return;
+  auto marks = recorder();
+  auto sequence = ids();
+  idem::bench::check_mark_window(state, *marks, "bench", sequence, state.range(0) != 0);
+}
+
 void BM_RecorderClaimComplete(benchmark::State& state) {
   if (skip_without_server(state)) return;
   auto claims = recorder();
@@ -163,6 +173,7 @@ void threads(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_RawLibpqMark)->Apply(threads);
 BENCHMARK(BM_RecorderMark)->Apply(threads);
+BENCHMARK(BM_RecorderCheckMarkWindow)->Arg(0)->Arg(1)->ArgName("batch")->UseRealTime();
 BENCHMARK(BM_RecorderClaimComplete)->Apply(threads);
 BENCHMARK(BM_StoreClaimComplete)->Apply(threads);
 

@@ -8,7 +8,9 @@
 //
 // Without --clients/--pipeline it runs C in {1, 8} x P in {1, 16}. --requests fixes the marks
 // per benchmark run (split over the threads), as redis-benchmark -n does; by default Google
-// Benchmark picks the count. The URL comes from --url, IDEM_BENCH_REDIS_URL or
+// Benchmark picks the count. BM_IdemCheckMarkWindow/batch:B checks and marks windows of 64 new
+// events on one connection, per event (B = 0) or with is_processed_many + mark_processed_many
+// (B = 1). The URL comes from --url, IDEM_BENCH_REDIS_URL or
 // IDEM_TEST_REDIS_URL. Keys go under the prefix "idem-bench:<pid>:" and are deleted at the end.
 // bench/redis_vs_redis_benchmark.sh runs this next to redis-benchmark and prints the ratio.
 #include <benchmark/benchmark.h>
@@ -27,6 +29,7 @@
 
 #include "bench_ids.hpp"
 #include "idem/redis/redis_recorder.hpp"
+#include "recorder_window.hpp"
 
 namespace {
 
@@ -59,6 +62,13 @@ void BM_IdemRecorder(benchmark::State& state, const IdemCase* c) {
     }
   }
   state.SetItemsProcessed(state.iterations() * c->pipeline);
+}
+
+// A window of 64 new events on one connection: a check and a mark per event (batch:0), or one
+// is_processed_many and one mark_processed_many (batch:1).
+void BM_IdemCheckMarkWindow(benchmark::State& state, const IdemCase* c) {
+  idem::bench::IdSequence ids(g_streams++);
+  idem::bench::check_mark_window(state, *c->recorder, kConsumer, ids, state.range(0) != 0);
 }
 
 // The same commands with plain hiredis: the same marker keys, SET key ms NX, P per round trip.
@@ -175,6 +185,19 @@ int main(int argc, char** argv) {
       }
       cases.push_back(std::move(idem_case));
     }
+  }
+  {
+    auto options = g_options;
+    options.pool_size = 1;
+    auto window_case = std::make_unique<IdemCase>();
+    window_case->recorder = std::make_shared<idem::redis::RedisIdempotencyRecorder>(options);
+    benchmark::RegisterBenchmark("BM_IdemCheckMarkWindow", BM_IdemCheckMarkWindow,
+                                 window_case.get())
+        ->Arg(0)
+        ->Arg(1)
+        ->ArgName("batch")
+        ->UseRealTime();
+    cases.push_back(std::move(window_case));
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;

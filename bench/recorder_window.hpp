@@ -1,0 +1,45 @@
+// A transport's window of deliveries against a recorder, for the batch-vs-single benchmarks
+// (issue #5): every iteration is a window of kWindow fresh event ids, checked and marked either
+// with one is_processed_many + one mark_processed_many (batch = 1) or with an is_processed and a
+// mark_processed per event (batch = 0). Items are events, so items/s compare with *_CheckMark.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench_ids.hpp"
+
+namespace idem::bench {
+
+inline constexpr std::size_t kWindow = 64;
+
+template <class Recorder>
+void check_mark_window(benchmark::State& state, Recorder& recorder, std::string_view consumer,
+                       IdSequence& ids, bool batch) {
+  std::vector<std::string> window(kWindow);
+  std::vector<std::string> fresh;
+  fresh.reserve(kWindow);
+  for (auto _ : state) {
+    for (std::string& id : window)
+      id = ids.next();
+    if (batch) {
+      const std::vector<bool> seen = recorder.is_processed_many(consumer, window);
+      fresh.clear();
+      for (std::size_t i = 0; i < window.size(); ++i) {
+        if (!seen[i]) fresh.push_back(window[i]);
+      }
+      recorder.mark_processed_many(consumer, fresh);
+    } else {
+      for (const std::string& id : window) {
+        if (!recorder.is_processed(consumer, id)) recorder.mark_processed(consumer, id);
+      }
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * static_cast<std::int64_t>(kWindow));
+}
+
+}  // namespace idem::bench
