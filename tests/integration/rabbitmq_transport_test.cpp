@@ -22,6 +22,7 @@
 #include "idem/rabbitmq/broker_error.hpp"
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
+#include "idem/testing/manual_clock.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -367,6 +368,34 @@ INSTANTIATE_TEST_SUITE_P(BatchSizes, RabbitMqBatchTest, ::testing::Values(1, 64)
                          [](const ::testing::TestParamInfo<int>& size) {
                            return "batch_size_" + std::to_string(size.param);
                          });
+
+// rabbitmq-c sends heartbeats only between batches, so a batch of slow handlers must not outlast
+// the heartbeat: with 3 s per delivery (a ManualClock the handler advances) and a 10 s heartbeat,
+// half a heartbeat fits one delivery, so every batch holds one.
+TEST_F(RabbitMqTransportTest, SlowHandlersGetBatchesThatFitInHalfAHeartbeat) {
+  auto clock = std::make_shared<idem::testing::ManualClock>();
+  auto connection = connection_;
+  connection.clock = clock;
+  connection.heartbeat = std::chrono::seconds(10);
+  auto options = topology_.consumer_options("slow");
+  options.prefetch = 64;
+  options.batch_size = 64;
+  Consumer consumer(connection, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  std::vector<Event> events;
+  for (int i = 0; i < 12; ++i)
+    events.push_back(Event::make("order.paid", std::to_string(i)));
+  publisher.publish_batch(events);
+  FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
+    clock->advance(std::chrono::seconds(3));
+    return HandleResult::processed;
+  });
+
+  ASSERT_TRUE(consume_until(consumer, handler, [&] { return consumer.stats().acked == 12; }));
+  EXPECT_EQ(consumer.stats().batches, 12u);
+  EXPECT_EQ(consumer.stats().delivered, 12u);
+}
 
 TEST_F(RabbitMqTransportTest, RunForNeverTakesMoreDeliveriesThanAsked) {
   auto options = topology_.consumer_options("runfor");

@@ -209,7 +209,26 @@ class Consumer::Impl {
     }
   }
 
-  std::size_t batch_limit() const { return static_cast<std::size_t>(options_.batch_size); }
+  std::size_t batch_limit() const { return batch_limit_; }
+
+  // rabbitmq-c sends heartbeats only while idem waits for the broker, so a whole batch must run
+  // well within the heartbeat or the broker drops the connection and redelivers it all. The next
+  // batch may hold what the last one's time per delivery fits into half a heartbeat, and at most
+  // twice the last limit (it starts at 1, like TCP's slow start), never more than batch_size.
+  void adapt_batch_limit(std::size_t handled, SteadyTime::duration elapsed) {
+    const auto configured = static_cast<std::size_t>(options_.batch_size);
+    std::size_t limit = std::min(configured, batch_limit_ * 2);
+    const auto heartbeat = connection_options_.heartbeat;
+    if (heartbeat.count() > 0 && handled > 0 && elapsed.count() > 0) {
+      const SteadyTime::duration per_delivery =
+          elapsed / static_cast<SteadyTime::duration::rep>(handled);
+      const auto budget = std::chrono::duration_cast<SteadyTime::duration>(heartbeat) / 2;
+      const auto fits =
+          static_cast<std::size_t>(budget / std::max(per_delivery, SteadyTime::duration(1)));
+      limit = std::min(limit, fits);
+    }
+    batch_limit_ = std::max<std::size_t>(limit, 1);
+  }
 
   void settle(EventHandler& handler, const std::vector<detail::Delivery>& deliveries) {
     try {
@@ -245,11 +264,13 @@ class Consumer::Impl {
     count([](ConsumerStats& s) { ++s.batches; });
     Proxy proxy(*this);
     std::vector<HandleOutcome> outcomes;
+    const SteadyTime started = clock_->steady_now();
     try {
       outcomes = handler.handle_batch(events, proxy);
     } catch (...) {
       outcomes.clear();  // a handle_batch override that threw: the whole batch failed
     }
+    adapt_batch_limit(events.size(), clock_->steady_now() - started);
     if (outcomes.size() != events.size()) {
       const std::exception_ptr error =
           std::make_exception_ptr(std::runtime_error("the handler's handle_batch threw or "
@@ -390,6 +411,7 @@ class Consumer::Impl {
   std::unique_ptr<detail::AmqpConnection> side_;  // publishes dead letters and follow-ups
   bool connected_before_ = false;
   std::uint64_t settled_ = 0;
+  std::size_t batch_limit_ = 1;                       // see adapt_batch_limit()
   std::unordered_map<std::string, int> in_progress_;  // event id → AlreadyInProgress requeues
   std::atomic<bool> stop_{false};
   static_assert(std::atomic<bool>::is_always_lock_free, "stop() must be async-signal-safe");

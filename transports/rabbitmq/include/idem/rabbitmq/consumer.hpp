@@ -78,8 +78,10 @@ struct ConsumerOptions {
   // Unacknowledged deliveries the broker may send ahead (basic.qos). Default 16; 1..65535.
   int prefetch = 16;
   // Most deliveries handed to the handler at once (EventHandler::handle_batch). A batch holds
-  // only what has already arrived, so it is also bounded by prefetch. 1 handles (and acks) one
-  // delivery at a time. Default 64; 1..65535.
+  // only what has already arrived, so it is also bounded by prefetch; and since heartbeats are
+  // sent only between batches, it holds no more than the last batch's time per delivery fits
+  // into half of ConnectionOptions::heartbeat (starting at 1 and at most doubling per batch).
+  // 1 handles (and acks) one delivery at a time. Default 64; 1..65535.
   int batch_size = 64;
   // Failed deliveries of one message before it is dead-lettered. Default 5; at least 1.
   int max_deliveries = 5;
