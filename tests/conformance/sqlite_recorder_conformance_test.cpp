@@ -7,31 +7,13 @@
 #include <memory>
 #include <string>
 
+#include "../temp_dir.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/testing/recorder_conformance.hpp"
 
 namespace {
 
-// A temporary directory per test, removed with the factory (after the recorder).
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-conformance-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 struct SqliteFileFactory {
   static constexpr bool kSupportsClaims = true;

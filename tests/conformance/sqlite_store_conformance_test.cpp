@@ -9,32 +9,14 @@
 #include <stdexcept>
 #include <string>
 
+#include "../temp_dir.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "idem/testing/store_conformance.hpp"
 
 namespace {
 
-// A temporary directory per test, removed with the factory (after the store).
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-store-conformance-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 idem::sqlite::SqliteOptions options_with(std::shared_ptr<idem::testing::ManualClock> clock) {
   idem::sqlite::SqliteOptions options;

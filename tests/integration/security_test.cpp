@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../postgres_test_support.hpp"
+#include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
@@ -222,25 +223,7 @@ void check_store(idem::IdempotencyStore& store, bool utf8_only) {
   EXPECT_EQ(store.claim(longest, std::nullopt, 30s).status, idem::ClaimOutcome::Status::acquired);
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-security-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 std::vector<std::string> sqlite_tables(const std::string& path) {
   sqlite3* db = nullptr;

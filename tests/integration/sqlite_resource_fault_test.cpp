@@ -19,6 +19,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
@@ -234,27 +235,7 @@ class ArmedWriteFault {
 
 // ---- helpers -----------------------------------------------------------------------------------
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-fault-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::permissions(path_, std::filesystem::perms::owner_all,
-                                 std::filesystem::perm_options::add, ec);
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 // A raw connection of the test's own (to hold locks), closed by RAII.
 class RawDb {

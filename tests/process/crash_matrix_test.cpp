@@ -53,6 +53,7 @@
 #endif
 #if __has_include("idem/postgres/postgres_options.hpp")
 #include "../postgres_test_support.hpp"
+#include "../temp_dir.hpp"
 #define IDEM_MATRIX_POSTGRES 1
 #endif
 
@@ -128,25 +129,7 @@ bool servers_required() {
   return required != nullptr && std::string(required) == "1";
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-crash-matrix-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 // One backend's URL, its side table and how to count the table's rows. Made once per backend
 // for the whole binary (opening a PostgreSQL schema per cell would cost more than the cell).

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../postgres_test_support.hpp"
+#include "../temp_dir.hpp"
 #include "idem/event.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
@@ -42,25 +43,7 @@ constexpr int kWorkers = 4;
 constexpr int kItems = 10'000;
 constexpr double kDuplicatedShare = 0.35;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-pg-multiprocess-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 struct Plan {
   std::vector<std::string> ids;                 // every item, once

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../integration/redis_test_env.hpp"
+#include "../temp_dir.hpp"
 #include "idem/event.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
@@ -34,25 +35,7 @@ using namespace std::chrono_literals;
 constexpr const char* kLeaseMs = "60000";
 constexpr const char* kLaterMs = "61000";  // the fresh process's clock: past the lease
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-redis-crash-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 int count_lines(const std::string& path, const std::string& wanted) {
   std::ifstream in(path);

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../integration/redis_test_env.hpp"
+#include "../temp_dir.hpp"
 #include "idem/event.hpp"
 #include "worker/child_process.hpp"
 
@@ -36,25 +37,7 @@ constexpr int kWorkers = 4;
 constexpr int kItems = 10'000;
 constexpr double kDuplicatedShare = 0.35;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-redis-multiprocess-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 struct Plan {
   std::vector<std::string> items;               // every event id / key, once

@@ -22,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "idem/event.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -31,25 +32,7 @@ namespace {
 
 using idem::test::ChildProcess;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-crash-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 // A read-only look at the file from outside, as an operator with the sqlite3 shell would.
 long long query_int(const std::string& path, const std::string& sql) {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "../temp_dir.hpp"
 #include "demo_cli.hpp"
 
 namespace {
@@ -15,24 +16,7 @@ namespace fs = std::filesystem;
 using idem::test::has;
 using idem::test::run_demo;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "idem-demo-store-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using idem::test::TempDir;
 
 TEST(SqliteDemoStore, EveryModeOnAFileUrlTwice) {
   IDEM_REQUIRE_CLI();

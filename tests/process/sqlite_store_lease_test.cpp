@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "worker/child_process.hpp"
 
@@ -32,25 +33,7 @@ namespace {
 using idem::test::ChildProcess;
 using namespace std::chrono_literals;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-store-lease-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 bool starts_with(const std::string& text, const std::string& prefix) {
   return text.rfind(prefix, 0) == 0;

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../temp_dir.hpp"
 #include "idem/event.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "worker/child_process.hpp"
@@ -36,25 +37,7 @@ constexpr double kDuplicatedShare = 0.35;
 // from another process finds it in progress.
 constexpr int kWorkMicros = 50;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-store-multiprocess-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 long long query_int(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;

@@ -15,6 +15,7 @@
 #include <string>
 #include <string_view>
 
+#include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/memory_store.hpp"
@@ -81,24 +82,7 @@ void expect_bad_url(std::string_view url, std::initializer_list<std::string_view
   }
 }
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "idem-open-test-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using idem::test::TempDir;
 
 // Changes the working directory for one scope (for relative sqlite: paths).
 class WorkingDir {

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "../../backends/sqlite/src/connection.hpp"  // the error mapping, tested directly
+#include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
@@ -38,26 +39,7 @@ using idem::sqlite::SqliteTransaction;
 using idem::testing::ManualClock;
 using namespace std::chrono_literals;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-unit-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 // A plain sqlite3 connection, as another program (infinity_bus, the sqlite3 shell) would use.
 class RawDb {

@@ -26,6 +26,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/resilient.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
@@ -44,25 +45,7 @@ using idem::sqlite::SqliteOptions;
 using idem::testing::ManualClock;
 using namespace std::chrono_literals;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-sqlite-store-unit-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    path_ = pattern;
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using idem::test::TempDir;
 
 // A plain sqlite3 connection, as an operator with the sqlite3 shell (or a buggy program) has.
 class RawDb {
