@@ -31,8 +31,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <span>
-#include <string>
 #include <string_view>
 #include <vector>
 
@@ -62,12 +60,8 @@ class InMemoryIdempotencyRecorder final : public IdempotencyRecorder {
 
   bool is_processed(std::string_view consumer, std::string_view event_id) override;
   void mark_processed(std::string_view consumer, std::string_view event_id) override;
-  // Batches: every id is validated first; then each shard the batch touches is locked once
-  // (one at a time) for all of its ids. A batch mark gives all its markers one timestamp.
-  std::vector<bool> is_processed_many(std::string_view consumer,
-                                      std::span<const std::string> event_ids) override;
-  void mark_processed_many(std::string_view consumer,
-                           std::span<const std::string> event_ids) override;
+  // is_processed_many / mark_processed_many: the base class's loop over the calls above (each a
+  // shard lock and a hash lookup). A per-shard batch path was measured and bought nothing.
 
   bool supports_claims() const noexcept override { return true; }
   // `lease` must be positive (InvalidArgument otherwise).
@@ -94,11 +88,6 @@ class InMemoryIdempotencyRecorder final : public IdempotencyRecorder {
 
  private:
   detail::MemoryRecorderShard& shard_for(std::size_t hash) const noexcept;
-  // Validates every id, then calls fn(shard, span of its ids' addresses) under each touched
-  // shard's lock, one shard at a time.
-  template <class Fn>
-  void for_each_shard_batch(std::string_view consumer, std::span<const std::string> event_ids,
-                            Fn&& fn);
 
   std::shared_ptr<Clock> clock_;
   std::size_t shard_mask_;
