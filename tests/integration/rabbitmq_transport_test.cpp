@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -395,6 +397,89 @@ TEST_F(RabbitMqTransportTest, SlowHandlersGetBatchesThatFitInHalfAHeartbeat) {
   ASSERT_TRUE(consume_until(consumer, handler, [&] { return consumer.stats().acked == 12; }));
   EXPECT_EQ(consumer.stats().batches, 12u);
   EXPECT_EQ(consumer.stats().delivered, 12u);
+}
+
+// The pipeline: while a batch runs on the consumer's own thread, the calling thread goes on
+// talking to the broker, so a handler slower than the heartbeat timeout (the broker closes a
+// connection after two missed heartbeats; here 1 s) keeps its connection: the delivery is acked
+// once and never comes back. (Without the pipeline the same handler loses the connection, and
+// the broker delivers the event again on the next one.)
+TEST_F(RabbitMqTransportTest, AHandlerSlowerThanTheHeartbeatKeepsItsConnection) {
+  auto connection = connection_;
+  connection.heartbeat = std::chrono::seconds(1);
+  const auto options = topology_.consumer_options("slowheart");
+  ASSERT_TRUE(options.pipeline);  // the default
+  Consumer consumer(connection, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  publisher.publish(Event::make("order.paid", "slow"));
+  std::atomic<int> runs{0};
+  FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
+    if (++runs == 1) std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+    return HandleResult::processed;
+  });
+
+  ASSERT_TRUE(consume_until(consumer, handler, [&] { return consumer.stats().acked == 1; }));
+  // Anything the broker would send again arrives well within this.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  consumer.run_until(handler, [&] { return std::chrono::steady_clock::now() > until; });
+  EXPECT_EQ(runs.load(), 1);
+  EXPECT_EQ(consumer.stats().reconnects, 0u);
+  EXPECT_EQ(consumer.stats().delivered, 1u);
+}
+
+// run() returns only after the batch in hand is settled, also when the handler itself stops it.
+TEST_F(RabbitMqTransportTest, StopFromTheHandlerSettlesTheBatchBeforeRunReturns) {
+  auto options = topology_.consumer_options("stopinside");
+  Consumer consumer(connection_, options);
+  consumer.connect();
+  Publisher publisher(connection_, topology_.publisher_options());
+  publisher.publish(Event::make("order.paid", "1"));
+  FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
+    consumer.stop();
+    return HandleResult::processed;
+  });
+
+  consumer.run(handler);
+  EXPECT_EQ(consumer.stats().acked, 1u);
+  EXPECT_FALSE(consumer.poll_once(handler, idem::Millis(100)));
+  EXPECT_EQ(idem::rabbitmq::queue_depth(connection_, consumer.queue_name()), 0u);
+}
+
+// Where the handler runs: a thread of the consumer's with the pipeline (one at a time, in
+// delivery order), the calling thread without it and in poll_once().
+TEST_F(RabbitMqTransportTest, ThePipelineRunsTheHandlerOnItsOwnThreadInDeliveryOrder) {
+  for (const bool pipeline : {true, false}) {
+    SCOPED_TRACE(pipeline ? "pipeline" : "no pipeline");
+    auto options = topology_.consumer_options(pipeline ? "threadpipe" : "threadsync");
+    options.pipeline = pipeline;
+    options.prefetch = 64;
+    Consumer consumer(connection_, options);
+    consumer.connect();
+    Publisher publisher(connection_, topology_.publisher_options());
+    std::vector<Event> events;
+    for (int i = 0; i < 40; ++i)
+      events.push_back(Event::make("order.paid", std::to_string(i)));
+    publisher.publish_batch(events);
+    std::vector<std::string> order;
+    std::vector<std::thread::id> threads;
+    FnHandler handler(options.consumer_name, [&](const Event& event, BusProxy&) {
+      order.push_back(event.payload);
+      threads.push_back(std::this_thread::get_id());
+      return HandleResult::processed;
+    });
+
+    ASSERT_EQ(consumer.run_for(handler, 39), 39u);
+    ASSERT_TRUE(consumer.poll_once(handler, std::chrono::seconds(5)));
+    ASSERT_EQ(order.size(), 40u);
+    for (int i = 0; i < 40; ++i)
+      EXPECT_EQ(order[i], std::to_string(i));
+    const std::thread::id caller = std::this_thread::get_id();
+    for (std::size_t i = 0; i < 39; ++i)
+      EXPECT_EQ(threads[i] != caller, pipeline) << i;
+    EXPECT_EQ(threads[39], caller);  // poll_once
+    EXPECT_EQ(consumer.stats().acked, 40u);
+  }
 }
 
 TEST_F(RabbitMqTransportTest, RunForNeverTakesMoreDeliveriesThanAsked) {

@@ -3,10 +3,13 @@
 #include <amqp.h>
 #include <amqp_framing.h>
 #include <amqp_tcp_socket.h>
+#include <poll.h>
 #include <sys/time.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
+#include <limits>
 #include <vector>
 
 namespace idem::rabbitmq::detail {
@@ -492,6 +495,19 @@ std::optional<Delivery> AmqpConnection::next_delivery(Millis timeout) {
     }
   }
   return std::nullopt;
+}
+
+void AmqpConnection::wait_readable(Millis timeout, int wake_fd) {
+  if (broken_ || amqp_frames_enqueued(connection_) != 0 || amqp_data_in_buffer(connection_) != 0)
+    return;
+  std::array<pollfd, 2> fds{};
+  fds[0].fd = amqp_get_sockfd(connection_);
+  fds[0].events = POLLIN;
+  fds[1].fd = wake_fd;
+  fds[1].events = POLLIN;
+  const auto ms = std::clamp<Millis::rep>(timeout.count(), 0, std::numeric_limits<int>::max());
+  // Errors (EINTR) and hang-ups alike return: the next read reports what happened.
+  ::poll(fds.data(), fds.size(), static_cast<int>(ms));
 }
 
 std::optional<Delivery> AmqpConnection::get(const std::string& queue) {

@@ -93,6 +93,9 @@ class AmqpConnection {
   void consume(const std::string& queue);
   // The next delivery of the consume, or nullopt after `timeout` (or a frame that is not one).
   std::optional<Delivery> next_delivery(Millis timeout);
+  // Waits, reading nothing, until the broker has sent something (a frame is buffered or the
+  // socket is readable), `wake_fd` is readable, or `timeout` passed (EINTR also returns).
+  void wait_readable(Millis timeout, int wake_fd);
   // basic.get (manual ack); nullopt when the queue is empty.
   std::optional<Delivery> get(const std::string& queue);
   void ack(std::uint64_t tag, bool multiple = false);  // multiple: every unacked tag <= tag

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <deque>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <stdexcept>
@@ -9,6 +11,7 @@
 #include <vector>
 
 #include "amqp_connection.hpp"
+#include "batch_runner.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "idem/rabbitmq/broker_error.hpp"
@@ -71,48 +74,32 @@ class Consumer::Impl {
   }
 
   bool run_until(EventHandler& handler, const std::function<bool()>& done) {
-    while (!stop_.load()) {
-      if (done && done()) return true;
-      poll(handler, options_.poll_interval, /*retry_connect=*/true, batch_limit());
-    }
-    stop_.store(false);
-    return false;
+    return consume(handler, done, std::numeric_limits<std::size_t>::max()) == Ended::done;
   }
 
   std::size_t run_for(EventHandler& handler, std::size_t deliveries) {
     const std::uint64_t start = settled_;
-    const auto settled = [&] { return static_cast<std::size_t>(settled_ - start); };
-    while (!stop_.load() && settled() < deliveries) {
-      poll(handler, options_.poll_interval, /*retry_connect=*/true,
-           std::min(batch_limit(), deliveries - settled()));
-    }
-    stop_.store(false);
-    return settled();
+    consume(handler, nullptr, deliveries);
+    return static_cast<std::size_t>(settled_ - start);
   }
 
-  // Waits up to `timeout` for a delivery, takes up to max_batch - 1 more that have already
-  // arrived (without waiting), and settles them as one batch.
-  bool poll(EventHandler& handler, Millis timeout, bool retry_connect, std::size_t max_batch) {
-    if (!ensure_connected(retry_connect)) return false;
-    std::vector<detail::Delivery> deliveries;
-    try {
-      std::optional<detail::Delivery> delivery = main_->next_delivery(timeout);
-      while (delivery) {
-        deliveries.push_back(std::move(*delivery));
-        if (deliveries.size() >= max_batch) break;
-        delivery = main_->next_delivery(Millis::zero());
+  // Connects if needed (one attempt), waits up to `timeout` for a delivery unless one is already
+  // here, and handles and settles it on this thread.
+  bool poll_once(EventHandler& handler, Millis timeout) {
+    if (!ensure_connected(/*retry=*/false)) return false;
+    if (staged_.empty()) {
+      try {
+        if (std::optional<detail::Delivery> delivery = main_->next_delivery(timeout))
+          staged_.push_back(std::move(*delivery));
+      } catch (const BrokerError&) {
+        drop_connection();  // reopened by the next call
+        return false;
       }
-    } catch (const BrokerError&) {
-      // Reconnect on the next poll. Deliveries already taken cannot be acked on another
-      // connection; the broker delivers them again.
-      main_.reset();
-      return false;
     }
-    if (deliveries.empty()) return false;
-    settle(handler, deliveries);
+    if (staged_.empty()) return false;
+    hand_over(handler, 1, /*on_runner=*/false);
     return true;
   }
-
   void connect() { ensure_connected(/*retry=*/false); }
 
   void stop() noexcept { stop_.store(true); }
@@ -145,6 +132,166 @@ class Consumer::Impl {
   };
 
   enum class Outcome { in_progress, malformed, failed };
+  enum class Ended { stopped, done, budget };
+
+  // Deliveries handed to the handler together, and where each event came from.
+  struct Batch {
+    std::vector<detail::Delivery> deliveries;
+    std::vector<Event> events;         // the well-formed deliveries, in delivery order
+    std::vector<std::size_t> sources;  // events[i] came from deliveries[sources[i]]
+    std::uint64_t connection = 0;      // generation_ when received: tags belong to it
+  };
+
+  // The loop behind run(), run_until() and run_for(), on the caller's thread. With
+  // ConsumerOptions::pipeline the runner thread handles one batch while this thread receives
+  // the next deliveries into staged_ (and answers heartbeats); the next batch is handed over
+  // once the previous one is settled, so batches run and are settled in delivery order and at
+  // most one batch has run without being acked. Ends on stop(), once done() is true, or when
+  // `budget` deliveries were handed over — always with the batch in hand settled.
+  Ended consume(EventHandler& handler, const std::function<bool()>& done, std::size_t budget) {
+    const bool pipelined = options_.pipeline;
+    std::size_t handed = 0;
+    // However this returns or throws, the runner gives the batch back before the handler (and
+    // the caller's stack) can go away.
+    struct SettleInHand {
+      Impl& impl;
+      ~SettleInHand() { impl.finish_in_flight(/*wait=*/true); }
+    } settle_in_hand{*this};
+    Ended ended = Ended::stopped;
+    for (;;) {
+      finish_in_flight(/*wait=*/false);
+      if (stop_.load()) break;
+      // done() usually reads what the handler wrote: it is asked only while no batch runs.
+      if (!in_flight_ && done && done()) {
+        ended = Ended::done;
+        break;
+      }
+      if (handed >= budget && !in_flight_) {
+        ended = Ended::budget;
+        break;
+      }
+      if (!ensure_connected(/*retry=*/true)) break;  // stopped while reconnecting
+      if (!in_flight_ && !staged_.empty() && handed < budget) {
+        handed += hand_over(handler, budget - handed, pipelined);
+        continue;
+      }
+      receive();
+    }
+    finish_in_flight(/*wait=*/true);
+    if (ended == Ended::stopped) stop_.store(false);
+    return ended;
+  }
+
+  // Receives what the broker sent into staged_. With a batch on the runner, waits (up to
+  // poll_interval) for the broker or for the runner to finish, then takes everything that has
+  // arrived; otherwise waits up to poll_interval for one delivery and takes what arrived with it.
+  void receive() {
+    try {
+      std::optional<detail::Delivery> delivery;
+      if (in_flight_) {
+        main_->wait_readable(options_.poll_interval, runner().ready_fd());
+        delivery = main_->next_delivery(Millis::zero());  // also answers a due heartbeat
+      } else {
+        delivery = main_->next_delivery(options_.poll_interval);
+      }
+      while (delivery) {
+        staged_.push_back(std::move(*delivery));
+        delivery = main_->next_delivery(Millis::zero());
+      }
+    } catch (const BrokerError&) {
+      // Reconnect on the next turn. Deliveries taken on this connection cannot be acked on
+      // another; the broker delivers them again.
+      drop_connection();
+    }
+  }
+
+  // Takes up to min(max, batch limit) staged deliveries: dead-letters the malformed ones, then
+  // hands the rest to the handler — on the runner thread, or (on_runner false) here, settling
+  // them before returning. Returns how many deliveries it took.
+  std::size_t hand_over(EventHandler& handler, std::size_t max, bool on_runner) {
+    if (on_runner) runner();  // started first: if it cannot be, nothing has been taken yet
+    const std::size_t take = std::min({max, batch_limit_, staged_.size()});
+    Batch batch;
+    batch.connection = generation_;
+    batch.deliveries.reserve(take);
+    for (std::size_t i = 0; i < take; ++i) {
+      batch.deliveries.push_back(std::move(staged_.front()));
+      staged_.pop_front();
+    }
+    count([&](ConsumerStats& s) { s.delivered += take; });
+    settled_ += take;
+    try {
+      for (std::size_t i = 0; i < batch.deliveries.size(); ++i) {
+        detail::IncomingEvent incoming = detail::event_from_delivery(batch.deliveries[i]);
+        if (!incoming.event) {
+          dead_letter(batch.deliveries[i], incoming.malformed_reason, true, 0);
+          continue;
+        }
+        batch.events.push_back(std::move(*incoming.event));
+        batch.sources.push_back(i);
+      }
+    } catch (const BrokerError&) {
+      drop_connection();  // the broker delivers the batch again
+      return take;
+    }
+    if (batch.events.empty()) return take;
+    count([](ConsumerStats& s) { ++s.batches; });
+    in_flight_ = std::move(batch);
+    if (on_runner) {
+      runner().start(handler, in_flight_->events, proxy_);
+      return take;
+    }
+    detail::BatchRunner::Done done;
+    const SteadyTime started = clock_->steady_now();
+    try {
+      done.outcomes = handler.handle_batch(in_flight_->events, proxy_);
+    } catch (...) {
+      done.outcomes.clear();  // the whole batch failed
+    }
+    done.elapsed = clock_->steady_now() - started;
+    finish(std::move(done));
+    return take;
+  }
+
+  // Settles the batch in hand once the runner has finished it (wait: blocks until then).
+  // Never throws: it also runs from a destructor.
+  void finish_in_flight(bool wait) noexcept {
+    if (!in_flight_ || runner_ == nullptr) return;
+    std::optional<detail::BatchRunner::Done> done = runner_->take(wait);
+    if (!done) return;
+    try {
+      finish(std::move(*done));
+    } catch (...) {
+      // Only allocation can fail here; the broker delivers what was not acked again.
+      in_flight_.reset();
+      drop_connection();
+    }
+  }
+
+  void finish(detail::BatchRunner::Done done) {
+    Batch batch = std::move(*in_flight_);
+    in_flight_.reset();
+    adapt_batch_limit(batch.events.size(), done.elapsed);
+    // The connection the batch came on is gone: its deliveries come again on the new one.
+    if (main_ == nullptr || batch.connection != generation_) return;
+    try {
+      settle(batch, std::move(done.outcomes));
+    } catch (const BrokerError&) {
+      // An ack/nack could not be sent: the connection is gone and the broker will deliver the
+      // unsettled messages again (the idempotent handler then drops the ones it processed).
+      drop_connection();
+    }
+  }
+
+  detail::BatchRunner& runner() {
+    if (runner_ == nullptr) runner_ = std::make_unique<detail::BatchRunner>(clock_);
+    return *runner_;
+  }
+
+  void drop_connection() noexcept {
+    main_.reset();
+    staged_.clear();
+  }
 
   template <class F>
   void count(F&& update) {
@@ -156,7 +303,7 @@ class Consumer::Impl {
   // attempts (throws).
   bool ensure_connected(bool retry) {
     if (main_ != nullptr && !main_->broken()) return true;
-    main_.reset();
+    drop_connection();
     Millis backoff = connection_options_.initial_backoff;
     int failures = 0;
     for (;;) {
@@ -191,10 +338,13 @@ class Consumer::Impl {
     if (connected_before_) count([](ConsumerStats& s) { ++s.reconnects; });
     connected_before_ = true;
     main_ = std::move(connection);
+    ++generation_;
   }
 
   void side_publish(const std::string& exchange, const std::string& routing_key,
                     const detail::Outgoing& message) {
+    // Follow-ups come from the handler (on the runner thread), dead letters from the consumer's.
+    std::lock_guard lock(side_mutex_);
     try {
       if (side_ == nullptr || !side_->alive()) {
         side_.reset();
@@ -211,10 +361,12 @@ class Consumer::Impl {
 
   std::size_t batch_limit() const { return batch_limit_; }
 
-  // rabbitmq-c sends heartbeats only while idem waits for the broker, so a whole batch must run
-  // well within the heartbeat or the broker drops the connection and redelivers it all. The next
-  // batch may hold what the last one's time per delivery fits into half a heartbeat, and at most
-  // twice the last limit (it starts at 1, like TCP's slow start), never more than batch_size.
+  // rabbitmq-c sends heartbeats only while idem waits for the broker. Without the pipeline a
+  // whole batch must therefore run well within the heartbeat, or the broker drops the connection
+  // and redelivers it all; with it, heartbeats go on, but a batch that ran without being acked is
+  // what a crash makes run again, so slow handlers still get small batches. The next batch may
+  // hold what the last one's time per delivery fits into half a heartbeat, and at most twice the
+  // last limit (it starts at 1, like TCP's slow start), never more than batch_size.
   void adapt_batch_limit(std::size_t handled, SteadyTime::duration elapsed) {
     const auto configured = static_cast<std::size_t>(options_.batch_size);
     std::size_t limit = std::min(configured, batch_limit_ * 2);
@@ -230,47 +382,12 @@ class Consumer::Impl {
     batch_limit_ = std::max<std::size_t>(limit, 1);
   }
 
-  void settle(EventHandler& handler, const std::vector<detail::Delivery>& deliveries) {
-    try {
-      settle_or_throw(handler, deliveries);
-    } catch (const BrokerError&) {
-      // An ack/nack could not be sent: the connection is gone and the broker will deliver the
-      // unsettled messages again (the idempotent handler then drops the ones it processed).
-      main_.reset();
-    }
-  }
-
-  // Hands the well-formed deliveries to handler.handle_batch, then settles each: failures first
-  // (nack or dead letter, in delivery order), then every ack at once — one basic.ack with
-  // `multiple` for the highest tag, which covers exactly the batch's acks because everything
-  // delivered before it on this channel is settled by then.
-  void settle_or_throw(EventHandler& handler, const std::vector<detail::Delivery>& deliveries) {
-    count([&](ConsumerStats& s) { s.delivered += deliveries.size(); });
-    settled_ += deliveries.size();
-
-    std::vector<Event> events;
-    std::vector<const detail::Delivery*> sources;
-    for (const detail::Delivery& delivery : deliveries) {
-      detail::IncomingEvent incoming = detail::event_from_delivery(delivery);
-      if (!incoming.event) {
-        dead_letter(delivery, incoming.malformed_reason, true, 0);
-        continue;
-      }
-      events.push_back(std::move(*incoming.event));
-      sources.push_back(&delivery);
-    }
-    if (events.empty()) return;
-
-    count([](ConsumerStats& s) { ++s.batches; });
-    Proxy proxy(*this);
-    std::vector<HandleOutcome> outcomes;
-    const SteadyTime started = clock_->steady_now();
-    try {
-      outcomes = handler.handle_batch(events, proxy);
-    } catch (...) {
-      outcomes.clear();  // a handle_batch override that threw: the whole batch failed
-    }
-    adapt_batch_limit(events.size(), clock_->steady_now() - started);
+  // Settles each delivery of a finished batch: failures first (nack or dead letter, in delivery
+  // order), then every ack at once — one basic.ack with `multiple` for the highest tag, which
+  // covers exactly the batch's acks because everything delivered before it on this channel is
+  // settled by then (deliveries received meanwhile have higher tags). Throws BrokerError.
+  void settle(const Batch& batch, std::vector<HandleOutcome> outcomes) {
+    const std::vector<Event>& events = batch.events;
     if (outcomes.size() != events.size()) {
       const std::exception_ptr error =
           std::make_exception_ptr(std::runtime_error("the handler's handle_batch threw or "
@@ -283,7 +400,7 @@ class Consumer::Impl {
     std::uint64_t duplicates = 0;
     for (std::size_t i = 0; i < events.size(); ++i) {
       const Event& event = events[i];
-      const detail::Delivery& delivery = *sources[i];
+      const detail::Delivery& delivery = batch.deliveries[batch.sources[i]];
       if (outcomes[i].result && !outcomes[i].error) {
         in_progress_.erase(event.id);
         last_ack = std::max(last_ack.value_or(0), delivery.tag);
@@ -408,8 +525,12 @@ class Consumer::Impl {
   std::string dead_letter_queue_;
   std::shared_ptr<Clock> clock_;
   std::unique_ptr<detail::AmqpConnection> main_;  // consumes, acks
+  std::mutex side_mutex_;
   std::unique_ptr<detail::AmqpConnection> side_;  // publishes dead letters and follow-ups
   bool connected_before_ = false;
+  std::uint64_t generation_ = 0;         // connections opened so far
+  std::deque<detail::Delivery> staged_;  // received on main_, not yet handed over
+  std::optional<Batch> in_flight_;       // handed over, not yet settled
   std::uint64_t settled_ = 0;
   std::size_t batch_limit_ = 1;                       // see adapt_batch_limit()
   std::unordered_map<std::string, int> in_progress_;  // event id → AlreadyInProgress requeues
@@ -417,6 +538,8 @@ class Consumer::Impl {
   static_assert(std::atomic<bool>::is_always_lock_free, "stop() must be async-signal-safe");
   mutable std::mutex stats_mutex_;
   ConsumerStats stats_;
+  Proxy proxy_{*this};
+  std::unique_ptr<detail::BatchRunner> runner_;  // last: its thread may use everything above
 };
 
 Consumer::Consumer(ConnectionOptions connection, ConsumerOptions options)
@@ -436,7 +559,7 @@ std::size_t Consumer::run_for(EventHandler& handler, std::size_t deliveries) {
   return impl_->run_for(handler, deliveries);
 }
 bool Consumer::poll_once(EventHandler& handler, Millis timeout) {
-  return impl_->poll(handler, timeout, /*retry_connect=*/false, /*max_batch=*/1);
+  return impl_->poll_once(handler, timeout);
 }
 void Consumer::stop() noexcept {
   impl_->stop();

@@ -42,6 +42,11 @@
 // handler hands them over only after its commit). A failed follow-up publish throws out of the
 // handler's publish call.
 //
+// Threads: while a batch runs, the consumer receives the next deliveries (ConsumerOptions::
+// pipeline, on by default): the handler is then called on a thread the consumer owns — one call
+// at a time, in delivery order, never two batches at once — and the run call returns only after
+// the batch in hand is settled, so the handler is not used after it returns.
+//
 // Thread-safety: run(), run_until(), run_for() and poll_once() must be called from one thread at
 // a time (the consumer owns two rabbitmq-c connections, which are not thread-safe). stop() and
 // stats() may be called from any thread; stop() only stores to a lock-free atomic, so it is
@@ -78,11 +83,17 @@ struct ConsumerOptions {
   // Unacknowledged deliveries the broker may send ahead (basic.qos). Default 16; 1..65535.
   int prefetch = 16;
   // Most deliveries handed to the handler at once (EventHandler::handle_batch). A batch holds
-  // only what has already arrived, so it is also bounded by prefetch; and since heartbeats are
-  // sent only between batches, it holds no more than the last batch's time per delivery fits
-  // into half of ConnectionOptions::heartbeat (starting at 1 and at most doubling per batch).
-  // 1 handles (and acks) one delivery at a time. Default 64; 1..65535.
+  // only what has already arrived, so it is also bounded by prefetch; and it holds no more than
+  // the last batch's time per delivery fits into half of ConnectionOptions::heartbeat (starting
+  // at 1 and at most doubling per batch), which keeps slow handlers to small batches. 1 handles
+  // (and acks) one delivery at a time. Default 64; 1..65535.
   int batch_size = 64;
+  // true: the handler runs on a thread the consumer owns, one batch at a time, while the
+  // calling thread receives the next deliveries and answers heartbeats; the next batch starts
+  // once the previous one is settled (acked), so batches still run, and are acked, in delivery
+  // order. false: the handler runs on the thread that called run(), and nothing is received
+  // while it runs. poll_once() always runs it on the calling thread. Default true.
+  bool pipeline = true;
   // Failed deliveries of one message before it is dead-lettered. Default 5; at least 1.
   int max_deliveries = 5;
   // AlreadyInProgress requeues of one message before it is dead-lettered. Default 1000.
@@ -123,7 +134,8 @@ class Consumer {
   // refuses the topology (not retryable) or max_reconnect_attempts connects failed in a row.
   void run(EventHandler& handler);
   // Like run(), but also returns once done() is true (checked after every batch and every
-  // poll_interval). Returns false when stop() ended it.
+  // poll_interval, on the calling thread and never while the handler runs, so it may read what
+  // the handler wrote without a lock). Returns false when stop() ended it.
   bool run_until(EventHandler& handler, const std::function<bool()>& done);
   // Consumes until `deliveries` deliveries have been settled (acked, requeued or dead-lettered)
   // or stop(); never takes more than that. Returns how many were settled.
