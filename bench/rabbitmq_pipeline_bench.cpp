@@ -1,12 +1,16 @@
 // End-to-end events/s through RabbitMQ, with and without dedup (issue #5).
 //
-//   bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL EVENTS [PREFETCH]
+//   bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL EVENTS [PREFETCH [OVERLAP [RTT_US]]]
 //
 // PIPELINE is a label; RECORDER_URL "none" runs the plain pipeline (a handler that does the side
 // effect, no recorder), anything else is opened with idem::open_recorder and wrapped in an
 // IdempotentHandler (check_then_mark). Per run: a fresh exchange and queue, EVENTS events
 // published with Publisher::publish_batch (batches of 500), then consumed by one Consumer
-// (prefetch and batch_size PREFETCH, default 64) until all are handled. Prints one line:
+// (prefetch and batch_size PREFETCH, default 64; OVERLAP 1 (default) or 0 sets
+// ConsumerOptions::pipeline: whether receiving overlaps the handler) until all are handled.
+// RTT_US > 0 makes every recorder call wait that many microseconds first: a simulated
+// round trip to a store on another machine (this machine runs broker, store and consumer on
+// the same cores, where a round trip costs next to nothing). Prints one line:
 //   pipeline=<label> events=N publish_eps=X consume_eps=Y
 // A plain program rather than Google Benchmark: each run needs its own broker topology, and
 // bench/rabbitmq_dedup.sh alternates the pipelines across runs and takes the medians.
@@ -18,7 +22,10 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include "idem/event.hpp"
@@ -28,6 +35,7 @@
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/options.hpp"
 #include "idem/rabbitmq/publisher.hpp"
+#include "idem/recorder.hpp"
 
 namespace {
 
@@ -47,6 +55,38 @@ class PlainHandler final : public idem::EventHandler {
   std::string consumer_;
 };
 
+// A recorder one simulated network round trip away: each call waits `rtt`, then forwards.
+class DistantRecorder final : public idem::IdempotencyRecorder {
+ public:
+  DistantRecorder(std::shared_ptr<idem::IdempotencyRecorder> inner, std::chrono::microseconds rtt)
+      : inner_(std::move(inner)), rtt_(rtt) {}
+  bool is_processed(std::string_view consumer, std::string_view event_id) override {
+    std::this_thread::sleep_for(rtt_);
+    return inner_->is_processed(consumer, event_id);
+  }
+  void mark_processed(std::string_view consumer, std::string_view event_id) override {
+    std::this_thread::sleep_for(rtt_);
+    inner_->mark_processed(consumer, event_id);
+  }
+  std::vector<bool> is_processed_many(std::string_view consumer,
+                                      std::span<const std::string> event_ids) override {
+    std::this_thread::sleep_for(rtt_);
+    return inner_->is_processed_many(consumer, event_ids);
+  }
+  void mark_processed_many(std::string_view consumer,
+                           std::span<const std::string> event_ids) override {
+    std::this_thread::sleep_for(rtt_);
+    inner_->mark_processed_many(consumer, event_ids);
+  }
+  std::size_t purge(std::chrono::system_clock::duration older_than) override {
+    return inner_->purge(older_than);
+  }
+
+ private:
+  std::shared_ptr<idem::IdempotencyRecorder> inner_;
+  std::chrono::microseconds rtt_;
+};
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -54,7 +94,7 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
 int run(int argc, char** argv) {
   if (argc < 5) {
     std::cerr << "usage: bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL|none EVENTS "
-                 "[PREFETCH]\n";
+                 "[PREFETCH [OVERLAP [RTT_US]]]\n";
     return 2;
   }
   const std::string amqp_url = argv[1];
@@ -62,6 +102,8 @@ int run(int argc, char** argv) {
   const std::string recorder_url = argv[3];
   const std::size_t events = std::stoul(argv[4]);
   const int prefetch = argc > 5 ? std::stoi(argv[5]) : 64;
+  const bool overlap = argc > 6 ? std::stoi(argv[6]) != 0 : true;
+  const std::chrono::microseconds rtt(argc > 7 ? std::stol(argv[7]) : 0);
 
   const auto connection = idem::rabbitmq::ConnectionOptions::from_url(amqp_url);
   const std::string id = idem::new_event_id().substr(0, 12);
@@ -70,6 +112,7 @@ int run(int argc, char** argv) {
   consumer_options.exchange = "idembench." + id;
   consumer_options.prefetch = prefetch;
   consumer_options.batch_size = prefetch;
+  consumer_options.pipeline = overlap;
   idem::rabbitmq::PublisherOptions publisher_options;
   publisher_options.exchange = consumer_options.exchange;
 
@@ -77,8 +120,10 @@ int run(int argc, char** argv) {
   if (recorder_url == "none") {
     handler = std::make_shared<PlainHandler>(consumer_options.consumer_name);
   } else {
+    std::shared_ptr<idem::IdempotencyRecorder> recorder = idem::open_recorder(recorder_url);
+    if (rtt.count() > 0) recorder = std::make_shared<DistantRecorder>(std::move(recorder), rtt);
     handler = idem::make_idempotent_handler(
-        consumer_options.consumer_name, idem::open_recorder(recorder_url),
+        consumer_options.consumer_name, std::move(recorder),
         [](const std::string&) { g_effects.fetch_add(1, std::memory_order_relaxed); },
         {idem::HandlerMode::check_then_mark});
   }
