@@ -406,8 +406,8 @@ Params::Arrays Params::arrays() const {
   return a;
 }
 
-Statement::Statement(std::string sql_text, std::vector<Oid> param_types)
-    : sql(std::move(sql_text)), types(std::move(param_types)) {
+Statement::Statement(std::string sql_text, std::vector<Oid> param_types, Planning planning_mode)
+    : sql(std::move(sql_text)), types(std::move(param_types)), planning(planning_mode) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "idem_%016llx", static_cast<unsigned long long>(fnv1a(sql)));
   name = buffer;
@@ -524,6 +524,14 @@ void Connection::check(const Result& result, std::string_view call, StatementKin
 
 Result Connection::run(const Statement& statement, const Params& params, std::string_view call,
                        StatementKind kind) {
+  if (statement.planning == Planning::per_run) {
+    const Params::Arrays a = params.arrays();
+    Result result(PQexecParams(conn_, statement.sql.c_str(), params.size(), statement.types.data(),
+                               a.values.data(), a.lengths.data(), a.formats.data(),
+                               /*resultFormat=*/1));
+    check(result, call, kind);
+    return result;
+  }
   if (prepared_.count(statement.name) == 0) {
     Result prepared(PQprepare(conn_, statement.name.c_str(), statement.sql.c_str(),
                               static_cast<int>(statement.types.size()), statement.types.data()));

@@ -138,13 +138,27 @@ class Params {
   std::deque<std::string> owned_;  // copies for untyped(); a deque keeps them in place
 };
 
+// How the server plans a Statement.
+enum class Planning {
+  // Prepared once per connection (named); after five runs the server may keep one generic plan.
+  prepared,
+  // Sent unnamed with its parameters every time, so every run is planned for its own parameters
+  // and the table as it is now. For statements whose best plan depends on the table's size: a
+  // generic plan chosen while the table was tiny (before autovacuum's first ANALYZE) is kept
+  // however large it grows — for `consumer = $1 AND event_id = ANY($2)` that was a scan of the
+  // consumer's every marker per batch (DESIGN-NOTES §29).
+  per_run,
+};
+
 // A statement idem prepares on each connection that runs it. The name is derived from the SQL
 // text, so recorders and stores with different tables sharing a pool never collide.
 struct Statement {
-  Statement(std::string sql_text, std::vector<Oid> param_types);
+  Statement(std::string sql_text, std::vector<Oid> param_types,
+            Planning planning_mode = Planning::prepared);
   std::string name;
   std::string sql;
   std::vector<Oid> types;
+  Planning planning = Planning::prepared;
 };
 
 // ---- connection -----------------------------------------------------------------------------

@@ -68,9 +68,11 @@ class PostgresIdempotencyRecorder::Impl {
         select_marker("SELECT 1 FROM " + log + " WHERE consumer = $1 AND event_id = $2",
                       {kTextOid, kTextOid}),
         // = ANY over a text[] parameter: one statement for a whole batch, no SQL built from ids.
+        // Planned per run: a generic plan made while the table was small filters the consumer's
+        // every marker instead of looking the ids up in the primary key.
         select_markers_many(
             "SELECT event_id FROM " + log + " WHERE consumer = $1 AND event_id = ANY ($2)",
-            {kTextOid, kTextArrayOid}),
+            {kTextOid, kTextArrayOid}, detail::Planning::per_run),
         // DISTINCT: a batch may repeat an id, and one INSERT must not meet its own row twice.
         insert_markers_many("INSERT INTO " + log +
                                 " (consumer, event_id, ts) SELECT DISTINCT $1::text, id, $3 "
@@ -147,7 +149,8 @@ class PostgresIdempotencyRecorder::Impl {
                            {kTextOid, kTextOid, kTimestamptzOid}),
         // One chunk of purge(): at most kPurgeChunkRows old markers after the key ($2, $3), in
         // primary-key order (the walk resumes where the last chunk stopped, so every chunk reads
-        // only its part of the index); returns how many went and the chunk's last key.
+        // only its part of the index); returns how many went and the chunk's last key. Planned
+        // per run, so a purge scheduled from a table's first day keeps using the index.
         purge_chunk("WITH doomed AS (SELECT consumer, event_id FROM " + log +
                         " WHERE (consumer, event_id) > ($2, $3) AND ts < $1 "
                         "ORDER BY consumer, event_id LIMIT " +
@@ -156,7 +159,7 @@ class PostgresIdempotencyRecorder::Impl {
                         "l.event_id = d.event_id RETURNING 1) "
                         "SELECT (SELECT count(*) FROM gone), consumer, event_id FROM doomed "
                         "ORDER BY consumer DESC, event_id DESC LIMIT 1",
-                    {kTimestamptzOid, kTextOid, kTextOid}),
+                    {kTimestamptzOid, kTextOid, kTextOid}, detail::Planning::per_run),
         purge_claims("DELETE FROM " + claims + " WHERE coalesce(done_at, lease_until) < $1",
                      {kTimestamptzOid}),
         count_old_markers("SELECT count(*) FROM " + log + " WHERE ts < $1", {kTimestamptzOid}),

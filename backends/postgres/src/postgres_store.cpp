@@ -316,7 +316,8 @@ class PostgresIdempotencyStore::Impl {
         renew("UPDATE " + table +
                   " SET lease_until = $3 WHERE key = $1 AND token = $2 AND state = 'in_progress'",
               {kTextOid, kInt8Oid, kTimestamptzOid}),
-        // One chunk of purge_expired(): the oldest expired results through the expires_at index.
+        // One chunk of purge_expired(): the oldest expired results through the expires_at index
+        // (planned per run, so a plan made while the table was small is not kept).
         // The outer condition is checked again on the row's latest version, so a key claimed
         // anew since the inner select is never deleted.
         purge_chunk("DELETE FROM " + table + " WHERE key IN (SELECT key FROM " + table +
@@ -324,7 +325,7 @@ class PostgresIdempotencyStore::Impl {
                         "LIMIT " +
                         std::to_string(kPurgeChunkRows) +
                         ") AND state = 'completed' AND expires_at <= $1",
-                    {kTimestamptzOid}),
+                    {kTimestamptzOid}, detail::Planning::per_run),
         count_by_state(
             "SELECT "
             "count(*) FILTER (WHERE state = 'in_progress' AND lease_until > $1), "
