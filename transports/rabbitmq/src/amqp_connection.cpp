@@ -360,10 +360,14 @@ void AmqpConnection::publish_batch(const std::string& exchange,
     try {
       send(exchange, *keys[i], messages[i], operation);
     } catch (const BrokerError& error) {
-      // Earlier messages of the batch were sent without their confirms being awaited.
-      throw BrokerError(bare_message(error) + " (after sending " + std::to_string(i) +
-                            " of the batch's messages, none of them confirmed)",
-                        true, i > 0);
+      // Earlier messages of the batch were sent without their confirms being awaited: in
+      // doubt, and the message says so as every in-doubt failure does.
+      const std::string sent =
+          i == 0 ? std::string(" (before any of the batch's messages was sent)")
+                 : " (after sending " + std::to_string(i) +
+                       " of the batch's messages, none of them confirmed: those are in doubt, "
+                       "the broker may or may not have them)";
+      throw BrokerError(bare_message(error) + sent, true, i > 0);
     }
   }
   if (!confirms_) {
