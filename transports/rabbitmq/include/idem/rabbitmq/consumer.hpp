@@ -138,7 +138,8 @@ class Consumer {
   // the handler wrote without a lock). Returns false when stop() ended it.
   bool run_until(EventHandler& handler, const std::function<bool()>& done);
   // Consumes until `deliveries` deliveries have been settled (acked, requeued or dead-lettered)
-  // or stop(); never takes more than that. Returns how many were settled.
+  // or stop(); never hands the handler more than that (deliveries that arrived beyond it wait,
+  // unacked, for the next call). Returns how many were settled.
   std::size_t run_for(EventHandler& handler, std::size_t deliveries);
   // Connects if needed (one attempt: BrokerError when it fails), waits up to `timeout` for one
   // delivery and settles it (a batch of one). Returns whether a delivery was handled. A lost
