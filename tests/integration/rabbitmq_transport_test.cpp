@@ -42,6 +42,14 @@ using idem::test::consume_until;
 using idem::test::FnHandler;
 using idem::test::SideEffects;
 
+// n "order.paid" events whose payloads are "0", "1", ... (their order, for tests that check it).
+std::vector<Event> numbered_events(int n) {
+  std::vector<Event> events;
+  for (int i = 0; i < n; ++i)
+    events.push_back(Event::make("order.paid", std::to_string(i)));
+  return events;
+}
+
 class RabbitMqTransportTest : public ::testing::Test {
  protected:
   idem::test::TestTopology topology_;
@@ -340,9 +348,7 @@ TEST_P(RabbitMqBatchTest, EveryOutcomeInABatchIsSettledAsAloneAndEachSideEffectR
                                     },
                                     {idem::HandlerMode::check_then_mark});
 
-  std::vector<Event> events;
-  for (int i = 0; i < 40; ++i)
-    events.push_back(Event::make("order.paid", std::to_string(i)));
+  const std::vector<Event> events = numbered_events(40);
   recorder->mark_processed(options.consumer_name, events[7].id);  // processed before
   std::vector<Event> sent;
   for (const Event& event : events) {
@@ -385,9 +391,7 @@ TEST_F(RabbitMqTransportTest, SlowHandlersGetBatchesThatFitInHalfAHeartbeat) {
   Consumer consumer(connection, options);
   consumer.connect();
   Publisher publisher(connection_, topology_.publisher_options());
-  std::vector<Event> events;
-  for (int i = 0; i < 12; ++i)
-    events.push_back(Event::make("order.paid", std::to_string(i)));
+  const std::vector<Event> events = numbered_events(12);
   publisher.publish_batch(events);
   FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
     clock->advance(std::chrono::seconds(3));
@@ -457,9 +461,7 @@ TEST_F(RabbitMqTransportTest, ThePipelineRunsTheHandlerOnItsOwnThreadInDeliveryO
     Consumer consumer(connection_, options);
     consumer.connect();
     Publisher publisher(connection_, topology_.publisher_options());
-    std::vector<Event> events;
-    for (int i = 0; i < 40; ++i)
-      events.push_back(Event::make("order.paid", std::to_string(i)));
+    const std::vector<Event> events = numbered_events(40);
     publisher.publish_batch(events);
     std::vector<std::string> order;
     std::vector<std::thread::id> threads;
@@ -488,9 +490,7 @@ TEST_F(RabbitMqTransportTest, RunForNeverTakesMoreDeliveriesThanAsked) {
   Consumer consumer(connection_, options);
   consumer.connect();
   Publisher publisher(connection_, topology_.publisher_options());
-  std::vector<Event> events;
-  for (int i = 0; i < 10; ++i)
-    events.push_back(Event::make("order.paid", std::to_string(i)));
+  const std::vector<Event> events = numbered_events(10);
   publisher.publish_batch(events);
   int handled = 0;
   FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
