@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -15,8 +16,10 @@
 #include <latch>
 #include <memory>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -972,6 +975,96 @@ TEST(SqliteRecorderTransaction, LiveClaimBlocksAndDeadClaimIsFencedOff) {
   EXPECT_EQ(runs, 1);
   EXPECT_FALSE(recorder.complete("c", "evt", claim.token)) << "the old owner is fenced off";
   EXPECT_FALSE(recorder.renew("c", "evt", claim.token, 10s));
+}
+
+// ---- WAL checkpoints on a thread of their own (DESIGN-NOTES §30) ------------------------------
+
+std::uintmax_t file_size_or_zero(const std::string& path) {
+  std::error_code ec;
+  const auto size = std::filesystem::file_size(path, ec);
+  return ec ? 0 : size;
+}
+
+// The checkpointer, driven directly: a commit that takes the WAL past kWakePages wakes its
+// thread, which copies the WAL into the database file while the writer does nothing more.
+TEST(SqliteRecorderCheckpoints, TheThreadCheckpointsOnceTheWalIsPastItsThreshold) {
+  namespace detail = idem::sqlite::detail;
+  TempDir dir;
+  const std::string path = dir.file("ckpt.db");
+  SqliteOptions options;
+  auto writer = detail::open_writer(path, options);
+  writer->exec_script("CREATE TABLE t (k TEXT PRIMARY KEY, v BLOB)");
+  detail::Checkpointer checkpointer(*writer, path, options);
+  const auto db_size_before = file_size_or_zero(path);
+  // ~1,300 pages of WAL in one commit: 5,000 rows of 1 KiB.
+  {
+    detail::WriteTransaction tx(*writer);
+    for (int i = 0; i < 5000; ++i) {
+      const std::string key = idem::new_event_id();  // bound without a copy: outlives insert
+      detail::Statement insert = writer->prepare("INSERT INTO t VALUES (?1, zeroblob(1024))");
+      insert.bind(1, std::string_view(key)).run();
+    }
+    tx.commit();
+  }
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (checkpointer.checkpoints() == 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(5ms);
+  EXPECT_GE(checkpointer.checkpoints(), 1u);
+  EXPECT_GT(file_size_or_zero(path), db_size_before + 4'000'000)
+      << "the pages were copied into the database file without another call on the writer";
+}
+
+// Through the recorder, several threads marking and reading at once: every marker lands, the
+// WAL stays bounded (a checkpoint that completes lets the next commit start the WAL over), and
+// the file closes clean.
+TEST(SqliteRecorderCheckpoints, ManyMarksKeepTheWalBoundedAndLoseNothing) {
+  TempDir dir;
+  const std::string path = dir.file("wal.db");
+  constexpr int kThreads = 4;
+  constexpr int kBatches = 40;
+  constexpr int kBatchSize = 250;  // 40,000 random ids in all: well past 8,000 pages of WAL
+  std::vector<std::vector<std::string>> ids(kThreads);
+  for (auto& own : ids) {
+    for (int i = 0; i < kBatches * kBatchSize; ++i)
+      own.push_back(idem::new_event_id());
+  }
+  std::atomic<std::uintmax_t> largest_wal{0};
+  std::atomic<int> errors{0};
+  {
+    SqliteIdempotencyRecorder recorder(path);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        try {
+          const auto& own = ids[static_cast<std::size_t>(t)];
+          for (int b = 0; b < kBatches; ++b) {
+            const std::span<const std::string> batch(own.data() + b * kBatchSize, kBatchSize);
+            const auto before = recorder.is_processed_many("c", batch);
+            if (std::find(before.begin(), before.end(), true) != before.end()) errors.fetch_add(1);
+            recorder.mark_processed_many("c", batch);
+            const auto after = recorder.is_processed_many("c", batch);
+            if (std::find(after.begin(), after.end(), false) != after.end()) errors.fetch_add(1);
+            const auto wal = file_size_or_zero(path + "-wal");
+            auto seen = largest_wal.load();
+            while (wal > seen && !largest_wal.compare_exchange_weak(seen, wal)) {
+            }
+          }
+        } catch (const std::exception& e) {
+          if (errors.fetch_add(1) == 0) ADD_FAILURE() << e.what();
+        }
+      });
+    }
+    for (auto& thread : threads)
+      thread.join();
+  }
+  EXPECT_EQ(errors.load(), 0);
+  // kInlinePages plus one commit's pages (a 250-id batch dirties at most ~500), 4 KiB each.
+  constexpr std::uintmax_t kBound =
+      (idem::sqlite::detail::Checkpointer::kInlinePages + 1000) * (4096 + 24);
+  EXPECT_LT(largest_wal.load(), kBound) << "the WAL grew past what the fallback allows";
+  EXPECT_EQ(file_size_or_zero(path + "-wal"), 0u) << "closing the last connection removed it";
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log"), kThreads * kBatches * kBatchSize);
 }
 
 }  // namespace

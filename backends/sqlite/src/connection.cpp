@@ -254,6 +254,25 @@ void check_open_arguments(const std::string& path, const SqliteOptions& options)
   }
 }
 
+namespace {
+
+// PRAGMA synchronous decides both when commits fsync and whether checkpoints do.
+void set_synchronous(Connection& connection, Durability durability) {
+  switch (durability) {
+    case Durability::full:
+      connection.exec_script("PRAGMA synchronous=FULL");
+      break;
+    case Durability::normal:
+      connection.exec_script("PRAGMA synchronous=NORMAL");
+      break;
+    case Durability::off:
+      connection.exec_script("PRAGMA synchronous=OFF");
+      break;
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOptions& options) {
   std::unique_ptr<Connection> writer;
   try {
@@ -288,18 +307,75 @@ std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOpt
                         SQLITE_ERROR, SQLITE_ERROR, false, false);
     }
   }
-  switch (options.durability) {
-    case Durability::full:
-      writer->exec_script("PRAGMA synchronous=FULL");
-      break;
-    case Durability::normal:
-      writer->exec_script("PRAGMA synchronous=NORMAL");
-      break;
-    case Durability::off:
-      writer->exec_script("PRAGMA synchronous=OFF");
-      break;
-  }
+  set_synchronous(*writer, options.durability);
   return writer;
+}
+
+std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::string& path,
+                                                 const SqliteOptions& options) {
+  if (path == ":memory:" || options.read_only) return nullptr;
+  return std::make_unique<Checkpointer>(writer, path, options);
+}
+
+// ---- Checkpointer ---------------------------------------------------------------------------
+
+Checkpointer::Checkpointer(Connection& writer, const std::string& path,
+                           const SqliteOptions& options)
+    : writer_(writer),
+      connection_(path, options, /*create=*/false, /*read_only=*/false),
+      thread_() {
+  // The checkpoint syncs as the writer's commits do (none at all at Durability::off).
+  set_synchronous(connection_, options.durability);
+  thread_ = std::thread([this] { run(); });
+  // Replaces SQLite's automatic checkpoint, which is itself a WAL hook.
+  sqlite3_wal_hook(writer_.db(), &Checkpointer::on_commit, this);
+}
+
+Checkpointer::~Checkpointer() {
+  sqlite3_wal_autocheckpoint(writer_.db(), kWakePages);  // removes our hook
+  {
+    std::lock_guard lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_one();
+  thread_.join();
+}
+
+std::uint64_t Checkpointer::checkpoints() const {
+  std::lock_guard lock(mutex_);
+  return checkpoints_;
+}
+
+int Checkpointer::on_commit(void* self, sqlite3* db, const char* schema, int wal_pages) noexcept {
+  auto* checkpointer = static_cast<Checkpointer*>(self);
+  if (wal_pages >= kInlinePages) {
+    // The thread is behind: checkpoint here, as SQLite's automatic checkpoint would, ignoring
+    // its result as SQLite does (the commit itself has succeeded).
+    sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
+  } else if (wal_pages >= kWakePages) {
+    {
+      std::lock_guard lock(checkpointer->mutex_);
+      checkpointer->requested_ = true;
+    }
+    checkpointer->wake_.notify_one();
+  }
+  return SQLITE_OK;
+}
+
+void Checkpointer::run() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return requested_ || stopping_; });
+    if (stopping_) return;
+    requested_ = false;
+    lock.unlock();
+    // SQLITE_BUSY (another connection is checkpointing) and I/O errors leave the WAL as it was;
+    // the next request tries again.
+    sqlite3_wal_checkpoint_v2(connection_.db(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
+                              nullptr);
+    lock.lock();
+    ++checkpoints_;
+  }
 }
 
 // ---- WriteTransaction -----------------------------------------------------------------------

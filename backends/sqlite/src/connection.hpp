@@ -8,13 +8,16 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <unordered_map>
 
 #include "idem/sqlite/sqlite_error.hpp"
@@ -135,6 +138,53 @@ void check_open_arguments(const std::string& path, const SqliteOptions& options)
 // (not ":memory:", not read_only: WAL is what lets processes share it) and sets
 // PRAGMA synchronous from options.durability. Throws SqliteError.
 std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOptions& options);
+
+// Runs the WAL checkpoints of one writer connection on a thread of its own, so a commit never
+// waits for one. SQLite's automatic checkpoint runs inside the COMMIT that takes the WAL past
+// 1,000 pages: it copies the WAL into the database and fsyncs both (at durability normal and
+// full), all on the committing thread; with random event ids that was half of every mark's time
+// (DESIGN-NOTES §30). This object replaces it: the writer's WAL hook asks the thread for a
+// PASSIVE checkpoint (one that never waits for, nor blocks, readers and writers) once the WAL
+// holds kWakePages pages. A PASSIVE checkpoint only lets the next commit restart the WAL from
+// the beginning when it copied every frame; should the thread fall behind until the WAL holds
+// kInlinePages, the committing thread checkpoints as SQLite would have, which bounds the file.
+//
+// Owned next to the writer and destroyed before it (the hook points here). The destructor stops
+// the thread and hands the writer back to SQLite's automatic checkpoints. Failed checkpoints are
+// not reported: none loses data (the WAL keeps every frame until one succeeds), as with
+// SQLite's own automatic checkpoint.
+class Checkpointer {
+ public:
+  static constexpr int kWakePages = 1000;  // SQLite's own default (wal_autocheckpoint)
+  static constexpr int kInlinePages = 8 * kWakePages;
+
+  // Opens its own connection to `path` and takes over `writer`'s automatic checkpoints.
+  // Throws SqliteError when the connection cannot be opened.
+  Checkpointer(Connection& writer, const std::string& path, const SqliteOptions& options);
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+  ~Checkpointer();
+
+  // Checkpoints the background thread has run (tests read it).
+  std::uint64_t checkpoints() const;
+
+ private:
+  static int on_commit(void* self, sqlite3* db, const char* schema, int wal_pages) noexcept;
+  void run();
+
+  Connection& writer_;
+  Connection connection_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  bool requested_ = false;         // guarded by mutex_
+  bool stopping_ = false;          // guarded by mutex_
+  std::uint64_t checkpoints_ = 0;  // guarded by mutex_
+  std::thread thread_;             // started last, once connection_ is ready
+};
+
+// A Checkpointer for `writer` when its file has a WAL (not ":memory:", not read_only); else null.
+std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::string& path,
+                                                 const SqliteOptions& options);
 
 // BEGIN IMMEDIATE in the constructor (taking the database's write lock, waiting up to the busy
 // timeout); ROLLBACK in the destructor unless commit() succeeded.

@@ -214,16 +214,27 @@ class SqliteIdempotencyRecorder::Impl {
     std::unique_lock<std::mutex> lock_;
   };
 
+  // Where a read goes besides the cases every read shares (see ReadLease).
+  enum class Prefer {
+    reader,       // a pooled reader: scans and counts, which would hold up the writer
+    idle_writer,  // the writer when no thread holds it: point lookups (is_processed*)
+  };
+
   // The connection for one read: the writer when this thread is inside a write (so a handler
-  // sees its own transaction) or for ":memory:" (one connection only); otherwise a reader from
-  // the pool, so reads never wait for the writer.
+  // sees its own transaction) or for ":memory:" (one connection only); with Prefer::idle_writer
+  // the writer when it is free (its page cache stays warm, whereas a reader's is dropped
+  // whenever the file changed: 3x faster batch checks, DESIGN-NOTES §30); otherwise a reader
+  // from the pool. A read never waits for the writer.
   class ReadLease {
    public:
-    explicit ReadLease(Impl& impl) : impl_(impl) {
+    explicit ReadLease(Impl& impl, Prefer prefer = Prefer::reader) : impl_(impl) {
       if (impl.writer_thread_.load() == std::this_thread::get_id()) {
         connection_ = impl.writer_.get();
       } else if (impl.in_memory_) {
         writer_lock_ = std::unique_lock(impl.writer_mutex_);
+        connection_ = impl.writer_.get();
+      } else if (prefer == Prefer::idle_writer &&
+                 (writer_lock_ = std::unique_lock(impl.writer_mutex_, std::try_to_lock))) {
         connection_ = impl.writer_.get();
       } else {
         reader_ = impl.take_reader();
@@ -392,6 +403,8 @@ class SqliteIdempotencyRecorder::Impl {
   std::mutex writer_mutex_;
   std::unique_ptr<Connection> writer_;
   std::atomic<std::thread::id> writer_thread_{};
+  // Declared after writer_, so it stops (and unhooks itself) before the writer closes.
+  std::unique_ptr<detail::Checkpointer> checkpointer_;
 
   std::mutex readers_mutex_;
   std::vector<std::unique_ptr<Connection>> idle_readers_;
@@ -422,6 +435,7 @@ void SqliteIdempotencyRecorder::Impl::open() {
   in_memory_ = (path_ == ":memory:");
   writer_ = detail::open_writer(path_, options_);  // WAL, synchronous, clear open errors
   check_schema();
+  checkpointer_ = detail::start_checkpointer(*writer_, path_, options_);
 }
 
 void SqliteIdempotencyRecorder::Impl::check_schema() {
@@ -520,7 +534,7 @@ const SqliteOptions& SqliteIdempotencyRecorder::options() const noexcept {
 
 bool SqliteIdempotencyRecorder::is_processed(std::string_view consumer, std::string_view event_id) {
   validate(consumer, event_id);
-  Impl::ReadLease lease(*impl_);
+  Impl::ReadLease lease(*impl_, Impl::Prefer::idle_writer);
   return impl_->marker_exists(lease.connection(), consumer, event_id);
 }
 
@@ -543,7 +557,7 @@ std::vector<bool> SqliteIdempotencyRecorder::is_processed_many(
     validate_key("event id", event_id);
   std::vector<bool> processed(event_ids.size(), false);
   if (event_ids.empty()) return processed;
-  Impl::ReadLease lease(*impl_);
+  Impl::ReadLease lease(*impl_, Impl::Prefer::idle_writer);
   Connection& connection = lease.connection();
   std::unordered_set<std::string> found;
   for (std::size_t offset = 0; offset < event_ids.size(); offset += kLookupChunk) {

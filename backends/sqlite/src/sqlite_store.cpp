@@ -309,6 +309,7 @@ class SqliteIdempotencyStore::Impl {
     in_memory_ = (path_ == ":memory:");
     writer_ = detail::open_writer(path_, options_);
     check_schema();
+    checkpointer_ = detail::start_checkpointer(*writer_, path_, options_);
   }
 
   std::int64_t now_ms() const { return to_ms(clock_->wall_now()); }
@@ -364,6 +365,8 @@ class SqliteIdempotencyStore::Impl {
 
   std::mutex writer_mutex_;
   std::unique_ptr<Connection> writer_;
+  // Declared after writer_, so it stops (and unhooks itself) before the writer closes.
+  std::unique_ptr<detail::Checkpointer> checkpointer_;
 
   std::mutex readers_mutex_;
   std::vector<std::unique_ptr<Connection>> idle_readers_;
