@@ -11,7 +11,10 @@
 // RTT_US > 0 makes every recorder call wait that many microseconds first: a simulated
 // round trip to a store on another machine (this machine runs broker, store and consumer on
 // the same cores, where a round trip costs next to nothing). Prints one line:
-//   pipeline=<label> events=N publish_eps=X consume_eps=Y
+//   pipeline=<label> events=N publish_eps=X consume_eps=Y mean_batch=B consumer_cores=C
+//   machine_cores=M
+// where C is the CPU this process used while consuming (in cores: CPU seconds per second) and M
+// what the whole machine used (broker and store included).
 // A plain program rather than Google Benchmark: each run needs its own broker topology, and
 // bench/rabbitmq_dedup.sh alternates the pipelines across runs and takes the medians.
 #include <algorithm>
@@ -20,6 +23,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <span>
@@ -27,6 +31,9 @@
 #include <string_view>
 #include <thread>
 #include <vector>
+
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
@@ -91,6 +98,32 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// CPU seconds this process has used (all threads, user + system).
+double process_cpu_seconds() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// CPU seconds the whole machine has spent busy (every state of /proc/stat's "cpu" line but idle
+// and iowait); 0 where /proc/stat cannot be read.
+double machine_busy_seconds() {
+  std::ifstream stat("/proc/stat");
+  std::string label;
+  stat >> label;
+  if (label != "cpu") return 0;
+  double busy = 0;
+  for (int field = 0; field < 8; ++field) {  // user nice system idle iowait irq softirq steal
+    double ticks = 0;
+    if (!(stat >> ticks)) return 0;
+    if (field != 3 && field != 4) busy += ticks;
+  }
+  return busy / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 int run(int argc, char** argv) {
   if (argc < 5) {
     std::cerr << "usage: bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL|none EVENTS "
@@ -148,13 +181,18 @@ int run(int argc, char** argv) {
   }
 
   const std::uint64_t before = g_effects.load();
+  const double cpu_before = process_cpu_seconds();
+  const double busy_before = machine_busy_seconds();
   const auto start = std::chrono::steady_clock::now();
   consumer.run_until(*handler, [&] { return g_effects.load() - before >= events; });
   const double consume_s = seconds_since(start);
+  const double consumer_cores = (process_cpu_seconds() - cpu_before) / consume_s;
+  const double machine_cores = (machine_busy_seconds() - busy_before) / consume_s;
   const auto stats = consumer.stats();
   std::cout << " consume_eps=" << static_cast<double>(events) / consume_s << " mean_batch="
             << static_cast<double>(stats.delivered) /
                    static_cast<double>(std::max<std::uint64_t>(stats.batches, 1))
+            << " consumer_cores=" << consumer_cores << " machine_cores=" << machine_cores
             << std::endl;
 
   idem::rabbitmq::delete_queue(connection, "idem." + consumer_options.consumer_name);

@@ -412,6 +412,54 @@ TEST_F(PostgresRecorderTest, TheBatchCheckIsPlannedForTheTableAsItIsNow) {
   EXPECT_TRUE(single_check_prepared);
 }
 
+// A consumer the statistics do not know yet (new, or the table not analyzed since it grew) is
+// still checked by primary-key probes: the old `consumer = $1 AND event_id = ANY ($2)` was
+// planned as a scan of the consumer's every marker with the ids as a filter, so each batch
+// check read all of them. Counted with the index's idx_tup_read, flushed on demand (PG 15+).
+TEST_F(PostgresRecorderTest, ABatchCheckProbesTheIdsEvenForAConsumerTheStatisticsDoNotKnow) {
+  PostgresOptions one = options();
+  one.pool_size = 1;  // the recorder's statistics are those of the pool's one connection
+  auto pool = std::make_shared<idem::postgres::ConnectionPool>(one);
+  PostgresIdempotencyRecorder recorder(pool);
+  const auto batch_of = [](std::size_t n) {
+    std::vector<std::string> ids;
+    for (std::size_t i = 0; i < n; ++i)
+      ids.push_back(idem::new_event_id());
+    return ids;
+  };
+  recorder.mark_processed_many("veteran", batch_of(2000));
+  pg::query("ANALYZE " + schema_.table("processed_log"));  // "newcomer" has no markers yet
+  std::vector<std::string> marked;
+  for (int round = 0; round < 20; ++round) {
+    auto ids = batch_of(1000);
+    recorder.mark_processed_many("newcomer", ids);
+    marked.insert(marked.end(), ids.begin(), ids.end());
+  }
+  const std::string pkey = schema_.table("processed_log_pkey");
+  const auto index_entries_read = [&] {
+    const auto lease = pool->acquire();
+    const auto run = [&](const std::string& sql) {
+      std::unique_ptr<PGresult, pg::ResultCloser> result(PQexec(lease.get(), sql.c_str()));
+      EXPECT_EQ(PQresultStatus(result.get()), PGRES_TUPLES_OK) << PQerrorMessage(lease.get());
+      return PQntuples(result.get()) > 0 ? std::stoll(PQgetvalue(result.get(), 0, 0)) : -1;
+    };
+    run("SELECT 0 FROM pg_stat_force_next_flush()");  // this transaction's end flushes them
+    run("SELECT 0 FROM pg_stat_clear_snapshot()");
+    return run("SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelid = '" + pkey +
+               "'::regclass");
+  };
+  const long long before = index_entries_read();
+  std::vector<std::string> probe(marked.begin(), marked.begin() + 50);
+  const auto unknown = batch_of(50);
+  probe.insert(probe.end(), unknown.begin(), unknown.end());
+  const auto answer = recorder.is_processed_many("newcomer", probe);
+  for (std::size_t i = 0; i < probe.size(); ++i)
+    EXPECT_EQ(answer[i], i < 50) << i;
+  const long long read = index_entries_read() - before;
+  EXPECT_GE(read, 50) << "the statistics were not flushed";
+  EXPECT_LT(read, 1000) << "the check read the consumer's markers instead of probing 100 ids";
+}
+
 // ---- retention ------------------------------------------------------------------------------
 
 TEST_F(PostgresRecorderTest, PurgeRemovesOldMarkersAndTheirDoneClaims) {

@@ -67,11 +67,17 @@ class PostgresIdempotencyRecorder::Impl {
                  detail::quote_identifier(pool->options().claims_table + "_token_seq")),
         select_marker("SELECT 1 FROM " + log + " WHERE consumer = $1 AND event_id = $2",
                       {kTextOid, kTextOid}),
-        // = ANY over a text[] parameter: one statement for a whole batch, no SQL built from ids.
-        // Planned per run: a generic plan made while the table was small filters the consumer's
-        // every marker instead of looking the ids up in the primary key.
+        // The ids as one text[] parameter (one statement per batch, no SQL built from ids),
+        // each looked up by its own primary-key probe: a LATERAL subquery with LIMIT is never
+        // flattened into a join, so its plain equality is always an index condition on both
+        // columns. `consumer = $1 AND event_id = ANY ($2)` left the planner free to scan the
+        // consumer's every marker with the ids as a filter, which it chose whenever statistics
+        // said the consumer had few markers: a new consumer, or a table not analyzed since
+        // (DESIGN-NOTES §29, §31). Planned per run as well (harmless, and the plan of the day).
         select_markers_many(
-            "SELECT event_id FROM " + log + " WHERE consumer = $1 AND event_id = ANY ($2)",
+            "SELECT ids.id FROM unnest($2::text[]) AS ids (id) CROSS JOIN "
+            "LATERAL (SELECT 1 FROM " +
+                log + " WHERE consumer = $1 AND event_id = ids.id LIMIT 1) AS hit",
             {kTextOid, kTextArrayOid}, detail::Planning::per_run),
         // DISTINCT: a batch may repeat an id, and one INSERT must not meet its own row twice.
         insert_markers_many("INSERT INTO " + log +
