@@ -275,13 +275,24 @@ class SqliteIdempotencyStore::Impl {
     std::lock_guard<std::mutex> lock_;
   };
 
-  // The connection for one read: a pooled reader, so reads never wait for this process's writer
-  // (WAL: nor for other processes' writers); for ":memory:" the only connection, under its lock.
+  // Where a read goes besides ":memory:" (see ReadLease).
+  enum class Prefer {
+    reader,       // a pooled reader: scans and counts, which would hold up the writer
+    idle_writer,  // the writer when no thread holds it: point lookups
+  };
+
+  // The connection for one read: for ":memory:" the only connection, under its lock; with
+  // Prefer::idle_writer the writer when it is free (its page cache stays warm, a reader's is
+  // dropped whenever the file changed; DESIGN-NOTES §30); otherwise a pooled reader. A read never
+  // waits for this process's writer (WAL: nor for other processes' writers).
   class ReadLease {
    public:
-    explicit ReadLease(Impl& impl) : impl_(impl) {
+    explicit ReadLease(Impl& impl, Prefer prefer = Prefer::reader) : impl_(impl) {
       if (impl.in_memory_) {
         writer_lock_ = std::unique_lock(impl.writer_mutex_);
+        connection_ = impl.writer_.get();
+      } else if (prefer == Prefer::idle_writer &&
+                 (writer_lock_ = std::unique_lock(impl.writer_mutex_, std::try_to_lock))) {
         connection_ = impl.writer_.get();
       } else {
         reader_ = impl.take_reader();
@@ -588,7 +599,7 @@ bool SqliteIdempotencyStore::renew(std::string_view key, std::uint64_t token, Mi
 
 std::optional<IdempotencyRecord> SqliteIdempotencyStore::lookup(std::string_view key) {
   validate_key("idempotency key", key);
-  Impl::ReadLease lease(*impl_);
+  Impl::ReadLease lease(*impl_, Impl::Prefer::idle_writer);
   auto record = impl_->read(lease.connection(), key);
   if (record && record->state == IdempotencyRecord::State::completed &&
       to_ms(impl_->clock_->wall_now()) >= to_ms(record->expires_at)) {
