@@ -13,8 +13,10 @@
 // the same cores, where a round trip costs next to nothing). Prints one line:
 //   pipeline=<label> events=N publish_eps=X consume_eps=Y mean_batch=B consumer_cores=C
 //   machine_cores=M
-// where C is the CPU this process used while consuming (in cores: CPU seconds per second) and M
-// what the whole machine used (broker and store included).
+//   [check_s=S mark_s=S] consume_s=S
+// where C is the CPU this process used while consuming (in cores: CPU seconds per second), M
+// what the whole machine used (broker and store included), and check_s / mark_s the wall time
+// of the consume phase (consume_s) spent in is_processed_many / mark_processed_many.
 // A plain program rather than Google Benchmark: each run needs its own broker topology, and
 // bench/rabbitmq_dedup.sh alternates the pipelines across runs and takes the medians.
 #include <algorithm>
@@ -94,6 +96,44 @@ class DistantRecorder final : public idem::IdempotencyRecorder {
   std::chrono::microseconds rtt_;
 };
 
+// Forwards to the real recorder and adds up the wall time the batch calls take: where the
+// handler thread waits (check_s, mark_s in the output line).
+class TimedRecorder final : public idem::IdempotencyRecorder {
+ public:
+  explicit TimedRecorder(std::shared_ptr<idem::IdempotencyRecorder> inner)
+      : inner_(std::move(inner)) {}
+  bool is_processed(std::string_view consumer, std::string_view event_id) override {
+    return inner_->is_processed(consumer, event_id);
+  }
+  void mark_processed(std::string_view consumer, std::string_view event_id) override {
+    inner_->mark_processed(consumer, event_id);
+  }
+  std::vector<bool> is_processed_many(std::string_view consumer,
+                                      std::span<const std::string> event_ids) override {
+    const auto start = std::chrono::steady_clock::now();
+    auto processed = inner_->is_processed_many(consumer, event_ids);
+    check_ += std::chrono::steady_clock::now() - start;
+    return processed;
+  }
+  void mark_processed_many(std::string_view consumer,
+                           std::span<const std::string> event_ids) override {
+    const auto start = std::chrono::steady_clock::now();
+    inner_->mark_processed_many(consumer, event_ids);
+    mark_ += std::chrono::steady_clock::now() - start;
+  }
+  std::size_t purge(std::chrono::system_clock::duration older_than) override {
+    return inner_->purge(older_than);
+  }
+  // Read after the consumer has returned (the handler thread is done with this object).
+  double check_seconds() const { return std::chrono::duration<double>(check_).count(); }
+  double mark_seconds() const { return std::chrono::duration<double>(mark_).count(); }
+
+ private:
+  std::shared_ptr<idem::IdempotencyRecorder> inner_;
+  std::chrono::steady_clock::duration check_{};
+  std::chrono::steady_clock::duration mark_{};
+};
+
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
@@ -150,11 +190,14 @@ int run(int argc, char** argv) {
   publisher_options.exchange = consumer_options.exchange;
 
   std::shared_ptr<idem::EventHandler> handler;
+  std::shared_ptr<TimedRecorder> timed;  // null for the plain pipeline
   if (recorder_url == "none") {
     handler = std::make_shared<PlainHandler>(consumer_options.consumer_name);
   } else {
     std::shared_ptr<idem::IdempotencyRecorder> recorder = idem::open_recorder(recorder_url);
     if (rtt.count() > 0) recorder = std::make_shared<DistantRecorder>(std::move(recorder), rtt);
+    timed = std::make_shared<TimedRecorder>(std::move(recorder));
+    recorder = timed;
     handler = idem::make_idempotent_handler(
         consumer_options.consumer_name, std::move(recorder),
         [](const std::string&) { g_effects.fetch_add(1, std::memory_order_relaxed); },
@@ -192,8 +235,11 @@ int run(int argc, char** argv) {
   std::cout << " consume_eps=" << static_cast<double>(events) / consume_s << " mean_batch="
             << static_cast<double>(stats.delivered) /
                    static_cast<double>(std::max<std::uint64_t>(stats.batches, 1))
-            << " consumer_cores=" << consumer_cores << " machine_cores=" << machine_cores
-            << std::endl;
+            << " consumer_cores=" << consumer_cores << " machine_cores=" << machine_cores;
+  if (timed) {
+    std::cout << " check_s=" << timed->check_seconds() << " mark_s=" << timed->mark_seconds();
+  }
+  std::cout << " consume_s=" << consume_s << std::endl;
 
   idem::rabbitmq::delete_queue(connection, "idem." + consumer_options.consumer_name);
   idem::rabbitmq::delete_queue(connection, "idem." + consumer_options.consumer_name + ".dlq");
