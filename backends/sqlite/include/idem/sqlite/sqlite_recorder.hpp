@@ -29,9 +29,12 @@
 // Thread-safety: one recorder may be shared by any number of threads. Writes go through one
 // connection behind a mutex; concurrent mark_processed() calls are group-committed (one
 // transaction for many marks, each call returning only after the commit that holds its mark).
-// is_processed() reads on a small pool of extra connections, so it never waits for a writer
-// (":memory:" has one connection for everything). Several processes may open the same file at
-// once; each process should share one recorder per file.
+// is_processed() reads on the writer connection when no thread holds it (its page cache is warm)
+// and otherwise on a small pool of extra connections, so it never waits for a writer (":memory:"
+// has one connection for everything). A file-backed recorder also owns one thread, with a
+// connection of its own, that runs the WAL checkpoints SQLite would otherwise run inside a
+// commit; the destructor stops it. Several processes may open the same file at once; each
+// process should share one recorder per file.
 #pragma once
 
 #include <chrono>
@@ -81,8 +84,8 @@ class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
 
   bool is_processed(std::string_view consumer, std::string_view event_id) override;
   void mark_processed(std::string_view consumer, std::string_view event_id) override;
-  // One reader lease and one SELECT ... WHERE consumer = ? AND event_id IN (...) per 512 ids
-  // (never the write lock).
+  // One connection (the idle writer, else a reader; never waiting for the write lock) and one
+  // SELECT ... WHERE consumer = ? AND event_id IN (...) per 512 ids.
   std::vector<bool> is_processed_many(std::string_view consumer,
                                       std::span<const std::string> event_ids) override;
   // The whole batch is one entry of the group-commit queue: all its markers are inserted in ONE

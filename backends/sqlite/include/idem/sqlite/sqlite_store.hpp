@@ -27,7 +27,8 @@
 // fenced-off owner changes nothing. A result is expired when now >= expires_at, a lease has ended
 // when now >= lease_until, exactly as in every other idem store.
 //
-// lookup() and wait() read on pooled reader connections (WAL: they never wait for a writer);
+// lookup() and wait() read on the writer connection when no thread holds it, else on pooled
+// reader connections (WAL: they never wait for a writer);
 // wait() is the default polling of IdempotencyStore (capped exponential backoff on the clock).
 // purge_expired() deletes completed rows whose expiry has passed (run it from a maintenance job:
 // nothing else deletes them, a new claim of the key just overwrites one in place).
@@ -40,8 +41,9 @@
 // delete the row to reset the key.
 //
 // Thread-safety: one store may be shared by any number of threads (writes go through one
-// connection behind a mutex; reads use a small pool of connections). Any number of processes may
-// open the same file; each process should share one store per file.
+// connection behind a mutex; reads use the idle writer or a small pool of connections; a
+// file-backed store owns one checkpoint thread, as the recorder does). Any number of processes
+// may open the same file; each process should share one store per file.
 #pragma once
 
 #include <cstddef>
