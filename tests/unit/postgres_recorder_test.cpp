@@ -375,87 +375,94 @@ TEST_F(PostgresRecorderTest, BadArgumentsAreRejected) {
 
 // ---- planning -------------------------------------------------------------------------------
 
-// The batch check (`consumer = $1 AND event_id = ANY ($2)`) is planned for every run. Prepared,
-// it got the generic plan the server settles on after five runs — and chosen while the table was
-// tiny (before autovacuum's first ANALYZE), that plan read every marker of the consumer for each
-// batch however large the table grew: a fresh table's first 30,000 events through RabbitMQ ran
-// at 4,000/s instead of 24,000/s (DESIGN-NOTES §29). On the recorder's only connection the
-// server holds no prepared statement for it, while the single-event check, whose generic plan is
-// the primary key, stays prepared.
-TEST_F(PostgresRecorderTest, TheBatchCheckIsPlannedForTheTableAsItIsNow) {
+// Index entries the statements run on `pool`'s connections have read from the markers' primary
+// key so far (pg_stat_user_indexes.idx_tup_read). A backend reports its statistics lazily, so each
+// reading forces a flush first (PostgreSQL 15+); with a pool of one, what it reads is the
+// recorder's own statements.
+long long index_entries_read(idem::postgres::ConnectionPool& pool, const std::string& index) {
+  const auto lease = pool.acquire();
+  const auto run = [&](const std::string& sql) {
+    std::unique_ptr<PGresult, pg::ResultCloser> result(PQexec(lease.get(), sql.c_str()));
+    EXPECT_EQ(PQresultStatus(result.get()), PGRES_TUPLES_OK) << PQerrorMessage(lease.get());
+    return PQntuples(result.get()) > 0 ? std::stoll(PQgetvalue(result.get(), 0, 0)) : -1;
+  };
+  run("SELECT 0 FROM pg_stat_force_next_flush()");  // this transaction's end flushes them
+  run("SELECT 0 FROM pg_stat_clear_snapshot()");
+  return run("SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelid = '" + index +
+             "'::regclass");
+}
+
+std::vector<std::string> new_ids(std::size_t n) {
+  std::vector<std::string> ids;
+  for (std::size_t i = 0; i < n; ++i)
+    ids.push_back(idem::new_event_id());
+  return ids;
+}
+
+// One 100-id check of `consumer`, half of them marked (taken from `marked`): right answers, and
+// the number of index entries it read.
+long long entries_one_check_reads(PostgresIdempotencyRecorder& recorder,
+                                  idem::postgres::ConnectionPool& pool, const std::string& index,
+                                  const std::string& consumer,
+                                  const std::vector<std::string>& marked) {
+  const long long before = index_entries_read(pool, index);
+  std::vector<std::string> probe(marked.end() - 50, marked.end());
+  const auto unknown = new_ids(50);
+  probe.insert(probe.end(), unknown.begin(), unknown.end());
+  const auto answer = recorder.is_processed_many(consumer, probe);
+  for (std::size_t i = 0; i < probe.size(); ++i)
+    EXPECT_EQ(answer[i], i < 50) << i;
+  return index_entries_read(pool, index) - before;
+}
+
+// The batch check once its plan is cached. Prepared statements get the server's generic plan
+// after five runs; for `consumer = $1 AND event_id = ANY ($2)` the one chosen while the table was
+// tiny read every marker of the consumer for each batch however large the table grew (a fresh
+// table's first 30,000 events through RabbitMQ ran at 4,000/s instead of 24,000/s; DESIGN-NOTES
+// §29). The LATERAL probe's plan is the same at any size: 8 checks on a tiny table, then 20,000
+// markers later, one 100-id check reads ~100 index entries.
+TEST_F(PostgresRecorderTest, TheBatchCheckKeepsProbingOnceItsPlanIsCached) {
   PostgresOptions one = options();
   one.pool_size = 1;
   auto pool = std::make_shared<idem::postgres::ConnectionPool>(one);
   PostgresIdempotencyRecorder recorder(pool);
   for (int round = 0; round < 8; ++round) {
-    const std::vector<std::string> ids = {idem::new_event_id(), idem::new_event_id()};
+    const auto ids = new_ids(2);
     EXPECT_EQ(recorder.is_processed_many("billing", ids), std::vector<bool>({false, false}));
     recorder.mark_processed_many("billing", ids);
     EXPECT_EQ(recorder.is_processed_many("billing", ids), std::vector<bool>({true, true}));
-    EXPECT_TRUE(recorder.is_processed("billing", ids[0]));
   }
-
-  const auto lease = pool->acquire();
-  std::unique_ptr<PGresult, pg::ResultCloser> statements(PQexec(
-      lease.get(), "SELECT statement, generic_plans + custom_plans FROM pg_prepared_statements"));
-  ASSERT_EQ(PQresultStatus(statements.get()), PGRES_TUPLES_OK);
-  bool single_check_prepared = false;
-  for (int row = 0; row < PQntuples(statements.get()); ++row) {
-    const std::string statement = PQgetvalue(statements.get(), row, 0);
-    EXPECT_EQ(statement.find("ANY"), std::string::npos) << statement;
-    if (statement.find("event_id = $2") != std::string::npos &&
-        statement.rfind("SELECT 1", 0) == 0) {
-      single_check_prepared = true;
-      EXPECT_GE(std::stoi(PQgetvalue(statements.get(), row, 1)), 8) << statement;
-    }
+  std::vector<std::string> marked;
+  for (int round = 0; round < 20; ++round) {
+    const auto ids = new_ids(1000);
+    recorder.mark_processed_many("billing", ids);
+    marked.insert(marked.end(), ids.begin(), ids.end());
   }
-  EXPECT_TRUE(single_check_prepared);
+  const long long read = entries_one_check_reads(
+      recorder, *pool, schema_.table("processed_log_pkey"), "billing", marked);
+  EXPECT_GE(read, 50) << "the statistics were not flushed";
+  EXPECT_LT(read, 1000) << "the check read the consumer's markers instead of probing 100 ids";
 }
 
 // A consumer the statistics do not know yet (new, or the table not analyzed since it grew) is
-// still checked by primary-key probes: the old `consumer = $1 AND event_id = ANY ($2)` was
-// planned as a scan of the consumer's every marker with the ids as a filter, so each batch
-// check read all of them. Counted with the index's idx_tup_read, flushed on demand (PG 15+).
+// still checked by primary-key probes: `consumer = $1 AND event_id = ANY ($2)` was planned as a
+// scan of the consumer's every marker with the ids as a filter, even when planned for the run, so
+// each batch check read all of them (DESIGN-NOTES §31).
 TEST_F(PostgresRecorderTest, ABatchCheckProbesTheIdsEvenForAConsumerTheStatisticsDoNotKnow) {
   PostgresOptions one = options();
-  one.pool_size = 1;  // the recorder's statistics are those of the pool's one connection
+  one.pool_size = 1;
   auto pool = std::make_shared<idem::postgres::ConnectionPool>(one);
   PostgresIdempotencyRecorder recorder(pool);
-  const auto batch_of = [](std::size_t n) {
-    std::vector<std::string> ids;
-    for (std::size_t i = 0; i < n; ++i)
-      ids.push_back(idem::new_event_id());
-    return ids;
-  };
-  recorder.mark_processed_many("veteran", batch_of(2000));
+  recorder.mark_processed_many("veteran", new_ids(2000));
   pg::query("ANALYZE " + schema_.table("processed_log"));  // "newcomer" has no markers yet
   std::vector<std::string> marked;
   for (int round = 0; round < 20; ++round) {
-    auto ids = batch_of(1000);
+    const auto ids = new_ids(1000);
     recorder.mark_processed_many("newcomer", ids);
     marked.insert(marked.end(), ids.begin(), ids.end());
   }
-  const std::string pkey = schema_.table("processed_log_pkey");
-  const auto index_entries_read = [&] {
-    const auto lease = pool->acquire();
-    const auto run = [&](const std::string& sql) {
-      std::unique_ptr<PGresult, pg::ResultCloser> result(PQexec(lease.get(), sql.c_str()));
-      EXPECT_EQ(PQresultStatus(result.get()), PGRES_TUPLES_OK) << PQerrorMessage(lease.get());
-      return PQntuples(result.get()) > 0 ? std::stoll(PQgetvalue(result.get(), 0, 0)) : -1;
-    };
-    run("SELECT 0 FROM pg_stat_force_next_flush()");  // this transaction's end flushes them
-    run("SELECT 0 FROM pg_stat_clear_snapshot()");
-    return run("SELECT idx_tup_read FROM pg_stat_user_indexes WHERE indexrelid = '" + pkey +
-               "'::regclass");
-  };
-  const long long before = index_entries_read();
-  std::vector<std::string> probe(marked.begin(), marked.begin() + 50);
-  const auto unknown = batch_of(50);
-  probe.insert(probe.end(), unknown.begin(), unknown.end());
-  const auto answer = recorder.is_processed_many("newcomer", probe);
-  for (std::size_t i = 0; i < probe.size(); ++i)
-    EXPECT_EQ(answer[i], i < 50) << i;
-  const long long read = index_entries_read() - before;
+  const long long read = entries_one_check_reads(
+      recorder, *pool, schema_.table("processed_log_pkey"), "newcomer", marked);
   EXPECT_GE(read, 50) << "the statistics were not flushed";
   EXPECT_LT(read, 1000) << "the check read the consumer's markers instead of probing 100 ids";
 }
