@@ -399,12 +399,18 @@ std::vector<std::string> new_ids(std::size_t n) {
   return ids;
 }
 
-// One 100-id check of `consumer`, half of them marked (taken from `marked`): right answers, and
-// the number of index entries it read.
-long long entries_one_check_reads(PostgresIdempotencyRecorder& recorder,
-                                  idem::postgres::ConnectionPool& pool, const std::string& index,
-                                  const std::string& consumer,
-                                  const std::vector<std::string>& marked) {
+// Gives `consumer` 20,000 markers (20 batches of 1,000), then checks 100 ids, half of them
+// marked: the answers must be right, and the check must have read about as many index entries as
+// it has ids, not the consumer's 20,000 markers.
+void expect_a_check_to_probe_only_its_ids(PostgresIdempotencyRecorder& recorder,
+                                          idem::postgres::ConnectionPool& pool,
+                                          const std::string& index, const std::string& consumer) {
+  std::vector<std::string> marked;
+  for (int round = 0; round < 20; ++round) {
+    const auto ids = new_ids(1000);
+    recorder.mark_processed_many(consumer, ids);
+    marked.insert(marked.end(), ids.begin(), ids.end());
+  }
   const long long before = index_entries_read(pool, index);
   std::vector<std::string> probe(marked.end() - 50, marked.end());
   const auto unknown = new_ids(50);
@@ -412,7 +418,9 @@ long long entries_one_check_reads(PostgresIdempotencyRecorder& recorder,
   const auto answer = recorder.is_processed_many(consumer, probe);
   for (std::size_t i = 0; i < probe.size(); ++i)
     EXPECT_EQ(answer[i], i < 50) << i;
-  return index_entries_read(pool, index) - before;
+  const long long read = index_entries_read(pool, index) - before;
+  EXPECT_GE(read, 50) << "the statistics were not flushed";
+  EXPECT_LT(read, 1000) << "the check read the consumer's markers instead of probing 100 ids";
 }
 
 // The batch check once its plan is cached. Prepared statements get the server's generic plan
@@ -432,16 +440,8 @@ TEST_F(PostgresRecorderTest, TheBatchCheckKeepsProbingOnceItsPlanIsCached) {
     recorder.mark_processed_many("billing", ids);
     EXPECT_EQ(recorder.is_processed_many("billing", ids), std::vector<bool>({true, true}));
   }
-  std::vector<std::string> marked;
-  for (int round = 0; round < 20; ++round) {
-    const auto ids = new_ids(1000);
-    recorder.mark_processed_many("billing", ids);
-    marked.insert(marked.end(), ids.begin(), ids.end());
-  }
-  const long long read = entries_one_check_reads(
-      recorder, *pool, schema_.table("processed_log_pkey"), "billing", marked);
-  EXPECT_GE(read, 50) << "the statistics were not flushed";
-  EXPECT_LT(read, 1000) << "the check read the consumer's markers instead of probing 100 ids";
+  expect_a_check_to_probe_only_its_ids(recorder, *pool, schema_.table("processed_log_pkey"),
+                                       "billing");
 }
 
 // A consumer the statistics do not know yet (new, or the table not analyzed since it grew) is
@@ -455,16 +455,8 @@ TEST_F(PostgresRecorderTest, ABatchCheckProbesTheIdsEvenForAConsumerTheStatistic
   PostgresIdempotencyRecorder recorder(pool);
   recorder.mark_processed_many("veteran", new_ids(2000));
   pg::query("ANALYZE " + schema_.table("processed_log"));  // "newcomer" has no markers yet
-  std::vector<std::string> marked;
-  for (int round = 0; round < 20; ++round) {
-    const auto ids = new_ids(1000);
-    recorder.mark_processed_many("newcomer", ids);
-    marked.insert(marked.end(), ids.begin(), ids.end());
-  }
-  const long long read = entries_one_check_reads(
-      recorder, *pool, schema_.table("processed_log_pkey"), "newcomer", marked);
-  EXPECT_GE(read, 50) << "the statistics were not flushed";
-  EXPECT_LT(read, 1000) << "the check read the consumer's markers instead of probing 100 ids";
+  expect_a_check_to_probe_only_its_ids(recorder, *pool, schema_.table("processed_log_pkey"),
+                                       "newcomer");
 }
 
 // ---- retention ------------------------------------------------------------------------------
