@@ -1014,6 +1014,40 @@ TEST(SqliteRecorderCheckpoints, TheThreadCheckpointsOnceTheWalIsPastItsThreshold
       << "the pages were copied into the database file without another call on the writer";
 }
 
+// Many small commits: the thread checkpoints once per kWakePages pages the commits add, not
+// once per commit. (A PASSIVE checkpoint racing a stream of commits rarely copies the last
+// frame, so the WAL does not restart and its total size stays past the threshold; the first
+// version asked for a checkpoint, with its fsyncs, after nearly every commit from then on.)
+TEST(SqliteRecorderCheckpoints, ACheckpointWaitsForAThresholdOfNewPages) {
+  namespace detail = idem::sqlite::detail;
+  TempDir dir;
+  const std::string path = dir.file("stretch.db");
+  SqliteOptions options;
+  options.durability = Durability::off;  // fast checkpoints: they could keep up
+  auto writer = detail::open_writer(path, options);
+  writer->exec_script("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)");
+  constexpr int kCommits = 2000;  // a row of 3 KiB each
+  {
+    detail::Checkpointer checkpointer(*writer, path, options);
+    for (int i = 0; i < kCommits; ++i) {
+      detail::WriteTransaction tx(*writer);
+      writer->prepare("INSERT INTO t (v) VALUES (zeroblob(3000))").run();
+      tx.commit();
+    }
+    const auto deadline = std::chrono::steady_clock::now() + 20s;
+    while (checkpointer.checkpoints() == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(5ms);
+    // Each commit writes a few pages (the row's leaf, its parent, the header page), so the
+    // 1,000 pages between checkpoints take a few hundred commits: 8 to 10 checkpoints were
+    // seen. Every commit past the first 1,000 pages asking for one made over 1,000.
+    EXPECT_GE(checkpointer.checkpoints(), 1u);
+    EXPECT_LE(checkpointer.checkpoints(), static_cast<std::uint64_t>(kCommits / 100))
+        << "a checkpoint ran for (nearly) every commit";
+  }
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM t"), kCommits);
+}
+
 // Through the recorder, several threads marking and reading at once: every marker lands, the
 // WAL stays bounded (a checkpoint that completes lets the next commit start the WAL over), and
 // the file closes clean.

@@ -348,11 +348,21 @@ std::uint64_t Checkpointer::checkpoints() const {
 
 int Checkpointer::on_commit(void* self, sqlite3* db, const char* schema, int wal_pages) noexcept {
   auto* checkpointer = static_cast<Checkpointer*>(self);
+  // Frames the thread has not copied yet. A WAL smaller than at the last commit was restarted:
+  // nothing in it is copied. (A count larger than the WAL is one the thread stored for the
+  // WAL before the restart.)
+  if (wal_pages < checkpointer->last_wal_pages_) checkpointer->copied_pages_.store(0);
+  checkpointer->last_wal_pages_ = wal_pages;
+  const int copied = checkpointer->copied_pages_.load();
+  const int uncopied = copied <= wal_pages ? wal_pages - copied : wal_pages;
   if (wal_pages >= kInlinePages) {
     // The thread is behind: checkpoint here, as SQLite's automatic checkpoint would, ignoring
     // its result as SQLite does (the commit itself has succeeded).
-    sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nullptr, nullptr);
-  } else if (wal_pages >= kWakePages) {
+    int copied_now = 0;
+    if (sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nullptr, &copied_now) ==
+        SQLITE_OK)
+      checkpointer->copied_pages_.store(copied_now);
+  } else if (uncopied >= kWakePages) {
     {
       std::lock_guard lock(checkpointer->mutex_);
       checkpointer->requested_ = true;
@@ -371,8 +381,11 @@ void Checkpointer::run() {
     lock.unlock();
     // SQLITE_BUSY (another connection is checkpointing) and I/O errors leave the WAL as it was;
     // the next request tries again.
-    sqlite3_wal_checkpoint_v2(connection_.db(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
-                              nullptr);
+    int wal_pages = 0;
+    int copied = 0;
+    if (sqlite3_wal_checkpoint_v2(connection_.db(), "main", SQLITE_CHECKPOINT_PASSIVE, &wal_pages,
+                                  &copied) == SQLITE_OK)
+      copied_pages_.store(copied);
     lock.lock();
     ++checkpoints_;
   }

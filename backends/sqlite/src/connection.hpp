@@ -8,6 +8,7 @@
 #include <sqlite3.h>
 
 #include <chrono>
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -145,9 +146,13 @@ std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOpt
 // full), all on the committing thread; with random event ids that was half of every mark's time
 // (DESIGN-NOTES §30). This object replaces it: the writer's WAL hook asks the thread for a
 // PASSIVE checkpoint (one that never waits for, nor blocks, readers and writers) once the WAL
-// holds kWakePages pages. A PASSIVE checkpoint only lets the next commit restart the WAL from
-// the beginning when it copied every frame; should the thread fall behind until the WAL holds
-// kInlinePages, the committing thread checkpoints as SQLite would have, which bounds the file.
+// holds kWakePages pages that no checkpoint has copied yet. Counting only the uncopied pages
+// matters: a PASSIVE checkpoint lets the next commit restart the WAL from the beginning only
+// when it copied every frame, which under a steady stream of commits it rarely does (new frames
+// arrive while it copies), so the WAL's total size stays past the threshold; asking on total
+// size then ran a checkpoint, with its two fsyncs, after nearly every commit (DESIGN-NOTES §32).
+// The WAL restarts once the committing thread's fallback runs: when it holds kInlinePages, that
+// thread checkpoints (the few frames not yet copied) as SQLite would have, which bounds the file.
 //
 // Owned next to the writer and destroyed before it (the hook points here). The destructor stops
 // the thread and hands the writer back to SQLite's automatic checkpoints. Failed checkpoints are
@@ -179,6 +184,8 @@ class Checkpointer {
   bool requested_ = false;         // guarded by mutex_
   bool stopping_ = false;          // guarded by mutex_
   std::uint64_t checkpoints_ = 0;  // guarded by mutex_
+  std::atomic<int> copied_pages_{0};  // WAL frames the last checkpoint had copied
+  int last_wal_pages_ = 0;            // the WAL's size at the last commit (writer's thread)
   std::thread thread_;             // started last, once connection_ is ready
 };
 
