@@ -7,6 +7,8 @@
 #   OVERLAP=0 bench/rabbitmq_dedup.sh         # ConsumerOptions::pipeline = false everywhere
 #   STORE_RTT_US=500 bench/rabbitmq_dedup.sh  # every recorder call waits 0.5 ms first (a store
 #                                             # on another machine, simulated)
+#   MODE=flow bench/rabbitmq_dedup.sh         # publish and consume at once; time the stream
+#                                             # end to end (default drain: consume a backlog)
 #
 # Each run does every pipeline once, in alternating order (run 1: plain first, run 2: plain last),
 # each on a fresh queue: publish EVENTS with publish_batch, consume them with one Consumer
@@ -25,6 +27,7 @@ runs=${RUNS:-3}
 prefetch=${PREFETCH:-64}
 overlap=${OVERLAP:-1}
 rtt_us=${STORE_RTT_US:-0}
+mode=${MODE:-drain}
 build=${IDEM_BENCH_BUILD:-build/release}
 [ "$runs" -ge 3 ] || { echo "RUNS must be >= 3 (medians)" >&2; exit 2; }
 
@@ -61,16 +64,16 @@ for run in $(seq 1 "$runs"); do
     order=(sqlite-normal sqlite-full redis postgres plain)
   fi
   for p in "${order[@]}"; do
-    line=$("$bench_bin" "$IDEM_TEST_AMQP_URL" "$p" "$(recorder_url "$p" "$run")" "$events" "$prefetch" "$overlap" "$rtt_us")
+    line=$("$bench_bin" "$IDEM_TEST_AMQP_URL" "$p" "$(recorder_url "$p" "$run")" "$events" "$prefetch" "$overlap" "$rtt_us" "$mode")
     echo "run $run: $line"
     echo "$line" >>"$results"
   done
 done
 
-PYTHONPATH=bench python3 - "$results" "$events" "$runs" "$prefetch" "$overlap" "$rtt_us" <<'PY'
+PYTHONPATH=bench python3 - "$results" "$events" "$runs" "$prefetch" "$overlap" "$rtt_us" "$mode" <<'PY'
 import statistics, sys
 from ratios import record
-path, events, runs, prefetch, overlap, rtt_us = sys.argv[1:7]
+path, events, runs, prefetch, overlap, rtt_us, mode = sys.argv[1:8]
 by = {}
 for line in open(path):
     fields = dict(f.split("=") for f in line.split())
@@ -79,17 +82,18 @@ med = {p: (statistics.median(float(r["publish_eps"]) for r in rs),
            statistics.median(float(r["consume_eps"]) for r in rs)) for p, rs in by.items()}
 plain = med["plain"][1]
 print(f"\nmedians of {runs} runs, {events} events each, prefetch {prefetch}, "
-      f"pipeline {'on' if overlap == '1' else 'off'}, simulated store round trip {rtt_us} us "
-      f"(events/s)")
-print(f"{'pipeline':>14} {'publish':>9} {'consume':>9} {'ratio':>6} {'overhead':>8}")
+      f"pipeline {'on' if overlap == '1' else 'off'}, simulated store round trip {rtt_us} us, "
+      f"mode {mode} (events/s)")
+what = "consume" if mode == "drain" else "stream"
+print(f"{'pipeline':>14} {'publish':>9} {what:>9} {'ratio':>6} {'overhead':>8}")
 for p, (pub, con) in med.items():
     ratio = con / plain
     print(f"{p:>14} {pub:9.0f} {con:9.0f} {ratio:6.2f} {1 - ratio:8.1%}")
     if p != "plain":
-        mode = ("" if overlap == "1" else " no pipeline") + \
-            ("" if rtt_us == "0" else f" rtt {rtt_us}us")
-        record(f"rabbitmq dedup {p} prefetch {prefetch}{mode}", ratio, 0.85,
-               f"consume {con:.0f} vs plain {plain:.0f} events/s, {events} events, "
+        variant = ("" if overlap == "1" else " no pipeline") + \
+            ("" if rtt_us == "0" else f" rtt {rtt_us}us") + ("" if mode == "drain" else f" {mode}")
+        record(f"rabbitmq dedup {p} prefetch {prefetch}{variant}", ratio, 0.85,
+               f"{what} {con:.0f} vs plain {plain:.0f} events/s, {events} events, "
                f"median of {runs}, prefetch {prefetch}, pipeline {overlap}, "
-               f"store rtt {rtt_us} us, check_then_mark")
+               f"store rtt {rtt_us} us, mode {mode}, check_then_mark")
 PY

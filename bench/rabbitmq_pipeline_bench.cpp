@@ -1,6 +1,7 @@
 // End-to-end events/s through RabbitMQ, with and without dedup (issue #5).
 //
-//   bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL EVENTS [PREFETCH [OVERLAP [RTT_US]]]
+//   bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL EVENTS
+//                           [PREFETCH [OVERLAP [RTT_US [MODE]]]]
 //
 // PIPELINE is a label; RECORDER_URL "none" runs the plain pipeline (a handler that does the side
 // effect, no recorder), anything else is opened with idem::open_recorder and wrapped in an
@@ -10,13 +11,18 @@
 // ConsumerOptions::pipeline: whether receiving overlaps the handler) until all are handled.
 // RTT_US > 0 makes every recorder call wait that many microseconds first: a simulated
 // round trip to a store on another machine (this machine runs broker, store and consumer on
-// the same cores, where a round trip costs next to nothing). Prints one line:
+// the same cores, where a round trip costs next to nothing). MODE "drain" (default) publishes
+// everything first and times the consumer alone draining that backlog; "flow" runs the
+// consumer while the events are published and times the whole stream, from the first publish
+// to the last event handled (publish_eps is then the publisher's rate while both ran, and
+// consume_eps the end-to-end rate). Prints one line:
 //   pipeline=<label> events=N publish_eps=X consume_eps=Y mean_batch=B consumer_cores=C
 //   machine_cores=M
 //   [check_s=S mark_s=S] consume_s=S
 // where C is the CPU this process used while consuming (in cores: CPU seconds per second), M
 // what the whole machine used (broker and store included), and check_s / mark_s the wall time
-// of the consume phase (consume_s) spent in is_processed_many / mark_processed_many.
+// of the consume phase (consume_s) spent in is_processed_many / mark_processed_many (in flow
+// mode all of these cover the whole stream).
 // A plain program rather than Google Benchmark: each run needs its own broker topology, and
 // bench/rabbitmq_dedup.sh alternates the pipelines across runs and takes the medians.
 #include <algorithm>
@@ -167,7 +173,7 @@ double machine_busy_seconds() {
 int run(int argc, char** argv) {
   if (argc < 5) {
     std::cerr << "usage: bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL|none EVENTS "
-                 "[PREFETCH [OVERLAP [RTT_US]]]\n";
+                 "[PREFETCH [OVERLAP [RTT_US [MODE]]]]\n";
     return 2;
   }
   const std::string amqp_url = argv[1];
@@ -177,6 +183,12 @@ int run(int argc, char** argv) {
   const int prefetch = argc > 5 ? std::stoi(argv[5]) : 64;
   const bool overlap = argc > 6 ? std::stoi(argv[6]) != 0 : true;
   const std::chrono::microseconds rtt(argc > 7 ? std::stol(argv[7]) : 0);
+  const std::string mode = argc > 8 ? argv[8] : "drain";
+  if (mode != "drain" && mode != "flow") {
+    std::cerr << "MODE must be drain or flow, not " << mode << "\n";
+    return 2;
+  }
+  const bool flow = mode == "flow";
 
   const auto connection = idem::rabbitmq::ConnectionOptions::from_url(amqp_url);
   const std::string id = idem::new_event_id().substr(0, 12);
@@ -206,10 +218,10 @@ int run(int argc, char** argv) {
 
   idem::rabbitmq::Consumer consumer(connection, consumer_options);
   consumer.connect();  // declares the queue, so every event published below is kept
-  std::vector<idem::Event> batch;
-  {
+  const auto publish = [&] {
     idem::rabbitmq::Publisher publisher(connection, publisher_options);
     constexpr std::size_t kBatch = 500;
+    std::vector<idem::Event> batch;
     const auto start = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < events; ++i) {
       batch.push_back(idem::Event::make("order.paid", R"({"order":)" + std::to_string(i) + "}"));
@@ -218,17 +230,34 @@ int run(int argc, char** argv) {
         batch.clear();
       }
     }
-    const double publish_s = seconds_since(start);
-    std::cout << "pipeline=" << label << " events=" << events
-              << " publish_eps=" << static_cast<double>(events) / publish_s;
-  }
+    return seconds_since(start);
+  };
 
   const std::uint64_t before = g_effects.load();
-  const double cpu_before = process_cpu_seconds();
-  const double busy_before = machine_busy_seconds();
-  const auto start = std::chrono::steady_clock::now();
-  consumer.run_until(*handler, [&] { return g_effects.load() - before >= events; });
+  const auto all_handled = [&] { return g_effects.load() - before >= events; };
+  double publish_s = 0;
+  double cpu_before = 0;
+  double busy_before = 0;
+  std::chrono::steady_clock::time_point start;
+  if (flow) {
+    // Publisher and consumer at once: the clock runs from the first publish to the last event
+    // handled.
+    cpu_before = process_cpu_seconds();
+    busy_before = machine_busy_seconds();
+    start = std::chrono::steady_clock::now();
+    std::thread consuming([&] { consumer.run_until(*handler, all_handled); });
+    publish_s = publish();
+    consuming.join();
+  } else {
+    publish_s = publish();
+    cpu_before = process_cpu_seconds();
+    busy_before = machine_busy_seconds();
+    start = std::chrono::steady_clock::now();
+    consumer.run_until(*handler, all_handled);
+  }
   const double consume_s = seconds_since(start);
+  std::cout << "pipeline=" << label << " events=" << events
+            << " publish_eps=" << static_cast<double>(events) / publish_s;
   const double consumer_cores = (process_cpu_seconds() - cpu_before) / consume_s;
   const double machine_cores = (machine_busy_seconds() - busy_before) / consume_s;
   const auto stats = consumer.stats();
