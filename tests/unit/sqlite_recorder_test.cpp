@@ -1006,10 +1006,7 @@ TEST(SqliteRecorderCheckpoints, TheThreadCheckpointsOnceTheWalIsPastItsThreshold
     }
     tx.commit();
   }
-  const auto deadline = std::chrono::steady_clock::now() + 20s;
-  while (checkpointer.checkpoints() == 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(5ms);
-  EXPECT_GE(checkpointer.checkpoints(), 1u);
+  EXPECT_GE(checkpointer.wait_for_checkpoints(1, 20s), 1u);
   EXPECT_GT(file_size_or_zero(path), db_size_before + 4'000'000)
       << "the pages were copied into the database file without another call on the writer";
 }
@@ -1034,13 +1031,10 @@ TEST(SqliteRecorderCheckpoints, ACheckpointWaitsForAThresholdOfNewPages) {
       writer->prepare("INSERT INTO t (v) VALUES (zeroblob(3000))").run();
       tx.commit();
     }
-    const auto deadline = std::chrono::steady_clock::now() + 20s;
-    while (checkpointer.checkpoints() == 0 && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(5ms);
     // Each commit writes a few pages (the row's leaf, its parent, the header page), so the
     // 1,000 pages between checkpoints take a few hundred commits: 8 to 10 checkpoints were
     // seen. Every commit past the first 1,000 pages asking for one made over 1,000.
-    EXPECT_GE(checkpointer.checkpoints(), 1u);
+    EXPECT_GE(checkpointer.wait_for_checkpoints(1, 20s), 1u);
     EXPECT_LE(checkpointer.checkpoints(), static_cast<std::uint64_t>(kCommits / 100))
         << "a checkpoint ran for (nearly) every commit";
   }

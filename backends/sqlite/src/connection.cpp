@@ -321,9 +321,7 @@ std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::
 
 Checkpointer::Checkpointer(Connection& writer, const std::string& path,
                            const SqliteOptions& options)
-    : writer_(writer),
-      connection_(path, options, /*create=*/false, /*read_only=*/false),
-      thread_() {
+    : writer_(writer), connection_(path, options, /*create=*/false, /*read_only=*/false) {
   // The checkpoint syncs as the writer's commits do (none at all at Durability::off).
   set_synchronous(connection_, options.durability);
   thread_ = std::thread([this] { run(); });
@@ -343,6 +341,13 @@ Checkpointer::~Checkpointer() {
 
 std::uint64_t Checkpointer::checkpoints() const {
   std::lock_guard lock(mutex_);
+  return checkpoints_;
+}
+
+std::uint64_t Checkpointer::wait_for_checkpoints(std::uint64_t count,
+                                                 std::chrono::milliseconds timeout) const {
+  std::unique_lock lock(mutex_);
+  checkpointed_.wait_for(lock, timeout, [&] { return checkpoints_ >= count; });
   return checkpoints_;
 }
 
@@ -388,6 +393,7 @@ void Checkpointer::run() {
       copied_pages_.store(copied);
     lock.lock();
     ++checkpoints_;
+    checkpointed_.notify_all();
   }
 }
 

@@ -7,8 +7,8 @@
 
 #include <sqlite3.h>
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -172,6 +172,9 @@ class Checkpointer {
 
   // Checkpoints the background thread has run (tests read it).
   std::uint64_t checkpoints() const;
+  // Waits until the thread has run at least `count` checkpoints, or `timeout` has passed;
+  // returns checkpoints().
+  std::uint64_t wait_for_checkpoints(std::uint64_t count, std::chrono::milliseconds timeout) const;
 
  private:
   static int on_commit(void* self, sqlite3* db, const char* schema, int wal_pages) noexcept;
@@ -181,12 +184,13 @@ class Checkpointer {
   Connection connection_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  bool requested_ = false;         // guarded by mutex_
-  bool stopping_ = false;          // guarded by mutex_
-  std::uint64_t checkpoints_ = 0;  // guarded by mutex_
-  std::atomic<int> copied_pages_{0};  // WAL frames the last checkpoint had copied
-  int last_wal_pages_ = 0;            // the WAL's size at the last commit (writer's thread)
-  std::thread thread_;             // started last, once connection_ is ready
+  mutable std::condition_variable checkpointed_;  // after each of the thread's checkpoints
+  bool requested_ = false;                        // guarded by mutex_
+  bool stopping_ = false;                         // guarded by mutex_
+  std::uint64_t checkpoints_ = 0;                 // guarded by mutex_
+  std::atomic<int> copied_pages_{0};              // WAL frames the last checkpoint had copied
+  int last_wal_pages_ = 0;  // the WAL's size at the last commit (writer's thread)
+  std::thread thread_;      // started last, once connection_ is ready
 };
 
 // A Checkpointer for `writer` when its file has a WAL (not ":memory:", not read_only); else null.
