@@ -10,9 +10,11 @@
 // would not do, because it is per connection and idem's own connections never set it.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -455,26 +457,66 @@ TEST(SqliteReadOnly, ReadOnlyRecorderAndStoreReadButRefuseEveryWrite) {
   EXPECT_FALSE(store.lookup("k2").has_value());
 }
 
+// What a recorder does with a database file it may read but not write: reads work, a write is
+// refused as store_read_only (or the open as store_open_failed); never a crash or a silent
+// success. Returns what went wrong, "" if nothing. No gtest macros: it also runs in a child.
+std::string check_write_protected_file(const std::string& path) {
+  const auto classified = [](const SqliteError& e) {
+    return e.code() == ErrorCode::store_read_only || e.code() == ErrorCode::store_open_failed;
+  };
+  try {
+    idem::sqlite::SqliteIdempotencyRecorder recorder(path, fast_options());
+    if (!recorder.is_processed("billing", "old")) return "the old marker is not read back";
+    try {
+      recorder.mark_processed("billing", "new");
+    } catch (const SqliteError& e) {
+      return classified(e) ? "" : std::string("mark refused as: ") + e.what();
+    }
+    return "mark_processed on a write-protected file did not throw";
+  } catch (const SqliteError& e) {
+    // Refused at open (or at the first read) is fine too, as long as it is classified.
+    return classified(e) ? "" : std::string("open refused as: ") + e.what();
+  } catch (const std::exception& e) {
+    return std::string("not a SqliteError: ") + e.what();
+  }
+}
+
 TEST(SqliteReadOnly, WriteProtectedFileIsRefusedAsReadOnly) {
-  if (::geteuid() == 0) GTEST_SKIP() << "running as root: file permissions do not bind";
   TempDir dir;
   const std::string path = dir.file("chmod.db");
   {
     idem::sqlite::SqliteIdempotencyRecorder writer(path);
     writer.mark_processed("billing", "old");
   }
-  std::filesystem::permissions(path, std::filesystem::perms::owner_read);
-  try {
-    idem::sqlite::SqliteIdempotencyRecorder recorder(path, fast_options());
-    EXPECT_TRUE(recorder.is_processed("billing", "old"));
-    const SqliteError e = expect_sqlite_error([&] { recorder.mark_processed("billing", "new"); });
-    EXPECT_TRUE(e.code() == ErrorCode::store_read_only || e.code() == ErrorCode::store_open_failed)
-        << e.what();
-  } catch (const SqliteError& e) {
-    // Refused at open is fine too, as long as it is classified.
-    EXPECT_TRUE(e.code() == ErrorCode::store_read_only || e.code() == ErrorCode::store_open_failed)
-        << e.what();
+  namespace fs = std::filesystem;
+  fs::permissions(path, fs::perms::owner_read | fs::perms::group_read | fs::perms::others_read);
+  if (::geteuid() != 0) {
+    EXPECT_EQ(check_write_protected_file(path), "");
+    return;
   }
+  // Root ignores file permissions, so the check runs in a child that has given up root (to
+  // "nobody"). The directory lets it create the -wal and -shm files; the database stays
+  // read-only to it.
+  fs::permissions(dir.path(), fs::perms::all);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    constexpr uid_t kNobody = 65534;
+    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
+      std::fprintf(stderr, "cannot become nobody\n");
+      std::_Exit(2);
+    }
+    const std::string problem = check_write_protected_file(path);
+    if (!problem.empty()) std::fprintf(stderr, "%s\n", problem.c_str());
+    std::_Exit(problem.empty() ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status)) << "the child died: status " << status;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's message above (2: no setuid)";
+  // And the file is unchanged: no marker written behind the refusal.
+  idem::sqlite::SqliteIdempotencyRecorder reader(path);
+  EXPECT_FALSE(reader.is_processed("billing", "new"));
 }
 
 // ---- locked past the busy timeout --------------------------------------------------------------
