@@ -317,6 +317,57 @@ std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::
   return std::make_unique<Checkpointer>(writer, path, options);
 }
 
+// ---- ConnectionSet --------------------------------------------------------------------------
+
+void ConnectionSet::open(const std::function<void(Connection& writer)>& check_schema) {
+  writer_ = open_writer(path_, options_);  // WAL, synchronous, clear open errors
+  check_schema(*writer_);
+  checkpointer_ = start_checkpointer(*writer_, path_, options_);
+}
+
+std::unique_ptr<Connection> ConnectionSet::take_reader() {
+  {
+    std::lock_guard lock(readers_mutex_);
+    if (!idle_readers_.empty()) {
+      auto reader = std::move(idle_readers_.back());
+      idle_readers_.pop_back();
+      return reader;
+    }
+  }
+  // Opened outside the lock: opening touches the file and may wait on the busy handler.
+  return std::make_unique<Connection>(path_, options_, /*create=*/false, options_.read_only);
+}
+
+void ConnectionSet::return_reader(std::unique_ptr<Connection> reader) noexcept {
+  std::lock_guard lock(readers_mutex_);
+  if (idle_readers_.size() >= options_.max_idle_readers) return;  // closed here
+  try {
+    idle_readers_.push_back(std::move(reader));
+  } catch (...) {
+    // No room to keep it: it closes, and the next read opens another.
+  }
+}
+
+ConnectionSet::ReadLease::ReadLease(ConnectionSet& set, Prefer prefer, bool holds_writer)
+    : set_(set) {
+  if (holds_writer) {
+    connection_ = set.writer_.get();
+  } else if (set.in_memory_) {
+    writer_lock_ = std::unique_lock(set.writer_mutex_);
+    connection_ = set.writer_.get();
+  } else if (prefer == Prefer::idle_writer &&
+             (writer_lock_ = std::unique_lock(set.writer_mutex_, std::try_to_lock))) {
+    connection_ = set.writer_.get();
+  } else {
+    reader_ = set.take_reader();
+    connection_ = reader_.get();
+  }
+}
+
+ConnectionSet::ReadLease::~ReadLease() {
+  if (reader_) set_.return_reader(std::move(reader_));
+}
+
 // ---- Checkpointer ---------------------------------------------------------------------------
 
 Checkpointer::Checkpointer(Connection& writer, const std::string& path,

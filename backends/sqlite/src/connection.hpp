@@ -20,6 +20,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
 #include "idem/sqlite/sqlite_error.hpp"
 #include "idem/sqlite/sqlite_options.hpp"
@@ -196,6 +197,75 @@ class Checkpointer {
 // A Checkpointer for `writer` when its file has a WAL (not ":memory:", not read_only); else null.
 std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::string& path,
                                                  const SqliteOptions& options);
+
+// The connections a recorder or a store keeps to its file: one writer, used by one thread at a
+// time under writer_mutex(); the writer's Checkpointer; and a pool of reader connections, opened
+// on demand and kept up to SqliteOptions::max_idle_readers. ":memory:" has the writer only (a
+// second connection would see another, empty database).
+class ConnectionSet {
+ public:
+  ConnectionSet(std::string path, SqliteOptions options)
+      : path_(std::move(path)), options_(std::move(options)), in_memory_(path_ == ":memory:") {}
+  ConnectionSet(const ConnectionSet&) = delete;
+  ConnectionSet& operator=(const ConnectionSet&) = delete;
+
+  // Opens the writer (open_writer), lets `check_schema` create or check the tables on it, then
+  // starts the checkpoint thread. Throws SqliteError (or what check_schema throws).
+  void open(const std::function<void(Connection& writer)>& check_schema);
+
+  const std::string& path() const noexcept { return path_; }
+  const SqliteOptions& options() const noexcept { return options_; }
+  bool in_memory() const noexcept { return in_memory_; }
+  std::mutex& writer_mutex() noexcept { return writer_mutex_; }
+  // The writer; use it only while holding writer_mutex() (or as the thread that holds it).
+  Connection& writer() noexcept { return *writer_; }
+
+  // Where a read goes besides the cases every read shares (see ReadLease).
+  enum class Prefer {
+    reader,       // a pooled reader: scans and counts, which would hold up the writer
+    idle_writer,  // the writer when no thread holds it: point lookups
+  };
+
+  // The connection for one read:
+  //   * the writer, unlocked, when the calling thread already holds it (`holds_writer`: a
+  //     handler inside a write sees its own transaction);
+  //   * for ":memory:" the only connection, under its lock;
+  //   * with Prefer::idle_writer the writer when no thread holds it (its page cache stays warm,
+  //     whereas a reader's is dropped whenever the file changed: DESIGN-NOTES §30);
+  //   * otherwise a pooled reader.
+  // Apart from ":memory:", a read never waits for this process's writer (WAL: nor for other
+  // processes' writers).
+  class ReadLease {
+   public:
+    explicit ReadLease(ConnectionSet& set, Prefer prefer = Prefer::reader,
+                       bool holds_writer = false);
+    ReadLease(const ReadLease&) = delete;
+    ReadLease& operator=(const ReadLease&) = delete;
+    ~ReadLease();
+
+    Connection& connection() noexcept { return *connection_; }
+
+   private:
+    ConnectionSet& set_;
+    Connection* connection_ = nullptr;
+    std::unique_lock<std::mutex> writer_lock_;
+    std::unique_ptr<Connection> reader_;
+  };
+
+ private:
+  std::unique_ptr<Connection> take_reader();
+  void return_reader(std::unique_ptr<Connection> reader) noexcept;
+
+  const std::string path_;
+  const SqliteOptions options_;
+  const bool in_memory_;
+  std::mutex writer_mutex_;
+  std::unique_ptr<Connection> writer_;
+  // Declared after writer_, so it stops (and unhooks itself) before the writer closes.
+  std::unique_ptr<Checkpointer> checkpointer_;
+  std::mutex readers_mutex_;
+  std::vector<std::unique_ptr<Connection>> idle_readers_;  // guarded by readers_mutex_
+};
 
 // BEGIN IMMEDIATE in the constructor (taking the database's write lock, waiting up to the busy
 // timeout); ROLLBACK in the destructor unless commit() succeeded.

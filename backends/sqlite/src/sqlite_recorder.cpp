@@ -200,60 +200,30 @@ class SqliteIdempotencyRecorder::Impl {
    public:
     WriterLock(Impl& impl, std::string_view operation) : impl_(impl) {
       impl.throw_if_writer_thread(operation);
-      lock_ = std::unique_lock(impl.writer_mutex_);
+      lock_ = std::unique_lock(impl.connections_.writer_mutex());
       impl.writer_thread_.store(std::this_thread::get_id());
     }
     WriterLock(const WriterLock&) = delete;
     WriterLock& operator=(const WriterLock&) = delete;
     ~WriterLock() { impl_.writer_thread_.store(std::thread::id()); }
 
-    Connection& connection() { return *impl_.writer_; }
+    Connection& connection() { return impl_.connections_.writer(); }
 
    private:
     Impl& impl_;
     std::unique_lock<std::mutex> lock_;
   };
 
-  // Where a read goes besides the cases every read shares (see ReadLease).
-  enum class Prefer {
-    reader,       // a pooled reader: scans and counts, which would hold up the writer
-    idle_writer,  // the writer when no thread holds it: point lookups (is_processed*)
-  };
+  using Prefer = detail::ConnectionSet::Prefer;
 
-  // The connection for one read: the writer when this thread is inside a write (so a handler
-  // sees its own transaction) or for ":memory:" (one connection only); with Prefer::idle_writer
-  // the writer when it is free (its page cache stays warm, whereas a reader's is dropped
-  // whenever the file changed: 3x faster batch checks, DESIGN-NOTES §30); otherwise a reader
-  // from the pool. A read never waits for the writer.
-  class ReadLease {
+  // The connection for one read (ConnectionSet::ReadLease). A thread inside run_transactional()
+  // holds the writer: its reads go through its own transaction, so a handler sees its writes.
+  class ReadLease : public detail::ConnectionSet::ReadLease {
    public:
-    explicit ReadLease(Impl& impl, Prefer prefer = Prefer::reader) : impl_(impl) {
-      if (impl.writer_thread_.load() == std::this_thread::get_id()) {
-        connection_ = impl.writer_.get();
-      } else if (impl.in_memory_) {
-        writer_lock_ = std::unique_lock(impl.writer_mutex_);
-        connection_ = impl.writer_.get();
-      } else if (prefer == Prefer::idle_writer &&
-                 (writer_lock_ = std::unique_lock(impl.writer_mutex_, std::try_to_lock))) {
-        connection_ = impl.writer_.get();
-      } else {
-        reader_ = impl.take_reader();
-        connection_ = reader_.get();
-      }
-    }
-    ReadLease(const ReadLease&) = delete;
-    ReadLease& operator=(const ReadLease&) = delete;
-    ~ReadLease() {
-      if (reader_) impl_.return_reader(std::move(reader_));
-    }
-
-    Connection& connection() { return *connection_; }
-
-   private:
-    Impl& impl_;
-    Connection* connection_ = nullptr;
-    std::unique_lock<std::mutex> writer_lock_;
-    std::unique_ptr<Connection> reader_;
+    explicit ReadLease(Impl& impl, Prefer prefer = Prefer::reader)
+        : detail::ConnectionSet::ReadLease(
+              impl.connections_, prefer,
+              /*holds_writer=*/impl.writer_thread_.load() == std::this_thread::get_id()) {}
   };
 
   void open();
@@ -279,25 +249,6 @@ class SqliteIdempotencyRecorder::Impl {
     Statement select = connection.prepare(kSelectMarker);
     select.bind(1, consumer).bind(2, event_id);
     return select.step();
-  }
-
-  std::unique_ptr<Connection> take_reader() {
-    {
-      std::lock_guard lock(readers_mutex_);
-      if (!idle_readers_.empty()) {
-        auto reader = std::move(idle_readers_.back());
-        idle_readers_.pop_back();
-        return reader;
-      }
-    }
-    // Opened outside the lock: opening touches the file and may wait on the busy handler.
-    return std::make_unique<Connection>(path_, options_, /*create=*/false, options_.read_only);
-  }
-
-  void return_reader(std::unique_ptr<Connection> reader) {
-    std::lock_guard lock(readers_mutex_);
-    if (idle_readers_.size() < options_.max_idle_readers)
-      idle_readers_.push_back(std::move(reader));
   }
 
   // Commits the marks at the front of the queue in one transaction, for the caller at the
@@ -401,16 +352,9 @@ class SqliteIdempotencyRecorder::Impl {
   std::string path_;
   SqliteOptions options_;
   std::shared_ptr<Clock> clock_;
-  bool in_memory_ = false;
-
-  std::mutex writer_mutex_;
-  std::unique_ptr<Connection> writer_;
+  detail::ConnectionSet connections_{path_, options_};  // opened by open()
+  // The thread holding the writer (WriterLock), if any.
   std::atomic<std::thread::id> writer_thread_{};
-  // Declared after writer_, so it stops (and unhooks itself) before the writer closes.
-  std::unique_ptr<detail::Checkpointer> checkpointer_;
-
-  std::mutex readers_mutex_;
-  std::vector<std::unique_ptr<Connection>> idle_readers_;
 
   // SQL of is_processed_many()'s lookups, one per power-of-two size up to kLookupChunk.
   std::array<std::string, std::bit_width(kLookupChunk)> select_markers_in_;
@@ -438,17 +382,14 @@ class SqliteIdempotencyRecorder::Impl {
 void SqliteIdempotencyRecorder::Impl::open() {
   detail::check_open_arguments(path_, options_);
   clock_ = options_.clock ? options_.clock : system_clock();
-  in_memory_ = (path_ == ":memory:");
-  writer_ = detail::open_writer(path_, options_);  // WAL, synchronous, clear open errors
-  check_schema();
-  checkpointer_ = detail::start_checkpointer(*writer_, path_, options_);
+  connections_.open([this](Connection&) { check_schema(); });
 }
 
 void SqliteIdempotencyRecorder::Impl::check_schema() {
   int idem_tables = 0;
   bool has_processed_log = false;
   {
-    Statement tables = writer_->prepare(
+    Statement tables = connections_.writer().prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
         "('processed_log', 'idem_claims', 'idem_schema', 'idem_counters')");
     while (tables.step()) {
@@ -477,7 +418,8 @@ void SqliteIdempotencyRecorder::Impl::check_schema() {
   // A processed_log made by some other program must still have the columns we read and write.
   int expected_columns = 0;
   {
-    Statement info = writer_->prepare("SELECT name FROM pragma_table_info('processed_log')");
+    Statement info =
+        connections_.writer().prepare("SELECT name FROM pragma_table_info('processed_log')");
     while (info.step()) {
       const std::string name = info.column_text(0);
       if (name == "consumer" || name == "event_id" || name == "ts") ++expected_columns;
@@ -492,8 +434,8 @@ void SqliteIdempotencyRecorder::Impl::check_schema() {
   }
 
   if (idem_tables == 3 || !options_.read_only) {
-    Statement version =
-        writer_->prepare("SELECT version FROM idem_schema WHERE component = 'recorder'");
+    Statement version = connections_.writer().prepare(
+        "SELECT version FROM idem_schema WHERE component = 'recorder'");
     if (version.step() && version.column_int64(0) > kSchemaVersion) {
       throw SqliteError(ErrorCode::store_open_failed,
                         "'" + path_ + "' uses idem recorder schema version " +
@@ -507,9 +449,9 @@ void SqliteIdempotencyRecorder::Impl::check_schema() {
 
 void SqliteIdempotencyRecorder::Impl::create_schema() {
   // One write transaction, so processes opening a new file at once create it exactly once.
-  WriteTransaction tx(*writer_);
-  writer_->exec_script(kCreateProcessedLog);
-  writer_->exec_script(kCreateIdemTables);
+  WriteTransaction tx(connections_.writer());
+  connections_.writer().exec_script(kCreateProcessedLog);
+  connections_.writer().exec_script(kCreateIdemTables);
   tx.commit();
 }
 

@@ -267,60 +267,28 @@ class SqliteIdempotencyStore::Impl {
   // The writer connection for one write, held for as long as the lock lives.
   class WriterLock {
    public:
-    explicit WriterLock(Impl& impl) : impl_(impl), lock_(impl.writer_mutex_) {}
-    Connection& connection() { return *impl_.writer_; }
+    explicit WriterLock(Impl& impl)
+        : connections_(impl.connections_), lock_(connections_.writer_mutex()) {}
+    Connection& connection() { return connections_.writer(); }
 
    private:
-    Impl& impl_;
+    detail::ConnectionSet& connections_;
     std::lock_guard<std::mutex> lock_;
   };
 
-  // Where a read goes besides ":memory:" (see ReadLease).
-  enum class Prefer {
-    reader,       // a pooled reader: scans and counts, which would hold up the writer
-    idle_writer,  // the writer when no thread holds it: point lookups
-  };
+  using Prefer = detail::ConnectionSet::Prefer;
 
-  // The connection for one read: for ":memory:" the only connection, under its lock; with
-  // Prefer::idle_writer the writer when it is free (its page cache stays warm, a reader's is
-  // dropped whenever the file changed; DESIGN-NOTES §30); otherwise a pooled reader. A read never
-  // waits for this process's writer (WAL: nor for other processes' writers).
-  class ReadLease {
+  // The connection for one read (ConnectionSet::ReadLease).
+  class ReadLease : public detail::ConnectionSet::ReadLease {
    public:
-    explicit ReadLease(Impl& impl, Prefer prefer = Prefer::reader) : impl_(impl) {
-      if (impl.in_memory_) {
-        writer_lock_ = std::unique_lock(impl.writer_mutex_);
-        connection_ = impl.writer_.get();
-      } else if (prefer == Prefer::idle_writer &&
-                 (writer_lock_ = std::unique_lock(impl.writer_mutex_, std::try_to_lock))) {
-        connection_ = impl.writer_.get();
-      } else {
-        reader_ = impl.take_reader();
-        connection_ = reader_.get();
-      }
-    }
-    ReadLease(const ReadLease&) = delete;
-    ReadLease& operator=(const ReadLease&) = delete;
-    ~ReadLease() {
-      if (reader_) impl_.return_reader(std::move(reader_));
-    }
-
-    Connection& connection() { return *connection_; }
-
-   private:
-    Impl& impl_;
-    Connection* connection_ = nullptr;
-    std::unique_lock<std::mutex> writer_lock_;
-    std::unique_ptr<Connection> reader_;
+    explicit ReadLease(Impl& impl, Prefer prefer = Prefer::reader)
+        : detail::ConnectionSet::ReadLease(impl.connections_, prefer) {}
   };
 
   void open() {
     detail::check_open_arguments(path_, options_);
     clock_ = options_.clock ? options_.clock : system_clock();
-    in_memory_ = (path_ == ":memory:");
-    writer_ = detail::open_writer(path_, options_);
-    check_schema();
-    checkpointer_ = detail::start_checkpointer(*writer_, path_, options_);
+    connections_.open([this](Connection&) { check_schema(); });
   }
 
   std::int64_t now_ms() const { return to_ms(clock_->wall_now()); }
@@ -350,37 +318,10 @@ class SqliteIdempotencyStore::Impl {
     return refused(std::move(*record), fingerprint);
   }
 
-  std::unique_ptr<Connection> take_reader() {
-    {
-      std::lock_guard lock(readers_mutex_);
-      if (!idle_readers_.empty()) {
-        auto reader = std::move(idle_readers_.back());
-        idle_readers_.pop_back();
-        return reader;
-      }
-    }
-    // Opened outside the lock: opening touches the file and may wait on the busy handler.
-    return std::make_unique<Connection>(path_, options_, /*create=*/false, options_.read_only);
-  }
-
-  void return_reader(std::unique_ptr<Connection> reader) {
-    std::lock_guard lock(readers_mutex_);
-    if (idle_readers_.size() < options_.max_idle_readers)
-      idle_readers_.push_back(std::move(reader));
-  }
-
   std::string path_;
   SqliteOptions options_;
   std::shared_ptr<Clock> clock_;
-  bool in_memory_ = false;
-
-  std::mutex writer_mutex_;
-  std::unique_ptr<Connection> writer_;
-  // Declared after writer_, so it stops (and unhooks itself) before the writer closes.
-  std::unique_ptr<detail::Checkpointer> checkpointer_;
-
-  std::mutex readers_mutex_;
-  std::vector<std::unique_ptr<Connection>> idle_readers_;
+  detail::ConnectionSet connections_{path_, options_};  // opened by open()
 
  private:
   void check_schema();
@@ -391,7 +332,7 @@ void SqliteIdempotencyStore::Impl::check_schema() {
   int tables = 0;
   bool has_records = false;
   {
-    Statement select = writer_->prepare(
+    Statement select = connections_.writer().prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
         "('idem_records', 'idem_schema', 'idem_counters')");
     while (select.step()) {
@@ -410,12 +351,13 @@ void SqliteIdempotencyStore::Impl::check_schema() {
                         SQLITE_READONLY, SQLITE_READONLY, false, false);
     }
     // One write transaction, so processes opening a new file at once create it exactly once.
-    WriteTransaction tx(*writer_);
-    writer_->exec_script(kCreateStoreTables);
+    WriteTransaction tx(connections_.writer());
+    connections_.writer().exec_script(kCreateStoreTables);
     tx.commit();
   }
 
-  Statement version = writer_->prepare("SELECT version FROM idem_schema WHERE component = 'store'");
+  Statement version =
+      connections_.writer().prepare("SELECT version FROM idem_schema WHERE component = 'store'");
   if (version.step() && version.column_int64(0) > kSchemaVersion) {
     throw SqliteError(ErrorCode::store_open_failed,
                       "'" + path_ + "' uses idem store schema version " +
@@ -430,7 +372,8 @@ void SqliteIdempotencyStore::Impl::check_records_columns() {
   // An idem_records made by something else must still have every column this store reads.
   int columns = 0;
   {
-    Statement info = writer_->prepare("SELECT name FROM pragma_table_info('idem_records')");
+    Statement info =
+        connections_.writer().prepare("SELECT name FROM pragma_table_info('idem_records')");
     while (info.step()) {
       static constexpr std::string_view kNeeded[] = {
           "key",           "state", "token",  "fingerprint", "lease_until_ms", "completed_at_ms",
@@ -477,11 +420,12 @@ ClaimOutcome SqliteIdempotencyStore::claim(std::string_view key,
   // moment. Replays and in-progress duplicates then never queue behind writers, in this process
   // or another. The read goes to the writer connection when it is idle (its page cache is warm),
   // else to a pooled reader. ":memory:" has one connection: the claim below reads it anyway.
-  std::unique_lock writer_lock(impl_->writer_mutex_, std::defer_lock);
-  if (impl_->in_memory_) {
+  std::unique_lock writer_lock(impl_->connections_.writer_mutex(), std::defer_lock);
+  if (impl_->connections_.in_memory()) {
     writer_lock.lock();
   } else if (writer_lock.try_lock()) {
-    if (auto answer = impl_->live_answer(*impl_->writer_, key, fingerprint)) return *answer;
+    if (auto answer = impl_->live_answer(impl_->connections_.writer(), key, fingerprint))
+      return *answer;
   } else {
     {
       Impl::ReadLease lease_for_read(*impl_);
@@ -491,7 +435,7 @@ ClaimOutcome SqliteIdempotencyStore::claim(std::string_view key,
     }
     writer_lock.lock();
   }
-  Connection& connection = *impl_->writer_;
+  Connection& connection = impl_->connections_.writer();
   WriteTransaction tx(connection);
   const std::int64_t now = impl_->now_ms();
   {
