@@ -12,9 +12,7 @@
 //   * store:    results completed before a SHUTDOWN NOSAVE (sent over a second connection) are
 //     replayed after the restart; during the outage resilient() fails retryably and runs nothing.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -37,82 +35,18 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/resilient.hpp"
-#include "worker/child_process.hpp"
+#include "private_redis.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string find_redis_server() {
-  for (const char* path : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"}) {
-    if (::access(path, X_OK) == 0) return path;
-  }
-  return {};
-}
+using idem::test::find_redis_server;
+using idem::test::PrivateRedis;
 
-// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-// A redis-server of this test's own, started and stopped at will on one port and directory.
-class PrivateRedis {
- public:
-  PrivateRedis() : port_(free_port()) {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-redis-fault-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = pattern;
-  }
-  PrivateRedis(const PrivateRedis&) = delete;
-  PrivateRedis& operator=(const PrivateRedis&) = delete;
-  ~PrivateRedis() {
-    server_.reset();  // SIGKILLs a server still running
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  // Starts the server and returns once it accepts connections (false: it did not come up).
-  bool start() {
-    server_ = std::make_unique<idem::test::ChildProcess>(std::vector<std::string>{
-        find_redis_server(), "--bind", "127.0.0.1", "--port", std::to_string(port_), "--dir",
-        dir_.string(), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
-        "--daemonize", "no", "--logfile", ""});
-    for (std::string line = server_->read_line(); !line.empty(); line = server_->read_line()) {
-      if (line.find("Ready to accept connections") != std::string::npos) return true;
-    }
-    return false;  // EOF: it exited (port taken, bad flags)
-  }
-
-  // Crash: SIGKILL, then reap.
-  void kill() {
-    server_->kill(SIGKILL);
-    server_->wait();
-    server_.reset();
-  }
-
-  // Waits for a server told to stop (SHUTDOWN) to exit.
-  int wait_exit() {
-    const int status = server_->wait();
-    server_.reset();
-    return status;
-  }
-
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
-
- private:
-  int port_;
-  std::filesystem::path dir_;
-  std::unique_ptr<idem::test::ChildProcess> server_;
-};
+// Persistence as scripts/servers.sh has it, with an append-only file fsync'ed on every write.
+const std::vector<std::string> kDurableFlags{"--save",        "",      "--appendonly", "yes",
+                                             "--appendfsync", "always"};
 
 class RedisFault : public ::testing::Test {
  protected:
@@ -133,7 +67,7 @@ class RedisFault : public ::testing::Test {
     return options;
   }
 
-  PrivateRedis server_;
+  PrivateRedis server_{kDurableFlags};
 };
 
 // Every failure a caller sees must tell it what to do: retry (retryable) or find out first

@@ -6,12 +6,10 @@
 //
 // "Memory is full" is set with CONFIG SET maxmemory 1 (one byte, below what any server uses): the
 // server is then over its limit exactly as a filled one is, without the test having to fill it.
-// The test runs its own private redis-server (as redis_fault_test does), so the shared server's
+// The test runs its own private redis-server (private_redis.hpp), so the shared server's
 // configuration is never touched, and it is killed with the test even when an assertion fails.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -27,67 +25,15 @@
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
-#include "worker/child_process.hpp"
+#include "private_redis.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using idem::redis::RedisError;
 
-std::string find_redis_server() {
-  for (const char* path : {"/usr/bin/redis-server", "/usr/local/bin/redis-server"}) {
-    if (::access(path, X_OK) == 0) return path;
-  }
-  return {};
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
-// A redis-server of this test's own, in memory only, killed (SIGKILL) when destroyed.
-class PrivateRedis {
- public:
-  PrivateRedis() : port_(free_port()) {
-    std::string pattern =
-        (std::filesystem::temp_directory_path() / "idem-redis-oom-XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir_ = pattern;
-  }
-  PrivateRedis(const PrivateRedis&) = delete;
-  PrivateRedis& operator=(const PrivateRedis&) = delete;
-  ~PrivateRedis() {
-    server_.reset();
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
-
-  bool start() {
-    server_ = std::make_unique<idem::test::ChildProcess>(std::vector<std::string>{
-        find_redis_server(), "--bind", "127.0.0.1", "--port", std::to_string(port_), "--dir",
-        dir_.string(), "--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction",
-        "--daemonize", "no", "--logfile", ""});
-    for (std::string line = server_->read_line(); !line.empty(); line = server_->read_line()) {
-      if (line.find("Ready to accept connections") != std::string::npos) return true;
-    }
-    return false;
-  }
-
-  std::string url() const { return "redis://127.0.0.1:" + std::to_string(port_) + "/0"; }
-
- private:
-  int port_;
-  std::filesystem::path dir_;
-  std::unique_ptr<idem::test::ChildProcess> server_;
-};
+using idem::test::find_redis_server;
+using idem::test::PrivateRedis;
 
 class RedisOom : public ::testing::Test {
  protected:
@@ -115,7 +61,7 @@ class RedisOom : public ::testing::Test {
     ASSERT_FALSE(reply.is_error()) << reply.str;
   }
 
-  PrivateRedis server_;
+  PrivateRedis server_{{"--save", "", "--appendonly", "no", "--maxmemory-policy", "noeviction"}};
   std::shared_ptr<idem::redis::ConnectionPool> pool_;
 };
 
