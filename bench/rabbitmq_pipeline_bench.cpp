@@ -246,7 +246,13 @@ int run(int argc, char** argv) {
     busy_before = machine_busy_seconds();
     start = std::chrono::steady_clock::now();
     std::thread consuming([&] { consumer.run_until(*handler, all_handled); });
-    publish_s = publish();
+    try {
+      publish_s = publish();
+    } catch (...) {
+      consumer.stop();  // stop() may be called from any thread
+      consuming.join();
+      throw;
+    }
     consuming.join();
   } else {
     publish_s = publish();
