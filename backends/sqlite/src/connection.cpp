@@ -437,9 +437,8 @@ void Checkpointer::run() {
     lock.unlock();
     // SQLITE_BUSY (another connection is checkpointing) and I/O errors leave the WAL as it was;
     // the next request tries again.
-    int wal_pages = 0;
-    int copied = 0;
-    if (sqlite3_wal_checkpoint_v2(connection_.db(), "main", SQLITE_CHECKPOINT_PASSIVE, &wal_pages,
+    int copied = 0;  // frames of the WAL copied so far, by this checkpoint or earlier ones
+    if (sqlite3_wal_checkpoint_v2(connection_.db(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
                                   &copied) == SQLITE_OK)
       copied_pages_.store(copied);
     lock.lock();
