@@ -5,10 +5,8 @@
 // the directory, also when an assertion failed.
 #pragma once
 
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -19,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "../free_port.hpp"
 #include "worker/child_process.hpp"
 
 namespace idem::test {
@@ -31,25 +30,12 @@ inline std::string find_redis_server() {
   return {};
 }
 
-// A free TCP port on 127.0.0.1 (bound, then released for the server to take).
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
-
 class PrivateRedis {
  public:
   // `flags`: redis-server options besides bind, port, dir, daemonize and logfile (persistence,
   // memory policy, ...), used by every start().
   explicit PrivateRedis(std::vector<std::string> flags)
-      : port_(free_port()), flags_(std::move(flags)) {
+      : port_(unused_loopback_port()), flags_(std::move(flags)) {
     std::string pattern =
         (std::filesystem::temp_directory_path() / "idem-private-redis-XXXXXX").string();
     if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");

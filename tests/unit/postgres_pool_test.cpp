@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "../free_port.hpp"
 #include "../postgres_test_support.hpp"
 #include "idem/error.hpp"
 #include "idem/postgres/connection_pool.hpp"
@@ -182,15 +183,7 @@ TEST(PostgresOptionsCheck, BadOptionsAreConfigErrors) {
 
 // A port nothing listens on: connection refused at once.
 int closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
+  return idem::test::unused_loopback_port();
 }
 
 TEST(PostgresPoolWithoutServer, AnUnreachableServerFailsFastAndRetryable) {

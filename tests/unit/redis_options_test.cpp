@@ -1,13 +1,11 @@
 // RedisOptions without a server: defaults, URL parsing, validation (every bad field names
 // itself), and what a pool does when nothing listens on the port (fails fast, retryable).
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
 #include <string>
 
+#include "../free_port.hpp"
 #include "idem/error.hpp"
 #include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_error.hpp"
@@ -41,18 +39,9 @@ void expect_invalid(const RedisOptions& options, const std::string& field) {
   }
 }
 
-// A TCP port on 127.0.0.1 where nothing listens (bound, then released).
+// A TCP port on 127.0.0.1 where nothing listens.
 int closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
+  return idem::test::unused_loopback_port();
 }
 
 TEST(RedisOptions, DefaultsAreDocumented) {
