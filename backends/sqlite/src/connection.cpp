@@ -319,9 +319,9 @@ std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::
 
 // ---- ConnectionSet --------------------------------------------------------------------------
 
-void ConnectionSet::open(const std::function<void(Connection& writer)>& check_schema) {
+void ConnectionSet::open(const std::function<void()>& check_schema) {
   writer_ = open_writer(path_, options_);  // WAL, synchronous, clear open errors
-  check_schema(*writer_);
+  check_schema();
   checkpointer_ = start_checkpointer(*writer_, path_, options_);
 }
 

@@ -209,9 +209,10 @@ class ConnectionSet {
   ConnectionSet(const ConnectionSet&) = delete;
   ConnectionSet& operator=(const ConnectionSet&) = delete;
 
-  // Opens the writer (open_writer), lets `check_schema` create or check the tables on it, then
-  // starts the checkpoint thread. Throws SqliteError (or what check_schema throws).
-  void open(const std::function<void(Connection& writer)>& check_schema);
+  // Opens the writer (open_writer), runs `check_schema` (which creates or checks the tables
+  // through writer()), then starts the checkpoint thread. Throws SqliteError (or what
+  // check_schema throws).
+  void open(const std::function<void()>& check_schema);
 
   const std::string& path() const noexcept { return path_; }
   const SqliteOptions& options() const noexcept { return options_; }

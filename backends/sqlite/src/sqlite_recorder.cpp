@@ -382,7 +382,7 @@ class SqliteIdempotencyRecorder::Impl {
 void SqliteIdempotencyRecorder::Impl::open() {
   detail::check_open_arguments(path_, options_);
   clock_ = options_.clock ? options_.clock : system_clock();
-  connections_.open([this](Connection&) { check_schema(); });
+  connections_.open([this] { check_schema(); });
 }
 
 void SqliteIdempotencyRecorder::Impl::check_schema() {

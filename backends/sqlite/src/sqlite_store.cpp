@@ -288,7 +288,7 @@ class SqliteIdempotencyStore::Impl {
   void open() {
     detail::check_open_arguments(path_, options_);
     clock_ = options_.clock ? options_.clock : system_clock();
-    connections_.open([this](Connection&) { check_schema(); });
+    connections_.open([this] { check_schema(); });
   }
 
   std::int64_t now_ms() const { return to_ms(clock_->wall_now()); }
