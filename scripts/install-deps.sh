@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   g++ cmake make pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libssl-dev nlohmann-json3-dev libcli11-dev libsqlite3-dev sqlite3
+  libssl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libsqlite3-dev sqlite3
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   python3
 )
@@ -17,7 +17,7 @@ for group in "$@"; do
   case "$group" in
     format) packages+=(clang-format) ;;
     fuzz) packages+=(clang libclang-rt-14-dev) ;;
-    tools) packages+=(clang-format clang-tidy python3-matplotlib) ;;
+    tools) packages+=(clang-format clang-tidy python3-matplotlib ccache) ;;
     *) echo "install-deps.sh: unknown group '$group'" >&2; exit 2 ;;
   esac
 done
