@@ -1,7 +1,16 @@
 #!/usr/bin/env bash
 # Installs the Debian packages idem needs to build, test and run its demo — only those missing.
 # Needs root (or sudo) when something is missing; does nothing otherwise.
+#
+#   scripts/install-deps.sh [GROUP...]          install the base list plus the groups
+#   scripts/install-deps.sh --list [GROUP...]   print the packages, one a line (scripts/check-deps.sh)
 set -euo pipefail
+
+list_only=false
+if [ "${1:-}" = "--list" ]; then
+  list_only=true
+  shift
+fi
 
 packages=(
   g++ cmake make pkg-config
@@ -10,17 +19,23 @@ packages=(
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   python3
 )
-# Extra groups: `install-deps.sh format` adds clang-format (CI's check); `fuzz` adds clang and
-# its libFuzzer runtime (scripts/fuzz.sh); `tools` adds what
-# linting and plotting need.
+# Extra groups: `format` adds clang-format (CI's check); `fuzz` adds clang and its libFuzzer
+# runtime (scripts/fuzz.sh); `tools` adds what linting, plotting and faster rebuilds need; `all`
+# is every group.
 for group in "$@"; do
   case "$group" in
     format) packages+=(clang-format) ;;
     fuzz) packages+=(clang libclang-rt-14-dev) ;;
     tools) packages+=(clang-format clang-tidy python3-matplotlib ccache) ;;
+    all) packages+=(clang-format clang libclang-rt-14-dev clang-tidy python3-matplotlib ccache) ;;
     *) echo "install-deps.sh: unknown group '$group'" >&2; exit 2 ;;
   esac
 done
+
+if $list_only; then
+  printf '%s\n' "${packages[@]}" | sort -u
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do
