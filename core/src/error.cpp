@@ -50,6 +50,7 @@ std::string_view code_name(ErrorCode code) noexcept {
 
 Error::Error(ErrorCode code, const std::string& message, bool retryable, bool in_doubt)
     : std::runtime_error("idem: " + std::string(idem::code_name(code)) + ": " + message),
+      message_(message),
       code_(code),
       retryable_(retryable),
       in_doubt_(in_doubt) {}

@@ -3,14 +3,32 @@
 
 #include <exception>
 #include <iostream>
+#include <string>
+#include <vector>
 
 #include "demo.hpp"
-#include "idem/error.hpp"
+#include "exit_codes.hpp"
 #include "store_commands.hpp"
 
+namespace {
+
+// The command line the user typed, for the hint after a usage error: "idem" or "idem purge".
+std::string command_name(const CLI::App& app) {
+  std::string name = "idem";
+  for (const CLI::App* sub : app.get_subcommands())
+    name += " " + sub->get_name();
+  return name;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  namespace cli = idem::cli;
   CLI::App app{"idem: make retried and redelivered work happen once"};
-  app.require_subcommand(1);
+  // Not require_subcommand(1): CLI11 would then report "a subcommand is required" for an unknown
+  // one too. The checks after the parse name what is wrong instead.
+  app.require_subcommand(0, 1);
+  app.set_version_flag("--version", std::string("idem ") + IDEM_VERSION);
 
   idem::cli::DemoOptions demo;
   auto* demo_cmd = app.add_subcommand(
@@ -59,16 +77,45 @@ int main(int argc, char** argv) {
   consumer_cmd->add_option("--notify-fd", consumer.notify_fd);
 
   idem::cli::add_store_commands(app);  // stats, purge, inspect (run from their callbacks)
-  CLI11_PARSE(app, argc, argv);
+  app.allow_extras();                  // an unknown command or option: named below
+  // Every usage error exits with kUsage and one line (CLI11's own exit codes, 104-114, would
+  // leak otherwise); the store commands end the parse from their callbacks with
+  // CLI::RuntimeError(their exit code), after printing their own message.
   try {
-    if (demo_cmd->parsed()) return idem::cli::run_demo(demo);
-    if (consumer_cmd->parsed()) return idem::cli::run_demo_consumer(consumer);
-  } catch (const idem::Error& e) {
-    std::cerr << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "idem: " << e.what() << "\n";
-    return 1;
+    app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    const std::string command = command_name(app);
+    std::cerr << command << ": " << e.what() << " (see '" << command << " --help')\n";
+    return cli::kUsage;
   }
-  return 0;
+  const std::string command = command_name(app);
+  if (app.get_subcommands().empty()) {
+    const std::vector<std::string> extras = app.remaining();
+    if (extras.empty()) {
+      std::cerr
+          << "idem: a command is required: demo, stats, purge or inspect (see 'idem --help')\n";
+    } else if (extras.front().rfind('-', 0) == 0) {
+      std::cerr << "idem: unknown option '" << extras.front() << "' (see 'idem --help')\n";
+    } else {
+      std::cerr << "idem: unknown command '" << extras.front()
+                << "': expected demo, stats, purge or inspect (see 'idem --help')\n";
+    }
+    return cli::kUsage;
+  }
+  try {
+    if (demo_cmd->parsed()) return cli::run_demo(demo);
+    if (consumer_cmd->parsed()) return cli::run_demo_consumer(consumer);
+  } catch (const std::exception& e) {
+    std::cerr << command << ": " << cli::describe(e) << "\n";
+    return cli::exit_code_of(e);
+  }
+  return cli::kOk;
 }

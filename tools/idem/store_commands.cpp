@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "exit_codes.hpp"
 #include "idem/error.hpp"
 #include "idem/idempotency_store.hpp"
 #include "idem/open.hpp"
@@ -24,11 +25,6 @@
 
 namespace idem::cli {
 namespace {
-
-constexpr int kOk = 0;
-constexpr int kNotFound = 1;
-constexpr int kUsage = 2;
-constexpr int kStoreFailure = 3;
 
 // Purges expected to delete at least this many rows show a progress bar on stderr; smaller ones
 // finish in one chunk of every backend anyway.
@@ -156,22 +152,79 @@ std::string iso_time(WallTime t) {
   return buffer;
 }
 
-// Bytes as text safe for a terminal: printable ASCII as is, anything else as \xNN; cut after
-// `limit` bytes with "...".
+// The length of the well-formed UTF-8 sequence at the start of `bytes` (RFC 3629: no overlong
+// forms, no surrogates, nothing past U+10FFFF), or 0 when it is not one.
+std::size_t utf8_sequence_length(std::string_view bytes) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(bytes[i]); };
+  const unsigned char lead = byte(0);
+  std::size_t length = 0;
+  unsigned char low = 0x80;   // the range of the second byte, narrowed for the lead bytes
+  unsigned char high = 0xbf;  // that would otherwise allow overlong forms or surrogates
+  if (lead >= 0xc2 && lead <= 0xdf) {
+    length = 2;
+  } else if (lead >= 0xe0 && lead <= 0xef) {
+    length = 3;
+    if (lead == 0xe0) low = 0xa0;
+    if (lead == 0xed) high = 0x9f;
+  } else if (lead >= 0xf0 && lead <= 0xf4) {
+    length = 4;
+    if (lead == 0xf0) low = 0x90;
+    if (lead == 0xf4) high = 0x8f;
+  } else {
+    return 0;
+  }
+  if (bytes.size() < length) return 0;
+  if (byte(1) < low || byte(1) > high) return 0;
+  for (std::size_t i = 2; i < length; ++i) {
+    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
+  }
+  // C1 control characters (U+0080..U+009F) move a terminal's cursor as C0 ones do.
+  if (length == 2 && lead == 0xc2 && byte(1) < 0xa0) return 0;
+  return length;
+}
+
+// Bytes as text safe for a terminal: printable ASCII and well-formed UTF-8 (a consumer name in
+// any script) as they are; control characters, a backslash and bytes that are not UTF-8 as
+// \xNN. Cut after `limit` bytes, never inside a character, with "...".
 std::string printable(std::string_view bytes, std::size_t limit) {
   std::string out;
-  for (std::size_t i = 0; i < bytes.size() && i < limit; ++i) {
+  std::size_t i = 0;
+  while (i < bytes.size() && i < limit) {
     const auto c = static_cast<unsigned char>(bytes[i]);
     if (c >= 0x20 && c < 0x7f && c != '\\') {
       out += static_cast<char>(c);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-      out += escaped;
+      ++i;
+      continue;
     }
+    const std::size_t length = c >= 0x80 ? utf8_sequence_length(bytes.substr(i)) : 0;
+    if (length > 0) {
+      if (i + length > limit) break;
+      out.append(bytes.substr(i, length));
+      i += length;
+      continue;
+    }
+    char escaped[8];
+    std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
+    out += escaped;
+    ++i;
   }
-  if (bytes.size() > limit) out += "...";
+  if (i < bytes.size()) out += "...";
   return out;
+}
+
+// The characters `text` shows (its UTF-8 lead bytes): the columns it takes in a terminal, for
+// every script whose characters are one column wide.
+std::size_t columns(std::string_view text) {
+  std::size_t n = 0;
+  for (const char c : text)
+    n += (static_cast<unsigned char>(c) & 0xc0) != 0x80 ? 1 : 0;
+  return n;
+}
+
+// JSON on stdout. Names and keys are bytes, not always UTF-8: a byte that is not UTF-8 is
+// printed as U+FFFD instead of failing the command.
+void print_json(const nlohmann::json& value) {
+  std::cout << value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
 // ---- stats ----------------------------------------------------------------------------------
@@ -218,7 +271,7 @@ int run_stats(const StatsArgs& args) {
     } else {
       out["store"] = nullptr;
     }
-    std::cout << out.dump(2) << "\n";
+    print_json(out);
     return kOk;
   }
 
@@ -226,7 +279,7 @@ int run_stats(const StatsArgs& args) {
   if (consumers) {
     std::size_t width = 8;  // "consumer"
     for (const auto& c : *consumers)
-      width = std::max(width, c.consumer.size());
+      width = std::max(width, columns(printable(c.consumer, 256)));
     std::printf("recorder: %llu markers, %llu live claims, %zu consumer%s\n",
                 static_cast<unsigned long long>(processed),
                 static_cast<unsigned long long>(in_progress), consumers->size(),
@@ -235,8 +288,10 @@ int run_stats(const StatsArgs& args) {
       std::printf("  %-*s %12s %12s\n", static_cast<int>(width), "consumer", "processed",
                   "in_progress");
       for (const auto& c : *consumers) {
-        std::printf("  %-*s %12llu %12llu\n", static_cast<int>(width),
-                    printable(c.consumer, 256).c_str(),
+        // printf pads by bytes; a UTF-8 name is padded by the characters it shows.
+        const std::string name = printable(c.consumer, 256);
+        std::printf("  %s%*s %12llu %12llu\n", name.c_str(),
+                    static_cast<int>(width - columns(name)), "",
                     static_cast<unsigned long long>(c.processed),
                     static_cast<unsigned long long>(c.in_progress));
       }
@@ -382,7 +437,7 @@ int inspect_marker(const InspectArgs& args) {
     } else {
       out["claim"] = nullptr;
     }
-    std::cout << out.dump(2) << "\n";
+    print_json(out);
     return kOk;
   }
   std::printf("consumer      %s\n", printable(args.consumer, 256).c_str());
@@ -436,7 +491,7 @@ int inspect_record(const InspectArgs& args) {
     } else {
       out["lease_until"] = iso_time(record->lease_until);
     }
-    std::cout << out.dump(2) << "\n";
+    print_json(out);
     return kOk;
   }
   std::printf("key           %s\n", printable(args.key, 256).c_str());
@@ -471,7 +526,7 @@ int run_inspect(const InspectArgs& args) {
   return args.consumer.empty() ? inspect_record(args) : inspect_marker(args);
 }
 
-// Runs one command and maps what it throws to the exit codes of store_commands.hpp.
+// Runs one command and maps what it throws to the exit codes of exit_codes.hpp.
 int guarded(std::string_view command, const std::string& url, const std::vector<std::string>& extra,
             const std::function<int()>& body) {
   const std::string password = url_password(url);
@@ -492,18 +547,8 @@ int guarded(std::string_view command, const std::string& url, const std::vector<
     return body();
   } catch (const UsageError& e) {
     return fail(kUsage, e.what());
-  } catch (const ConfigError& e) {
-    return fail(kUsage, e.what());
-  } catch (const InvalidKey& e) {
-    return fail(kUsage, e.what());
-  } catch (const InvalidArgument& e) {
-    return fail(kUsage, e.what());
-  } catch (const NotSupported& e) {
-    return fail(kUsage, e.what());
-  } catch (const Error& e) {
-    return fail(kStoreFailure, std::string(e.what()) + (e.retryable() ? " (retryable)" : ""));
   } catch (const std::exception& e) {
-    return fail(kStoreFailure, e.what());
+    return fail(exit_code_of(e), describe(e));
   }
 }
 

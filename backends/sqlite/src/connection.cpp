@@ -292,7 +292,7 @@ std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOpt
     } else if (!std::filesystem::exists(file, ec) && options.read_only) {
       hint = "; the file does not exist (read_only never creates it)";
     }
-    throw SqliteError(e.code(), std::string(e.what()) + hint, e.sqlite_code(), e.extended_code(),
+    throw SqliteError(e.code(), e.message() + hint, e.sqlite_code(), e.extended_code(),
                       e.retryable(), e.in_doubt());
   }
   // The first statements read the file header: a file that is not a database fails here with

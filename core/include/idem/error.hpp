@@ -55,8 +55,12 @@ class Error : public std::runtime_error {
   std::string_view code_name() const noexcept { return idem::code_name(code_); }
   bool retryable() const noexcept { return retryable_; }
   bool in_doubt() const noexcept { return in_doubt_; }
+  // The message without the "idem: <code>: " prefix that what() carries: for an error that
+  // wraps another (`SomeError(e.message() + hint)`), so the prefix is never repeated.
+  const std::string& message() const noexcept { return message_; }
 
  private:
+  std::string message_;
   ErrorCode code_;
   bool retryable_;
   bool in_doubt_;

@@ -45,7 +45,7 @@ class Consumer::Impl {
     try {
       validate_key("ConsumerOptions::consumer_name", options_.consumer_name);
     } catch (const InvalidKey& e) {
-      throw ConfigError(e.what());
+      throw ConfigError(e.message());
     }
     detail::validate_amqp_name("ConsumerOptions::exchange", options_.exchange);
     detail::validate_amqp_name("ConsumerOptions::binding_key", options_.binding_key,

@@ -1,0 +1,103 @@
+// The `idem` command line itself, run as a process (IDEM_CLI): every usage error exits with 2 and
+// one line that names the command and where its help is (CLI11's own exit codes, 104-114, never
+// leak), --version, and error lines that carry their prefix once.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "demo_cli.hpp"
+
+namespace {
+
+using idem::test::CliRun;
+using idem::test::run_cli;
+
+std::size_t count(const std::string& text, const std::string& part) {
+  std::size_t n = 0;
+  for (std::size_t at = text.find(part); at != std::string::npos; at = text.find(part, at + 1))
+    ++n;
+  return n;
+}
+
+// A usage error: exit code 2, exactly one line, starting with `prefix`, pointing at --help.
+void expect_usage_error(const std::vector<std::string>& arguments, const std::string& prefix,
+                        const std::string& mentions) {
+  const CliRun run = run_cli(arguments);
+  std::string shown;
+  for (const auto& a : arguments)
+    shown += " " + a;
+  EXPECT_EQ(run.exit_code, 2) << "idem" << shown << ":\n" << run.output;
+  EXPECT_EQ(count(run.output, "\n"), 1u) << "idem" << shown << ": one line, got:\n" << run.output;
+  EXPECT_EQ(run.output.rfind(prefix, 0), 0u) << "idem" << shown << ":\n" << run.output;
+  EXPECT_NE(run.output.find("--help"), std::string::npos) << "idem" << shown << ":\n" << run.output;
+  EXPECT_NE(run.output.find(mentions), std::string::npos) << "idem" << shown << ":\n" << run.output;
+}
+
+TEST(Cli, NoCommandIsAUsageError) {
+  IDEM_REQUIRE_CLI();
+  expect_usage_error({}, "idem: ", "a command is required");
+}
+
+TEST(Cli, AnUnknownCommandIsAUsageError) {
+  IDEM_REQUIRE_CLI();
+  expect_usage_error({"frobnicate"}, "idem: unknown command 'frobnicate'", "frobnicate");
+}
+
+TEST(Cli, AnUnknownOptionIsAUsageError) {
+  IDEM_REQUIRE_CLI();
+  expect_usage_error({"--bogus"}, "idem: ", "--bogus");
+  expect_usage_error({"demo", "--bogus"}, "idem demo: ", "--bogus");
+}
+
+TEST(Cli, AMissingOptionValueIsAUsageError) {
+  IDEM_REQUIRE_CLI();
+  expect_usage_error({"demo", "--events"}, "idem demo: ", "--events");
+  expect_usage_error({"demo", "--mode"}, "idem demo: ", "--mode");
+}
+
+TEST(Cli, AMalformedValueIsAUsageError) {
+  IDEM_REQUIRE_CLI();
+  expect_usage_error({"demo", "--events", "many"}, "idem demo: ", "many");
+  expect_usage_error({"demo", "--events", "0"}, "idem demo: ", "--events");
+  expect_usage_error({"demo", "--mode", "sometimes"}, "idem demo: ", "sometimes");
+  expect_usage_error({"demo", "--kill-at", "2"}, "idem demo: ", "--kill-at");
+}
+
+TEST(Cli, VersionPrintsTheVersionAndExitsZero) {
+  IDEM_REQUIRE_CLI();
+  const CliRun run = run_cli({"--version"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(run.output, std::string("idem ") + IDEM_TEST_VERSION + "\n");
+}
+
+TEST(Cli, HelpExitsZero) {
+  IDEM_REQUIRE_CLI();
+  const CliRun run = run_cli({"--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("demo"), std::string::npos) << run.output;
+  EXPECT_EQ(run_cli({"purge", "--help"}).exit_code, 0);
+}
+
+TEST(Cli, AStoreErrorCarriesItsPrefixOnce) {
+  IDEM_REQUIRE_CLI();
+  // The directory does not exist: SQLite cannot open the file, and idem adds which part is wrong.
+  const CliRun run = run_cli({"stats", "sqlite:///nonexistent-dir/sub/x.db"});
+  EXPECT_EQ(run.exit_code, 3) << run.output;
+  EXPECT_EQ(count(run.output, "\n"), 1u) << run.output;
+  EXPECT_EQ(run.output.rfind("idem stats: store_open_failed: ", 0), 0u) << run.output;
+  EXPECT_EQ(count(run.output, "store_open_failed"), 1u) << run.output;
+  EXPECT_EQ(count(run.output, "idem"), 1u) << run.output;
+  EXPECT_NE(run.output.find("does not exist"), std::string::npos) << run.output;
+}
+
+TEST(Cli, AConfigurationErrorCarriesItsPrefixOnce) {
+  IDEM_REQUIRE_CLI();
+  const CliRun run = run_cli({"stats", "nosuch://x"});
+  EXPECT_EQ(run.exit_code, 2) << run.output;
+  EXPECT_EQ(run.output.rfind("idem stats: config_error: ", 0), 0u) << run.output;
+  EXPECT_EQ(count(run.output, "config_error"), 1u) << run.output;
+}
+
+}  // namespace
