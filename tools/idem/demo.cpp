@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -31,9 +30,14 @@
 #include "idem/handler.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/open.hpp"
-#include "idem/sqlite/sqlite_recorder.hpp"
 #include "progress.hpp"
 
+#ifdef IDEM_HAVE_SQLITE
+#include <sqlite3.h>
+
+#include "idem/sqlite/sqlite_recorder.hpp"
+#include "idem/sqlite/sqlite_transaction.hpp"
+#endif
 #ifdef IDEM_HAVE_POSTGRES
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_transaction.hpp"
@@ -98,6 +102,7 @@ class AppendLog {
   Fd fd_;
 };
 
+#ifdef IDEM_HAVE_SQLITE
 struct Db {
   sqlite3* db = nullptr;
   explicit Db(const fs::path& path) {
@@ -128,6 +133,7 @@ struct Db {
     return value;
   }
 };
+#endif
 
 HandlerMode parse_mode(const std::string& mode) {
   if (mode == "transactional") return HandlerMode::transactional;
@@ -139,7 +145,15 @@ HandlerMode parse_mode(const std::string& mode) {
 
 // The recorder URL a demo (or its consumer) uses: --store, or the SQLite file in the work dir.
 std::string recorder_url(const std::string& store, const fs::path& dir) {
-  return store.empty() ? "sqlite://" + fs::absolute(dir / "idem.db").string() : store;
+  if (!store.empty()) return store;
+#ifdef IDEM_HAVE_SQLITE
+  return "sqlite://" + fs::absolute(dir / "idem.db").string();
+#else
+  (void)dir;
+  throw NotSupported(
+      "this idem was built without the SQLite backend (IDEM_WITH_SQLITE=OFF), the demo's "
+      "default recorder: give --store redis://... or --store postgresql://...");
+#endif
 }
 
 #ifdef IDEM_HAVE_POSTGRES
@@ -162,6 +176,62 @@ void read_in_rolled_back_transaction(
   }
 }
 #endif
+
+// The ledger of transactional mode lives in the recorder's own database: create_ledger makes it
+// (false: the demo has no ledger for this kind of recorder), count_ledger counts the side
+// effects of `consumer` in it.
+bool create_ledger([[maybe_unused]] IdempotencyRecorder& recorder,
+                   [[maybe_unused]] const std::string& consumer) {
+#ifdef IDEM_HAVE_SQLITE
+  if (auto* sqlite = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(&recorder)) {
+    Db db(sqlite->path());
+    db.exec(std::string("CREATE TABLE IF NOT EXISTS ") + kSqliteLedger + kLedgerColumns);
+    return true;
+  }
+#endif
+#ifdef IDEM_HAVE_POSTGRES
+  if (auto* pg = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(&recorder)) {
+    // Created through the recorder's own transaction (recorded under "idem-demo-setup").
+    pg->run_transactional("idem-demo-setup", consumer, [&](Transaction& tx) {
+      dynamic_cast<postgres::PostgresTransaction&>(tx).exec("CREATE TABLE IF NOT EXISTS " +
+                                                            postgres_ledger(*pg) + kLedgerColumns);
+    });
+    return true;
+  }
+#endif
+  return false;
+}
+
+struct LedgerCount {
+  std::int64_t rows = 0;
+  std::int64_t distinct_events = 0;
+};
+
+LedgerCount count_ledger([[maybe_unused]] IdempotencyRecorder& recorder,
+                         const std::string& consumer) {
+  [[maybe_unused]] const std::string where =
+      " WHERE consumer = '" + consumer + "'";  // [a-z0-9-] only
+  LedgerCount count;
+#ifdef IDEM_HAVE_SQLITE
+  if (auto* sqlite = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(&recorder)) {
+    Db db(sqlite->path());
+    count.rows = db.scalar(std::string("SELECT COUNT(*) FROM ") + kSqliteLedger + where);
+    count.distinct_events =
+        db.scalar(std::string("SELECT COUNT(DISTINCT event_id) FROM ") + kSqliteLedger + where);
+  }
+#endif
+#ifdef IDEM_HAVE_POSTGRES
+  if (auto* pg = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(&recorder)) {
+    read_in_rolled_back_transaction(*pg, [&](postgres::PostgresTransaction& tx) {
+      const std::string ledger = postgres_ledger(*pg);
+      count.rows = tx.query_int64("SELECT COUNT(*) FROM " + ledger + where).value_or(0);
+      count.distinct_events =
+          tx.query_int64("SELECT COUNT(DISTINCT event_id) FROM " + ledger + where).value_or(0);
+    });
+  }
+#endif
+  return count;
+}
 
 std::uint64_t read_offset(const fs::path& dir) {
   std::ifstream in(dir / "offset");
@@ -380,6 +450,7 @@ class LoggedHandler final : public EventHandler {
   std::set<std::uint64_t>& settled_;
 };
 
+#ifdef IDEM_HAVE_RABBITMQ
 // Sequence numbers a previous consumer process already settled (P or X in the delivery log).
 std::set<std::uint64_t> settled_in_log(const fs::path& path) {
   std::set<std::uint64_t> settled;
@@ -392,7 +463,6 @@ std::set<std::uint64_t> settled_in_log(const fs::path& path) {
   return settled;
 }
 
-#ifdef IDEM_HAVE_RABBITMQ
 // One exchange and one queue per run (named after the run's fresh consumer name), so runs
 // against one broker never see each other's messages.
 rabbitmq::ConsumerOptions broker_consumer_options(const std::string& consumer) {
@@ -441,8 +511,12 @@ int run_demo_consumer(const ConsumerOptions& options) {
   // the marker's transaction; otherwise it is an external side effect (a line in a file).
   auto handler = make_idempotent_handler<nlohmann::json>(
       consumer, recorder,
-      [&](const nlohmann::json& payload, BusProxy& bus, const Event& event) {
-        if (auto* tx = dynamic_cast<sqlite::SqliteTransaction*>(bus.transaction())) {
+      [&]([[maybe_unused]] const nlohmann::json& payload, BusProxy& bus, const Event& event) {
+        if (bus.transaction() == nullptr) {
+          stall_here(event);  // killed before the side effect: the claim's lease expires
+          side_effects.line(event.id);
+#ifdef IDEM_HAVE_SQLITE
+        } else if (auto* tx = dynamic_cast<sqlite::SqliteTransaction*>(bus.transaction())) {
           sqlite3_stmt* stmt = nullptr;
           const std::string sql = std::string("INSERT INTO ") + kSqliteLedger +
                                   "(consumer, event_id, order_no, amount_cents) VALUES(?,?,?,?)";
@@ -455,17 +529,15 @@ int run_demo_consumer(const ConsumerOptions& options) {
           sqlite3_finalize(stmt);
           if (rc != SQLITE_DONE) throw std::runtime_error("ledger insert failed");
           stall_here(event);  // killed here: the ledger row and the marker vanish together
+#endif
 #ifdef IDEM_HAVE_POSTGRES
         } else if (auto* pg = dynamic_cast<postgres::PostgresTransaction*>(bus.transaction())) {
           pg->exec(pg_insert, {consumer, event.id, payload.at("order").get<std::int64_t>(),
                                payload.at("amount_cents").get<std::int64_t>()});
           stall_here(event);  // killed here: the server rolls the row back with the marker
 #endif
-        } else if (bus.transaction() != nullptr) {
-          throw NotSupported("the demo has no ledger for this recorder's transactions");
         } else {
-          stall_here(event);  // killed before the side effect: the claim's lease expires
-          side_effects.line(event.id);
+          throw NotSupported("the demo has no ledger for this recorder's transactions");
         }
       },
       HandlerOptions{.mode = mode, .lease = std::chrono::milliseconds(1500)});
@@ -534,9 +606,12 @@ int run_demo(const DemoOptions& options) {
     // A fresh name per run: runs against one Redis or PostgreSQL never see each other's markers.
     consumer = std::string(kConsumer) + "-" + new_event_id().substr(0, 8);
     const std::string shown = redact_url(options.store);
+    bool in_memory = dynamic_cast<InMemoryIdempotencyRecorder*>(recorder.get()) != nullptr;
+#ifdef IDEM_HAVE_SQLITE
     const auto* sqlite_recorder = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(recorder.get());
-    if (dynamic_cast<InMemoryIdempotencyRecorder*>(recorder.get()) != nullptr ||
-        (sqlite_recorder != nullptr && sqlite_recorder->path() == ":memory:")) {
+    in_memory = in_memory || (sqlite_recorder != nullptr && sqlite_recorder->path() == ":memory:");
+#endif
+    if (in_memory) {
       throw NotSupported("--store " + shown +
                          ": an in-memory recorder lives and dies with one process, but the demo "
                          "kills its consumer process and starts a new one; use a SQLite file, "
@@ -615,25 +690,8 @@ int run_demo(const DemoOptions& options) {
 
   // Transactional mode writes its side effect, a ledger row, through the marker's transaction,
   // so the ledger lives in the recorder's database.
-  auto* sqlite_recorder = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(recorder.get());
-#ifdef IDEM_HAVE_POSTGRES
-  auto* pg_recorder = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(recorder.get());
-#endif
-  if (mode == HandlerMode::transactional) {
-    if (sqlite_recorder != nullptr) {
-      Db db(sqlite_recorder->path());
-      db.exec(std::string("CREATE TABLE IF NOT EXISTS ") + kSqliteLedger + kLedgerColumns);
-#ifdef IDEM_HAVE_POSTGRES
-    } else if (pg_recorder != nullptr) {
-      // Created through the recorder's own transaction (recorded under "idem-demo-setup").
-      pg_recorder->run_transactional("idem-demo-setup", consumer, [&](Transaction& tx) {
-        dynamic_cast<postgres::PostgresTransaction&>(tx).exec(
-            "CREATE TABLE IF NOT EXISTS " + postgres_ledger(*pg_recorder) + kLedgerColumns);
-      });
-#endif
-    } else {
-      throw NotSupported("--mode transactional: the demo has no ledger for " + redact_url(url));
-    }
+  if (mode == HandlerMode::transactional && !create_ledger(*recorder, consumer)) {
+    throw NotSupported("--mode transactional: the demo has no ledger for " + redact_url(url));
   }
   std::cout.flush();  // the progress bar writes to stderr; keep the two in order
 
@@ -688,22 +746,9 @@ int run_demo(const DemoOptions& options) {
       if (recorder->is_processed(consumer, id)) ++markers;
     }
     if (mode == HandlerMode::transactional) {
-      const std::string where = " WHERE consumer = '" + consumer + "'";  // [a-z0-9-] only
-      if (sqlite_recorder != nullptr) {
-        Db db(sqlite_recorder->path());
-        side_effects = db.scalar(std::string("SELECT COUNT(*) FROM ") + kSqliteLedger + where);
-        distinct_side_effects =
-            db.scalar(std::string("SELECT COUNT(DISTINCT event_id) FROM ") + kSqliteLedger + where);
-#ifdef IDEM_HAVE_POSTGRES
-      } else if (pg_recorder != nullptr) {
-        read_in_rolled_back_transaction(*pg_recorder, [&](postgres::PostgresTransaction& tx) {
-          const std::string ledger = postgres_ledger(*pg_recorder);
-          side_effects = tx.query_int64("SELECT COUNT(*) FROM " + ledger + where).value_or(0);
-          distinct_side_effects =
-              tx.query_int64("SELECT COUNT(DISTINCT event_id) FROM " + ledger + where).value_or(0);
-        });
-#endif
-      }
+      const LedgerCount ledger = count_ledger(*recorder, consumer);
+      side_effects = ledger.rows;
+      distinct_side_effects = ledger.distinct_events;
     } else {
       std::ifstream in(dir / "side_effects.log");
       std::set<std::string> ids;
