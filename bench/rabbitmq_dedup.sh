@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # End-to-end events/s through RabbitMQ with dedup on SQLite, Redis and PostgreSQL, against the same
-# pipeline without dedup in the same run (issue #5; target: dedup overhead <= 15%, ratio >= 0.85).
+# pipeline without dedup in the same run (target: dedup overhead <= 15%, ratio >= 0.85).
 #
 #   bench/rabbitmq_dedup.sh                  # EVENTS=5000 RUNS=3 PREFETCH=64 OVERLAP=1
 #   EVENTS=10000 RUNS=5 PREFETCH=256 bench/rabbitmq_dedup.sh

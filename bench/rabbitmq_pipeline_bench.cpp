@@ -1,4 +1,4 @@
-// End-to-end events/s through RabbitMQ, with and without dedup (issue #5).
+// End-to-end events/s through RabbitMQ, with and without dedup.
 //
 //   bench_rabbitmq_pipeline AMQP_URL PIPELINE RECORDER_URL EVENTS
 //                           [PREFETCH [OVERLAP [RTT_US [MODE]]]]

@@ -1,5 +1,5 @@
-// A transport's window of deliveries against a recorder, for the batch-vs-single benchmarks
-// (issue #5): every iteration is a window of kWindow fresh event ids, checked and marked either
+// A transport's window of deliveries against a recorder, for the batch-vs-single benchmarks:
+// every iteration is a window of kWindow fresh event ids, checked and marked either
 // with one is_processed_many + one mark_processed_many (batch = 1) or with an is_processed and a
 // mark_processed per event (batch = 0). Items are events, so items/s compare with *_CheckMark.
 #pragma once

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The soak run (issue #6, item 5): builds idem_soak alone in build/release (the release preset),
+# The soak run: builds idem_soak alone in build/release (the release preset),
 # starts the test servers through scripts/servers.sh when Redis or PostgreSQL is asked for, and
 # runs it. idem_soak prints one PASS/FAIL line per check and the totals per backend; this script
 # exits non-zero when a check failed (or the build or a server did).

@@ -1,4 +1,4 @@
-// idem_soak: a bounded load run against each durable backend (issue #6, item 5).
+// idem_soak: a bounded load run against each durable backend.
 //
 //   idem_soak [--seconds N] [--backends sqlite,redis,postgres] [--workers N]
 //

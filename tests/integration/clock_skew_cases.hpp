@@ -1,4 +1,4 @@
-// Clock skew between processes sharing one store (issue #6, item 4).
+// Clock skew between processes sharing one store.
 //
 // Two recorder (or store) OBJECTS open the same database, each with its own ManualClock: they
 // stand for two processes whose wall clocks disagree or jump. Every idem backend computes lease

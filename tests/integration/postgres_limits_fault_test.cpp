@@ -1,4 +1,4 @@
-// PostgreSQL resource limits (issue #6 item 3): the server's connection limit is reached, and a
+// PostgreSQL resource limits: the server's connection limit is reached, and a
 // statement waits on a lock past statement_timeout. Each gives a classified, retryable
 // PostgresError (store_busy for SQLSTATE 53300, timeout for 57014); nothing is reported
 // processed or completed that was not; the same recorder/store works once the limit is lifted or

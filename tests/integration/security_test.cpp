@@ -1,4 +1,4 @@
-// Security of idem's backends (issue #6 item 6):
+// Security of idem's backends:
 //   * consumer names, event ids and idempotency keys full of SQL, Lua and shell syntax (quotes,
 //     semicolons, comments, "); DROP TABLE x; --", '%', '\', "]] end", Redis hash-tag braces)
 //     round-trip as plain data on every backend and change nothing else: the statements are

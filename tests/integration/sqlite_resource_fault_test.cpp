@@ -1,4 +1,4 @@
-// Resource faults on the SQLite backend (issue #6 item 3): a full disk or an I/O error while
+// Resource faults on the SQLite backend: a full disk or an I/O error while
 // writing, a read-only database, and a database locked past the busy timeout. Each must give a
 // clear, classified SqliteError; nothing may be reported processed (or completed) that was not;
 // and the same recorder/store objects must work again once the fault clears, without a reopen.

@@ -1,4 +1,4 @@
-// Redis out of memory (issue #6 item 3): with maxmemory reached and maxmemory-policy noeviction,
+// Redis out of memory: with maxmemory reached and maxmemory-policy noeviction,
 // the server refuses writes with -OOM. Every recorder and store write must then fail with a
 // classified, retryable RedisError (failure reply, not in doubt: the server ran nothing), nothing
 // may be reported processed or completed that was not, reads keep working, and the same objects

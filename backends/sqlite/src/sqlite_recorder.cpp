@@ -365,7 +365,7 @@ class SqliteIdempotencyRecorder::Impl {
   std::deque<PendingMark*> pending_marks_;
   // Waiters park on these, chosen round-robin. They outlive every waiter, so the committer
   // notifies after releasing marks_mutex_: a woken waiter then finds the mutex free instead of
-  // going back to sleep on it (on a 2-core VM that halved the context switches per mark).
+  // going back to sleep on it (on 2 cores that halved the context switches per mark).
   std::array<std::condition_variable, 16> mark_cvs_;
   std::size_t next_mark_cv_ = 0;  // guarded by marks_mutex_
   // Entries the last transaction of write_queued_marks() held (it reads and writes this only
