@@ -15,6 +15,7 @@
 
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
+#include "idem/sql.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 
 namespace {
@@ -73,10 +74,11 @@ int main(int argc, char** argv) {
   auto handler = idem::make_idempotent_handler<std::string>(
       "warehouse", recorder,
       [&](const std::string& order_id, idem::BusProxy& bus, const idem::Event&) {
-        // bus.transaction() is the open SqliteTransaction that also holds the marker.
-        auto& tx = dynamic_cast<idem::sqlite::SqliteTransaction&>(*bus.transaction());
-        tx.exec("INSERT INTO shipments(order_id, sku) VALUES (?, ?)", {order_id, "kettle"});
-        tx.exec("UPDATE stock SET units = units - 1 WHERE sku = ?", {"kettle"});
+        // bus.transaction() is the open transaction that also holds the marker: an
+        // idem::SqlTransaction on every SQL backend (this handler would run on PostgreSQL too).
+        auto& tx = dynamic_cast<idem::SqlTransaction&>(*bus.transaction());
+        tx.exec("INSERT INTO shipments(order_id, sku) VALUES ($1, $2)", {order_id, "kettle"});
+        tx.exec("UPDATE stock SET units = units - 1 WHERE sku = $1", {"kettle"});
         if (fail_next) {
           fail_next = false;
           throw std::runtime_error("label printer jammed");  // rolls back both writes

@@ -32,15 +32,13 @@
 #include "idem/open.hpp"
 #include "progress.hpp"
 
-#ifdef IDEM_HAVE_SQLITE
-#include <sqlite3.h>
+#include "idem/sql.hpp"
 
+#ifdef IDEM_HAVE_SQLITE
 #include "idem/sqlite/sqlite_recorder.hpp"
-#include "idem/sqlite/sqlite_transaction.hpp"
 #endif
 #ifdef IDEM_HAVE_POSTGRES
 #include "idem/postgres/postgres_recorder.hpp"
-#include "idem/postgres/postgres_transaction.hpp"
 #endif
 #ifdef IDEM_HAVE_RABBITMQ
 #include "idem/rabbitmq/admin.hpp"
@@ -56,9 +54,8 @@ namespace idem::cli {
 namespace {
 
 constexpr const char* kConsumer = "billing";
-// The ledger of transactional mode: in the recorder's SQLite file, or <schema>.demo_ledger on
-// PostgreSQL. One row per side effect, tagged with the run's consumer name.
-constexpr const char* kSqliteLedger = "idem_demo_ledger";
+// The ledger of transactional mode (ledger_table()): one row per side effect, tagged with the
+// run's consumer name.
 constexpr const char* kLedgerColumns =
     "(consumer TEXT NOT NULL, event_id TEXT NOT NULL, order_no BIGINT, amount_cents BIGINT)";
 
@@ -102,39 +99,6 @@ class AppendLog {
   Fd fd_;
 };
 
-#ifdef IDEM_HAVE_SQLITE
-struct Db {
-  sqlite3* db = nullptr;
-  explicit Db(const fs::path& path) {
-    if (sqlite3_open(path.c_str(), &db) != SQLITE_OK) {
-      throw std::runtime_error("cannot open " + path.string());
-    }
-    sqlite3_busy_timeout(db, 5000);
-  }
-  Db(const Db&) = delete;
-  Db& operator=(const Db&) = delete;
-  ~Db() { sqlite3_close(db); }
-  void exec(const std::string& sql) const {
-    char* error = nullptr;
-    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-      std::string message = error ? error : "unknown error";
-      sqlite3_free(error);
-      throw std::runtime_error("sqlite: " + message + " in: " + sql);
-    }
-  }
-  std::int64_t scalar(const std::string& sql) const {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-      throw std::runtime_error(std::string("sqlite: ") + sqlite3_errmsg(db));
-    }
-    std::int64_t value = 0;
-    if (sqlite3_step(stmt) == SQLITE_ROW) value = sqlite3_column_int64(stmt, 0);
-    sqlite3_finalize(stmt);
-    return value;
-  }
-};
-#endif
-
 HandlerMode parse_mode(const std::string& mode) {
   if (mode == "transactional") return HandlerMode::transactional;
   if (mode == "exclusive") return HandlerMode::exclusive;
@@ -156,50 +120,28 @@ std::string recorder_url(const std::string& store, const fs::path& dir) {
 #endif
 }
 
-#ifdef IDEM_HAVE_POSTGRES
-std::string postgres_ledger(const postgres::PostgresIdempotencyRecorder& recorder) {
-  return recorder.pool()->options().schema + ".demo_ledger";
-}
-
-// Runs `fn` in a transaction of `recorder` that is always rolled back (its marker with it): the
-// demo's way to read the ledger through the recorder's own connection settings.
-class Rollback {};
-void read_in_rolled_back_transaction(
-    postgres::PostgresIdempotencyRecorder& recorder,
-    const std::function<void(postgres::PostgresTransaction&)>& fn) {
-  try {
-    recorder.run_transactional("idem-demo-check", new_event_id(), [&](Transaction& tx) {
-      fn(dynamic_cast<postgres::PostgresTransaction&>(tx));
-      throw Rollback{};
-    });
-  } catch (const Rollback&) {
-  }
-}
-#endif
-
-// The ledger of transactional mode lives in the recorder's own database: create_ledger makes it
-// (false: the demo has no ledger for this kind of recorder), count_ledger counts the side
-// effects of `consumer` in it.
-bool create_ledger([[maybe_unused]] IdempotencyRecorder& recorder,
-                   [[maybe_unused]] const std::string& consumer) {
+// The ledger of transactional mode: in the recorder's own database, written through the
+// marker's transaction (idem::SqlTransaction). Empty: the demo has no ledger for this recorder.
+std::string ledger_table([[maybe_unused]] const IdempotencyRecorder& recorder) {
 #ifdef IDEM_HAVE_SQLITE
-  if (auto* sqlite = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(&recorder)) {
-    Db db(sqlite->path());
-    db.exec(std::string("CREATE TABLE IF NOT EXISTS ") + kSqliteLedger + kLedgerColumns);
-    return true;
+  if (dynamic_cast<const sqlite::SqliteIdempotencyRecorder*>(&recorder) != nullptr) {
+    return "idem_demo_ledger";
   }
 #endif
 #ifdef IDEM_HAVE_POSTGRES
-  if (auto* pg = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(&recorder)) {
-    // Created through the recorder's own transaction (recorded under "idem-demo-setup").
-    pg->run_transactional("idem-demo-setup", consumer, [&](Transaction& tx) {
-      dynamic_cast<postgres::PostgresTransaction&>(tx).exec("CREATE TABLE IF NOT EXISTS " +
-                                                            postgres_ledger(*pg) + kLedgerColumns);
-    });
-    return true;
+  if (const auto* pg = dynamic_cast<const postgres::PostgresIdempotencyRecorder*>(&recorder)) {
+    return pg->pool()->options().schema + ".demo_ledger";
   }
 #endif
-  return false;
+  return {};
+}
+
+// Makes the ledger, through the recorder's own transaction (recorded under "idem-demo-setup").
+void create_ledger(IdempotencyRecorder& recorder, const std::string& ledger,
+                   const std::string& consumer) {
+  recorder.run_transactional("idem-demo-setup", consumer, [&](Transaction& tx) {
+    dynamic_cast<SqlTransaction&>(tx).exec("CREATE TABLE IF NOT EXISTS " + ledger + kLedgerColumns);
+  });
 }
 
 struct LedgerCount {
@@ -207,29 +149,26 @@ struct LedgerCount {
   std::int64_t distinct_events = 0;
 };
 
-LedgerCount count_ledger([[maybe_unused]] IdempotencyRecorder& recorder,
+// Counts the side effects of `consumer` in the ledger, in a transaction of the recorder that is
+// always rolled back (its marker with it): the demo's way to read the ledger through the
+// recorder's own connection settings.
+LedgerCount count_ledger(IdempotencyRecorder& recorder, const std::string& ledger,
                          const std::string& consumer) {
-  [[maybe_unused]] const std::string where =
-      " WHERE consumer = '" + consumer + "'";  // [a-z0-9-] only
+  struct Rollback {};
   LedgerCount count;
-#ifdef IDEM_HAVE_SQLITE
-  if (auto* sqlite = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(&recorder)) {
-    Db db(sqlite->path());
-    count.rows = db.scalar(std::string("SELECT COUNT(*) FROM ") + kSqliteLedger + where);
-    count.distinct_events =
-        db.scalar(std::string("SELECT COUNT(DISTINCT event_id) FROM ") + kSqliteLedger + where);
-  }
-#endif
-#ifdef IDEM_HAVE_POSTGRES
-  if (auto* pg = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(&recorder)) {
-    read_in_rolled_back_transaction(*pg, [&](postgres::PostgresTransaction& tx) {
-      const std::string ledger = postgres_ledger(*pg);
-      count.rows = tx.query_int64("SELECT COUNT(*) FROM " + ledger + where).value_or(0);
+  try {
+    recorder.run_transactional("idem-demo-check", new_event_id(), [&](Transaction& tx) {
+      auto& sql = dynamic_cast<SqlTransaction&>(tx);
+      const std::string where = " WHERE consumer = $1";
+      count.rows =
+          sql.query_int64("SELECT COUNT(*) FROM " + ledger + where, {consumer}).value_or(0);
       count.distinct_events =
-          tx.query_int64("SELECT COUNT(DISTINCT event_id) FROM " + ledger + where).value_or(0);
+          sql.query_int64("SELECT COUNT(DISTINCT event_id) FROM " + ledger + where, {consumer})
+              .value_or(0);
+      throw Rollback{};
     });
+  } catch (const Rollback&) {
   }
-#endif
   return count;
 }
 
@@ -484,13 +423,9 @@ int run_demo_consumer(const ConsumerOptions& options) {
   const std::string url = recorder_url(store != nullptr ? store : "", dir);
   std::shared_ptr<IdempotencyRecorder> recorder = open_recorder(url);
   const std::string consumer = options.consumer;
-#ifdef IDEM_HAVE_POSTGRES
-  std::string pg_insert;
-  if (auto* pg = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(recorder.get())) {
-    pg_insert = "INSERT INTO " + postgres_ledger(*pg) +
-                "(consumer, event_id, order_no, amount_cents) VALUES ($1, $2, $3, $4)";
-  }
-#endif
+  const std::string ledger_insert = "INSERT INTO " + ledger_table(*recorder) +
+                                    "(consumer, event_id, order_no, amount_cents) "
+                                    "VALUES ($1, $2, $3, $4)";
   AppendLog deliveries(dir / "deliveries.log");
   AppendLog side_effects(dir / "side_effects.log");
   bool stalled = false;
@@ -511,31 +446,16 @@ int run_demo_consumer(const ConsumerOptions& options) {
   // the marker's transaction; otherwise it is an external side effect (a line in a file).
   auto handler = make_idempotent_handler<nlohmann::json>(
       consumer, recorder,
-      [&]([[maybe_unused]] const nlohmann::json& payload, BusProxy& bus, const Event& event) {
+      [&](const nlohmann::json& payload, BusProxy& bus, const Event& event) {
         if (bus.transaction() == nullptr) {
           stall_here(event);  // killed before the side effect: the claim's lease expires
           side_effects.line(event.id);
-#ifdef IDEM_HAVE_SQLITE
-        } else if (auto* tx = dynamic_cast<sqlite::SqliteTransaction*>(bus.transaction())) {
-          sqlite3_stmt* stmt = nullptr;
-          const std::string sql = std::string("INSERT INTO ") + kSqliteLedger +
-                                  "(consumer, event_id, order_no, amount_cents) VALUES(?,?,?,?)";
-          sqlite3_prepare_v2(tx->db(), sql.c_str(), -1, &stmt, nullptr);
-          sqlite3_bind_text(stmt, 1, consumer.c_str(), -1, SQLITE_TRANSIENT);
-          sqlite3_bind_text(stmt, 2, event.id.c_str(), -1, SQLITE_TRANSIENT);
-          sqlite3_bind_int64(stmt, 3, payload.at("order").get<std::int64_t>());
-          sqlite3_bind_int64(stmt, 4, payload.at("amount_cents").get<std::int64_t>());
-          const int rc = sqlite3_step(stmt);
-          sqlite3_finalize(stmt);
-          if (rc != SQLITE_DONE) throw std::runtime_error("ledger insert failed");
-          stall_here(event);  // killed here: the ledger row and the marker vanish together
-#endif
-#ifdef IDEM_HAVE_POSTGRES
-        } else if (auto* pg = dynamic_cast<postgres::PostgresTransaction*>(bus.transaction())) {
-          pg->exec(pg_insert, {consumer, event.id, payload.at("order").get<std::int64_t>(),
-                               payload.at("amount_cents").get<std::int64_t>()});
-          stall_here(event);  // killed here: the server rolls the row back with the marker
-#endif
+        } else if (auto* tx = dynamic_cast<SqlTransaction*>(bus.transaction())) {
+          tx->exec(ledger_insert, {consumer, event.id, payload.at("order").get<std::int64_t>(),
+                                   payload.at("amount_cents").get<std::int64_t>()});
+          // Killed here: the ledger row and the marker vanish together (the file's journal, or
+          // the server, rolls both back).
+          stall_here(event);
         } else {
           throw NotSupported("the demo has no ledger for this recorder's transactions");
         }
@@ -690,8 +610,12 @@ int run_demo(const DemoOptions& options) {
 
   // Transactional mode writes its side effect, a ledger row, through the marker's transaction,
   // so the ledger lives in the recorder's database.
-  if (mode == HandlerMode::transactional && !create_ledger(*recorder, consumer)) {
-    throw NotSupported("--mode transactional: the demo has no ledger for " + redact_url(url));
+  const std::string ledger = ledger_table(*recorder);
+  if (mode == HandlerMode::transactional) {
+    if (ledger.empty()) {
+      throw NotSupported("--mode transactional: the demo has no ledger for " + redact_url(url));
+    }
+    create_ledger(*recorder, ledger, consumer);
   }
   std::cout.flush();  // the progress bar writes to stderr; keep the two in order
 
@@ -746,9 +670,9 @@ int run_demo(const DemoOptions& options) {
       if (recorder->is_processed(consumer, id)) ++markers;
     }
     if (mode == HandlerMode::transactional) {
-      const LedgerCount ledger = count_ledger(*recorder, consumer);
-      side_effects = ledger.rows;
-      distinct_side_effects = ledger.distinct_events;
+      const LedgerCount count = count_ledger(*recorder, ledger, consumer);
+      side_effects = count.rows;
+      distinct_side_effects = count.distinct_events;
     } else {
       std::ifstream in(dir / "side_effects.log");
       std::set<std::string> ids;

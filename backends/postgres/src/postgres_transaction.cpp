@@ -1,6 +1,10 @@
 #include "idem/postgres/postgres_transaction.hpp"
 
 #include <charconv>
+#include <cstdint>
+#include <optional>
+#include <type_traits>
+#include <variant>
 #include <cstring>
 #include <string>
 

@@ -74,6 +74,8 @@ Statement& Statement::bind(int index, const SqlParam& param) {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, std::nullptr_t>) {
           bind_null(index);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          bind(index, std::int64_t{v ? 1 : 0});  // SQLite has no boolean: 0 or 1
         } else if constexpr (std::is_same_v<T, std::int64_t>) {
           bind(index, v);
         } else if constexpr (std::is_same_v<T, double>) {

@@ -4,9 +4,11 @@
 // transaction, inserts the marker, and hands the handler this object. Everything the handler
 // writes through it — exec(), or the raw connection from connection() — commits together with
 // the marker, or not at all: if the handler throws, or the process or the connection dies before
-// COMMIT, neither the marker nor the handler's rows exist. Handlers reach it through the bus:
+// COMMIT, neither the marker nor the handler's rows exist. Handlers reach it through the bus, as
+// idem::SqlTransaction (idem/sql.hpp: the same calls on every SQL backend) or as
+// idem::postgres::PostgresTransaction for the raw connection:
 //
-//   auto& tx = dynamic_cast<idem::postgres::PostgresTransaction&>(*bus.transaction());
+//   auto& tx = dynamic_cast<idem::SqlTransaction&>(*bus.transaction());
 //   tx.exec("INSERT INTO shipments(order_id, address) VALUES ($1, $2)", {order_id, address});
 //
 // Rules: do not COMMIT, ROLLBACK or BEGIN through connection() (idem owns the transaction;
@@ -20,18 +22,13 @@
 // returns.
 #pragma once
 
-#include <concepts>
 #include <cstdint>
 #include <initializer_list>
-#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
-#include <type_traits>
-#include <variant>
 
-#include "idem/error.hpp"
-#include "idem/recorder.hpp"
+#include "idem/sql.hpp"
 
 struct pg_conn;
 using PGconn = pg_conn;
@@ -42,51 +39,17 @@ namespace detail {
 class Connection;
 }
 
-// One parameter of exec()/query_*() for a $n placeholder: NULL, a boolean, an integer, a double,
-// text or bytea. Text and bytes are referenced, not copied: they must outlive the call
-// (temporaries in the argument list do). Text must not contain NUL bytes (PostgreSQL text cannot
-// hold them; use PgParam::bytea).
-class PgParam {
+// The statement parameter of idem/sql.hpp (its spelling in this namespace): text parameters go
+// untyped and the server infers their type from the statement, as for a literal; bytes
+// (PgParam::bytea) go as bytea.
+using PgParam = idem::SqlParam;
+
+class PostgresTransaction final : public SqlTransaction {
  public:
-  struct Bytea {
-    std::string_view bytes;
-  };
-  using Value = std::variant<std::nullptr_t, bool, std::int64_t, double, std::string_view, Bytea>;
+  using SqlTransaction::exec;
+  using SqlTransaction::query_int64;
+  using SqlTransaction::query_text;
 
-  PgParam(std::nullptr_t) noexcept : value_(nullptr) {}  // NOLINT: implicit by design
-  PgParam(bool v) noexcept : value_(v) {}                // NOLINT: implicit by design
-  template <std::integral T>
-  requires(!std::is_same_v<T, bool>) PgParam(T v)
-      : value_(to_int64(v)) {}                                   // NOLINT: implicit by design
-  PgParam(double v) noexcept : value_(v) {}                      // NOLINT: implicit by design
-  PgParam(std::string_view text) noexcept : value_(text) {}      // NOLINT: implicit by design
-  PgParam(const char* text) : value_(std::string_view(text)) {}  // NOLINT: implicit by design
-  PgParam(const std::string& text) noexcept                      // NOLINT: implicit by design
-      : value_(std::string_view(text)) {}
-
-  static PgParam bytea(std::string_view bytes) noexcept { return PgParam(Bytea{bytes}); }
-
-  const Value& value() const noexcept { return value_; }
-
- private:
-  explicit PgParam(Bytea b) noexcept : value_(b) {}
-
-  template <std::integral T>
-  static std::int64_t to_int64(T v) {
-    if constexpr (std::is_unsigned_v<T> && sizeof(T) >= sizeof(std::int64_t)) {
-      if (v > static_cast<T>(std::numeric_limits<std::int64_t>::max())) {
-        throw InvalidArgument("SQL parameter " + std::to_string(v) +
-                              " does not fit PostgreSQL's bigint");
-      }
-    }
-    return static_cast<std::int64_t>(v);
-  }
-
-  Value value_;
-};
-
-class PostgresTransaction final : public Transaction {
- public:
   PostgresTransaction(const PostgresTransaction&) = delete;
   PostgresTransaction& operator=(const PostgresTransaction&) = delete;
 
@@ -97,19 +60,19 @@ class PostgresTransaction final : public Transaction {
   // the statement) and returns how many rows it changed (or returned). Throws PostgresError when
   // the server refuses it (the transaction is then aborted: let the exception leave the
   // handler), InvalidArgument for text with a NUL byte.
-  std::int64_t exec(std::string_view sql, std::initializer_list<PgParam> params = {});
+  std::int64_t exec(std::string_view sql, std::initializer_list<PgParam> params) override;
 
   // The first column of the first row of a query, or nullopt when there is no row or it is
   // NULL. Same rules as exec(). query_int64 also throws PostgresError when the value is not an
   // integer.
   std::optional<std::int64_t> query_int64(std::string_view sql,
-                                          std::initializer_list<PgParam> params = {});
+                                          std::initializer_list<PgParam> params) override;
   std::optional<std::string> query_text(std::string_view sql,
-                                        std::initializer_list<PgParam> params = {});
+                                        std::initializer_list<PgParam> params) override;
 
   // The consumer and event the transaction is recording.
-  std::string_view consumer() const noexcept { return consumer_; }
-  std::string_view event_id() const noexcept { return event_id_; }
+  std::string_view consumer() const noexcept override { return consumer_; }
+  std::string_view event_id() const noexcept override { return event_id_; }
 
   // Internal: made by PostgresIdempotencyRecorder::run_transactional() only.
   PostgresTransaction(detail::Connection& connection, std::string_view consumer,
