@@ -53,6 +53,7 @@
 
 #include "idem/clock.hpp"
 #include "idem/codec.hpp"
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/recorder.hpp"
@@ -184,7 +185,11 @@ class HandlerCore {
   HandleResult run_transactional(const Event& event, BusProxy& bus,
                                  const std::function<void(BusProxy&)>& invoke);
   LeaseKeeper& keeper();
+  // ConfigError in a child of fork(): the handler (its recorder, its LeaseKeeper thread) is the
+  // parent's.
+  void check_process() const;
 
+  detail::ForkOwner owner_;
   std::string consumer_;
   std::shared_ptr<IdempotencyRecorder> recorder_;
   HandlerMode mode_;
