@@ -11,6 +11,9 @@
 // is a copy of a process that has used idem — and waits for it with a bound: the parent reads the
 // child's report through a pipe with poll() up to a deadline, then reaps it, and SIGKILLs a child
 // that is still there, so a hang fails the test instead of hanging it.
+//
+// alive_at_fork() keeps a recorder and a store alive across the fork and checks that the child
+// is refused their use (ConfigError), not served through the parent's connections or threads.
 #pragma once
 
 #include <poll.h>
@@ -24,9 +27,11 @@
 #include <exception>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "idem/bus.hpp"
+#include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
 #include "idem/idempotency_store.hpp"
@@ -210,6 +215,58 @@ inline std::string in_child(const std::function<std::string()>& body,
     return "the child exited with status " + std::to_string(WEXITSTATUS(status)) + ": " + report;
   }
   return "";
+}
+
+// Expects `call` to throw ConfigError saying that its object was made before fork().
+template <class Call>
+void expect_refused(Findings& findings, const std::string& what, Call&& call) {
+  try {
+    call();
+    findings.add(what + " ran in the child");
+  } catch (const ConfigError& e) {
+    findings.expect(std::string(e.what()).find("before fork()") != std::string::npos,
+                    what + ": the error does not say why: " + e.what());
+  } catch (const std::exception& e) {
+    findings.add(what + " threw something else than ConfigError: " + e.what());
+  }
+}
+
+// Objects alive at fork belong to the parent: in the child the recorder's and the store's calls
+// throw ConfigError (no connection, file or thread of the parent's is touched), new objects work
+// beside them, and the parent's objects are leaked (the child ends with _exit). The parent goes
+// on using its objects afterwards.
+inline std::string alive_at_fork(const Backend& backend) {
+  auto recorder = backend.recorder();
+  auto store = backend.store();
+  const std::string consumer = "fork-alive-" + std::to_string(::getpid());
+  recorder->mark_processed(consumer, "before");
+  if (store->claim(consumer, std::nullopt, std::chrono::seconds(30)).status !=
+      ClaimOutcome::Status::acquired) {
+    return "in the parent: the store's claim was not acquired";
+  }
+  const std::string child = in_child([&] {
+    Findings findings;
+    expect_refused(findings, "is_processed", [&] { recorder->is_processed(consumer, "before"); });
+    expect_refused(findings, "mark_processed", [&] { recorder->mark_processed(consumer, "x"); });
+    expect_refused(findings, "claim",
+                   [&] { recorder->claim(consumer, "y", std::chrono::seconds(30)); });
+    expect_refused(findings, "store lookup", [&] { store->lookup(consumer); });
+    expect_refused(findings, "store claim", [&] {
+      store->claim(consumer + "-other", std::nullopt, std::chrono::seconds(30));
+    });
+    const std::string fresh = use_idem(backend, "beside-" + std::to_string(::getpid()));
+    if (!fresh.empty()) findings.add("new objects in the child: " + fresh);
+    return findings.text();
+  });
+  if (!child.empty()) return child;
+  Findings parent;
+  parent.expect(recorder->is_processed(consumer, "before"),
+                "the parent's marker is gone after the child");
+  parent.expect(!recorder->is_processed(consumer, "x"), "the child's refused mark landed");
+  const auto record = store->lookup(consumer);
+  parent.expect(record && record->state == IdempotencyRecord::State::in_progress,
+                "the parent's claim is gone after the child");
+  return parent.text().empty() ? "" : "in the parent afterwards: " + parent.text();
 }
 
 // The case itself: use the backend in this process, destroy everything, fork, and use new
