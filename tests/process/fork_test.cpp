@@ -6,9 +6,10 @@
 //     resilient() and operation() calls that execute and replay) and exits 0 within a bound;
 //   * the child starts with a fresh default store: a key the parent executed there executes
 //     once more in the child (the parent's in-memory results are not the child's), then replays;
-//   * objects still alive at fork belong to the parent: in the child, a handler call and a keyed
-//     call on them throw ConfigError at once (no hang, no silent run without lease renewals),
-//     new objects work beside them, and these memory-only ones may be destroyed in the child.
+//   * objects still alive at fork belong to the parent: in the child, a handler call, a keyed
+//     call and a Bus publish on them throw ConfigError at once (no hang, no silent run without
+//     lease renewals or workers), new objects work beside them, and these (a Bus, a handler, a
+//     keyed callable, the in-memory recorder and store) may be destroyed in the child.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -17,6 +18,7 @@
 #include <string>
 
 #include "fork_case.hpp"
+#include "idem/bus.hpp"
 #include "idem/error.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/memory_store.hpp"
@@ -93,6 +95,8 @@ TEST(ForkInMemory, ObjectsAliveAtForkRefuseUseInTheChild) {
          .idempotency_store = store});
   };
   std::optional<decltype(make_doubled())> doubled(make_doubled());
+  auto bus = std::make_unique<idem::Bus>();
+  bus->subscribe("fork.test", handler);
   idem::CollectingBusProxy proxy("fork-alive");
   ASSERT_EQ((*handler)(idem::Event::make("fork.test", "parent"), proxy),
             idem::HandleResult::processed);
@@ -114,11 +118,19 @@ TEST(ForkInMemory, ObjectsAliveAtForkRefuseUseInTheChild) {
                 findings.expect(std::string(e.what()).find("fork") != std::string::npos,
                                 std::string("the call's error does not say why: ") + e.what());
               }
+              try {
+                bus->publish(idem::Event::make("fork.test", "child"));
+                findings.add("the parent's bus took an event in the child");
+              } catch (const idem::ConfigError& e) {
+                findings.expect(std::string(e.what()).find("fork") != std::string::npos,
+                                std::string("the bus's error does not say why: ") + e.what());
+              }
               // New objects work beside the parent's.
               const std::string fresh =
                   use_idem(memory_backend(), "beside-" + std::to_string(::getpid()));
               if (!fresh.empty()) findings.add("new objects in the child: " + fresh);
               // Memory-only objects of the parent may be destroyed in the child.
+              bus.reset();  // its threads are the parent's: abandoned, not joined
               handler.reset();
               doubled.reset();
               recorder.reset();
@@ -130,6 +142,9 @@ TEST(ForkInMemory, ObjectsAliveAtForkRefuseUseInTheChild) {
   EXPECT_EQ((*handler)(idem::Event::make("fork.test", "parent-again"), proxy),
             idem::HandleResult::processed);
   EXPECT_EQ((*doubled)(3).value, 6);
+  bus->publish(idem::Event::make("fork.test", "through-the-bus"));
+  bus->wait_idle();
+  EXPECT_EQ(bus->stats().delivered, 1u);
 }
 
 }  // namespace
