@@ -1,5 +1,5 @@
 // The fork() case shared by the per-backend fork tests (fork_test.cpp for the in-memory
-// recorder and store, sqlite_/redis_/postgres_fork_test.cpp for the others).
+// recorder and store, sqlite_/redis_/postgres_/rabbitmq_fork_test.cpp for the others).
 //
 // use_idem() drives both faces on one backend the way an application does: a recorder (check,
 // mark), an IdempotentHandler in exclusive mode called directly and through an idem::Bus (so
@@ -16,11 +16,13 @@
 // is refused their use (ConfigError), not served through the parent's connections or threads.
 #pragma once
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -143,7 +145,7 @@ inline std::string use_idem(const Backend& backend, const std::string& tag) {
 inline std::string in_child(const std::function<std::string()>& body,
                             std::chrono::seconds bound = std::chrono::seconds(60)) {
   int fds[2];
-  if (::pipe(fds) != 0) return "pipe failed";
+  if (::pipe2(fds, O_CLOEXEC) != 0) return "pipe failed";
   const pid_t pid = ::fork();
   if (pid < 0) return "fork failed";
   if (pid == 0) {
