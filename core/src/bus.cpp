@@ -11,6 +11,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 
@@ -75,6 +76,10 @@ struct Bus::State {
 
   std::vector<std::thread> workers;
   std::thread timer;
+  detail::ForkOwner process;  // the threads above exist only in the process that made the bus
+
+  // ConfigError in a child of fork().
+  void check_process() const { process.use("this idem::Bus"); }
 
   // The wait before the n-th retry (n >= 1).
   std::chrono::nanoseconds backoff(int n) const {
@@ -206,6 +211,12 @@ Bus::Bus(BusOptions options) {
 }
 
 Bus::~Bus() {
+  if (state_->process.forked()) {
+    // A child of fork(): the threads are the parent's. Joining them would wait forever, and the
+    // condition variables they waited on cannot be destroyed either; abandon the whole state.
+    detail::abandon(std::shared_ptr<const void>(std::move(state_)));
+    return;
+  }
   State& s = *state_;
   {
     std::lock_guard lock(s.mutex);
@@ -278,6 +289,7 @@ void Bus::subscribe(std::string event_type, std::shared_ptr<EventHandler> handle
   if (event_type.empty()) throw InvalidArgument("subscribe: event type is empty");
   if (!handler) throw InvalidArgument("subscribe: handler is null");
   validate_key("consumer", handler->consumer());
+  state_->check_process();
   State& s = *state_;
   std::lock_guard lock(s.mutex);
   auto& handlers = s.routes[event_type];
@@ -301,6 +313,7 @@ void Bus::subscribe(std::string event_type, std::string consumer,
 void Bus::publish(Event event) {
   validate_key("event id", event.id);
   if (event.type.empty()) throw InvalidArgument("publish: event " + event.id + " has no type");
+  state_->check_process();
   State& s = *state_;
   auto shared = std::make_shared<const Event>(std::move(event));
   std::lock_guard lock(s.mutex);
@@ -323,6 +336,7 @@ void Bus::publish(Event event) {
 }
 
 void Bus::wait_idle() {
+  state_->check_process();
   State& s = *state_;
   if (t_serving == &s) {
     throw InvalidArgument("Bus::wait_idle called from a handler: it would wait for itself");

@@ -1,30 +1,17 @@
 #include "idem/event.hpp"
 
-#include <pthread.h>
 #include <sys/random.h>
 
 #include <array>
-#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <system_error>
 
+#include "idem/detail/fork.hpp"
+
 namespace idem {
 namespace {
-
-// Bumped in every child after fork(), so per-thread random buffers inherited from the parent
-// are discarded instead of repeating the parent's ids.
-std::atomic<std::uint64_t> g_fork_generation{0};
-
-void on_fork_child() {
-  g_fork_generation.fetch_add(1, std::memory_order_relaxed);
-}
-
-const bool g_atfork_registered = [] {
-  pthread_atfork(nullptr, nullptr, &on_fork_child);
-  return true;
-}();
 
 struct RandomBuffer {
   static constexpr std::size_t kSize = 4096;
@@ -46,7 +33,9 @@ struct RandomBuffer {
   }
 
   void take(unsigned char* out, std::size_t n) {
-    const std::uint64_t current = g_fork_generation.load(std::memory_order_relaxed);
+    // A new generation after every fork(): per-thread buffers inherited from the parent are
+    // discarded instead of repeating the parent's ids.
+    const std::uint64_t current = detail::fork_generation();
     if (generation != current || used + n > kSize) {
       generation = current;
       refill();
@@ -61,7 +50,6 @@ struct RandomBuffer {
 }  // namespace
 
 std::string new_event_id() {
-  (void)g_atfork_registered;
   thread_local RandomBuffer buffer;
   unsigned char raw[16];
   buffer.take(raw, sizeof raw);

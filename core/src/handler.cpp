@@ -237,7 +237,15 @@ HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecord
   }
 }
 
-HandlerCore::~HandlerCore() = default;
+HandlerCore::~HandlerCore() {
+  // In a child of fork() the keeper's thread is the parent's: abandon the keeper (its handle,
+  // mutex and condition variable) rather than join a thread that is not there.
+  if (keeper_ && owner_.forked()) detail::abandon(std::shared_ptr<const void>(std::move(keeper_)));
+}
+
+void HandlerCore::check_process() const {
+  if (owner_.forked()) owner_.use("IdempotentHandler '" + consumer_ + "'");
+}
 
 LeaseKeeper& HandlerCore::keeper() {
   std::call_once(keeper_once_, [this] {
@@ -248,6 +256,7 @@ LeaseKeeper& HandlerCore::keeper() {
 
 HandleResult HandlerCore::run(const Event& event, BusProxy& bus,
                               const std::function<void(BusProxy&)>& invoke) {
+  check_process();
   validate_key("event id", event.id);
   switch (mode_) {
     case HandlerMode::check_then_mark:
@@ -265,6 +274,7 @@ HandleResult HandlerCore::run(const Event& event, BusProxy& bus,
 std::vector<HandleOutcome> HandlerCore::run_batch(
     std::span<const Event> events, BusProxy& bus,
     const std::function<void(const Event&, BusProxy&)>& invoke) {
+  check_process();
   std::vector<HandleOutcome> outcomes(events.size());
   if (mode_ != HandlerMode::check_then_mark) {
     for (std::size_t i = 0; i < events.size(); ++i) {

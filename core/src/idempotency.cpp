@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/idempotency.hpp"
 #include "idem/key.hpp"
@@ -175,6 +176,11 @@ std::shared_ptr<const void> replayed_value(const IdempotencyRecord& record,
 // Renews the leases of the claims its coordinator owns. One thread per coordinator, started on
 // the first claim and kept (idle) until the coordinator goes, so calls never start threads.
 // The period (lease/3) is real time; the lease itself is computed by the store from its clock.
+//
+// After fork() the thread is the parent's: a child has none. Its state (the thread's handle, the
+// mutex and condition variable it may have held or waited on) therefore lives apart, and a
+// Heartbeat destroyed in a child abandons that state instead of joining a thread that is not
+// there (detail/fork.hpp); check_process() lets its coordinator refuse calls in a child.
 class Heartbeat {
  public:
   struct Claim {
@@ -186,28 +192,41 @@ class Heartbeat {
     std::atomic<bool> lost{false};  // a renewal was fenced off: another owner has the key
   };
 
-  explicit Heartbeat(std::weak_ptr<IdempotencyStore> store) : store_(std::move(store)) {}
+  explicit Heartbeat(std::weak_ptr<IdempotencyStore> store)
+      : state_(std::make_shared<State>(std::move(store))) {}
+  Heartbeat(const Heartbeat&) = delete;
+  Heartbeat& operator=(const Heartbeat&) = delete;
+
+  ~Heartbeat() {
+    if (owner_.forked()) detail::abandon(std::move(state_));
+    // Otherwise state_ goes here: its thread is stopped and joined first.
+  }
+
+  // Throws ConfigError in a child of fork() (the coordinator is the parent's).
+  void check_process() const { owner_.use("this idempotency coordinator (of a resilient call)"); }
 
   std::shared_ptr<Claim> add(const std::string& key, std::uint64_t token, Millis lease) {
+    check_process();
     auto claim = std::make_shared<Claim>(key, token, lease);
     claim->due = RealClock::now() + period(lease);
-    std::lock_guard lock(mutex_);
-    claims_.push_back(claim);
-    if (!thread_.joinable()) {
-      thread_ = std::jthread([this](std::stop_token stop) { run(std::move(stop)); });
+    State& s = *state_;
+    std::lock_guard lock(s.mutex);
+    s.claims.push_back(claim);
+    if (!s.thread.joinable()) {
+      s.thread = std::jthread([&s](std::stop_token stop) { s.run(std::move(stop)); });
     }
     // Wake the thread only if it would otherwise sleep past this claim's first renewal: with
     // equal leases it never does, so a call costs no context switch.
-    if (claim->due < wake_at_) {
-      ++generation_;
-      cv_.notify_all();
+    if (claim->due < s.wake_at) {
+      ++s.generation;
+      s.cv.notify_all();
     }
     return claim;
   }
 
   void remove(const std::shared_ptr<Claim>& claim) {
-    std::lock_guard lock(mutex_);
-    std::erase(claims_, claim);
+    std::lock_guard lock(state_->mutex);
+    std::erase(state_->claims, claim);
   }
 
  private:
@@ -215,59 +234,67 @@ class Heartbeat {
     return std::max<RealClock::duration>(lease / 3, std::chrono::milliseconds(1));
   }
 
-  void run(std::stop_token stop) {
-    std::unique_lock lock(mutex_);
-    while (!stop.stop_requested()) {
-      if (claims_.empty()) {
-        wake_at_ = RealClock::time_point::max();
-        cv_.wait(lock, stop, [&] { return !claims_.empty(); });
-        continue;
-      }
-      const auto now = RealClock::now();
-      auto next = RealClock::time_point::max();
-      std::vector<std::shared_ptr<Claim>> due;
-      for (const auto& claim : claims_) {
-        if (claim->due <= now) {
-          due.push_back(claim);
-          claim->due = now + period(claim->lease);
+  // What the thread uses; the thread itself is its last member.
+  struct State {
+    explicit State(std::weak_ptr<IdempotencyStore> s) : store(std::move(s)) {}
+
+    void run(std::stop_token stop) {
+      std::unique_lock lock(mutex);
+      while (!stop.stop_requested()) {
+        if (claims.empty()) {
+          wake_at = RealClock::time_point::max();
+          cv.wait(lock, stop, [&] { return !claims.empty(); });
+          continue;
         }
-        next = std::min(next, claim->due);
+        const auto now = RealClock::now();
+        auto next = RealClock::time_point::max();
+        std::vector<std::shared_ptr<Claim>> due;
+        for (const auto& claim : claims) {
+          if (claim->due <= now) {
+            due.push_back(claim);
+            claim->due = now + period(claim->lease);
+          }
+          next = std::min(next, claim->due);
+        }
+        if (due.empty()) {
+          const std::uint64_t seen = generation;
+          wake_at = next;
+          cv.wait_until(lock, stop, next, [&] { return generation != seen; });
+          continue;
+        }
+        lock.unlock();
+        renew(due);
+        lock.lock();
+        for (const auto& claim : due) {
+          if (claim->lost) std::erase(claims, claim);
+        }
       }
-      if (due.empty()) {
-        const std::uint64_t seen = generation_;
-        wake_at_ = next;
-        cv_.wait_until(lock, stop, next, [&] { return generation_ != seen; });
-        continue;
-      }
-      lock.unlock();
-      renew(due);
-      lock.lock();
+    }
+
+    void renew(const std::vector<std::shared_ptr<Claim>>& due) {
+      auto locked = store.lock();
+      if (!locked) return;
       for (const auto& claim : due) {
-        if (claim->lost) std::erase(claims_, claim);
+        try {
+          if (!locked->renew(claim->key, claim->token, claim->lease)) claim->lost = true;
+        } catch (...) {
+          // A store hiccup is not a lost claim: try again next period (the lease outlives two
+          // missed renewals).
+        }
       }
     }
-  }
 
-  void renew(const std::vector<std::shared_ptr<Claim>>& due) {
-    auto store = store_.lock();
-    if (!store) return;
-    for (const auto& claim : due) {
-      try {
-        if (!store->renew(claim->key, claim->token, claim->lease)) claim->lost = true;
-      } catch (...) {
-        // A store hiccup is not a lost claim: try again next period (the lease outlives two
-        // missed renewals).
-      }
-    }
-  }
+    std::weak_ptr<IdempotencyStore> store;
+    std::mutex mutex;
+    std::condition_variable_any cv;
+    std::vector<std::shared_ptr<Claim>> claims;
+    std::uint64_t generation = 0;
+    RealClock::time_point wake_at = RealClock::time_point::min();  // when the thread wakes next
+    std::jthread thread;  // last: stopped and joined before the members above go
+  };
 
-  std::weak_ptr<IdempotencyStore> store_;
-  std::mutex mutex_;
-  std::condition_variable_any cv_;
-  std::vector<std::shared_ptr<Claim>> claims_;
-  std::uint64_t generation_ = 0;
-  RealClock::time_point wake_at_ = RealClock::time_point::min();  // when the thread wakes next
-  std::jthread thread_;  // last: stopped and joined before the members above go
+  detail::ForkOwner owner_;
+  std::shared_ptr<State> state_;
 };
 
 // ---- in-flight state --------------------------------------------------------------------------
@@ -396,6 +423,7 @@ class Coordinator final : public IdempotencyCoordinator,
   };
 
   std::shared_ptr<IdempotencyStore> lock_store() const {
+    heartbeat_.check_process();  // in a child of fork(): ConfigError before the store is touched
     if (store_strong_) return store_strong_;
     auto store = store_weak_.lock();
     if (!store) throw ConfigError("the idempotency store of this coordinator was destroyed");
@@ -733,19 +761,37 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
 // One coordinator per live store. The registry holds the coordinators (so a caller that asks for
 // one per call does not create one, and a heartbeat thread, per call) and only weak references to
 // the stores (so it never keeps a user's store, its files or connections, alive).
+//
+// A child of fork() starts with a registry of its own: the parent's coordinators (their heartbeat
+// threads, which the child does not have, and their in-flight tables) are abandoned, never
+// destroyed, and never handed out. The swap is lock-free, since a lock could have been held by a
+// parent thread at the fork.
 struct Registry {
+  explicit Registry(std::uint64_t g) : generation(g) {}
   struct Entry {
     std::weak_ptr<IdempotencyStore> store;
     std::shared_ptr<Coordinator> coordinator;
   };
+  const std::uint64_t generation;  // detail::fork_generation() of the process it serves
   std::mutex mutex;
   std::unordered_map<const IdempotencyStore*, Entry> entries;
 };
 
 Registry& registry() {
   // Never destroyed: coordinators may still be in use while static objects are torn down.
-  static Registry* instance = new Registry;
-  return *instance;
+  static std::atomic<Registry*> current{new Registry(detail::fork_generation())};
+  const std::uint64_t generation = detail::fork_generation();
+  Registry* r = current.load(std::memory_order_acquire);
+  while (r->generation != generation) {
+    auto* fresh = new Registry(generation);
+    if (current.compare_exchange_strong(r, fresh, std::memory_order_acq_rel)) {
+      detail::abandon(std::shared_ptr<const Registry>(r));
+      r = fresh;
+    } else {
+      delete fresh;  // another thread of this child swapped first; r is now its registry
+    }
+  }
+  return *r;
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "idem/memory_store.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -8,6 +9,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 
@@ -360,9 +362,28 @@ std::optional<IdempotencyRecord> InMemoryIdempotencyStore::wait(std::string_view
 }
 
 std::shared_ptr<IdempotencyStore> default_idempotency_store() {
-  static const std::shared_ptr<IdempotencyStore> store =
-      std::make_shared<InMemoryIdempotencyStore>();
-  return store;
+  // One per process: a child of fork() gets a new, empty store, and the parent's copy (whose
+  // locks a parent thread may have held at the fork) is abandoned, never destroyed or used. The
+  // swap is lock-free for the same reason. Never destroyed itself: calls may still run while
+  // static objects are torn down.
+  struct Default {
+    std::shared_ptr<IdempotencyStore> store;
+    std::uint64_t generation;
+  };
+  static std::atomic<Default*> current{
+      new Default{std::make_shared<InMemoryIdempotencyStore>(), detail::fork_generation()}};
+  const std::uint64_t generation = detail::fork_generation();
+  Default* d = current.load(std::memory_order_acquire);
+  while (d->generation != generation) {
+    auto* fresh = new Default{std::make_shared<InMemoryIdempotencyStore>(), generation};
+    if (current.compare_exchange_strong(d, fresh, std::memory_order_acq_rel)) {
+      detail::abandon(std::shared_ptr<const Default>(d));
+      d = fresh;
+    } else {
+      delete fresh;  // another thread of this child swapped first
+    }
+  }
+  return d->store;
 }
 
 }  // namespace idem

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "connection.hpp"
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 
 namespace idem::postgres {
@@ -130,6 +131,11 @@ class ConnectionPool::Impl {
 
   PostgresOptions options;
   std::string target;
+  const ::idem::detail::ForkOwner process;  // a child of fork() gets no connection
+
+  void check_process() const {
+    process.use("this PostgreSQL connection pool (of a recorder or store)");
+  }
 
   mutable std::mutex mutex;
   std::condition_variable available;
@@ -169,6 +175,7 @@ PGconn* ConnectionPool::Lease::get() const noexcept {
 
 ConnectionPool::Lease ConnectionPool::acquire() {
   Impl& impl = *impl_;
+  impl.check_process();
   const auto deadline = std::chrono::steady_clock::now() + impl.options.acquire_timeout;
   std::unique_lock lock(impl.mutex);
   for (;;) {
@@ -246,6 +253,7 @@ void ConnectionPool::give_back(std::unique_ptr<detail::Connection> connection,
 }
 
 std::unique_ptr<detail::Connection> ConnectionPool::open_dedicated() {
+  impl_->check_process();
   std::unique_ptr<Connection> connection = Connection::open(impl_->options, impl_->target);
   std::lock_guard lock(impl_->mutex);
   ++impl_->counters.connects;

@@ -287,6 +287,7 @@ ConnectionPool::ConnectionPool(RedisOptions options) : options_(validated(std::m
 ConnectionPool::~ConnectionPool() = default;
 
 ConnectionLease ConnectionPool::lease() {
+  process_.use("this Redis connection pool (of a recorder or store)");
   std::vector<std::unique_ptr<RedisConnection>> dead;  // closed after the lock is released
   std::unique_lock lock(mutex_);
   const auto deadline = std::chrono::steady_clock::now() + options_.wait_timeout;

@@ -352,6 +352,7 @@ void ConnectionSet::return_reader(std::unique_ptr<Connection> reader) noexcept {
 
 ConnectionSet::ReadLease::ReadLease(ConnectionSet& set, Prefer prefer, bool holds_writer)
     : set_(set) {
+  set.check_process();
   if (holds_writer) {
     connection_ = set.writer_.get();
   } else if (set.in_memory_) {

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "idem/detail/fork.hpp"
 #include "idem/sqlite/sqlite_error.hpp"
 #include "idem/sqlite/sqlite_options.hpp"
 #include "idem/sqlite/sqlite_transaction.hpp"
@@ -217,7 +218,12 @@ class ConnectionSet {
   const std::string& path() const noexcept { return path_; }
   const SqliteOptions& options() const noexcept { return options_; }
   bool in_memory() const noexcept { return in_memory_; }
-  std::mutex& writer_mutex() noexcept { return writer_mutex_; }
+  // The writer's mutex; ConfigError in a child of fork() (these connections are the parent's).
+  std::mutex& writer_mutex() {
+    check_process();
+    return writer_mutex_;
+  }
+  void check_process() const { process_.use("this SQLite recorder or store"); }
   // The writer; use it only while holding writer_mutex() (or as the thread that holds it).
   Connection& writer() noexcept { return *writer_; }
 
@@ -260,6 +266,7 @@ class ConnectionSet {
   const std::string path_;
   const SqliteOptions options_;
   const bool in_memory_;
+  const ::idem::detail::ForkOwner process_;
   std::mutex writer_mutex_;
   std::unique_ptr<Connection> writer_;
   // Declared after writer_, so it stops (and unhooks itself) before the writer closes.

@@ -32,6 +32,10 @@
 // own delivery: InvalidArgument). Handlers may run concurrently on several workers. The
 // destructor waits for running handlers to return, then drops the rest; do not call other
 // members while it runs.
+//
+// fork(): a Bus made before fork() belongs to the parent: in a child subscribe(), publish() and
+// wait_idle() throw ConfigError. Destroying it there is safe (its threads are the parent's and
+// are abandoned, not joined); the handlers it holds are not destroyed with it.
 #pragma once
 
 #include <chrono>

@@ -36,6 +36,11 @@
 // `handle` then runs concurrently for different events, so it must be thread-safe itself. In
 // exclusive mode the handler owns one background heartbeat thread, started on first use and
 // joined by the destructor; do not destroy a handler while a call is running.
+//
+// fork(): a handler made before fork() belongs to the parent: called in a child it throws
+// ConfigError. It may be destroyed there (its lease keeper's thread is the parent's and is
+// abandoned, not joined) unless that destroys the last reference to a recorder that must be
+// leaked instead (docs/guarantees.md §9).
 #pragma once
 
 #include <cstdint>
@@ -53,6 +58,7 @@
 
 #include "idem/clock.hpp"
 #include "idem/codec.hpp"
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/recorder.hpp"
@@ -184,7 +190,11 @@ class HandlerCore {
   HandleResult run_transactional(const Event& event, BusProxy& bus,
                                  const std::function<void(BusProxy&)>& invoke);
   LeaseKeeper& keeper();
+  // ConfigError in a child of fork(): the handler (its recorder, its LeaseKeeper thread) is the
+  // parent's.
+  void check_process() const;
 
+  detail::ForkOwner owner_;
   std::string consumer_;
   std::shared_ptr<IdempotencyRecorder> recorder_;
   HandlerMode mode_;

@@ -19,6 +19,12 @@
 //
 // Thread-safety: IdempotencyCoordinator is safe to share between threads. One coordinator
 // exists per store instance (for_store), so every callable using a store joins the others.
+//
+// fork(): the registry behind for_store() and the default store are per process, so a child of
+// fork() starts with neither the parent's coordinators nor its in-memory results. A coordinator
+// made before fork() (and so every keyed resilient()/operation() callable made before it) throws
+// ConfigError from run() in the child, before its store is touched; it may be destroyed there
+// (its heartbeat thread is the parent's and is abandoned, not joined) — docs/guarantees.md §9.
 #pragma once
 
 #include <chrono>

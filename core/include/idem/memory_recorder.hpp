@@ -24,6 +24,9 @@
 // to reclaim space.
 //
 // Thread-safety: all members are safe to call from any number of threads.
+//
+// fork(): a recorder made before fork() is a copy in the child, which may destroy it; it is the
+// parent's, though (docs/guarantees.md §9): make a new one in the child.
 #pragma once
 
 #include <atomic>

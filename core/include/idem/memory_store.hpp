@@ -26,6 +26,9 @@
 // least every 20 ms of real time so that a ManualClock moved by a test is noticed.
 //
 // Thread-safety: every member is safe to call from any number of threads.
+//
+// fork(): the default store (default_idempotency_store) is per process; a child of fork() gets a
+// new, empty one. An InMemoryIdempotencyStore made before fork() may be destroyed in the child.
 #pragma once
 
 #include <atomic>

@@ -12,6 +12,7 @@
 
 #include "amqp_connection.hpp"
 #include "batch_runner.hpp"
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "idem/rabbitmq/broker_error.hpp"
@@ -39,6 +40,9 @@ std::string clip(std::string reason) {
 
 class Consumer::Impl {
  public:
+  // ConfigError in a child of fork(): the connection and the batch runner are the parent's.
+  void check_process() const { process_.use("this RabbitMQ consumer"); }
+
   Impl(ConnectionOptions connection, ConsumerOptions options)
       : connection_options_(std::move(connection)), options_(std::move(options)) {
     detail::validate_connection_options(connection_options_);
@@ -539,6 +543,7 @@ class Consumer::Impl {
   mutable std::mutex stats_mutex_;
   ConsumerStats stats_;
   Proxy proxy_{*this};
+  const ::idem::detail::ForkOwner process_;
   std::unique_ptr<detail::BatchRunner> runner_;  // last: its thread may use everything above
 };
 
@@ -547,18 +552,23 @@ Consumer::Consumer(ConnectionOptions connection, ConsumerOptions options)
 Consumer::~Consumer() = default;
 
 void Consumer::connect() {
+  impl_->check_process();
   impl_->connect();
 }
 void Consumer::run(EventHandler& handler) {
+  impl_->check_process();
   impl_->run_until(handler, nullptr);
 }
 bool Consumer::run_until(EventHandler& handler, const std::function<bool()>& done) {
+  impl_->check_process();
   return impl_->run_until(handler, done);
 }
 std::size_t Consumer::run_for(EventHandler& handler, std::size_t deliveries) {
+  impl_->check_process();
   return impl_->run_for(handler, deliveries);
 }
 bool Consumer::poll_once(EventHandler& handler, Millis timeout) {
+  impl_->check_process();
   return impl_->poll_once(handler, timeout);
 }
 void Consumer::stop() noexcept {

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "amqp_connection.hpp"
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "idem/rabbitmq/broker_error.hpp"
@@ -98,6 +99,9 @@ std::string batch_prefix(std::size_t index, std::size_t size) {
 
 class Publisher::Impl {
  public:
+  // ConfigError in a child of fork(): the connection is the parent's.
+  void check_process() const { process_.use("this RabbitMQ publisher"); }
+
   Impl(ConnectionOptions connection, PublisherOptions options)
       : connection_options_(std::move(connection)), options_(std::move(options)) {
     detail::validate_connection_options(connection_options_);
@@ -180,6 +184,7 @@ class Publisher::Impl {
   mutable std::mutex mutex_;
   std::unique_ptr<detail::AmqpConnection> connection_;
   PublisherStats stats_;
+  const ::idem::detail::ForkOwner process_;
 };
 
 Publisher::Publisher(ConnectionOptions connection, PublisherOptions options)
@@ -187,9 +192,11 @@ Publisher::Publisher(ConnectionOptions connection, PublisherOptions options)
 Publisher::~Publisher() = default;
 
 void Publisher::publish(const Event& event) {
+  impl_->check_process();
   impl_->publish(event);
 }
 std::size_t Publisher::publish_batch(std::span<const Event> events) {
+  impl_->check_process();
   return impl_->publish_batch(events);
 }
 PublisherStats Publisher::stats() const {

@@ -34,6 +34,7 @@
 #include <string_view>
 #include <vector>
 
+#include "idem/detail/fork.hpp"
 #include "idem/redis/redis_options.hpp"
 
 struct redisContext;  // hiredis; public headers never include <hiredis/hiredis.h>
@@ -164,6 +165,7 @@ class ConnectionPool {
   void give_back(std::unique_ptr<RedisConnection> connection) noexcept;
 
   const RedisOptions options_;
+  const ::idem::detail::ForkOwner process_;  // lease() refuses a child of fork()
   mutable std::mutex mutex_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<RedisConnection>> idle_;

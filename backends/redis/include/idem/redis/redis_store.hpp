@@ -40,6 +40,11 @@
 //
 // Thread-safety: one store may be shared by any number of threads (each call leases its own
 // connection); any number of processes may share a server and prefix.
+//
+// fork(): an object made before fork() belongs to the parent. In a child its calls throw
+// ConfigError, and it must not be destroyed there either (its destructor would join the parent's
+// threads and close connections the parent still uses): leak it, e.g. end the child with _exit(),
+// and make new objects in the child (docs/guarantees.md §9).
 #pragma once
 
 #include <cstddef>

@@ -35,6 +35,11 @@
 // connection of its own, that runs the WAL checkpoints SQLite would otherwise run inside a
 // commit; the destructor stops it. Several processes may open the same file at once; each
 // process should share one recorder per file.
+//
+// fork(): an object made before fork() belongs to the parent. In a child its calls throw
+// ConfigError, and it must not be destroyed there either (its destructor would join the parent's
+// threads and close connections the parent still uses): leak it, e.g. end the child with _exit(),
+// and make new objects in the child (docs/guarantees.md §9).
 #pragma once
 
 #include <chrono>

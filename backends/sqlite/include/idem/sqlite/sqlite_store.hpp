@@ -44,6 +44,11 @@
 // connection behind a mutex; reads use the idle writer or a small pool of connections; a
 // file-backed store owns one checkpoint thread, as the recorder does). Any number of processes
 // may open the same file; each process should share one store per file.
+//
+// fork(): an object made before fork() belongs to the parent. In a child its calls throw
+// ConfigError, and it must not be destroyed there either (its destructor would join the parent's
+// threads and close connections the parent still uses): leak it, e.g. end the child with _exit(),
+// and make new objects in the child (docs/guarantees.md §9).
 #pragma once
 
 #include <cstddef>

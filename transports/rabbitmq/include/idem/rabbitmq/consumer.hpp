@@ -51,6 +51,11 @@
 // a time (the consumer owns two rabbitmq-c connections, which are not thread-safe). stop() and
 // stats() may be called from any thread; stop() only stores to a lock-free atomic, so it is
 // async-signal-safe.
+//
+// fork(): an object made before fork() belongs to the parent. In a child its calls throw
+// ConfigError, and it must not be destroyed there either (its destructor would join the parent's
+// threads and close connections the parent still uses): leak it, e.g. end the child with _exit(),
+// and make new objects in the child (docs/guarantees.md §9).
 #pragma once
 
 #include <cstddef>

@@ -22,6 +22,11 @@
 //
 // Thread-safety: a Publisher is internally locked, so several threads may share one; publishes
 // are then serialised on its single connection. For throughput give each thread its own.
+//
+// fork(): an object made before fork() belongs to the parent. In a child its calls throw
+// ConfigError, and it must not be destroyed there either (its destructor would join the parent's
+// threads and close connections the parent still uses): leak it, e.g. end the child with _exit(),
+// and make new objects in the child (docs/guarantees.md §9).
 #pragma once
 
 #include <cstdint>
