@@ -81,6 +81,20 @@ def main(argv):
             label = f"SQLite store claim+complete / raw sqlite3 loop (synchronous={durability})"
             ratios.append((label, r_store / r_raw, "target >= 0.50"))
             record(label, r_store / r_raw, 0.50, f"store {fmt_rate(r_store)}, raw {fmt_rate(r_raw)}")
+    shapes = ["hex32", "uuid36", "text", "text255"]
+    for i, shape in enumerate(shapes):
+        one = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:1000000/real_time/threads:1")
+        two = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:1000000/real_time/threads:2")
+        ref = rate(f"BM_UnorderedSet_CheckMark/shape:{i}/iterations:1000000/real_time")
+        if one and ref:
+            ratios.append((f"memory check+mark, new {shape} ids, 1 M held / unordered_set with reserve",
+                           one / ref, f"idem {fmt_rate(one)}, set {fmt_rate(ref)}; target >= 2, >= 5 M/s"))
+        if one and two:
+            ratios.append((f"memory check+mark, new {shape} ids, 2 threads / 1 thread", two / one,
+                           f"{fmt_rate(two)}; target >= 1.7"))
+        checked = rate(f"BM_MemoryRecorder_CheckProcessed/shape:{i}")
+        if checked:
+            ratios.append((f"memory check of a processed {shape} id (M/s)", checked / 1e6, "target >= 20"))
     direct = time("BM_DirectCall")
     plain = time("BM_ResilientNoPolicies")
     if direct is not None and plain is not None:
