@@ -34,3 +34,108 @@ class IdSequence {
 };
 
 }  // namespace idem::bench
+
+namespace idem::bench {
+
+// Fresh ids of one shape, each a new id on every next(): 32 lowercase hex digits (what
+// new_event_id() makes), a dashed UUID (36 characters), a short text id ("order-" and a number,
+// up to 26 bytes) or a 255-byte text id (the key length limit). A counter makes them, so
+// generating one costs a few nanoseconds.
+enum class IdShape { hex32 = 0, uuid36 = 1, short_text = 2, long_text = 3 };
+
+inline const char* shape_name(IdShape shape) {
+  switch (shape) {
+    case IdShape::hex32:
+      return "hex32";
+    case IdShape::uuid36:
+      return "uuid36";
+    case IdShape::short_text:
+      return "text";
+    case IdShape::long_text:
+      return "text255";
+  }
+  return "?";
+}
+
+class ShapedIds {
+ public:
+  ShapedIds(IdShape shape, std::uint64_t stream) : shape_(shape), stream_(stream) {
+    for (char& c : buffer_)
+      c = 'x';
+  }
+
+  std::string_view next() {
+    const std::uint64_t n = counter_++;
+    switch (shape_) {
+      case IdShape::hex32:
+        write_hex(buffer_, stream_);
+        write_hex(buffer_ + 16, n);
+        return {buffer_, 32};
+      case IdShape::uuid36: {
+        char digits[32];
+        write_hex(digits, stream_);
+        write_hex(digits + 16, n);
+        digits[12] = '4';
+        const int groups[] = {8, 4, 4, 4, 12};
+        char* out = buffer_;
+        const char* in = digits;
+        for (int g = 0; g < 5; ++g) {
+          if (g > 0) *out++ = '-';
+          for (int i = 0; i < groups[g]; ++i)
+            *out++ = *in++;
+        }
+        return {buffer_, 36};
+      }
+      case IdShape::short_text:
+      case IdShape::long_text: {
+        // "order-<stream>-<n>": the varying digits come last, as in most text ids.
+        char* out = buffer_;
+        for (const char c : std::string_view("order-"))
+          *out++ = c;
+        out = write_decimal(out, stream_);
+        *out++ = '-';
+        out = write_decimal(out, n);
+        if (shape_ == IdShape::short_text)
+          return {buffer_, static_cast<std::size_t>(out - buffer_)};
+        // A 255-byte id: the same prefix padded, its digits at the end so ids differ late.
+        char tail[48];
+        const std::size_t length = static_cast<std::size_t>(out - buffer_);
+        for (std::size_t i = 0; i < length; ++i)
+          tail[i] = buffer_[i];
+        for (std::size_t i = 0; i < 255 - length; ++i)
+          buffer_[i] = 'p';
+        for (std::size_t i = 0; i < length; ++i)
+          buffer_[255 - length + i] = tail[i];
+        return {buffer_, 255};
+      }
+    }
+    return {};
+  }
+
+ private:
+  static void write_hex(char* out, std::uint64_t value) {
+    static constexpr char kHex[] = "0123456789abcdef";
+    for (int i = 15; i >= 0; --i) {
+      out[i] = kHex[value & 0xf];
+      value >>= 4;
+    }
+  }
+  static char* write_decimal(char* out, std::uint64_t value) {
+    char digits[20];
+    int n = 0;
+    do {
+      digits[n++] = static_cast<char>('0' + value % 10);
+      value /= 10;
+    } while (value != 0);
+    while (n > 0)
+      *out++ = digits[--n];
+    return out;
+  }
+
+  IdShape shape_;
+  std::uint64_t stream_;
+  std::uint64_t counter_ = 0;
+  char buffer_[256];
+};
+
+}  // namespace idem::bench

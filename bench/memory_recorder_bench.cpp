@@ -1,9 +1,15 @@
 // Check+mark pairs on the in-memory recorder: the consumer face's hot path, one unseen event per
-// iteration (is_processed → false, then mark_processed).
+// iteration (is_processed → false, then mark_processed), on a recorder that already holds 1 M
+// markers, for ids of every shape (32 hex digits, dashed UUID, short text, 255-byte text). The
+// baseline in the same binary is what a hand-written dedup set costs: std::unordered_set of
+// std::string, reserved for every id it will hold, on the same ids (bench/report.py prints the
+// ratios).
 #include <benchmark/benchmark.h>
 
 #include <memory>
 #include <string>
+#include <unordered_set>
+#include <vector>
 
 #include "bench_ids.hpp"
 #include "idem/event.hpp"
@@ -12,12 +18,30 @@
 
 namespace {
 
+using idem::bench::IdShape;
+using idem::bench::ShapedIds;
+
+constexpr std::int64_t kPrefill = 1'000'000;     // markers held before the timed loop
+constexpr std::int64_t kIterations = 1'000'000;  // fresh ids per thread in the timed loop
+constexpr std::uint64_t kPrefillStream = 1'000'000;
+
+IdShape shape_of(const benchmark::State& state) {
+  return static_cast<IdShape>(state.range(0));
+}
+
 std::shared_ptr<idem::InMemoryIdempotencyRecorder> g_recorder;
 
 void BM_MemoryRecorder_CheckMark(benchmark::State& state) {
-  if (state.thread_index() == 0) g_recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
-  // Google Benchmark starts the timed loop only when every thread is here, after the reset.
-  idem::bench::IdSequence ids(static_cast<std::uint64_t>(state.thread_index()) + 1);
+  const IdShape shape = shape_of(state);
+  if (state.thread_index() == 0) {
+    g_recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+    ShapedIds old(shape, kPrefillStream);
+    for (std::int64_t i = 0; i < kPrefill; ++i)
+      g_recorder->mark_processed("billing", old.next());
+    state.SetLabel(idem::bench::shape_name(shape));
+  }
+  // Google Benchmark starts the timed loop only when every thread is here, after the prefill.
+  ShapedIds ids(shape, static_cast<std::uint64_t>(state.thread_index()) + 1);
   for (auto _ : state) {
     const std::string_view id = ids.next();
     if (!g_recorder->is_processed("billing", id)) g_recorder->mark_processed("billing", id);
@@ -25,7 +49,59 @@ void BM_MemoryRecorder_CheckMark(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
   if (state.thread_index() == 0) g_recorder.reset();
 }
-BENCHMARK(BM_MemoryRecorder_CheckMark)->Threads(1)->Threads(2)->UseRealTime();
+BENCHMARK(BM_MemoryRecorder_CheckMark)
+    ->ArgName("shape")
+    ->DenseRange(0, 3)
+    ->Iterations(kIterations)
+    ->Threads(1)
+    ->Threads(2)
+    ->UseRealTime();
+
+// The reference: a std::unordered_set<std::string> reserved for every id it will hold, checked
+// with find() and filled with insert() of the owned string, single-threaded (it has no locking).
+void BM_UnorderedSet_CheckMark(benchmark::State& state) {
+  const IdShape shape = shape_of(state);
+  std::unordered_set<std::string> set;
+  set.reserve(static_cast<std::size_t>(kPrefill + kIterations));
+  ShapedIds old(shape, kPrefillStream);
+  for (std::int64_t i = 0; i < kPrefill; ++i)
+    set.insert(std::string(old.next()));
+  state.SetLabel(idem::bench::shape_name(shape));
+  ShapedIds ids(shape, 1);
+  for (auto _ : state) {
+    std::string id(ids.next());
+    if (set.find(id) == set.end()) set.insert(std::move(id));
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_UnorderedSet_CheckMark)
+    ->ArgName("shape")
+    ->DenseRange(0, 3)
+    ->Iterations(kIterations)
+    ->UseRealTime();
+
+// A repeat delivery: the event is already processed, only is_processed runs. The recorder holds
+// 1 M markers; the checks cycle over the 1024 marked last (recent events are what redeliveries
+// repeat).
+void BM_MemoryRecorder_CheckProcessed(benchmark::State& state) {
+  const IdShape shape = shape_of(state);
+  idem::InMemoryIdempotencyRecorder recorder;
+  ShapedIds old(shape, kPrefillStream);
+  std::vector<std::string> recent;
+  for (std::int64_t i = 0; i < kPrefill; ++i) {
+    const std::string_view id = old.next();
+    recorder.mark_processed("billing", id);
+    if (i >= kPrefill - 1024) recent.emplace_back(id);
+  }
+  state.SetLabel(idem::bench::shape_name(shape));
+  std::size_t next = 0;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(recorder.is_processed("billing", recent[next]));
+    next = (next + 1) & 1023;
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_MemoryRecorder_CheckProcessed)->ArgName("shape")->DenseRange(0, 3);
 
 // A window of 64 fresh events: one check and one mark per event (batch:0) or one
 // is_processed_many and one mark_processed_many for the window (batch:1).
@@ -35,17 +111,6 @@ void BM_MemoryRecorder_CheckMarkWindow(benchmark::State& state) {
   idem::bench::check_mark_window(state, recorder, "billing", ids, state.range(0) != 0);
 }
 BENCHMARK(BM_MemoryRecorder_CheckMarkWindow)->Arg(0)->Arg(1)->ArgName("batch");
-
-// A repeat delivery: the event is already processed, only is_processed runs.
-void BM_MemoryRecorder_CheckProcessed(benchmark::State& state) {
-  idem::InMemoryIdempotencyRecorder recorder;
-  const std::string id = idem::new_event_id();
-  recorder.mark_processed("billing", id);
-  for (auto _ : state)
-    benchmark::DoNotOptimize(recorder.is_processed("billing", id));
-  state.SetItemsProcessed(state.iterations());
-}
-BENCHMARK(BM_MemoryRecorder_CheckProcessed);
 
 void BM_NewEventId(benchmark::State& state) {
   for (auto _ : state)

@@ -81,6 +81,46 @@ def main(argv):
             label = f"SQLite store claim+complete / raw sqlite3 loop (synchronous={durability})"
             ratios.append((label, r_store / r_raw, "target >= 0.50"))
             record(label, r_store / r_raw, 0.50, f"store {fmt_rate(r_store)}, raw {fmt_rate(r_raw)}")
+    shapes = ["hex32", "uuid36", "text", "text255"]
+    for i, shape in enumerate(shapes):
+        one = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:1000000/real_time/threads:1")
+        two = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:1000000/real_time/threads:2")
+        ref = rate(f"BM_UnorderedSet_CheckMark/shape:{i}/iterations:1000000/real_time")
+        if one and ref:
+            ratios.append((f"memory check+mark, new {shape} ids, 1 M held / unordered_set with reserve",
+                           one / ref, f"idem {fmt_rate(one)}, set {fmt_rate(ref)}; target >= 2, >= 5 M/s"))
+        if one and two:
+            ratios.append((f"memory check+mark, new {shape} ids, 2 threads / 1 thread", two / one,
+                           f"{fmt_rate(two)}; target >= 1.7"))
+        checked = rate(f"BM_MemoryRecorder_CheckProcessed/shape:{i}")
+        if checked:
+            ratios.append((f"memory check of a processed {shape} id (M/s)", checked / 1e6, "target >= 20"))
+    counters = {}
+    for path in argv[1:]:
+        path = path if path.endswith(".json") else path + ".json"
+        try:
+            with open(path) as f:
+                for bench in json.load(f)["benchmarks"]:
+                    if bench.get("aggregate_name") == "median" and "server_us" in bench:
+                        counters[bench["run_name"]] = bench
+        except FileNotFoundError:
+            pass
+    get = counters.get("BM_RawGet/real_time")
+    setnx = counters.get("BM_RawSetNx/real_time")
+    replay = counters.get("BM_RedisStore_Replay/real_time")
+    new_key = counters.get("BM_RedisStore_NewKey/real_time")
+    if get and replay:
+        ratios.append(("redis store replay: server usec per call / plain GET",
+                       replay["server_us"] / get["server_us"],
+                       f"{replay['server_us']:.2f} vs {get['server_us']:.2f} us; target <= 1.5"))
+        ratios.append(("redis store replay, sequential: calls/s / raw GET",
+                       replay["items_per_second"] / get["items_per_second"], "target >= 0.8"))
+    if setnx and new_key:
+        ratios.append(("redis store new key claim+complete: server usec / SET NX EX",
+                       new_key["server_us"] / setnx["server_us"],
+                       f"{new_key['server_us']:.2f} vs {setnx['server_us']:.2f} us; target <= 3"))
+        ratios.append(("redis store new key, sequential: calls/s / raw SET NX EX",
+                       new_key["items_per_second"] / setnx["items_per_second"], "target >= 0.45"))
     direct = time("BM_DirectCall")
     plain = time("BM_ResilientNoPolicies")
     if direct is not None and plain is not None:

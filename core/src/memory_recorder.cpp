@@ -3,15 +3,24 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <unordered_map>
+#include <utility>
 #include <vector>
+
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "idem/error.hpp"
 #include "idem/key.hpp"
@@ -56,41 +65,192 @@ inline std::uint64_t mix(std::uint64_t x) noexcept {
   return x;
 }
 
-// An event id of the shape new_event_id() makes, packed into 16 bytes. Only lowercase hex is
-// packed, so the packing is one-to-one and an uppercase id stays a distinct (text) key.
+// Event ids of the two common shapes are packed into 16 bytes: 32 lowercase hex digits (what
+// new_event_id() makes) and the dashed 8-4-4-4-12 form of the same digits (a textual UUID). Only
+// lowercase hex is packed, so each packing is one-to-one; the shape is part of the key, so
+// "0123...ef" and "01234567-...-ef" stay distinct, as their texts are.
+enum class IdKind : std::uint8_t { hex32 = 0, uuid36 = 1, text = 2 };
+
 struct PackedId {
   std::uint64_t hi = 0;
   std::uint64_t lo = 0;
 };
 
-constexpr std::array<std::int8_t, 256> make_nibbles() {
-  std::array<std::int8_t, 256> table{};
-  for (auto& v : table)
-    v = -1;
-  for (int c = '0'; c <= '9'; ++c)
-    table[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - '0');
-  for (int c = 'a'; c <= 'f'; ++c)
-    table[static_cast<std::size_t>(c)] = static_cast<std::int8_t>(c - 'a' + 10);
-  return table;
-}
-constexpr auto kNibbles = make_nibbles();
+constexpr std::uint64_t kOnes = 0x0101010101010101ull;
+constexpr std::uint64_t kHighs = 0x8080808080808080ull;
 
-bool pack_id(std::string_view id, PackedId& out) noexcept {
-  if (id.size() != 32) return false;
-  std::uint64_t words[2] = {0, 0};
-  for (std::size_t i = 0; i < 32; ++i) {
-    const std::int8_t nibble = kNibbles[static_cast<unsigned char>(id[i])];
-    if (nibble < 0) return false;
-    words[i / 16] = (words[i / 16] << 4) | static_cast<std::uint64_t>(nibble);
+// 8 characters (loaded little-endian into `word`) that must all be lowercase hex digits, turned
+// into their 32 bits without a branch or a table: each byte is compared against the bounds of
+// '0'-'9' and 'a'-'f' by adding a bias that sets its high bit; a byte of 0x80 or above fails
+// (its sums may carry into the next byte, but the result is then thrown away). False when any
+// byte is not a lowercase digit; `out` is then meaningless.
+inline bool hex8(std::uint64_t word, std::uint32_t& out) noexcept {
+  const std::uint64_t ascii = ~word & kHighs;  // high bit set where the byte is below 0x80
+  const std::uint64_t ge_0 = word + (0x80 - '0') * kOnes;
+  const std::uint64_t gt_9 = word + (0x80 - '9' - 1) * kOnes;
+  const std::uint64_t ge_a = word + (0x80 - 'a') * kOnes;
+  const std::uint64_t gt_f = word + (0x80 - 'f' - 1) * kOnes;
+  const std::uint64_t digit = ge_0 & ~gt_9 & ascii;
+  const std::uint64_t letter = ge_a & ~gt_f & ascii;
+  // '0'-'9' → low nibble as is; 'a'-'f' → low nibble (1..6) + 9.
+  const std::uint64_t nibbles = (word & (0x0f * kOnes)) + (letter >> 7) * 9;
+  // Pairs of nibbles into bytes, then the four bytes into 32 bits (any fixed one-to-one order
+  // will do: packed ids are never turned back into text).
+  std::uint64_t v = ((nibbles << 4) | (nibbles >> 8)) & 0x00ff00ff00ff00ffull;
+  v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
+  v = (v | (v >> 16)) & 0x00000000ffffffffull;
+  out = static_cast<std::uint32_t>(v);
+  return (digit | letter) == kHighs;
+}
+
+inline std::uint64_t load8(const char* p) noexcept {
+  std::uint64_t word;
+  std::memcpy(&word, p, 8);
+  return word;
+}
+// 4 characters at p and 4 at q as one word.
+inline std::uint64_t load4x2(const char* p, const char* q) noexcept {
+  std::uint32_t a;
+  std::uint32_t b;
+  std::memcpy(&a, p, 4);
+  std::memcpy(&b, q, 4);
+  return std::uint64_t{a} | (std::uint64_t{b} << 32);
+}
+
+#if defined(__SSE2__)
+// 16 characters (the first 8 in `first`, the next 8 in `second`, each loaded little-endian) that
+// must all be lowercase hex digits, turned into 64 bits with SSE2: two range compares, a
+// nibble fix-up, pairs of nibbles shifted together, packed to bytes. Bytes of 0x80 and above
+// are negative to the signed compares and fail both ranges.
+inline bool hex16(std::uint64_t first, std::uint64_t second, std::uint64_t& out) noexcept {
+  const __m128i x = _mm_set_epi64x(static_cast<long long>(second), static_cast<long long>(first));
+  const __m128i digit = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('0' - 1)),
+                                      _mm_cmplt_epi8(x, _mm_set1_epi8('9' + 1)));
+  const __m128i letter = _mm_and_si128(_mm_cmpgt_epi8(x, _mm_set1_epi8('a' - 1)),
+                                       _mm_cmplt_epi8(x, _mm_set1_epi8('f' + 1)));
+  const int valid = _mm_movemask_epi8(_mm_or_si128(digit, letter));
+  const __m128i nibbles =
+      _mm_add_epi8(_mm_and_si128(x, _mm_set1_epi8(0x0f)), _mm_and_si128(letter, _mm_set1_epi8(9)));
+  // Each 16-bit lane holds two nibbles (n0 low, n1 high): n0 << 4 | n1 in its low byte.
+  const __m128i pairs = _mm_and_si128(
+      _mm_or_si128(_mm_slli_epi16(nibbles, 4), _mm_srli_epi16(nibbles, 8)), _mm_set1_epi16(0xff));
+  out = static_cast<std::uint64_t>(_mm_cvtsi128_si64(_mm_packus_epi16(pairs, pairs)));
+  return valid == 0xffff;
+}
+#else
+inline bool hex16(std::uint64_t first, std::uint64_t second, std::uint64_t& out) noexcept {
+  std::uint32_t a;
+  std::uint32_t b;
+  const bool ok = hex8(first, a) & hex8(second, b);  // not &&: both are computed anyway
+  out = (std::uint64_t{a} << 32) | b;
+  return ok;
+}
+#endif
+
+inline bool pack_words(std::uint64_t w0, std::uint64_t w1, std::uint64_t w2, std::uint64_t w3,
+                       PackedId& out) noexcept {
+  // Non-short-circuit &: both halves are checked in parallel.
+  return hex16(w0, w1, out.hi) & hex16(w2, w3, out.lo);
+}
+
+inline bool pack_hex32(std::string_view id, PackedId& out) noexcept {
+  const char* p = id.data();
+  return pack_words(load8(p), load8(p + 8), load8(p + 16), load8(p + 24), out);
+}
+
+// xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx
+inline bool pack_uuid36(std::string_view id, PackedId& out) noexcept {
+  const char* p = id.data();
+  if (p[8] != '-' || p[13] != '-' || p[18] != '-' || p[23] != '-') return false;
+  return pack_words(load8(p), load4x2(p + 9, p + 14), load4x2(p + 19, p + 24), load8(p + 28), out);
+}
+
+// The last n < 8 bytes at p as one little-endian word (byte i of the text in byte i), without a
+// variable-length memcpy (which is a library call).
+inline std::uint64_t load_tail(const char* p, std::size_t n) noexcept {
+  std::uint64_t word = 0;
+  unsigned shift = 0;
+  if ((n & 4) != 0) {
+    std::uint32_t part;
+    std::memcpy(&part, p, 4);
+    word = part;
+    p += 4;
+    shift = 32;
   }
-  out.hi = words[0];
-  out.lo = words[1];
-  return true;
+  if ((n & 2) != 0) {
+    std::uint16_t part;
+    std::memcpy(&part, p, 2);
+    word |= std::uint64_t{part} << shift;
+    p += 2;
+    shift += 16;
+  }
+  if ((n & 1) != 0) word |= std::uint64_t{static_cast<unsigned char>(*p)} << shift;
+  return word;
 }
 
-// A small inlined hash (8 bytes per step, splitmix finish). Consumer names and ids are short,
-// and the library's std::hash is an out-of-line call that costs more than the rest of a lookup.
-std::size_t hash_text(std::string_view text) noexcept {
+// One pass over a key: true when it is valid (as validate_key() defines it), and its hash
+// (8 bytes per step, splitmix finish). Words are checked for bytes < 0x20 or == 0x7f with the
+// usual SWAR tests, which are exact for "does any byte match".
+inline bool scan_key(std::string_view text, std::uint64_t& hash) noexcept {
+  const std::size_t size = text.size();
+  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ size;
+  const char* p = text.data();
+  std::size_t n = size;
+  std::uint64_t bad = 0;
+  std::uint64_t not_space = 0;
+  constexpr std::uint64_t kSpaces = 0x20 * kOnes;
+#if defined(__SSE2__)
+  // 16 bytes a step for long ids: the checks as three byte compares (x >= 0x20 unsigned is
+  // max(x, 0x20) == x), the hash as two word steps.
+  if (n >= 16) {
+    int below = 0;
+    int dels = 0;
+    int spaces = 0xffff;
+    for (; n >= 16; p += 16, n -= 16) {
+      const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+      below |= _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_max_epu8(x, _mm_set1_epi8(0x20)), x)) ^ 0xffff;
+      dels |= _mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(0x7f)));
+      spaces &= _mm_movemask_epi8(_mm_cmpeq_epi8(x, _mm_set1_epi8(' ')));
+      std::uint64_t w0;
+      std::uint64_t w1;
+      std::memcpy(&w0, p, 8);
+      std::memcpy(&w1, p + 8, 8);
+      h = (h ^ w0) * 0xbf58476d1ce4e5b9ull;
+      h ^= h >> 31;
+      h = (h ^ w1) * 0xbf58476d1ce4e5b9ull;
+      h ^= h >> 31;
+    }
+    bad |= static_cast<std::uint64_t>(below | dels);
+    not_space |= static_cast<std::uint64_t>(spaces ^ 0xffff);
+  }
+#endif
+  for (; n >= 8; p += 8, n -= 8) {
+    std::uint64_t word;
+    std::memcpy(&word, p, 8);
+    bad |= ((word - 0x20 * kOnes) & ~word & kHighs);
+    const std::uint64_t del = word ^ (0x7f * kOnes);
+    bad |= ((del - kOnes) & ~del & kHighs);
+    not_space |= word ^ kSpaces;
+    h = (h ^ word) * 0xbf58476d1ce4e5b9ull;
+    h ^= h >> 31;
+  }
+  if (n > 0) {
+    const std::uint64_t word = load_tail(p, n);
+    // Pad the unused bytes with spaces for the checks (they are neither control nor DEL).
+    const std::uint64_t used = ~std::uint64_t{0} >> (8 * (8 - n));
+    const std::uint64_t padded = word | (kSpaces & ~used);
+    bad |= ((padded - 0x20 * kOnes) & ~padded & kHighs);
+    const std::uint64_t del = padded ^ (0x7f * kOnes);
+    bad |= ((del - kOnes) & ~del & kHighs);
+    not_space |= padded ^ kSpaces;
+    h = (h ^ word) * 0x94d049bb133111ebull;
+  }
+  hash = mix(h);
+  return size != 0 && size <= kMaxKeyLength && bad == 0 && not_space != 0;
+}
+
+// A small inlined hash of a stored text (no validation: it was validated when stored).
+std::uint64_t hash_text(std::string_view text) noexcept {
   std::uint64_t h = 0x9e3779b97f4a7c15ull ^ text.size();
   const char* p = text.data();
   std::size_t n = text.size();
@@ -100,30 +260,19 @@ std::size_t hash_text(std::string_view text) noexcept {
     h = (h ^ word) * 0xbf58476d1ce4e5b9ull;
     h ^= h >> 31;
   }
-  if (n > 0) {
-    std::uint64_t word = 0;
-    std::memcpy(&word, p, n);
-    h = (h ^ word) * 0x94d049bb133111ebull;
-  }
-  return static_cast<std::size_t>(mix(h));
+  if (n > 0) h = (h ^ load_tail(p, n)) * 0x94d049bb133111ebull;
+  return mix(h);
 }
 
-// Keys inside one shard. The consumer name is interned per shard into a small integer, so a
-// marker does not repeat it.
-struct UuidKey {
-  std::uint64_t hi;
-  std::uint64_t lo;
-  std::uint32_t consumer;
-  bool operator==(const UuidKey&) const = default;
-};
-struct UuidKeyHash {
-  std::size_t operator()(const UuidKey& k) const noexcept {
-    // The id bits are random already; the consumer index only has to perturb them.
-    return static_cast<std::size_t>(k.lo ^ std::rotl(k.hi, 17) ^
-                                    (std::uint64_t{k.consumer} * 0x9e3779b97f4a7c15ull));
+struct StringHash {
+  using is_transparent = void;
+  std::size_t operator()(std::string_view s) const noexcept {
+    return static_cast<std::size_t>(hash_text(s));
   }
 };
 
+// Claims are keyed by the consumer's index in the shard and the id's text: few, short-lived, a
+// node map is fine. The text determines the packed form, so both kinds of key agree.
 struct TextKey {
   std::uint32_t consumer;
   std::string id;
@@ -135,7 +284,8 @@ struct TextKeyView {
 struct TextKeyHash {
   using is_transparent = void;
   std::size_t operator()(const TextKeyView& k) const noexcept {
-    return hash_text(k.id) ^ (std::size_t{k.consumer} * 0x9e3779b97f4a7c15ull);
+    return static_cast<std::size_t>(hash_text(k.id) ^
+                                    (std::uint64_t{k.consumer} * 0x9e3779b97f4a7c15ull));
   }
   std::size_t operator()(const TextKey& k) const noexcept {
     return (*this)(TextKeyView{k.consumer, k.id});
@@ -153,74 +303,166 @@ struct TextKeyEq {
   }
 };
 
-struct StringHash {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view s) const noexcept { return hash_text(s); }
-};
-
 struct ClaimState {
   std::uint64_t token;
   Ticks lease_until;
 };
 
-// Markers of packed ids: an open-addressing table (linear probing) of 32-byte slots in one
-// array. The hot path — check, then mark — touches one or two adjacent cache lines and allocates
-// only when the table doubles.
-class PackedMarkers {
- public:
-  bool contains(const UuidKey& key) const noexcept { return marked_at(key).has_value(); }
+// One parsed event id: its kind, its packed bits (hex32/uuid36) and the hash of the id alone.
+struct IdKey {
+  IdKind kind;
+  PackedId bits;          // packed kinds
+  std::string_view text;  // the id as given
+  std::uint64_t hash;
+};
 
-  std::optional<Ticks> marked_at(const UuidKey& key) const noexcept {
+// A lookup inside one shard: the id and the consumer's index there.
+struct SlotKey {
+  const IdKey* id;
+  std::uint32_t consumer;
+};
+
+// A fixed array of trivially copyable T, cache-line aligned, without std::vector's
+// bookkeeping. (Transparent huge pages for large tables were measured: fewer page faults, no
+// gain in time, and direct compaction can stall a writer, so they are not requested.)
+template <class T>
+class SlotArray {
+ public:
+  SlotArray() = default;
+  SlotArray(SlotArray&& other) noexcept
+      : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+  SlotArray& operator=(SlotArray&& other) noexcept {
+    if (this != &other) {
+      std::free(data_);
+      data_ = std::exchange(other.data_, nullptr);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  SlotArray(const SlotArray&) = delete;
+  SlotArray& operator=(const SlotArray&) = delete;
+  ~SlotArray() { std::free(data_); }
+
+  // Replaces the contents with `count` copies of `value`.
+  void assign(std::size_t count, const T& value) {
+    std::free(data_);
+    data_ = nullptr;
+    size_ = 0;
+    if (count == 0) return;
+    void* memory = std::aligned_alloc(64, (count * sizeof(T) + 63) / 64 * 64);
+    if (memory == nullptr) throw std::bad_alloc();
+    data_ = static_cast<T*>(memory);
+    size_ = count;
+    std::uninitialized_fill_n(data_, count, value);
+  }
+
+  std::size_t size() const noexcept { return size_; }
+  bool empty() const noexcept { return size_ == 0; }
+  T& operator[](std::size_t i) noexcept { return data_[i]; }
+  const T& operator[](std::size_t i) const noexcept { return data_[i]; }
+  const T* begin() const noexcept { return data_; }
+  const T* end() const noexcept { return data_ + size_; }
+
+ private:
+  static_assert(std::is_trivially_copyable_v<T> && std::is_trivially_destructible_v<T>);
+  T* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+// The bytes of a shard's text ids: 64 KiB chunks filled in turn, never moved (growing copies
+// nothing, and a 255-byte id never straddles two chunks). A position is (chunk << 32) | offset.
+class Arena {
+ public:
+  std::uint64_t add(std::string_view text) {
+    if (chunks_.empty() || used_ + text.size() > kChunk) {
+      chunks_.push_back(std::make_unique_for_overwrite<char[]>(kChunk));
+      used_ = 0;
+    }
+    const std::uint64_t position = (std::uint64_t{chunks_.size() - 1} << 32) | used_;
+    std::memcpy(chunks_.back().get() + used_, text.data(), text.size());
+    used_ += text.size();
+    return position;
+  }
+  const char* at(std::uint64_t position) const noexcept {
+    return chunks_[position >> 32].get() + (position & 0xffffffffu);
+  }
+
+ private:
+  static constexpr std::size_t kChunk = std::size_t{64} << 10;
+  static_assert(kMaxKeyLength <= kChunk);
+  std::vector<std::unique_ptr<char[]>> chunks_;
+  std::size_t used_ = 0;
+};
+
+// Every marker of one shard, whatever its id's shape: an open-addressing table (linear probing)
+// of 32-byte slots in one array. Packed ids live in the slot; other ids' bytes live in an arena
+// the slot points into (offset, length) next to the id's 64-bit hash, so a probe compares the
+// text only when the hashes agree. A check and the mark that follows it touch the same one or
+// two adjacent cache lines; nothing is allocated but when the table or the arena grows. (A
+// separate array of one control byte per slot, probed first, was measured slower: the mark of a
+// new id then misses on the slot anyway.)
+class Markers {
+ public:
+  std::optional<Ticks> marked_at(const SlotKey& key) const noexcept {
     if (slots_.empty()) return std::nullopt;
-    for (std::size_t i = index(key);; i = (i + 1) & mask_) {
+    for (std::size_t i = index_of(slot_hash(key.id->hash, key.consumer));; i = (i + 1) & mask_) {
       const Slot& slot = slots_[i];
-      if (slot.consumer == kEmpty) return std::nullopt;
-      if (slot.hi == key.hi && slot.lo == key.lo && slot.consumer == key.consumer) {
-        return slot.marked_at;
-      }
+      if (slot.consumer == kFree) return std::nullopt;
+      if (matches(slot, key)) return slot.marked_at;
     }
   }
+  bool contains(const SlotKey& key) const noexcept { return marked_at(key).has_value(); }
 
   // Calls fn(consumer index) once per marker.
   template <class Fn>
   void for_each_consumer(Fn&& fn) const {
     for (const Slot& slot : slots_) {
-      if (slot.consumer != kEmpty) fn(slot.consumer);
+      if (slot.consumer != kFree) fn(slot.consumer);
     }
   }
 
-  // Inserts unless present (a present marker keeps its first timestamp).
-  void insert(const UuidKey& key, Ticks marked_at) {
+  // Inserts unless present; a present marker keeps its first timestamp. now() is called only
+  // when a marker is added (a repeated mark reads no clock).
+  template <class Now>
+  void insert(const SlotKey& key, Now&& now) {
     if ((size_ + 1) * kMaxLoadDen > slots_.size() * kMaxLoadNum) {
-      rebuild(std::max<std::size_t>(kMinCapacity, slots_.size() * 2));
+      relocate(std::max<std::size_t>(kMinCapacity, slots_.size() * 2),
+               [](const Slot&) { return true; });
     }
-    for (std::size_t i = index(key);; i = (i + 1) & mask_) {
-      Slot& slot = slots_[i];
-      if (slot.consumer == kEmpty) {
-        slot = Slot{key.hi, key.lo, marked_at, key.consumer};
-        ++size_;
-        return;
-      }
-      if (slot.hi == key.hi && slot.lo == key.lo && slot.consumer == key.consumer) return;
+    std::size_t i = index_of(slot_hash(key.id->hash, key.consumer));
+    for (;; i = (i + 1) & mask_) {
+      const Slot& slot = slots_[i];
+      if (slot.consumer == kFree) break;
+      if (matches(slot, key)) return;
     }
+    const IdKey& id = *key.id;
+    Slot slot{};
+    slot.consumer = key.consumer;
+    slot.kind = static_cast<std::uint8_t>(id.kind);
+    if (id.kind == IdKind::text) {
+      slot.a = arena_.add(id.text);
+      slot.b = id.hash;
+      slot.length = static_cast<std::uint8_t>(id.text.size());
+    } else {
+      slot.a = id.bits.hi;
+      slot.b = id.bits.lo;
+    }
+    slot.marked_at = now();
+    slots_[i] = slot;
+    ++size_;
   }
 
-  // Removes markers older than `cutoff`; returns how many. Rebuilds the table (linear probing
-  // has no cheap single delete), shrinking it when most markers went.
+  // Removes markers older than `cutoff`; returns how many. Rebuilds the table and the arena
+  // (linear probing has no cheap single delete), shrinking them when most markers went.
   std::size_t erase_older(Ticks cutoff) {
-    std::vector<Slot> survivors;
-    for (const Slot& slot : slots_) {
-      if (slot.consumer != kEmpty && slot.marked_at >= cutoff) survivors.push_back(slot);
-    }
-    const std::size_t removed = size_ - survivors.size();
+    const std::size_t survivors = size_ - count_older(cutoff);
+    const std::size_t removed = size_ - survivors;
     if (removed == 0) return 0;
     std::size_t capacity = kMinCapacity;
-    while (survivors.size() * kMaxLoadDen > capacity * kMaxLoadNum / 2)
+    while (survivors * kMaxLoadDen > capacity * kMaxLoadNum / 2)
       capacity *= 2;
-    reset(survivors.empty() ? 0 : capacity);
-    for (const Slot& slot : survivors)
-      place(slot);
-    size_ = survivors.size();
+    relocate(survivors == 0 ? 0 : capacity,
+             [cutoff](const Slot& s) { return s.marked_at >= cutoff; });
     return removed;
   }
 
@@ -229,104 +471,106 @@ class PackedMarkers {
   std::size_t count_older(Ticks cutoff) const noexcept {
     std::size_t n = 0;
     for (const Slot& slot : slots_) {
-      if (slot.consumer != kEmpty && slot.marked_at < cutoff) ++n;
+      if (slot.consumer != kFree && slot.marked_at < cutoff) ++n;
     }
     return n;
   }
 
+  static std::uint64_t packed_hash(const PackedId& bits, IdKind kind) noexcept {
+    // Random ids spread already, but a caller's ids may be sequential: mix both words.
+    return mix(bits.hi ^ std::rotl(bits.lo, 29) ^ static_cast<std::uint64_t>(kind));
+  }
+
  private:
   struct Slot {
-    std::uint64_t hi;
-    std::uint64_t lo;
+    std::uint64_t a;  // packed: high word; text: where the arena keeps it
+    std::uint64_t b;  // packed: low word; text: hash of the id
     Ticks marked_at;
-    std::uint32_t consumer;  // kEmpty: a free slot
+    std::uint32_t consumer;  // kFree: a free slot
+    std::uint8_t kind;       // IdKind
+    std::uint8_t length;     // text: the id's length (1..255)
+    std::uint16_t unused;
   };
-  static constexpr std::uint32_t kEmpty = std::numeric_limits<std::uint32_t>::max();
+  static_assert(sizeof(Slot) == 32);
+  static_assert(kMaxKeyLength <= 255, "text slots store the length in one byte");
+  static constexpr std::uint32_t kFree = std::numeric_limits<std::uint32_t>::max();
   static constexpr std::size_t kMinCapacity = 16;
   static constexpr std::size_t kMaxLoadNum = 7;  // grow past 70% full
   static constexpr std::size_t kMaxLoadDen = 10;
 
-  std::size_t index(const UuidKey& key) const noexcept {
+  static std::uint64_t slot_hash(std::uint64_t id_hash, std::uint32_t consumer) noexcept {
+    return id_hash ^ (std::uint64_t{consumer} * 0x9e3779b97f4a7c15ull);
+  }
+  std::size_t index_of(std::uint64_t h) const noexcept {
     // Fibonacci hashing: the top bits of the product index a power-of-two table.
-    return static_cast<std::size_t>((UuidKeyHash{}(key)*0x9e3779b97f4a7c15ull) >> shift_);
+    return static_cast<std::size_t>((h * 0x9e3779b97f4a7c15ull) >> shift_);
+  }
+  // The id hash a stored slot was placed by (the same function IdKey::hash is).
+  static std::uint64_t stored_id_hash(const Slot& slot) noexcept {
+    if (slot.kind == static_cast<std::uint8_t>(IdKind::text)) return slot.b;
+    return packed_hash(PackedId{slot.a, slot.b}, static_cast<IdKind>(slot.kind));
   }
 
-  void reset(std::size_t capacity) {
-    slots_.assign(capacity, Slot{0, 0, 0, kEmpty});
+  bool matches(const Slot& slot, const SlotKey& key) const noexcept {
+    const IdKey& id = *key.id;
+    if (slot.consumer != key.consumer || slot.kind != static_cast<std::uint8_t>(id.kind)) {
+      return false;
+    }
+    if (id.kind != IdKind::text) return slot.a == id.bits.hi && slot.b == id.bits.lo;
+    return slot.b == id.hash && slot.length == id.text.size() &&
+           std::memcmp(arena_.at(slot.a), id.text.data(), id.text.size()) == 0;
+  }
+
+  // Moves the slots that `keep` accepts into a table of `capacity` (a power of two, or 0), with
+  // the arena compacted when anything was dropped.
+  template <class Keep>
+  void relocate(std::size_t capacity, Keep&& keep) {
+    SlotArray<Slot> old_slots = std::move(slots_);
+    // Growing keeps every marker and so the arena as it is; dropping any compacts the arena.
+    const bool compact = count_kept(old_slots, keep) != size_;
+    Arena old_arena;
+    if (compact) old_arena = std::exchange(arena_, Arena());
+    slots_.assign(capacity, Slot{0, 0, 0, kFree, 0, 0, 0});
     mask_ = capacity == 0 ? 0 : capacity - 1;
     shift_ = capacity == 0 ? 63 : 64 - std::countr_zero(capacity);
-  }
-
-  void place(const Slot& moved) {
-    const UuidKey key{moved.hi, moved.lo, moved.consumer};
-    std::size_t i = index(key);
-    while (slots_[i].consumer != kEmpty)
-      i = (i + 1) & mask_;
-    slots_[i] = moved;
-  }
-
-  void rebuild(std::size_t capacity) {
-    std::vector<Slot> old = std::move(slots_);
-    reset(capacity);
-    for (const Slot& slot : old) {
-      if (slot.consumer != kEmpty) place(slot);
+    size_ = 0;
+    for (Slot slot : old_slots) {
+      if (slot.consumer == kFree || !keep(slot)) continue;
+      if (compact && slot.kind == static_cast<std::uint8_t>(IdKind::text)) {
+        slot.a = arena_.add(std::string_view(old_arena.at(slot.a), slot.length));
+      }
+      const std::uint64_t h = slot_hash(stored_id_hash(slot), slot.consumer);
+      std::size_t i = index_of(h);
+      while (slots_[i].consumer != kFree)
+        i = (i + 1) & mask_;
+      slots_[i] = slot;
+      ++size_;
     }
   }
 
-  std::vector<Slot> slots_;
+  template <class Keep>
+  static std::size_t count_kept(const SlotArray<Slot>& slots, Keep& keep) {
+    std::size_t n = 0;
+    for (const Slot& slot : slots) {
+      if (slot.consumer != kFree && keep(slot)) ++n;
+    }
+    return n;
+  }
+
+  SlotArray<Slot> slots_;
+  Arena arena_;  // bytes of text ids, in the order they were marked
   std::size_t mask_ = 0;
   int shift_ = 63;
   std::size_t size_ = 0;
 };
-
-// Markers of text ids: a node map with allocation-free lookups by TextKeyView.
-class TextMarkers {
- public:
-  bool contains(const TextKeyView& key) const { return map_.find(key) != map_.end(); }
-  std::optional<Ticks> marked_at(const TextKeyView& key) const {
-    auto it = map_.find(key);
-    if (it == map_.end()) return std::nullopt;
-    return it->second;
-  }
-  template <class Fn>
-  void for_each_consumer(Fn&& fn) const {
-    for (const auto& entry : map_)
-      fn(entry.first.consumer);
-  }
-  void insert(const TextKeyView& key, Ticks marked_at) {
-    if (map_.find(key) == map_.end())
-      map_.emplace(TextKey{key.consumer, std::string(key.id)}, marked_at);
-  }
-  std::size_t erase_older(Ticks cutoff) {
-    return std::erase_if(map_, [&](const auto& m) { return m.second < cutoff; });
-  }
-  std::size_t size() const noexcept { return map_.size(); }
-  std::size_t count_older(Ticks cutoff) const {
-    return static_cast<std::size_t>(
-        std::count_if(map_.begin(), map_.end(), [&](const auto& m) { return m.second < cutoff; }));
-  }
-
- private:
-  std::unordered_map<TextKey, Ticks, TextKeyHash, TextKeyEq> map_;
-};
-
-// Markers and claims for one kind of key. Claims are few and short-lived: a node map is fine.
-template <class Markers, class Key, class Hash, class Eq>
-struct Table {
-  Markers markers;
-  std::unordered_map<Key, ClaimState, Hash, Eq> claims;
-};
-
-using UuidTable = Table<PackedMarkers, UuidKey, UuidKeyHash, std::equal_to<UuidKey>>;
-using TextTable = Table<TextMarkers, TextKey, TextKeyHash, TextKeyEq>;
 
 }  // namespace
 
 struct alignas(64) MemoryRecorderShard {
   std::mutex mutex;
   std::unordered_map<std::string, std::uint32_t, StringHash, std::equal_to<>> consumers;
-  UuidTable uuids;
-  TextTable texts;
+  Markers markers;
+  std::unordered_map<TextKey, ClaimState, TextKeyHash, TextKeyEq> claims;
 
   // The consumer looked up last: most shards serve one consumer, or a few in turn, so this
   // saves a second hash of the name. Points into `consumers` (nodes never move).
@@ -354,40 +598,34 @@ struct alignas(64) MemoryRecorderShard {
 
 namespace {
 
-// One parsed (consumer, event_id) pair: validated, packed when possible, hashed to its shard.
+// One parsed (consumer, event_id) pair: validated (one scan of each), packed when it has one of
+// the packed shapes, hashed once; `hash` picks the shard.
 struct Address {
   std::string_view consumer;
-  std::string_view id;
-  bool packed;
-  PackedId bits;
+  IdKey id;
   std::size_t hash;
 };
 
 Address address(std::string_view consumer, std::string_view event_id) {
-  validate_key("consumer", consumer);
-  Address a{consumer, event_id, false, {}, 0};
-  a.packed = pack_id(event_id, a.bits);
-  // 32 hex digits are a valid key by construction; anything else gets the full check.
-  if (!a.packed) validate_key("event id", event_id);
-  const std::uint64_t id_hash = a.packed ? (a.bits.hi ^ a.bits.lo) : hash_text(event_id);
-  a.hash = static_cast<std::size_t>(mix(id_hash ^ (hash_text(consumer) * 0x9e3779b97f4a7c15ull)));
+  Address a;
+  a.consumer = consumer;
+  std::uint64_t consumer_hash;
+  if (!scan_key(consumer, consumer_hash)) validate_key("consumer", consumer);
+  a.id.text = event_id;
+  a.id.kind = IdKind::text;
+  // The packed shapes are valid keys by construction; anything else gets the full check.
+  if (event_id.size() == 32 && pack_hex32(event_id, a.id.bits)) {
+    a.id.kind = IdKind::hex32;
+  } else if (event_id.size() == 36 && pack_uuid36(event_id, a.id.bits)) {
+    a.id.kind = IdKind::uuid36;
+  }
+  if (a.id.kind == IdKind::text) {
+    if (!scan_key(event_id, a.id.hash)) validate_key("event id", event_id);
+  } else {
+    a.id.hash = Markers::packed_hash(a.id.bits, a.id.kind);
+  }
+  a.hash = static_cast<std::size_t>(a.id.hash ^ std::rotl(consumer_hash, 23));
   return a;
-}
-
-// Calls fn(table, key) with the key kind the address needs. Key is a lookup key (no
-// allocation); make_owned(key) turns it into a storable one.
-template <class Fn>
-decltype(auto) with_key(MemoryRecorderShard& shard, const Address& a, std::uint32_t consumer,
-                        Fn&& fn) {
-  if (a.packed) return fn(shard.uuids, UuidKey{a.bits.hi, a.bits.lo, consumer});
-  return fn(shard.texts, TextKeyView{consumer, a.id});
-}
-
-UuidKey make_owned(const UuidKey& k) {
-  return k;
-}
-TextKey make_owned(const TextKeyView& k) {
-  return TextKey{k.consumer, std::string(k.id)};
 }
 
 void require_positive_lease(Millis lease) {
@@ -402,6 +640,9 @@ void require_positive_lease(Millis lease) {
 using detail::Address;
 using detail::ClaimState;
 using detail::MemoryRecorderShard;
+using detail::SlotKey;
+using detail::TextKey;
+using detail::TextKeyView;
 using detail::Ticks;
 
 InMemoryIdempotencyRecorder::InMemoryIdempotencyRecorder(InMemoryRecorderOptions options)
@@ -418,7 +659,7 @@ InMemoryIdempotencyRecorder::InMemoryIdempotencyRecorder(InMemoryRecorderOptions
 InMemoryIdempotencyRecorder::~InMemoryIdempotencyRecorder() = default;
 
 MemoryRecorderShard& InMemoryIdempotencyRecorder::shard_for(std::size_t hash) const noexcept {
-  // The high bits: the in-shard maps use the low ones.
+  // The high bits: the in-shard table's index comes from a product of its own.
   return shards_[(hash >> 48) & shard_mask_];
 }
 
@@ -429,21 +670,19 @@ bool InMemoryIdempotencyRecorder::is_processed(std::string_view consumer,
   std::lock_guard lock(shard.mutex);
   const std::uint32_t* index = shard.find_consumer(consumer);
   if (index == nullptr) return false;
-  return detail::with_key(shard, a, *index,
-                          [](auto& table, const auto& key) { return table.markers.contains(key); });
+  return shard.markers.contains(SlotKey{&a.id, *index});
 }
 
 void InMemoryIdempotencyRecorder::mark_processed(std::string_view consumer,
                                                  std::string_view event_id) {
   const Address a = detail::address(consumer, event_id);
-  const Ticks now = detail::to_ticks(clock_->wall_now());
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
   const std::uint32_t index = shard.intern_consumer(consumer);
-  detail::with_key(shard, a, index, [now](auto& table, const auto& key) {
-    // The first marker wins: a repeated mark must not make an old event look new to purge().
-    table.markers.insert(key, now);
-  });
+  // The first marker wins: a repeated mark must not make an old event look new to purge(), and
+  // it reads no clock.
+  shard.markers.insert(SlotKey{&a.id, index},
+                       [this] { return detail::to_ticks(clock_->wall_now()); });
 }
 
 Claim InMemoryIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
@@ -455,31 +694,29 @@ Claim InMemoryIdempotencyRecorder::claim(std::string_view consumer, std::string_
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
   const std::uint32_t index = shard.intern_consumer(consumer);
-  return detail::with_key(shard, a, index, [&](auto& table, const auto& key) {
-    Claim result;
-    if (table.markers.contains(key)) {
-      result.status = Claim::Status::processed;
-      return result;
-    }
-    auto it = table.claims.find(key);
-    if (it != table.claims.end() && it->second.lease_until > now) {
-      result.status = Claim::Status::in_progress;
-      result.lease_until = detail::from_ticks(it->second.lease_until);
-      return result;
-    }
-    // Taken under the shard lock, so for this key tokens are handed out in increasing order.
-    const std::uint64_t token = next_token_.fetch_add(1, std::memory_order_relaxed);
-    if (it != table.claims.end()) {
-      it->second = ClaimState{token, lease_until};
-      result.took_over = true;
-    } else {
-      table.claims.emplace(detail::make_owned(key), ClaimState{token, lease_until});
-    }
-    result.status = Claim::Status::acquired;
-    result.token = token;
-    result.lease_until = detail::from_ticks(lease_until);
+  Claim result;
+  if (shard.markers.contains(SlotKey{&a.id, index})) {
+    result.status = Claim::Status::processed;
     return result;
-  });
+  }
+  auto it = shard.claims.find(TextKeyView{index, event_id});
+  if (it != shard.claims.end() && it->second.lease_until > now) {
+    result.status = Claim::Status::in_progress;
+    result.lease_until = detail::from_ticks(it->second.lease_until);
+    return result;
+  }
+  // Taken under the shard lock, so for this key tokens are handed out in increasing order.
+  const std::uint64_t token = next_token_.fetch_add(1, std::memory_order_relaxed);
+  if (it != shard.claims.end()) {
+    it->second = ClaimState{token, lease_until};
+    result.took_over = true;
+  } else {
+    shard.claims.emplace(TextKey{index, std::string(event_id)}, ClaimState{token, lease_until});
+  }
+  result.status = Claim::Status::acquired;
+  result.token = token;
+  result.lease_until = detail::from_ticks(lease_until);
+  return result;
 }
 
 bool InMemoryIdempotencyRecorder::complete(std::string_view consumer, std::string_view event_id,
@@ -490,13 +727,11 @@ bool InMemoryIdempotencyRecorder::complete(std::string_view consumer, std::strin
   std::lock_guard lock(shard.mutex);
   const std::uint32_t* index = shard.find_consumer(consumer);
   if (index == nullptr) return false;
-  return detail::with_key(shard, a, *index, [&](auto& table, const auto& key) {
-    auto it = table.claims.find(key);
-    if (it == table.claims.end() || it->second.token != token) return false;
-    table.claims.erase(it);
-    table.markers.insert(key, now);
-    return true;
-  });
+  auto it = shard.claims.find(TextKeyView{*index, event_id});
+  if (it == shard.claims.end() || it->second.token != token) return false;
+  shard.claims.erase(it);
+  shard.markers.insert(SlotKey{&a.id, *index}, [now] { return now; });
+  return true;
 }
 
 bool InMemoryIdempotencyRecorder::release(std::string_view consumer, std::string_view event_id,
@@ -506,12 +741,10 @@ bool InMemoryIdempotencyRecorder::release(std::string_view consumer, std::string
   std::lock_guard lock(shard.mutex);
   const std::uint32_t* index = shard.find_consumer(consumer);
   if (index == nullptr) return false;
-  return detail::with_key(shard, a, *index, [&](auto& table, const auto& key) {
-    auto it = table.claims.find(key);
-    if (it == table.claims.end() || it->second.token != token) return false;
-    table.claims.erase(it);
-    return true;
-  });
+  auto it = shard.claims.find(TextKeyView{*index, event_id});
+  if (it == shard.claims.end() || it->second.token != token) return false;
+  shard.claims.erase(it);
+  return true;
 }
 
 bool InMemoryIdempotencyRecorder::renew(std::string_view consumer, std::string_view event_id,
@@ -523,12 +756,10 @@ bool InMemoryIdempotencyRecorder::renew(std::string_view consumer, std::string_v
   std::lock_guard lock(shard.mutex);
   const std::uint32_t* index = shard.find_consumer(consumer);
   if (index == nullptr) return false;
-  return detail::with_key(shard, a, *index, [&](auto& table, const auto& key) {
-    auto it = table.claims.find(key);
-    if (it == table.claims.end() || it->second.token != token) return false;
-    it->second.lease_until = detail::add_saturating(now, lease);
-    return true;
-  });
+  auto it = shard.claims.find(TextKeyView{*index, event_id});
+  if (it == shard.claims.end() || it->second.token != token) return false;
+  it->second.lease_until = detail::add_saturating(now, lease);
+  return true;
 }
 
 std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
@@ -549,12 +780,8 @@ std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::durati
     std::size_t in_shard = 0;
     {
       std::lock_guard lock(shard.mutex);
-      const auto sweep = [&](auto& table) {
-        in_shard += table.markers.erase_older(cutoff);
-        std::erase_if(table.claims, [&](const auto& c) { return c.second.lease_until < cutoff; });
-      };
-      sweep(shard.uuids);
-      sweep(shard.texts);
+      in_shard += shard.markers.erase_older(cutoff);
+      std::erase_if(shard.claims, [&](const auto& c) { return c.second.lease_until < cutoff; });
     }
     removed += in_shard;
     if (in_shard > 0 && progress) progress(removed);
@@ -574,14 +801,10 @@ std::vector<ConsumerCounts> InMemoryIdempotencyRecorder::consumer_counts() {
       it->second.consumer = name;
       counts[index] = &it->second;
     }
-    const auto add = [&](const auto& table) {
-      table.markers.for_each_consumer([&](std::uint32_t index) { ++counts[index]->processed; });
-      for (const auto& [key, claim] : table.claims) {
-        if (claim.lease_until > now) ++counts[key.consumer]->in_progress;
-      }
-    };
-    add(shard.uuids);
-    add(shard.texts);
+    shard.markers.for_each_consumer([&](std::uint32_t index) { ++counts[index]->processed; });
+    for (const auto& [key, claim] : shard.claims) {
+      if (claim.lease_until > now) ++counts[key.consumer]->in_progress;
+    }
   }
   std::vector<ConsumerCounts> result;
   for (auto& [name, counts] : by_name) {
@@ -600,8 +823,7 @@ std::size_t InMemoryIdempotencyRecorder::count_purgeable(
   std::size_t n = 0;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
     std::lock_guard lock(shards_[i].mutex);
-    n +=
-        shards_[i].uuids.markers.count_older(cutoff) + shards_[i].texts.markers.count_older(cutoff);
+    n += shards_[i].markers.count_older(cutoff);
   }
   return n;
 }
@@ -615,18 +837,15 @@ MarkerInspection InMemoryIdempotencyRecorder::inspect(std::string_view consumer,
   MarkerInspection result;
   const std::uint32_t* index = shard.find_consumer(consumer);
   if (index == nullptr) return result;
-  detail::with_key(shard, a, *index, [&](auto& table, const auto& key) {
-    if (auto at = table.markers.marked_at(key)) {
-      result.processed = true;
-      result.processed_at = detail::from_ticks(*at);
-    }
-    auto it = table.claims.find(key);
-    if (it != table.claims.end()) {
-      result.claim =
-          MarkerInspection::OpenClaim{it->second.token, detail::from_ticks(it->second.lease_until),
-                                      it->second.lease_until > now};
-    }
-  });
+  if (auto at = shard.markers.marked_at(SlotKey{&a.id, *index})) {
+    result.processed = true;
+    result.processed_at = detail::from_ticks(*at);
+  }
+  auto it = shard.claims.find(TextKeyView{*index, event_id});
+  if (it != shard.claims.end()) {
+    result.claim = MarkerInspection::OpenClaim{
+        it->second.token, detail::from_ticks(it->second.lease_until), it->second.lease_until > now};
+  }
   return result;
 }
 
@@ -634,7 +853,7 @@ std::size_t InMemoryIdempotencyRecorder::marker_count() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
     std::lock_guard lock(shards_[i].mutex);
-    n += shards_[i].uuids.markers.size() + shards_[i].texts.markers.size();
+    n += shards_[i].markers.size();
   }
   return n;
 }
@@ -643,7 +862,7 @@ std::size_t InMemoryIdempotencyRecorder::claim_count() const {
   std::size_t n = 0;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
     std::lock_guard lock(shards_[i].mutex);
-    n += shards_[i].uuids.claims.size() + shards_[i].texts.claims.size();
+    n += shards_[i].claims.size();
   }
   return n;
 }

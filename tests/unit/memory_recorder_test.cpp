@@ -181,4 +181,80 @@ TEST_F(MemoryRecorder, PurgeRacesWithWritersSafely) {
   EXPECT_EQ(recorder_.claim_count(), 0u);
 }
 
+// Ids of the packed shapes (32 hex digits, dashed UUID) and text ids are distinct keys exactly
+// when their texts differ: one changed character anywhere, the case of a digit, the dashes.
+TEST_F(MemoryRecorder, EveryIdShapeIsItsOwnKey) {
+  const std::string hex = "0123456789abcdef0123456789abcdef";
+  const std::string uuid = "01234567-89ab-cdef-0123-456789abcdef";
+  recorder_.mark_processed("c", hex);
+  recorder_.mark_processed("c", uuid);
+  EXPECT_TRUE(recorder_.is_processed("c", hex));
+  EXPECT_TRUE(recorder_.is_processed("c", uuid));
+  EXPECT_FALSE(recorder_.is_processed("c", "0123456789ABCDEF0123456789abcdef"));
+  EXPECT_FALSE(recorder_.is_processed("c", "01234567-89AB-cdef-0123-456789abcdef"));
+  EXPECT_FALSE(recorder_.is_processed("c", "01234567_89ab-cdef-0123-456789abcdef"));
+  for (const std::string& id : {hex, uuid}) {
+    for (std::size_t i = 0; i < id.size(); ++i) {
+      for (const char c : {'0', '9', 'a', 'f', 'g', 'A', '-', 'z'}) {
+        if (id[i] == c) continue;
+        std::string other = id;
+        other[i] = c;
+        ASSERT_FALSE(recorder_.is_processed("c", other)) << other;
+      }
+    }
+  }
+  EXPECT_EQ(recorder_.marker_count(), 2u);
+}
+
+// The one-pass scan of text ids and consumer names rejects what validate_key() rejects, at every
+// position of a word and of the tail, and accepts everything else (UTF-8 included).
+TEST_F(MemoryRecorder, TextIdsAreValidatedAtEveryPosition) {
+  for (std::size_t length = 1; length <= 20; ++length) {
+    for (std::size_t at = 0; at < length; ++at) {
+      for (const char bad : {'\0', '\x01', '\x1f', '\x7f', '\n'}) {
+        std::string id(length, 'x');
+        id[at] = bad;
+        EXPECT_THROW(recorder_.mark_processed("c", id), idem::InvalidKey) << length << " " << at;
+        EXPECT_THROW(recorder_.is_processed(id, "e"), idem::InvalidKey) << length << " " << at;
+      }
+      std::string fine(length, ' ');
+      fine[at] = '\xc3';
+      EXPECT_NO_THROW(recorder_.mark_processed("c", fine));
+      EXPECT_TRUE(recorder_.is_processed("c", fine));
+    }
+    EXPECT_THROW(recorder_.mark_processed("c", std::string(length, ' ')), idem::InvalidKey);
+    EXPECT_THROW(recorder_.mark_processed(std::string(length, ' '), "e"), idem::InvalidKey);
+  }
+  EXPECT_THROW(recorder_.mark_processed("c", ""), idem::InvalidKey);
+  EXPECT_THROW(recorder_.mark_processed("", "e"), idem::InvalidKey);
+  EXPECT_THROW(recorder_.mark_processed("c", std::string(256, 'x')), idem::InvalidKey);
+  EXPECT_NO_THROW(recorder_.mark_processed("c", std::string(255, 'x')));
+  EXPECT_NO_THROW(recorder_.mark_processed(std::string(255, 'y'), "e"));
+  // 32 or 36 characters that are not the packed shapes are validated as text.
+  EXPECT_THROW(recorder_.mark_processed("c", std::string(31, 'a') + '\x01'), idem::InvalidKey);
+  EXPECT_THROW(recorder_.mark_processed("c", std::string(35, 'a') + '\x7f'), idem::InvalidKey);
+}
+
+// Text ids live in an arena: they survive the table's growth, and a purge that drops some
+// compacts it without losing the others.
+TEST_F(MemoryRecorder, TextIdsSurviveGrowthAndPurge) {
+  InMemoryIdempotencyRecorder recorder({.clock = clock_, .shards = 2});
+  const auto id = [](int i) { return "order-" + std::to_string(i) + std::string(i % 200, 'p'); };
+  for (int i = 0; i < 5'000; ++i)
+    recorder.mark_processed(i % 3 == 0 ? "a" : "b", id(i));
+  clock_->advance(2h);
+  for (int i = 5'000; i < 10'000; ++i)
+    recorder.mark_processed(i % 3 == 0 ? "a" : "b", id(i));
+  EXPECT_EQ(recorder.marker_count(), 10'000u);
+  EXPECT_EQ(recorder.purge(1h), 5'000u);
+  for (int i = 0; i < 10'000; ++i) {
+    const std::string consumer = i % 3 == 0 ? "a" : "b";
+    ASSERT_EQ(recorder.is_processed(consumer, id(i)), i >= 5'000) << i;
+    ASSERT_FALSE(recorder.is_processed(i % 3 == 0 ? "b" : "a", id(i))) << i;
+  }
+  for (int i = 0; i < 5'000; ++i)
+    recorder.mark_processed("a", id(i));
+  EXPECT_EQ(recorder.marker_count(), 10'000u);
+}
+
 }  // namespace

@@ -17,11 +17,14 @@
 //     markers whose timestamp is strictly older than now - older_than, and claims whose lease
 //     ended before that instant.
 //
-// Cost: the state is split into shards by a hash of (consumer, event_id), each a mutex and hash
-// maps, so threads working on different events rarely contend. Event ids of the shape
-// new_event_id() makes (32 lowercase hex characters) are stored as 16 bytes and looked up without
-// allocating; any other valid key is stored as text. There is no capacity bound: call purge()
-// to reclaim space.
+// Cost: the state is split into shards by a hash of (consumer, event_id), each a mutex and one
+// open-addressing table of 32-byte markers, so threads working on different events rarely
+// contend. Each call scans the consumer name and the event id once (validation and hash in one
+// pass) and never allocates to look up. Ids of 32 lowercase hex digits (what new_event_id()
+// makes) and dashed lowercase UUIDs are packed into the marker's 16 bytes; any other valid id
+// (up to kMaxKeyLength bytes) is copied once into the shard's arena when it is marked. Only
+// adding a marker or a claim reads the clock; is_processed() and a repeated mark do not. There
+// is no capacity bound: call purge() to reclaim space (it also compacts the arena).
 //
 // Thread-safety: all members are safe to call from any number of threads.
 //
