@@ -2,11 +2,11 @@
 
 #include <charconv>
 #include <cstdint>
+#include <cstring>
 #include <optional>
+#include <string>
 #include <type_traits>
 #include <variant>
-#include <cstring>
-#include <string>
 
 #include "connection.hpp"
 
