@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <latch>
 #include <memory>
 #include <optional>
@@ -113,6 +114,17 @@ std::optional<SqliteError> sqlite_error_of(Fn&& fn) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// Every byte of a file ("" when it does not exist).
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
 }
 
 // ---- file format: schema and timestamps -----------------------------------------------------
@@ -251,6 +263,125 @@ TEST(SqliteRecorderFormat, ForeignProcessedLogWithOtherColumnsIsRefused) {
   ASSERT_TRUE(error);
   EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
   EXPECT_TRUE(contains(error->what(), "processed_log")) << error->what();
+}
+
+// A file the recorder refuses is left exactly as it was: the checks run before the journal mode
+// is switched or a table is added (the file here is in rollback mode, as Python leaves it).
+TEST(SqliteRecorderFormat, RefusedFilesAreLeftByteForByte) {
+  TempDir dir;
+  const struct {
+    const char* name;
+    const char* sql;
+    ErrorCode code;
+  } cases[] = {
+      {"foreign.db",
+       "CREATE TABLE processed_log(id INTEGER PRIMARY KEY, payload BLOB);"
+       "INSERT INTO processed_log(payload) VALUES (x'00ff')",
+       ErrorCode::store_not_a_database},
+      {"future.db",
+       "CREATE TABLE idem_schema(component TEXT PRIMARY KEY, version INTEGER NOT NULL);"
+       "INSERT INTO idem_schema VALUES ('recorder', 99)",
+       ErrorCode::store_open_failed},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.file(c.name);
+    RawDb(path).exec(c.sql);
+    const std::string before = file_bytes(path);
+    ASSERT_FALSE(before.empty());
+    const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(path); });
+    ASSERT_TRUE(error);
+    EXPECT_EQ(error->code(), c.code) << error->what();
+    EXPECT_FALSE(error->retryable());
+    EXPECT_EQ(file_bytes(path), before) << "a refused file must not change";
+    EXPECT_FALSE(exists(path + "-wal"));
+    EXPECT_FALSE(exists(path + "-journal"));
+    RawDb raw(path);
+    EXPECT_EQ(raw.text("PRAGMA journal_mode"), "delete");
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = 'idem_claims'"), 0);
+  }
+}
+
+// create_schema = false opens an infinity_bus file as it is: it stays in rollback mode with its
+// one table, and everything that needs only processed_log works on it.
+TEST(SqliteRecorderFormat, InfinityBusFileOpenedAsItIsKeepsItsJournalAndTables) {
+  TempDir dir;
+  const std::string path = dir.file("python.db");
+  {
+    RawDb python(path);
+    python.exec(kInfinityBusSchema);
+    python.exec(
+        "INSERT INTO processed_log VALUES ('billing', 'old', '2026-01-01T00:00:00.000001+00:00'),"
+        " ('billing', 'recent', '2037-12-31T00:00:00+00:00')");
+  }
+  auto clock = std::make_shared<ManualClock>();  // 2030-01-01
+  SqliteOptions options = with_clock(clock);
+  options.create_schema = false;
+  {
+    SqliteIdempotencyRecorder recorder(path, options);
+    EXPECT_TRUE(recorder.is_processed("billing", "old"));
+    recorder.mark_processed("billing", "from-idem");
+    EXPECT_TRUE(recorder.is_processed("billing", "from-idem"));
+    const auto counts = recorder.consumer_counts();
+    ASSERT_EQ(counts.size(), 1u);
+    EXPECT_EQ(counts[0].processed, 3u);
+    EXPECT_EQ(counts[0].in_progress, 0u);
+    const auto seen = recorder.inspect("billing", "old");
+    EXPECT_TRUE(seen.processed);
+    EXPECT_FALSE(seen.claim.has_value());
+    EXPECT_EQ(recorder.count_purgeable(24h), 1u);  // "old" (2026); not 2030's nor 2037's
+    EXPECT_EQ(recorder.purge(std::chrono::hours(24 * 365)), 1u);
+    EXPECT_FALSE(recorder.is_processed("billing", "old"));
+    // Claims need idem's own table: a clear error, nothing written.
+    const auto claim = sqlite_error_of([&] { (void)recorder.claim("billing", "e", 30s); });
+    ASSERT_TRUE(claim);
+    EXPECT_EQ(claim->code(), ErrorCode::store_error) << claim->what();
+    EXPECT_TRUE(contains(claim->what(), "idem_claims")) << claim->what();
+  }
+  RawDb raw(path);
+  EXPECT_EQ(raw.text("PRAGMA journal_mode"), "delete");
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master"), 2) << "the table and its index";
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log"), 2);
+  EXPECT_FALSE(exists(path + "-wal"));
+
+  // A file without processed_log is refused (and not created) rather than changed.
+  const std::string empty = dir.file("empty.db");
+  RawDb(empty).exec("CREATE TABLE unrelated(x)");
+  const auto none = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(empty, options); });
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->code(), ErrorCode::store_error);
+  EXPECT_TRUE(contains(none->what(), " do not exist ")) << none->what();
+  const auto missing =
+      sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(dir.file("missing.db"), options); });
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->code(), ErrorCode::store_open_failed);
+  EXPECT_FALSE(exists(dir.file("missing.db")));
+}
+
+// Read-only, an infinity_bus file answers counts and inspections too (there are no claims).
+TEST(SqliteRecorderFormat, InfinityBusFileReadOnlyCountsAndInspectsWithoutChangingIt) {
+  TempDir dir;
+  const std::string path = dir.file("python.db");
+  {
+    RawDb python(path);
+    python.exec(kInfinityBusSchema);
+    python.exec(
+        "INSERT INTO processed_log VALUES ('billing', 'e1', '2026-01-01T00:00:00+00:00'),"
+        " ('shipping', 'e1', '2026-01-01T00:00:00+00:00')");
+  }
+  const std::string before = file_bytes(path);
+  SqliteOptions options;
+  options.read_only = true;
+  {
+    SqliteIdempotencyRecorder recorder(path, options);
+    EXPECT_EQ(recorder.consumer_counts().size(), 2u);
+    const auto seen = recorder.inspect("billing", "e1");
+    EXPECT_TRUE(seen.processed);
+    ASSERT_TRUE(seen.processed_at.has_value());
+    EXPECT_FALSE(seen.claim.has_value());
+    EXPECT_EQ(recorder.count_purgeable(0s), 2u);
+  }
+  EXPECT_EQ(file_bytes(path), before);
 }
 
 TEST(SqliteRecorderFormat, ReopenKeepsMarkersClaimsAndTokens) {
@@ -538,6 +669,8 @@ TEST(SqliteRecorderErrors, ResultCodesMapInOnePlace) {
       {SQLITE_IOERR_FSYNC, Phase::commit, ErrorCode::store_error, false, true},
       {SQLITE_FULL, Phase::commit, ErrorCode::store_error, false, true},
       {SQLITE_CONSTRAINT_PRIMARYKEY, Phase::other, ErrorCode::store_error, false, false},
+      {SQLITE_CORRUPT, Phase::other, ErrorCode::store_corrupt, false, false},
+      {SQLITE_CORRUPT_INDEX, Phase::other, ErrorCode::store_corrupt, false, false},
   };
   for (const auto& c : cases) {
     const SqliteError e = make_sqlite_error(nullptr, c.rc, "testing", "/tmp/x.db", c.phase);
@@ -993,6 +1126,7 @@ TEST(SqliteRecorderCheckpoints, TheThreadCheckpointsOnceTheWalIsPastItsThreshold
   const std::string path = dir.file("ckpt.db");
   SqliteOptions options;
   auto writer = detail::open_writer(path, options);
+  detail::use_wal(*writer);
   writer->exec_script("CREATE TABLE t (k TEXT PRIMARY KEY, v BLOB)");
   detail::Checkpointer checkpointer(*writer, path, options);
   const auto db_size_before = file_size_or_zero(path);
@@ -1022,6 +1156,7 @@ TEST(SqliteRecorderCheckpoints, ACheckpointWaitsForAThresholdOfNewPages) {
   SqliteOptions options;
   options.durability = Durability::off;  // fast checkpoints: they could keep up
   auto writer = detail::open_writer(path, options);
+  detail::use_wal(*writer);
   writer->exec_script("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)");
   constexpr int kCommits = 2000;  // a row of 3 KiB each
   {

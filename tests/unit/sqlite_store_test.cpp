@@ -12,8 +12,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <latch>
 #include <map>
 #include <memory>
@@ -279,6 +281,58 @@ TEST(SqliteStoreFormat, ForeignIdemRecordsTableIsRefused) {
   ASSERT_TRUE(error);
   EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
   EXPECT_TRUE(contains(error->what(), "idem_records")) << error->what();
+}
+
+// Every byte of a file ("" when it does not exist).
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A foreign idem_records (or a newer schema) is refused before the journal mode is switched or a
+// table is added: the file stays byte for byte as it was.
+TEST(SqliteStoreFormat, RefusedFilesAreLeftByteForByte) {
+  TempDir dir;
+  const struct {
+    const char* name;
+    const char* sql;
+    ErrorCode code;
+  } cases[] = {
+      {"foreign.db",
+       "CREATE TABLE idem_records(key TEXT PRIMARY KEY, payload BLOB);"
+       "INSERT INTO idem_records VALUES ('k', x'00')",
+       ErrorCode::store_not_a_database},
+      {"future.db",
+       "CREATE TABLE idem_schema(component TEXT PRIMARY KEY, version INTEGER NOT NULL);"
+       "INSERT INTO idem_schema VALUES ('store', 99)",
+       ErrorCode::store_open_failed},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.file(c.name);
+    RawDb(path).exec(c.sql);
+    const std::string before = file_bytes(path);
+    const auto error = error_of([&] { SqliteIdempotencyStore store(path); });
+    ASSERT_TRUE(error);
+    EXPECT_EQ(error->code(), c.code) << error->what();
+    EXPECT_EQ(file_bytes(path), before) << "a refused file must not change";
+    EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  }
+}
+
+TEST(SqliteStoreFormat, WithoutCreateSchemaAFileWithoutTheTablesIsRefusedUnchanged) {
+  TempDir dir;
+  const std::string path = dir.file("other.db");
+  RawDb(path).exec("CREATE TABLE unrelated(x)");
+  const std::string before = file_bytes(path);
+  SqliteOptions options;
+  options.create_schema = false;
+  const auto error = error_of([&] { SqliteIdempotencyStore store(path, options); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_error) << error->what();
+  EXPECT_FALSE(error->retryable());
+  EXPECT_TRUE(contains(error->what(), " do not exist ")) << error->what();
+  EXPECT_EQ(file_bytes(path), before);
 }
 
 // ---- bad input ------------------------------------------------------------------------------

@@ -275,9 +275,9 @@ void set_synchronous(Connection& connection, Durability durability) {
 
 std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOptions& options) {
   std::unique_ptr<Connection> writer;
+  const bool create = !options.read_only && options.create_schema;
   try {
-    writer = std::make_unique<Connection>(path, options, /*create=*/!options.read_only,
-                                          options.read_only);
+    writer = std::make_unique<Connection>(path, options, create, options.read_only);
   } catch (const SqliteError& e) {
     if (e.code() != ErrorCode::store_open_failed) throw;
     // SQLite says only "unable to open database file"; say which part of the path is wrong.
@@ -291,24 +291,39 @@ std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOpt
       hint = "; it is a directory";
     } else if (!std::filesystem::exists(file, ec) && options.read_only) {
       hint = "; the file does not exist (read_only never creates it)";
+    } else if (!std::filesystem::exists(file, ec) && !create) {
+      hint = "; the file does not exist (create_schema = false never creates it)";
     }
     throw SqliteError(e.code(), std::string(e.what()) + hint, e.sqlite_code(), e.extended_code(),
                       e.retryable(), e.in_doubt());
   }
-  // The first statements read the file header: a file that is not a database fails here with
-  // SQLITE_NOTADB (store_not_a_database).
-  if (path != ":memory:" && !options.read_only) {
-    std::string mode;
-    writer->exec_script("PRAGMA journal_mode=WAL", [&](std::string_view m) { mode = m; });
-    if (mode != "wal") {
-      throw SqliteError(ErrorCode::store_open_failed,
-                        "PRAGMA journal_mode=WAL on '" + path + "' was refused (the mode is '" +
-                            mode + "'); several processes can only share the file in WAL mode",
-                        SQLITE_ERROR, SQLITE_ERROR, false, false);
-    }
-  }
-  set_synchronous(*writer, options.durability);
+  set_synchronous(*writer, options.durability);  // a property of the connection, not the file
   return writer;
+}
+
+void use_wal(Connection& writer) {
+  std::string mode;
+  writer.exec_script("PRAGMA journal_mode=WAL", [&](std::string_view m) { mode = m; });
+  if (mode != "wal") {
+    throw SqliteError(ErrorCode::store_open_failed,
+                      "PRAGMA journal_mode=WAL on '" + writer.path() +
+                          "' was refused (the mode is '" + mode +
+                          "'); several processes can only share the file in WAL mode",
+                      SQLITE_ERROR, SQLITE_ERROR, false, false);
+  }
+}
+
+std::string journal_mode(Connection& connection) {
+  std::string mode;
+  connection.exec_script("PRAGMA journal_mode", [&](std::string_view m) { mode = m; });
+  return mode;
+}
+
+bool has_table(Connection& connection, std::string_view name) {
+  Statement select =
+      connection.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
+  select.bind(1, name);
+  return select.step();
 }
 
 std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::string& path,
@@ -319,9 +334,22 @@ std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::
 
 // ---- ConnectionSet --------------------------------------------------------------------------
 
-void ConnectionSet::open(const std::function<void()>& check_schema) {
-  writer_ = open_writer(path_, options_);  // WAL, synchronous, clear open errors
-  check_schema();
+void ConnectionSet::open(const std::function<bool()>& check_schema,
+                         const std::function<void()>& create_schema) {
+  writer_ = open_writer(path_, options_);  // synchronous, clear open errors; writes nothing
+  // The check only reads (a file that is not a database fails its first statement with
+  // SQLITE_NOTADB): a file it refuses is left byte for byte as it was.
+  const bool missing = check_schema();
+  if (options_.read_only || !options_.create_schema) {
+    // The file as it is: its journal mode (an infinity_bus file stays in rollback mode), no
+    // tables added. Without WAL there is nothing for the checkpoint thread to do.
+    if (!in_memory_ && !options_.read_only && journal_mode(*writer_) == "wal") {
+      checkpointer_ = start_checkpointer(*writer_, path_, options_);
+    }
+    return;
+  }
+  if (!in_memory_) use_wal(*writer_);
+  if (missing) create_schema();
   checkpointer_ = start_checkpointer(*writer_, path_, options_);
 }
 
