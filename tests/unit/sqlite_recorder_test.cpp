@@ -671,6 +671,7 @@ TEST(SqliteRecorderErrors, ResultCodesMapInOnePlace) {
       {SQLITE_CONSTRAINT_PRIMARYKEY, Phase::other, ErrorCode::store_error, false, false},
       {SQLITE_CORRUPT, Phase::other, ErrorCode::store_corrupt, false, false},
       {SQLITE_CORRUPT_INDEX, Phase::other, ErrorCode::store_corrupt, false, false},
+      {SQLITE_READONLY_DBMOVED, Phase::other, ErrorCode::store_replaced, false, false},
   };
   for (const auto& c : cases) {
     const SqliteError e = make_sqlite_error(nullptr, c.rc, "testing", "/tmp/x.db", c.phase);
@@ -1108,6 +1109,90 @@ TEST(SqliteRecorderTransaction, LiveClaimBlocksAndDeadClaimIsFencedOff) {
   EXPECT_EQ(runs, 1);
   EXPECT_FALSE(recorder.complete("c", "evt", claim.token)) << "the old owner is fenced off";
   EXPECT_FALSE(recorder.renew("c", "evt", claim.token, 10s));
+}
+
+// ---- the file deleted or replaced under an open recorder --------------------------------------
+
+// What a replaced file must give: store_replaced, not retryable (the same object fails again),
+// not in doubt (nothing of the call was written).
+void expect_replaced(const std::optional<SqliteError>& error) {
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_replaced) << error->what();
+  EXPECT_FALSE(error->retryable()) << error->what();
+  EXPECT_FALSE(error->in_doubt()) << error->what();
+}
+
+// The check runs at most once per interval of the recorder's clock (steady time): the tests
+// move a ManualClock past it, so the next write is the first one that checks.
+constexpr auto kCheckInterval = idem::sqlite::detail::Connection::kReplacementCheckInterval;
+
+TEST(SqliteRecorderReplacedFile, DeletedFileFailsEveryWriteInsteadOfMarkingIntoIt) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  recorder.mark_processed("billing", "before");
+  const Claim held = recorder.claim("billing", "held", 30s);
+  ASSERT_EQ(held.status, Claim::Status::acquired);
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::filesystem::remove(path + suffix);
+  clock->advance(kCheckInterval);
+
+  const auto mark = sqlite_error_of([&] { recorder.mark_processed("billing", "e1"); });
+  expect_replaced(mark);
+  ASSERT_TRUE(mark);
+  EXPECT_TRUE(contains(mark->what(), "deleted")) << mark->what();
+  EXPECT_TRUE(contains(mark->what(), path)) << mark->what();
+  expect_replaced(sqlite_error_of([&] {
+    const std::vector<std::string> ids = {"e2", "e3"};
+    recorder.mark_processed_many("billing", ids);
+  }));
+  expect_replaced(sqlite_error_of([&] { (void)recorder.claim("billing", "e4", 30s); }));
+  expect_replaced(sqlite_error_of([&] { (void)recorder.complete("billing", "held", held.token); }));
+  bool ran = false;
+  expect_replaced(sqlite_error_of([&] {
+    (void)recorder.run_transactional("billing", "e5", [&](idem::Transaction&) { ran = true; });
+  }));
+  EXPECT_FALSE(ran) << "refused before the handler ran";
+  expect_replaced(sqlite_error_of([&] { (void)recorder.purge(0s); }));
+
+  // A new recorder on the path starts a new file; the old object still refuses.
+  SqliteIdempotencyRecorder fresh(path);
+  EXPECT_FALSE(fresh.is_processed("billing", "before"));
+  fresh.mark_processed("billing", "e1");
+  expect_replaced(sqlite_error_of([&] { recorder.mark_processed("billing", "e6"); }));
+}
+
+TEST(SqliteRecorderReplacedFile, FileRenamedOverTheOpenOneFailsTheNextMark) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  const std::string other = dir.file("other.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  recorder.mark_processed("billing", "before");
+  { SqliteIdempotencyRecorder elsewhere(other); }
+  ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
+  clock->advance(kCheckInterval);
+
+  const auto mark = sqlite_error_of([&] { recorder.mark_processed("billing", "e1"); });
+  expect_replaced(mark);
+  ASSERT_TRUE(mark);
+  EXPECT_TRUE(contains(mark->what(), "renamed over")) << mark->what();
+  // A handler that started before the replacement, and ran for longer than the interval, is
+  // refused at its COMMIT: rolled back.
+  SqliteIdempotencyRecorder second(dir.file("second.db"), with_clock(clock));
+  const std::string second_other = dir.file("second-other.db");
+  { SqliteIdempotencyRecorder elsewhere(second_other); }
+  const auto late = sqlite_error_of([&] {
+    (void)second.run_transactional("billing", "e1", [&](idem::Transaction& tx) {
+      dynamic_cast<SqliteTransaction&>(tx).exec("CREATE TABLE side_effect(x)");
+      ASSERT_EQ(std::rename(second_other.c_str(), dir.file("second.db").c_str()), 0);
+      clock->advance(kCheckInterval);
+    });
+  });
+  expect_replaced(late);
+  ASSERT_TRUE(late);
+  EXPECT_TRUE(contains(late->what(), "COMMIT")) << late->what();
 }
 
 // ---- WAL checkpoints on a thread of their own (DESIGN-NOTES §30) ------------------------------

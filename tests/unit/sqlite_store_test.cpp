@@ -335,6 +335,57 @@ TEST(SqliteStoreFormat, WithoutCreateSchemaAFileWithoutTheTablesIsRefusedUnchang
   EXPECT_EQ(file_bytes(path), before);
 }
 
+// ---- the file deleted or replaced under an open store ---------------------------------------
+
+void expect_replaced(const std::optional<idem::Error>& error) {
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_replaced) << error->what();
+  EXPECT_FALSE(error->retryable()) << error->what();
+  EXPECT_FALSE(error->in_doubt()) << error->what();
+}
+
+// The check runs at most once per this interval of the store's clock (steady time): the tests
+// move a ManualClock past it, so the next write is the first one that checks.
+constexpr std::chrono::milliseconds kCheckInterval{1};
+
+TEST(SqliteStoreReplacedFile, DeletedFileFailsClaimsAndCompletions) {
+  TempDir dir;
+  const std::string path = dir.file("store.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyStore store(path, with_clock(clock));
+  const auto held = store.claim("held", std::nullopt, 30s);
+  ASSERT_EQ(held.status, ClaimOutcome::Status::acquired);
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::filesystem::remove(path + suffix);
+  clock->advance(kCheckInterval);
+  expect_replaced(error_of([&] { (void)store.claim("new", std::nullopt, 30s); }));
+  expect_replaced(error_of(
+      [&] { (void)store.complete("held", held.token, bytes_value("1"), small_report(), 1h); }));
+  expect_replaced(error_of([&] { (void)store.release("held", held.token); }));
+  expect_replaced(error_of([&] { (void)store.renew("held", held.token, 30s); }));
+  expect_replaced(error_of([&] { (void)store.purge_expired(); }));
+}
+
+TEST(SqliteStoreReplacedFile, FileRenamedOverTheOpenOneFailsTheNextClaim) {
+  TempDir dir;
+  const std::string path = dir.file("store.db");
+  const std::string other = dir.file("other.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyStore store(path, with_clock(clock));
+  const auto held = store.claim("held", std::nullopt, 30s);
+  ASSERT_EQ(held.status, ClaimOutcome::Status::acquired);
+  { SqliteIdempotencyStore elsewhere(other); }
+  ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
+  clock->advance(kCheckInterval);
+  const auto claim = error_of([&] { (void)store.claim("new", std::nullopt, 30s); });
+  expect_replaced(claim);
+  ASSERT_TRUE(claim);
+  EXPECT_TRUE(contains(claim->what(), "renamed over")) << claim->what();
+  expect_replaced(error_of(
+      [&] { (void)store.complete("held", held.token, bytes_value("1"), small_report(), 1h); }));
+  expect_replaced(error_of([&] { (void)store.release("held", held.token); }));
+}
+
 // ---- bad input ------------------------------------------------------------------------------
 
 TEST(SqliteStoreBadInput, PathsAndOptions) {

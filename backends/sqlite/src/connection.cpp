@@ -1,5 +1,7 @@
 #include "connection.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <filesystem>
@@ -141,7 +143,9 @@ std::string Statement::column_text(int column) const {
 
 Connection::Connection(const std::string& path, const SqliteOptions& options, bool create,
                        bool read_only)
-    : path_(path), busy_timeout_(options.busy_timeout) {
+    : path_(path),
+      clock_(options.clock ? options.clock : system_clock()),
+      busy_timeout_(options.busy_timeout) {
   // NOMUTEX: the recorder never lets two threads use one connection at once, so SQLite's own
   // per-connection mutex would only cost time. EXRESCODE: extended codes from every call.
   int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
@@ -231,6 +235,34 @@ void Connection::exec_script(const char* sql,
 
 void Connection::fail(int rc, std::string_view action, Phase phase) const {
   throw_sqlite_error(db_.get(), rc, action, path_, phase);
+}
+
+void Connection::check_file_not_replaced(std::string_view action) {
+  if (path_ == ":memory:") return;
+  if (replaced_.empty()) {
+    const SteadyTime now = clock_->steady_now();
+    if (last_replacement_check_ && now - *last_replacement_check_ < kReplacementCheckInterval) {
+      return;
+    }
+    last_replacement_check_ = now;
+    int moved = 0;
+    // The unix VFS answers with one stat() of the path; a VFS that does not know the opcode
+    // (SQLITE_NOTFOUND) cannot tell, and the write goes ahead as before.
+    if (sqlite3_file_control(db_.get(), "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK ||
+        moved == 0) {
+      return;
+    }
+    struct stat st {};
+    replaced_ = ::stat(path_.c_str(), &st) != 0 ? "the file was deleted (or renamed away)"
+                                                : "another file was renamed over it";
+  }
+  throw SqliteError(ErrorCode::store_replaced,
+                    std::string(action) + " on '" + path_ + "' refused: " + replaced_ +
+                        " while it was open, so writes would go to a file no other process "
+                        "sees (nothing of this call was written; open the recorder or store "
+                        "again)",
+                    SQLITE_READONLY, SQLITE_READONLY_DBMOVED, /*retryable=*/false,
+                    /*in_doubt=*/false);
 }
 
 // ---- opening ---------------------------------------------------------------------------------
@@ -482,6 +514,14 @@ WriteTransaction::WriteTransaction(Connection& connection) : connection_(connect
   // that reads first and writes later could instead fail with SQLITE_BUSY_SNAPSHOT, which no
   // busy timeout helps.
   connection_.prepare("BEGIN IMMEDIATE").run();
+  // Checked once the lock is held, so a replacement made while this call waited is seen too;
+  // reads in this transaction would otherwise answer from the old file.
+  try {
+    connection_.check_file_not_replaced("BEGIN IMMEDIATE");
+  } catch (...) {
+    rollback();
+    throw;
+  }
 }
 
 WriteTransaction::~WriteTransaction() {
@@ -490,6 +530,14 @@ WriteTransaction::~WriteTransaction() {
 
 void WriteTransaction::commit() {
   std::optional<SqliteError> error;
+  try {
+    // Again just before COMMIT: a transactional handler may have run for a long time since
+    // BEGIN. Refused here, the transaction rolls back: known not committed.
+    connection_.check_file_not_replaced("COMMIT");
+  } catch (...) {
+    rollback();
+    throw;
+  }
   {
     Statement commit = connection_.prepare("COMMIT");
     const int rc = commit.step_code();

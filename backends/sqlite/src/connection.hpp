@@ -113,6 +113,16 @@ class Connection {
 
   [[noreturn]] void fail(int rc, std::string_view action, Phase phase = Phase::other) const;
 
+  // Throws SqliteError(store_replaced) when the file at path() is no longer the file this
+  // connection has open: deleted, or another file renamed over it (SQLite's
+  // SQLITE_FCNTL_HAS_MOVED: a stat() of the path against the open file's inode). Writes would
+  // then go to a file no other process opens. The stat() costs microseconds on a VM, as much as
+  // a tenth of a mark, so it runs at most once per kReplacementCheckInterval of the options'
+  // clock (steady time); the first call always checks. Once replaced, always replaced: every
+  // later call throws at once. A no-op for ":memory:". `action` names what was refused.
+  static constexpr std::chrono::milliseconds kReplacementCheckInterval{1};
+  void check_file_not_replaced(std::string_view action);
+
  private:
   static int on_busy(void* self, int attempts) noexcept;
 
@@ -124,6 +134,9 @@ class Connection {
   };
 
   std::string path_;
+  std::shared_ptr<Clock> clock_;  // steady time for check_file_not_replaced()
+  std::optional<SteadyTime> last_replacement_check_;
+  std::string replaced_;  // once found replaced, why: every later write is refused at once
   std::chrono::milliseconds busy_timeout_;
   std::chrono::steady_clock::time_point busy_deadline_{};
   DbHandle db_;
@@ -283,7 +296,10 @@ class ConnectionSet {
 };
 
 // BEGIN IMMEDIATE in the constructor (taking the database's write lock, waiting up to the busy
-// timeout); ROLLBACK in the destructor unless commit() succeeded.
+// timeout); ROLLBACK in the destructor unless commit() succeeded. Both the constructor (once it
+// holds the lock) and commit() (before COMMIT) check that the file was not replaced
+// (Connection::check_file_not_replaced, at most once per millisecond), so nothing commits into a
+// file deleted or replaced longer ago than that.
 class WriteTransaction {
  public:
   explicit WriteTransaction(Connection& connection);
