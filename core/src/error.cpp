@@ -44,6 +44,10 @@ std::string_view code_name(ErrorCode code) noexcept {
       return "decode_error";
     case ErrorCode::not_supported:
       return "not_supported";
+    case ErrorCode::store_replaced:
+      return "store_replaced";
+    case ErrorCode::store_corrupt:
+      return "store_corrupt";
   }
   return "unknown";
 }

@@ -160,14 +160,16 @@ SqliteTarget sqlite_target(const UrlContext& context, std::string_view rest,
       options.busy_timeout = detail::duration_value(context, parameter);
     } else if (parameter.name == "read_only") {
       options.read_only = detail::bool_value(context, parameter);
+    } else if (parameter.name == "create_schema") {
+      options.create_schema = detail::bool_value(context, parameter);
     } else if (parameter.name == "max_batch_size") {
       options.max_batch_size = detail::count_value(context, parameter, 1, kMaxCount);
     } else if (parameter.name == "max_idle_readers") {
       options.max_idle_readers = detail::count_value(context, parameter, 0, kMaxPoolSize);
     } else {
       detail::unknown_parameter(context, parameter, "sqlite:",
-                                "durability, busy_timeout, read_only, max_batch_size, "
-                                "max_idle_readers");
+                                "durability, busy_timeout, read_only, create_schema, "
+                                "max_batch_size, max_idle_readers");
     }
   }
   return target;

@@ -1,5 +1,6 @@
-// Resource faults on the SQLite backend: a full disk or an I/O error while
-// writing, a read-only database, and a database locked past the busy timeout. Each must give a
+// Resource faults on the SQLite backend: a full disk or an I/O error while writing (and what a
+// failed COMMIT says about its outcome), a failed fsync, a corrupted file, a read-only database,
+// and a database locked past the busy timeout. Each must give a
 // clear, classified SqliteError; nothing may be reported processed (or completed) that was not;
 // and the same recorder/store objects must work again once the fault clears, without a reopen.
 //
@@ -20,6 +21,7 @@
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
@@ -40,6 +42,8 @@ using idem::sqlite::SqliteError;
 
 // 0: writes pass through; otherwise the (extended) result code every xWrite returns.
 std::atomic<int> g_write_fault{0};
+// 0: syncs pass through; otherwise the result code every xSync returns.
+std::atomic<int> g_sync_fault{0};
 // xWrite calls refused while armed (to show the fault was really hit).
 std::atomic<int> g_refused_writes{0};
 sqlite3_vfs* g_real_vfs = nullptr;
@@ -71,6 +75,7 @@ int fault_truncate(sqlite3_file* f, sqlite3_int64 size) {
   return real_of(f)->pMethods->xTruncate(real_of(f), size);
 }
 int fault_sync(sqlite3_file* f, int flags) {
+  if (const int fault = g_sync_fault.load(); fault != 0) return fault;
   return real_of(f)->pMethods->xSync(real_of(f), flags);
 }
 int fault_file_size(sqlite3_file* f, sqlite3_int64* size) {
@@ -235,6 +240,15 @@ class ArmedWriteFault {
   ~ArmedWriteFault() { g_write_fault = 0; }
 };
 
+// Arms a sync fault for its lifetime.
+class ArmedSyncFault {
+ public:
+  explicit ArmedSyncFault(int code) { g_sync_fault = code; }
+  ArmedSyncFault(const ArmedSyncFault&) = delete;
+  ArmedSyncFault& operator=(const ArmedSyncFault&) = delete;
+  ~ArmedSyncFault() { g_sync_fault = 0; }
+};
+
 // ---- helpers -----------------------------------------------------------------------------------
 
 using idem::test::TempDir;
@@ -257,6 +271,16 @@ class RawDb {
       sqlite3_free(error);
       throw std::runtime_error(sql + ": " + message);
     }
+  }
+  // The first column of the first row of `sql`, as an integer (-1: no row).
+  long long integer(const std::string& sql) {
+    sqlite3_stmt* stmt = nullptr;
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
+    }
+    const long long value = sqlite3_step(stmt) == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : -1;
+    sqlite3_finalize(stmt);
+    return value;
   }
 
  private:
@@ -418,6 +442,149 @@ INSTANTIATE_TEST_SUITE_P(Faults, SqliteWriteFault,
                            return param_info.param == SQLITE_FULL ? std::string("DiskFull")
                                                                   : std::string("IoError");
                          });
+
+// ---- what a failed COMMIT says about its outcome ---------------------------------------------
+
+bool mentions(const SqliteError& e, const std::string& text) {
+  return std::string(e.what()).find(text) != std::string::npos;
+}
+
+// In WAL mode a small transaction writes nothing until COMMIT, so a full disk surfaces there.
+// SQLite then has rolled the transaction back (autocommit is on again) before its commit record
+// reached the WAL: the outcome is known (not committed), so it is retryable and not in doubt.
+TEST(SqliteCommitFault, DiskFullAtCommitThatRolledBackIsNotInDoubt) {
+  TempDir dir;
+  idem::sqlite::SqliteIdempotencyRecorder recorder(dir.file("r.db"), fast_options());
+  idem::sqlite::SqliteIdempotencyStore store(dir.file("r.db"), fast_options());
+  const idem::ClaimOutcome held = store.claim("held", std::nullopt, 30s);
+  ASSERT_EQ(held.status, idem::ClaimOutcome::Status::acquired);
+  {
+    ArmedWriteFault fault(SQLITE_FULL);
+    for (const SqliteError& e :
+         {expect_sqlite_error([&] { recorder.mark_processed("billing", "e1"); }),
+          expect_sqlite_error([&] { (void)recorder.claim("billing", "e2", 30s); }),
+          expect_sqlite_error([&] {
+            (void)recorder.run_transactional("billing", "e3", [](idem::Transaction&) {});
+          }),
+          expect_sqlite_error([&] {
+            (void)store.complete("held", held.token, bytes_value("1"), idem::ExecutionReport{}, 1h);
+          })}) {
+      EXPECT_TRUE(mentions(e, "COMMIT")) << "the fault must hit the commit: " << e.what();
+      EXPECT_EQ(e.code(), ErrorCode::store_error) << e.what();
+      EXPECT_EQ(e.sqlite_code(), SQLITE_FULL) << e.what();
+      EXPECT_FALSE(e.in_doubt()) << e.what();
+      EXPECT_TRUE(e.retryable()) << e.what();
+      EXPECT_TRUE(mentions(e, "nothing was committed")) << e.what();
+    }
+  }
+  // Known not committed, and really not: the same calls succeed once there is room.
+  EXPECT_FALSE(recorder.is_processed("billing", "e1"));
+  EXPECT_FALSE(recorder.is_processed("billing", "e3"));
+  recorder.mark_processed("billing", "e1");
+  EXPECT_EQ(recorder.claim("billing", "e2", 30s).status, idem::Claim::Status::acquired);
+  EXPECT_TRUE(recorder.run_transactional("billing", "e3", [](idem::Transaction&) {}));
+  EXPECT_TRUE(store.complete("held", held.token, bytes_value("1"), idem::ExecutionReport{}, 1h));
+}
+
+// A failed fsync comes after the commit record was written to the WAL: SQLite rolls back in
+// memory, but recovery may still find that record, so the outcome is unknown.
+TEST(SqliteCommitFault, FailedFsyncAtCommitIsInDoubt) {
+  TempDir dir;
+  idem::sqlite::SqliteOptions options = fast_options();
+  options.durability = idem::sqlite::Durability::full;  // the WAL is synced at every commit
+  idem::sqlite::SqliteIdempotencyRecorder recorder(dir.file("r.db"), options);
+  recorder.mark_processed("billing", "before");
+  {
+    ArmedSyncFault fault(SQLITE_IOERR_FSYNC);
+    const SqliteError e = expect_sqlite_error([&] { recorder.mark_processed("billing", "e1"); });
+    EXPECT_TRUE(mentions(e, "COMMIT")) << e.what();
+    EXPECT_EQ(e.code(), ErrorCode::store_error) << e.what();
+    EXPECT_EQ(e.extended_code(), SQLITE_IOERR_FSYNC) << e.what();
+    EXPECT_TRUE(e.in_doubt()) << e.what();
+    EXPECT_FALSE(e.retryable()) << e.what();
+  }
+  recorder.mark_processed("billing", "e2");  // the connection works again
+  EXPECT_TRUE(recorder.is_processed("billing", "e2"));
+}
+
+// ---- a corrupted file --------------------------------------------------------------------------
+
+// Overwrites `length` bytes of `path` at `offset` with 0xff.
+void scribble(const std::string& path, std::size_t offset, std::size_t length) {
+  std::FILE* file = std::fopen(path.c_str(), "r+b");
+  ASSERT_NE(file, nullptr);
+  ASSERT_EQ(std::fseek(file, static_cast<long>(offset), SEEK_SET), 0);
+  const std::string garbage(length, '\xff');
+  ASSERT_EQ(std::fwrite(garbage.data(), 1, garbage.size(), file), garbage.size());
+  ASSERT_EQ(std::fclose(file), 0);
+}
+
+// A file with a recorder's and a store's tables and enough markers to fill several pages, closed
+// (so the WAL is checkpointed into it and removed). Returns its page size.
+std::size_t make_database(const std::string& path) {
+  {
+    idem::sqlite::SqliteIdempotencyRecorder recorder(path);
+    std::vector<std::string> ids;
+    for (int i = 0; i < 2000; ++i)
+      ids.push_back("event-" + std::to_string(i));
+    recorder.mark_processed_many("billing", ids);
+    idem::sqlite::SqliteIdempotencyStore store(path);
+    (void)store.claim("k", std::nullopt, 30s);
+  }
+  return static_cast<std::size_t>(RawDb(path).integer("PRAGMA page_size"));
+}
+
+// What a damaged file must give: a classified, non-retryable SqliteError naming the file.
+void expect_damaged(const SqliteError& e, ErrorCode code, const std::string& path) {
+  EXPECT_EQ(e.code(), code) << e.what();
+  EXPECT_FALSE(e.retryable()) << e.what();
+  EXPECT_FALSE(e.in_doubt()) << e.what();
+  EXPECT_TRUE(mentions(e, path)) << e.what();
+}
+
+TEST(SqliteCorruption, OverwrittenHeaderIsNotADatabase) {
+  TempDir dir;
+  const std::string path = dir.file("r.db");
+  make_database(path);
+  scribble(path, 0, 100);  // the "SQLite format 3" magic and the rest of the header
+  expect_damaged(
+      expect_sqlite_error([&] { idem::sqlite::SqliteIdempotencyRecorder recorder(path); }),
+      ErrorCode::store_not_a_database, path);
+  expect_damaged(expect_sqlite_error([&] { idem::sqlite::SqliteIdempotencyStore store(path); }),
+                 ErrorCode::store_not_a_database, path);
+}
+
+TEST(SqliteCorruption, OverwrittenPagesAreStoreCorruptAtOpen) {
+  TempDir dir;
+  const std::string path = dir.file("r.db");
+  const std::size_t page = make_database(path);
+  // Every page but the first (the schema): the open reads idem_schema's and fails there.
+  scribble(path, page, static_cast<std::size_t>(std::filesystem::file_size(path)) - page);
+  const SqliteError recorder_error =
+      expect_sqlite_error([&] { idem::sqlite::SqliteIdempotencyRecorder recorder(path); });
+  expect_damaged(recorder_error, ErrorCode::store_corrupt, path);
+  EXPECT_EQ(recorder_error.sqlite_code(), SQLITE_CORRUPT) << recorder_error.what();
+  expect_damaged(expect_sqlite_error([&] { idem::sqlite::SqliteIdempotencyStore store(path); }),
+                 ErrorCode::store_corrupt, path);
+}
+
+TEST(SqliteCorruption, AnOverwrittenIndexPageIsStoreCorruptAtTheCallThatReadsIt) {
+  TempDir dir;
+  const std::string path = dir.file("r.db");
+  const std::size_t page = make_database(path);
+  // The primary key's index, which the marker lookups read.
+  const long long root = RawDb(path).integer(
+      "SELECT rootpage FROM sqlite_master WHERE name = 'sqlite_autoindex_processed_log_1'");
+  ASSERT_GT(root, 1);
+  scribble(path, static_cast<std::size_t>(root - 1) * page, page);
+  idem::sqlite::SqliteIdempotencyRecorder recorder(path, fast_options());
+  for (int i = 0; i < 2; ++i) {  // the same call fails the same way: not a transient fault
+    expect_damaged(expect_sqlite_error([&] { (void)recorder.is_processed("billing", "event-7"); }),
+                   ErrorCode::store_corrupt, path);
+    expect_damaged(expect_sqlite_error([&] { recorder.mark_processed("billing", "new"); }),
+                   ErrorCode::store_corrupt, path);
+  }
+}
 
 // ---- read-only ---------------------------------------------------------------------------------
 

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 
 #include <chrono>
 #include <filesystem>
@@ -141,6 +142,126 @@ class CliStoreCommands : public ::testing::Test {
   fs::path db_;
   std::string url_;
 };
+
+// SQL run on a plain sqlite3 connection, as the Python program does (rollback journal).
+void raw_exec(const fs::path& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
+  char* error = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
+  const std::string message = error != nullptr ? error : "";
+  sqlite3_free(error);
+  sqlite3_close(db);
+  ASSERT_EQ(rc, SQLITE_OK) << message << " in: " << sql;
+}
+
+// The first column of the first row, as text ("" when none).
+std::string raw_text(const fs::path& path, const std::string& sql) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* stmt = nullptr;
+  std::string result;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
+      sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
+    result = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
+  }
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return result;
+}
+
+// The files next to a database that SQLite makes when it writes (or switches to WAL).
+std::vector<std::string> side_files(const fs::path& db) {
+  std::vector<std::string> found;
+  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
+    if (fs::exists(db.string() + suffix)) found.push_back(db.string() + suffix);
+  }
+  return found;
+}
+
+// A file only infinity_bus has touched: its processed_log, created with the DDL its
+// SqliteIdempotencyRecorder runs, in SQLite's default rollback-journal mode; 3 markers older than
+// a week (2 billing, 1 shipping) and 1 recent one, with Python's isoformat() timestamps.
+class CliOnInfinityBusFile : public CliStoreCommands {
+ protected:
+  void SetUp() override {
+    CliStoreCommands::SetUp();
+    if (IsSkipped()) return;
+    const auto now = std::chrono::system_clock::now();
+    const std::string old_ts = idem::sqlite::marker_timestamp(now - hours(240));
+    const std::string new_ts = idem::sqlite::marker_timestamp(now);
+    raw_exec(db_,
+             "CREATE TABLE IF NOT EXISTS processed_log ( consumer TEXT NOT NULL, event_id TEXT "
+             "NOT NULL, ts TEXT NOT NULL, PRIMARY KEY (consumer, event_id))");
+    raw_exec(db_, "INSERT INTO processed_log VALUES ('billing', 'old-1', '" + old_ts +
+                      "'), ('billing', 'old-2', '" + old_ts + "'), ('shipping', 'old-3', '" +
+                      old_ts + "'), ('billing', 'new-1', '" + new_ts + "')");
+    ASSERT_EQ(raw_text(db_, "PRAGMA journal_mode"), "delete");
+  }
+};
+
+TEST_F(CliOnInfinityBusFile, LookingLeavesTheFileByteForByte) {
+  const std::string before = slurp(db_);
+  ASSERT_FALSE(before.empty());
+
+  const CliResult text = run({"stats", url_});
+  ASSERT_EQ(text.code, 0) << text.err;
+  EXPECT_NE(text.out.find("recorder: 4 markers, 0 live claims, 2 consumers"), std::string::npos)
+      << text.out;
+  EXPECT_NE(text.out.find("store: none"), std::string::npos) << text.out;
+  const CliResult json = run({"stats", url_, "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_EQ(nlohmann::json::parse(json.out)["recorder"]["processed"], 4);
+
+  const CliResult marker = run({"inspect", url_, "old-1", "--consumer", "billing"});
+  ASSERT_EQ(marker.code, 0) << marker.err;
+  EXPECT_NE(marker.out.find("processed     yes, at "), std::string::npos) << marker.out;
+  EXPECT_NE(marker.out.find("claim         none"), std::string::npos) << marker.out;
+  EXPECT_EQ(run({"inspect", url_, "nope", "--consumer", "billing"}).code, 1);
+
+  const CliResult dry = run({"purge", url_, "--older-than", "7d", "--dry-run"});
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("recorder: would purge 3 markers older than 7d"), std::string::npos)
+      << dry.out;
+  EXPECT_NE(dry.out.find("store: none"), std::string::npos) << dry.out;
+
+  EXPECT_TRUE(slurp(db_) == before) << "looking changed the file";
+  EXPECT_TRUE(side_files(db_).empty());
+}
+
+TEST_F(CliOnInfinityBusFile, PurgeDeletesOldMarkersAndAddsNothing) {
+  const CliResult purge = run({"purge", url_, "--older-than", "7d"});
+  ASSERT_EQ(purge.code, 0) << purge.err;
+  EXPECT_EQ(purge.out, "recorder: purged 3 markers older than 7d\nstore: none\n");
+  EXPECT_EQ(raw_text(db_, "SELECT group_concat(event_id) FROM processed_log"), "new-1");
+  EXPECT_EQ(raw_text(db_, "PRAGMA journal_mode"), "delete") << "the journal mode is the file's";
+  EXPECT_EQ(raw_text(db_, "SELECT group_concat(name) FROM sqlite_master WHERE type = 'table'"),
+            "processed_log")
+      << "no table added";
+  EXPECT_TRUE(side_files(db_).empty());
+}
+
+// A processed_log of another shape is refused before anything is written, whichever command.
+TEST_F(CliStoreCommands, AForeignProcessedLogIsRefusedAndLeftByteForByte) {
+  raw_exec(db_, "CREATE TABLE processed_log(id INTEGER PRIMARY KEY, payload BLOB)");
+  raw_exec(db_, "INSERT INTO processed_log(payload) VALUES (x'0102')");
+  const std::string before = slurp(db_);
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"stats", url_},
+        std::vector<std::string>{"purge", url_, "--older-than", "7d"},
+        std::vector<std::string>{"inspect", url_, "e", "--consumer", "billing"}}) {
+    const CliResult result = run(args);
+    EXPECT_EQ(result.code, 3) << args[0] << ": " << result.err;
+    EXPECT_NE(result.err.find("store_not_a_database"), std::string::npos) << result.err;
+    EXPECT_TRUE(slurp(db_) == before) << args[0] << " changed the refused file";
+  }
+  EXPECT_TRUE(side_files(db_).empty());
+  // The library, opened read-write (as an application would), refuses it the same way.
+  EXPECT_THROW(idem::sqlite::SqliteIdempotencyRecorder recorder(db_.string()),
+               idem::sqlite::SqliteError);
+  EXPECT_TRUE(slurp(db_) == before) << "the recorder changed the refused file";
+  EXPECT_EQ(raw_text(db_, "PRAGMA journal_mode"), "delete");
+}
 
 TEST_F(CliStoreCommands, StatsCountsPerConsumerAndPerState) {
   fill_recorder();

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <latch>
 #include <memory>
 #include <optional>
@@ -113,6 +114,17 @@ std::optional<SqliteError> sqlite_error_of(Fn&& fn) {
 
 bool contains(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
+}
+
+// Every byte of a file ("" when it does not exist).
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+bool exists(const std::string& path) {
+  std::error_code ec;
+  return std::filesystem::exists(path, ec);
 }
 
 // ---- file format: schema and timestamps -----------------------------------------------------
@@ -251,6 +263,125 @@ TEST(SqliteRecorderFormat, ForeignProcessedLogWithOtherColumnsIsRefused) {
   ASSERT_TRUE(error);
   EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
   EXPECT_TRUE(contains(error->what(), "processed_log")) << error->what();
+}
+
+// A file the recorder refuses is left exactly as it was: the checks run before the journal mode
+// is switched or a table is added (the file here is in rollback mode, as Python leaves it).
+TEST(SqliteRecorderFormat, RefusedFilesAreLeftByteForByte) {
+  TempDir dir;
+  const struct {
+    const char* name;
+    const char* sql;
+    ErrorCode code;
+  } cases[] = {
+      {"foreign.db",
+       "CREATE TABLE processed_log(id INTEGER PRIMARY KEY, payload BLOB);"
+       "INSERT INTO processed_log(payload) VALUES (x'00ff')",
+       ErrorCode::store_not_a_database},
+      {"future.db",
+       "CREATE TABLE idem_schema(component TEXT PRIMARY KEY, version INTEGER NOT NULL);"
+       "INSERT INTO idem_schema VALUES ('recorder', 99)",
+       ErrorCode::store_open_failed},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.file(c.name);
+    RawDb(path).exec(c.sql);
+    const std::string before = file_bytes(path);
+    ASSERT_FALSE(before.empty());
+    const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(path); });
+    ASSERT_TRUE(error);
+    EXPECT_EQ(error->code(), c.code) << error->what();
+    EXPECT_FALSE(error->retryable());
+    EXPECT_EQ(file_bytes(path), before) << "a refused file must not change";
+    EXPECT_FALSE(exists(path + "-wal"));
+    EXPECT_FALSE(exists(path + "-journal"));
+    RawDb raw(path);
+    EXPECT_EQ(raw.text("PRAGMA journal_mode"), "delete");
+    EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = 'idem_claims'"), 0);
+  }
+}
+
+// create_schema = false opens an infinity_bus file as it is: it stays in rollback mode with its
+// one table, and everything that needs only processed_log works on it.
+TEST(SqliteRecorderFormat, InfinityBusFileOpenedAsItIsKeepsItsJournalAndTables) {
+  TempDir dir;
+  const std::string path = dir.file("python.db");
+  {
+    RawDb python(path);
+    python.exec(kInfinityBusSchema);
+    python.exec(
+        "INSERT INTO processed_log VALUES ('billing', 'old', '2026-01-01T00:00:00.000001+00:00'),"
+        " ('billing', 'recent', '2037-12-31T00:00:00+00:00')");
+  }
+  auto clock = std::make_shared<ManualClock>();  // 2030-01-01
+  SqliteOptions options = with_clock(clock);
+  options.create_schema = false;
+  {
+    SqliteIdempotencyRecorder recorder(path, options);
+    EXPECT_TRUE(recorder.is_processed("billing", "old"));
+    recorder.mark_processed("billing", "from-idem");
+    EXPECT_TRUE(recorder.is_processed("billing", "from-idem"));
+    const auto counts = recorder.consumer_counts();
+    ASSERT_EQ(counts.size(), 1u);
+    EXPECT_EQ(counts[0].processed, 3u);
+    EXPECT_EQ(counts[0].in_progress, 0u);
+    const auto seen = recorder.inspect("billing", "old");
+    EXPECT_TRUE(seen.processed);
+    EXPECT_FALSE(seen.claim.has_value());
+    EXPECT_EQ(recorder.count_purgeable(24h), 1u);  // "old" (2026); not 2030's nor 2037's
+    EXPECT_EQ(recorder.purge(std::chrono::hours(24 * 365)), 1u);
+    EXPECT_FALSE(recorder.is_processed("billing", "old"));
+    // Claims need idem's own table: a clear error, nothing written.
+    const auto claim = sqlite_error_of([&] { (void)recorder.claim("billing", "e", 30s); });
+    ASSERT_TRUE(claim);
+    EXPECT_EQ(claim->code(), ErrorCode::store_error) << claim->what();
+    EXPECT_TRUE(contains(claim->what(), "idem_claims")) << claim->what();
+  }
+  RawDb raw(path);
+  EXPECT_EQ(raw.text("PRAGMA journal_mode"), "delete");
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master"), 2) << "the table and its index";
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log"), 2);
+  EXPECT_FALSE(exists(path + "-wal"));
+
+  // A file without processed_log is refused (and not created) rather than changed.
+  const std::string empty = dir.file("empty.db");
+  RawDb(empty).exec("CREATE TABLE unrelated(x)");
+  const auto none = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(empty, options); });
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->code(), ErrorCode::store_error);
+  EXPECT_TRUE(contains(none->what(), " do not exist ")) << none->what();
+  const auto missing =
+      sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(dir.file("missing.db"), options); });
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->code(), ErrorCode::store_open_failed);
+  EXPECT_FALSE(exists(dir.file("missing.db")));
+}
+
+// Read-only, an infinity_bus file answers counts and inspections too (there are no claims).
+TEST(SqliteRecorderFormat, InfinityBusFileReadOnlyCountsAndInspectsWithoutChangingIt) {
+  TempDir dir;
+  const std::string path = dir.file("python.db");
+  {
+    RawDb python(path);
+    python.exec(kInfinityBusSchema);
+    python.exec(
+        "INSERT INTO processed_log VALUES ('billing', 'e1', '2026-01-01T00:00:00+00:00'),"
+        " ('shipping', 'e1', '2026-01-01T00:00:00+00:00')");
+  }
+  const std::string before = file_bytes(path);
+  SqliteOptions options;
+  options.read_only = true;
+  {
+    SqliteIdempotencyRecorder recorder(path, options);
+    EXPECT_EQ(recorder.consumer_counts().size(), 2u);
+    const auto seen = recorder.inspect("billing", "e1");
+    EXPECT_TRUE(seen.processed);
+    ASSERT_TRUE(seen.processed_at.has_value());
+    EXPECT_FALSE(seen.claim.has_value());
+    EXPECT_EQ(recorder.count_purgeable(0s), 2u);
+  }
+  EXPECT_EQ(file_bytes(path), before);
 }
 
 TEST(SqliteRecorderFormat, ReopenKeepsMarkersClaimsAndTokens) {
@@ -538,6 +669,9 @@ TEST(SqliteRecorderErrors, ResultCodesMapInOnePlace) {
       {SQLITE_IOERR_FSYNC, Phase::commit, ErrorCode::store_error, false, true},
       {SQLITE_FULL, Phase::commit, ErrorCode::store_error, false, true},
       {SQLITE_CONSTRAINT_PRIMARYKEY, Phase::other, ErrorCode::store_error, false, false},
+      {SQLITE_CORRUPT, Phase::other, ErrorCode::store_corrupt, false, false},
+      {SQLITE_CORRUPT_INDEX, Phase::other, ErrorCode::store_corrupt, false, false},
+      {SQLITE_READONLY_DBMOVED, Phase::other, ErrorCode::store_replaced, false, false},
   };
   for (const auto& c : cases) {
     const SqliteError e = make_sqlite_error(nullptr, c.rc, "testing", "/tmp/x.db", c.phase);
@@ -977,6 +1111,90 @@ TEST(SqliteRecorderTransaction, LiveClaimBlocksAndDeadClaimIsFencedOff) {
   EXPECT_FALSE(recorder.renew("c", "evt", claim.token, 10s));
 }
 
+// ---- the file deleted or replaced under an open recorder --------------------------------------
+
+// What a replaced file must give: store_replaced, not retryable (the same object fails again),
+// not in doubt (nothing of the call was written).
+void expect_replaced(const std::optional<SqliteError>& error) {
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_replaced) << error->what();
+  EXPECT_FALSE(error->retryable()) << error->what();
+  EXPECT_FALSE(error->in_doubt()) << error->what();
+}
+
+// The check runs at most once per interval of the recorder's clock (steady time): the tests
+// move a ManualClock past it, so the next write is the first one that checks.
+constexpr auto kCheckInterval = idem::sqlite::detail::Connection::kReplacementCheckInterval;
+
+TEST(SqliteRecorderReplacedFile, DeletedFileFailsEveryWriteInsteadOfMarkingIntoIt) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  recorder.mark_processed("billing", "before");
+  const Claim held = recorder.claim("billing", "held", 30s);
+  ASSERT_EQ(held.status, Claim::Status::acquired);
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::filesystem::remove(path + suffix);
+  clock->advance(kCheckInterval);
+
+  const auto mark = sqlite_error_of([&] { recorder.mark_processed("billing", "e1"); });
+  expect_replaced(mark);
+  ASSERT_TRUE(mark);
+  EXPECT_TRUE(contains(mark->what(), "deleted")) << mark->what();
+  EXPECT_TRUE(contains(mark->what(), path)) << mark->what();
+  expect_replaced(sqlite_error_of([&] {
+    const std::vector<std::string> ids = {"e2", "e3"};
+    recorder.mark_processed_many("billing", ids);
+  }));
+  expect_replaced(sqlite_error_of([&] { (void)recorder.claim("billing", "e4", 30s); }));
+  expect_replaced(sqlite_error_of([&] { (void)recorder.complete("billing", "held", held.token); }));
+  bool ran = false;
+  expect_replaced(sqlite_error_of([&] {
+    (void)recorder.run_transactional("billing", "e5", [&](idem::Transaction&) { ran = true; });
+  }));
+  EXPECT_FALSE(ran) << "refused before the handler ran";
+  expect_replaced(sqlite_error_of([&] { (void)recorder.purge(0s); }));
+
+  // A new recorder on the path starts a new file; the old object still refuses.
+  SqliteIdempotencyRecorder fresh(path);
+  EXPECT_FALSE(fresh.is_processed("billing", "before"));
+  fresh.mark_processed("billing", "e1");
+  expect_replaced(sqlite_error_of([&] { recorder.mark_processed("billing", "e6"); }));
+}
+
+TEST(SqliteRecorderReplacedFile, FileRenamedOverTheOpenOneFailsTheNextMark) {
+  TempDir dir;
+  const std::string path = dir.file("idem.db");
+  const std::string other = dir.file("other.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyRecorder recorder(path, with_clock(clock));
+  recorder.mark_processed("billing", "before");
+  { SqliteIdempotencyRecorder elsewhere(other); }
+  ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
+  clock->advance(kCheckInterval);
+
+  const auto mark = sqlite_error_of([&] { recorder.mark_processed("billing", "e1"); });
+  expect_replaced(mark);
+  ASSERT_TRUE(mark);
+  EXPECT_TRUE(contains(mark->what(), "renamed over")) << mark->what();
+  // A handler that started before the replacement, and ran for longer than the interval, is
+  // refused at its COMMIT: rolled back.
+  SqliteIdempotencyRecorder second(dir.file("second.db"), with_clock(clock));
+  const std::string second_other = dir.file("second-other.db");
+  { SqliteIdempotencyRecorder elsewhere(second_other); }
+  const auto late = sqlite_error_of([&] {
+    (void)second.run_transactional("billing", "e1", [&](idem::Transaction& tx) {
+      dynamic_cast<SqliteTransaction&>(tx).exec("CREATE TABLE side_effect(x)");
+      ASSERT_EQ(std::rename(second_other.c_str(), dir.file("second.db").c_str()), 0);
+      clock->advance(kCheckInterval);
+    });
+  });
+  expect_replaced(late);
+  ASSERT_TRUE(late);
+  EXPECT_TRUE(contains(late->what(), "COMMIT")) << late->what();
+}
+
 // ---- WAL checkpoints on a thread of their own (DESIGN-NOTES §30) ------------------------------
 
 std::uintmax_t file_size_or_zero(const std::string& path) {
@@ -993,6 +1211,7 @@ TEST(SqliteRecorderCheckpoints, TheThreadCheckpointsOnceTheWalIsPastItsThreshold
   const std::string path = dir.file("ckpt.db");
   SqliteOptions options;
   auto writer = detail::open_writer(path, options);
+  detail::use_wal(*writer);
   writer->exec_script("CREATE TABLE t (k TEXT PRIMARY KEY, v BLOB)");
   detail::Checkpointer checkpointer(*writer, path, options);
   const auto db_size_before = file_size_or_zero(path);
@@ -1022,6 +1241,7 @@ TEST(SqliteRecorderCheckpoints, ACheckpointWaitsForAThresholdOfNewPages) {
   SqliteOptions options;
   options.durability = Durability::off;  // fast checkpoints: they could keep up
   auto writer = detail::open_writer(path, options);
+  detail::use_wal(*writer);
   writer->exec_script("CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB)");
   constexpr int kCommits = 2000;  // a row of 3 KiB each
   {

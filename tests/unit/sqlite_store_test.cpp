@@ -12,8 +12,10 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <future>
+#include <iterator>
 #include <latch>
 #include <map>
 #include <memory>
@@ -279,6 +281,109 @@ TEST(SqliteStoreFormat, ForeignIdemRecordsTableIsRefused) {
   ASSERT_TRUE(error);
   EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
   EXPECT_TRUE(contains(error->what(), "idem_records")) << error->what();
+}
+
+// Every byte of a file ("" when it does not exist).
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+// A foreign idem_records (or a newer schema) is refused before the journal mode is switched or a
+// table is added: the file stays byte for byte as it was.
+TEST(SqliteStoreFormat, RefusedFilesAreLeftByteForByte) {
+  TempDir dir;
+  const struct {
+    const char* name;
+    const char* sql;
+    ErrorCode code;
+  } cases[] = {
+      {"foreign.db",
+       "CREATE TABLE idem_records(key TEXT PRIMARY KEY, payload BLOB);"
+       "INSERT INTO idem_records VALUES ('k', x'00')",
+       ErrorCode::store_not_a_database},
+      {"future.db",
+       "CREATE TABLE idem_schema(component TEXT PRIMARY KEY, version INTEGER NOT NULL);"
+       "INSERT INTO idem_schema VALUES ('store', 99)",
+       ErrorCode::store_open_failed},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.file(c.name);
+    RawDb(path).exec(c.sql);
+    const std::string before = file_bytes(path);
+    const auto error = error_of([&] { SqliteIdempotencyStore store(path); });
+    ASSERT_TRUE(error);
+    EXPECT_EQ(error->code(), c.code) << error->what();
+    EXPECT_EQ(file_bytes(path), before) << "a refused file must not change";
+    EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  }
+}
+
+TEST(SqliteStoreFormat, WithoutCreateSchemaAFileWithoutTheTablesIsRefusedUnchanged) {
+  TempDir dir;
+  const std::string path = dir.file("other.db");
+  RawDb(path).exec("CREATE TABLE unrelated(x)");
+  const std::string before = file_bytes(path);
+  SqliteOptions options;
+  options.create_schema = false;
+  const auto error = error_of([&] { SqliteIdempotencyStore store(path, options); });
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_error) << error->what();
+  EXPECT_FALSE(error->retryable());
+  EXPECT_TRUE(contains(error->what(), " do not exist ")) << error->what();
+  EXPECT_EQ(file_bytes(path), before);
+}
+
+// ---- the file deleted or replaced under an open store ---------------------------------------
+
+void expect_replaced(const std::optional<idem::Error>& error) {
+  ASSERT_TRUE(error);
+  EXPECT_EQ(error->code(), ErrorCode::store_replaced) << error->what();
+  EXPECT_FALSE(error->retryable()) << error->what();
+  EXPECT_FALSE(error->in_doubt()) << error->what();
+}
+
+// The check runs at most once per this interval of the store's clock (steady time): the tests
+// move a ManualClock past it, so the next write is the first one that checks.
+constexpr std::chrono::milliseconds kCheckInterval{1};
+
+TEST(SqliteStoreReplacedFile, DeletedFileFailsClaimsAndCompletions) {
+  TempDir dir;
+  const std::string path = dir.file("store.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyStore store(path, with_clock(clock));
+  const auto held = store.claim("held", std::nullopt, 30s);
+  ASSERT_EQ(held.status, ClaimOutcome::Status::acquired);
+  for (const char* suffix : {"", "-wal", "-shm"})
+    std::filesystem::remove(path + suffix);
+  clock->advance(kCheckInterval);
+  expect_replaced(error_of([&] { (void)store.claim("new", std::nullopt, 30s); }));
+  expect_replaced(error_of(
+      [&] { (void)store.complete("held", held.token, bytes_value("1"), small_report(), 1h); }));
+  expect_replaced(error_of([&] { (void)store.release("held", held.token); }));
+  expect_replaced(error_of([&] { (void)store.renew("held", held.token, 30s); }));
+  expect_replaced(error_of([&] { (void)store.purge_expired(); }));
+}
+
+TEST(SqliteStoreReplacedFile, FileRenamedOverTheOpenOneFailsTheNextClaim) {
+  TempDir dir;
+  const std::string path = dir.file("store.db");
+  const std::string other = dir.file("other.db");
+  auto clock = std::make_shared<ManualClock>();
+  SqliteIdempotencyStore store(path, with_clock(clock));
+  const auto held = store.claim("held", std::nullopt, 30s);
+  ASSERT_EQ(held.status, ClaimOutcome::Status::acquired);
+  { SqliteIdempotencyStore elsewhere(other); }
+  ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
+  clock->advance(kCheckInterval);
+  const auto claim = error_of([&] { (void)store.claim("new", std::nullopt, 30s); });
+  expect_replaced(claim);
+  ASSERT_TRUE(claim);
+  EXPECT_TRUE(contains(claim->what(), "renamed over")) << claim->what();
+  expect_replaced(error_of(
+      [&] { (void)store.complete("held", held.token, bytes_value("1"), small_report(), 1h); }));
+  expect_replaced(error_of([&] { (void)store.release("held", held.token); }));
 }
 
 // ---- bad input ------------------------------------------------------------------------------

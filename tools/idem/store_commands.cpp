@@ -98,6 +98,14 @@ std::string look_only_url(const std::string& url) {
   return url;
 }
 
+// The URL to write to a database as it is: SQLite without creating tables or switching the
+// journal mode (a file only infinity_bus has used keeps its rollback journal and gets no idem
+// tables). Other backends: `url` (purge opens only the faces whose tables exist).
+std::string as_is_url(const std::string& url) {
+  if (lower_scheme(url) == "sqlite") return with_parameter(url, "create_schema", "false");
+  return url;
+}
+
 // True for the errors that mean "this face has no tables here" when opened look-only: a SQLite
 // file opened read-only without them (store_read_only), a PostgreSQL schema without them
 // (create_schema=false; the backend reports it as a plain, non-retryable StoreError).
@@ -117,7 +125,7 @@ struct Faces {
 
 Faces open_faces(const std::string& url, bool want_recorder, bool want_store, bool look_only) {
   Faces faces;
-  const std::string target = look_only ? look_only_url(url) : url;
+  const std::string target = look_only ? look_only_url(url) : as_is_url(url);
   if (want_recorder) {
     try {
       faces.recorder = open_recorder(target);

@@ -1,5 +1,7 @@
 #include "connection.hpp"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <climits>
 #include <filesystem>
@@ -143,7 +145,9 @@ std::string Statement::column_text(int column) const {
 
 Connection::Connection(const std::string& path, const SqliteOptions& options, bool create,
                        bool read_only)
-    : path_(path), busy_timeout_(options.busy_timeout) {
+    : path_(path),
+      clock_(options.clock ? options.clock : system_clock()),
+      busy_timeout_(options.busy_timeout) {
   // NOMUTEX: the recorder never lets two threads use one connection at once, so SQLite's own
   // per-connection mutex would only cost time. EXRESCODE: extended codes from every call.
   int flags = SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_EXRESCODE;
@@ -235,6 +239,34 @@ void Connection::fail(int rc, std::string_view action, Phase phase) const {
   throw_sqlite_error(db_.get(), rc, action, path_, phase);
 }
 
+void Connection::check_file_not_replaced(std::string_view action) {
+  if (path_ == ":memory:") return;
+  if (replaced_.empty()) {
+    const SteadyTime now = clock_->steady_now();
+    if (last_replacement_check_ && now - *last_replacement_check_ < kReplacementCheckInterval) {
+      return;
+    }
+    last_replacement_check_ = now;
+    int moved = 0;
+    // The unix VFS answers with one stat() of the path; a VFS that does not know the opcode
+    // (SQLITE_NOTFOUND) cannot tell, and the write goes ahead as before.
+    if (sqlite3_file_control(db_.get(), "main", SQLITE_FCNTL_HAS_MOVED, &moved) != SQLITE_OK ||
+        moved == 0) {
+      return;
+    }
+    struct stat st {};
+    replaced_ = ::stat(path_.c_str(), &st) != 0 ? "the file was deleted (or renamed away)"
+                                                : "another file was renamed over it";
+  }
+  throw SqliteError(ErrorCode::store_replaced,
+                    std::string(action) + " on '" + path_ + "' refused: " + replaced_ +
+                        " while it was open, so writes would go to a file no other process "
+                        "sees (nothing of this call was written; open the recorder or store "
+                        "again)",
+                    SQLITE_READONLY, SQLITE_READONLY_DBMOVED, /*retryable=*/false,
+                    /*in_doubt=*/false);
+}
+
 // ---- opening ---------------------------------------------------------------------------------
 
 void check_open_arguments(const std::string& path, const SqliteOptions& options) {
@@ -277,9 +309,9 @@ void set_synchronous(Connection& connection, Durability durability) {
 
 std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOptions& options) {
   std::unique_ptr<Connection> writer;
+  const bool create = !options.read_only && options.create_schema;
   try {
-    writer = std::make_unique<Connection>(path, options, /*create=*/!options.read_only,
-                                          options.read_only);
+    writer = std::make_unique<Connection>(path, options, create, options.read_only);
   } catch (const SqliteError& e) {
     if (e.code() != ErrorCode::store_open_failed) throw;
     // SQLite says only "unable to open database file"; say which part of the path is wrong.
@@ -293,24 +325,39 @@ std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOpt
       hint = "; it is a directory";
     } else if (!std::filesystem::exists(file, ec) && options.read_only) {
       hint = "; the file does not exist (read_only never creates it)";
+    } else if (!std::filesystem::exists(file, ec) && !create) {
+      hint = "; the file does not exist (create_schema = false never creates it)";
     }
     throw SqliteError(e.code(), e.message() + hint, e.sqlite_code(), e.extended_code(),
                       e.retryable(), e.in_doubt());
   }
-  // The first statements read the file header: a file that is not a database fails here with
-  // SQLITE_NOTADB (store_not_a_database).
-  if (path != ":memory:" && !options.read_only) {
-    std::string mode;
-    writer->exec_script("PRAGMA journal_mode=WAL", [&](std::string_view m) { mode = m; });
-    if (mode != "wal") {
-      throw SqliteError(ErrorCode::store_open_failed,
-                        "PRAGMA journal_mode=WAL on '" + path + "' was refused (the mode is '" +
-                            mode + "'); several processes can only share the file in WAL mode",
-                        SQLITE_ERROR, SQLITE_ERROR, false, false);
-    }
-  }
-  set_synchronous(*writer, options.durability);
+  set_synchronous(*writer, options.durability);  // a property of the connection, not the file
   return writer;
+}
+
+void use_wal(Connection& writer) {
+  std::string mode;
+  writer.exec_script("PRAGMA journal_mode=WAL", [&](std::string_view m) { mode = m; });
+  if (mode != "wal") {
+    throw SqliteError(ErrorCode::store_open_failed,
+                      "PRAGMA journal_mode=WAL on '" + writer.path() +
+                          "' was refused (the mode is '" + mode +
+                          "'); several processes can only share the file in WAL mode",
+                      SQLITE_ERROR, SQLITE_ERROR, false, false);
+  }
+}
+
+std::string journal_mode(Connection& connection) {
+  std::string mode;
+  connection.exec_script("PRAGMA journal_mode", [&](std::string_view m) { mode = m; });
+  return mode;
+}
+
+bool has_table(Connection& connection, std::string_view name) {
+  Statement select =
+      connection.prepare("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1");
+  select.bind(1, name);
+  return select.step();
 }
 
 std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::string& path,
@@ -321,9 +368,22 @@ std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::
 
 // ---- ConnectionSet --------------------------------------------------------------------------
 
-void ConnectionSet::open(const std::function<void()>& check_schema) {
-  writer_ = open_writer(path_, options_);  // WAL, synchronous, clear open errors
-  check_schema();
+void ConnectionSet::open(const std::function<bool()>& check_schema,
+                         const std::function<void()>& create_schema) {
+  writer_ = open_writer(path_, options_);  // synchronous, clear open errors; writes nothing
+  // The check only reads (a file that is not a database fails its first statement with
+  // SQLITE_NOTADB): a file it refuses is left byte for byte as it was.
+  const bool missing = check_schema();
+  if (options_.read_only || !options_.create_schema) {
+    // The file as it is: its journal mode (an infinity_bus file stays in rollback mode), no
+    // tables added. Without WAL there is nothing for the checkpoint thread to do.
+    if (!in_memory_ && !options_.read_only && journal_mode(*writer_) == "wal") {
+      checkpointer_ = start_checkpointer(*writer_, path_, options_);
+    }
+    return;
+  }
+  if (!in_memory_) use_wal(*writer_);
+  if (missing) create_schema();
   checkpointer_ = start_checkpointer(*writer_, path_, options_);
 }
 
@@ -457,6 +517,14 @@ WriteTransaction::WriteTransaction(Connection& connection) : connection_(connect
   // that reads first and writes later could instead fail with SQLITE_BUSY_SNAPSHOT, which no
   // busy timeout helps.
   connection_.prepare("BEGIN IMMEDIATE").run();
+  // Checked once the lock is held, so a replacement made while this call waited is seen too;
+  // reads in this transaction would otherwise answer from the old file.
+  try {
+    connection_.check_file_not_replaced("BEGIN IMMEDIATE");
+  } catch (...) {
+    rollback();
+    throw;
+  }
 }
 
 WriteTransaction::~WriteTransaction() {
@@ -465,6 +533,14 @@ WriteTransaction::~WriteTransaction() {
 
 void WriteTransaction::commit() {
   std::optional<SqliteError> error;
+  try {
+    // Again just before COMMIT: a transactional handler may have run for a long time since
+    // BEGIN. Refused here, the transaction rolls back: known not committed.
+    connection_.check_file_not_replaced("COMMIT");
+  } catch (...) {
+    rollback();
+    throw;
+  }
   {
     Statement commit = connection_.prepare("COMMIT");
     const int rc = commit.step_code();

@@ -114,6 +114,16 @@ class Connection {
 
   [[noreturn]] void fail(int rc, std::string_view action, Phase phase = Phase::other) const;
 
+  // Throws SqliteError(store_replaced) when the file at path() is no longer the file this
+  // connection has open: deleted, or another file renamed over it (SQLite's
+  // SQLITE_FCNTL_HAS_MOVED: a stat() of the path against the open file's inode). Writes would
+  // then go to a file no other process opens. The stat() costs microseconds on a VM, as much as
+  // a tenth of a mark, so it runs at most once per kReplacementCheckInterval of the options'
+  // clock (steady time); the first call always checks. Once replaced, always replaced: every
+  // later call throws at once. A no-op for ":memory:". `action` names what was refused.
+  static constexpr std::chrono::milliseconds kReplacementCheckInterval{1};
+  void check_file_not_replaced(std::string_view action);
+
  private:
   static int on_busy(void* self, int attempts) noexcept;
 
@@ -125,6 +135,9 @@ class Connection {
   };
 
   std::string path_;
+  std::shared_ptr<Clock> clock_;  // steady time for check_file_not_replaced()
+  std::optional<SteadyTime> last_replacement_check_;
+  std::string replaced_;  // once found replaced, why: every later write is refused at once
   std::chrono::milliseconds busy_timeout_;
   std::chrono::steady_clock::time_point busy_deadline_{};
   DbHandle db_;
@@ -136,11 +149,22 @@ class Connection {
 // thread support.
 void check_open_arguments(const std::string& path, const SqliteOptions& options);
 
-// Opens the writer connection of `path` (creating the file unless options.read_only), explains a
-// failed open (missing directory, a directory, read_only without a file), switches a file to WAL
-// (not ":memory:", not read_only: WAL is what lets processes share it) and sets
-// PRAGMA synchronous from options.durability. Throws SqliteError.
+// Opens the writer connection of `path` (creating the file unless options.read_only or
+// !options.create_schema), explains a failed open (missing directory, a directory, no file where
+// none may be created) and sets PRAGMA synchronous from options.durability. Writes nothing to the
+// file: the journal mode is switched later (use_wal), once the schema check has accepted the
+// file. Throws SqliteError.
 std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOptions& options);
+
+// Switches the file to WAL (what lets processes share it); throws store_open_failed when SQLite
+// refuses (some network file systems).
+void use_wal(Connection& writer);
+
+// The file's journal mode as SQLite names it ("wal", "delete", "memory", ...); changes nothing.
+std::string journal_mode(Connection& connection);
+
+// True when the database of `connection` has a table named `name`.
+bool has_table(Connection& connection, std::string_view name);
 
 // Runs the WAL checkpoints of one writer connection on a thread of its own, so a commit never
 // waits for one. SQLite's automatic checkpoint runs inside the COMMIT that takes the WAL past
@@ -210,10 +234,13 @@ class ConnectionSet {
   ConnectionSet(const ConnectionSet&) = delete;
   ConnectionSet& operator=(const ConnectionSet&) = delete;
 
-  // Opens the writer (open_writer), runs `check_schema` (which creates or checks the tables
-  // through writer()), then starts the checkpoint thread. Throws SqliteError (or what
-  // check_schema throws).
-  void open(const std::function<void()>& check_schema);
+  // Opens the writer (open_writer) and runs `check_schema`, which only reads (through writer())
+  // and throws for a file it refuses, so a refused file is left exactly as it was; it returns
+  // true when tables are missing. Then, when the options allow writing the schema (not
+  // read_only, create_schema), switches the file to WAL and runs `create_schema`, which creates
+  // the missing tables. Starts the checkpoint thread when the file is in WAL mode. Throws
+  // SqliteError (or what the callbacks throw).
+  void open(const std::function<bool()>& check_schema, const std::function<void()>& create_schema);
 
   const std::string& path() const noexcept { return path_; }
   const SqliteOptions& options() const noexcept { return options_; }
@@ -276,7 +303,10 @@ class ConnectionSet {
 };
 
 // BEGIN IMMEDIATE in the constructor (taking the database's write lock, waiting up to the busy
-// timeout); ROLLBACK in the destructor unless commit() succeeded.
+// timeout); ROLLBACK in the destructor unless commit() succeeded. Both the constructor (once it
+// holds the lock) and commit() (before COMMIT) check that the file was not replaced
+// (Connection::check_file_not_replaced, at most once per millisecond), so nothing commits into a
+// file deleted or replaced longer ago than that.
 class WriteTransaction {
  public:
   explicit WriteTransaction(Connection& connection);
@@ -285,8 +315,10 @@ class WriteTransaction {
   ~WriteTransaction();
 
   // COMMIT. On failure the transaction is rolled back (when SQLite has not already) and a
-  // SqliteError is thrown: BUSY/LOCKED are retryable and certainly not committed, any other
-  // failure is in doubt.
+  // SqliteError is thrown: BUSY/LOCKED are retryable and certainly not committed; a failure
+  // after which SQLite had rolled back before the commit record could reach the file (a full
+  // disk, a failed write) is not in doubt either; any other failure is in doubt (see
+  // make_sqlite_error).
   void commit();
   // ROLLBACK now (errors ignored: SQLite may have rolled back already).
   void rollback() noexcept;

@@ -87,6 +87,17 @@ struct Mapping {
   bool retryable;
 };
 
+// COMMIT failures after which the transaction can never commit later: SQLite returns them from
+// writing the transaction's pages (the WAL frames, the last of which is the commit record; in
+// rollback mode the journal, or database pages the hot journal undoes), before anything made it
+// durable, and it has then rolled back. Every other COMMIT failure may come after the commit
+// record was written — a failed fsync of a fully written WAL, a failed wal-index update after
+// it — and WAL recovery can still find that record (SQLite's in-memory rollback notwithstanding),
+// so those stay in doubt even when autocommit is back on.
+bool fails_before_the_commit_record(int extended) {
+  return (extended & 0xff) == SQLITE_FULL || extended == SQLITE_IOERR_WRITE;
+}
+
 Mapping map_primary(int primary) {
   switch (primary) {
     case SQLITE_BUSY:
@@ -97,6 +108,8 @@ Mapping map_primary(int primary) {
       return {ErrorCode::store_read_only, false};
     case SQLITE_NOTADB:
       return {ErrorCode::store_not_a_database, false};
+    case SQLITE_CORRUPT:  // a damaged page: the same call fails again until the file is repaired
+      return {ErrorCode::store_corrupt, false};
     case SQLITE_CANTOPEN:
       return {ErrorCode::store_open_failed, false};
     case SQLITE_IOERR:
@@ -118,12 +131,19 @@ SqliteError make_sqlite_error(sqlite3* db, int rc, std::string_view action, std:
   const int extended = (db != nullptr) ? sqlite3_extended_errcode(db) : rc;
   const int extended_code = ((extended & 0xff) == primary) ? extended : rc;
   Mapping mapping = map_primary(primary);
+  // SQLite refuses to write a rollback-journal file that was deleted or renamed since it was
+  // opened (WAL files are checked by idem: Connection::check_file_not_replaced).
+  if (extended_code == SQLITE_READONLY_DBMOVED) mapping = {ErrorCode::store_replaced, false};
   bool in_doubt = false;
   if (phase == Phase::commit && mapping.code != ErrorCode::store_busy) {
-    // Any COMMIT failure other than a lock we never got may have reached the disk (a failed
-    // fsync of a written WAL frame, ...): the caller must not assume either outcome.
-    in_doubt = true;
-    mapping.retryable = false;
+    // Known not committed only when SQLite has rolled the transaction back (autocommit is on
+    // again) AND the failure came before the commit record could reach the file. Otherwise the
+    // caller must not assume either outcome.
+    const bool rolled_back = db != nullptr && sqlite3_get_autocommit(db) != 0;
+    if (!rolled_back || !fails_before_the_commit_record(extended_code)) {
+      in_doubt = true;
+      mapping.retryable = false;
+    }
   }
   std::string message(action);
   message += " on '";
@@ -132,7 +152,11 @@ SqliteError make_sqlite_error(sqlite3* db, int rc, std::string_view action, std:
   message += (db != nullptr) ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   message +=
       " (" + sqlite_code_name(primary) + ", extended code " + std::to_string(extended_code) + ")";
-  if (in_doubt) message += "; the commit's outcome is unknown";
+  if (in_doubt) {
+    message += "; the commit's outcome is unknown";
+  } else if (phase == Phase::commit && mapping.code != ErrorCode::store_busy) {
+    message += "; SQLite rolled the transaction back: nothing was committed";
+  }
   return SqliteError(mapping.code, message, primary, extended_code, mapping.retryable, in_doubt);
 }
 

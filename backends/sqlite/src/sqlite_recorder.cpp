@@ -375,67 +375,58 @@ class SqliteIdempotencyRecorder::Impl {
   std::atomic<std::uint64_t> mark_commits_{0};
 
  private:
+  bool check_schema();
   void create_schema();
-  void check_schema();
 };
 
 void SqliteIdempotencyRecorder::Impl::open() {
   detail::check_open_arguments(path_, options_);
   clock_ = options_.clock ? options_.clock : system_clock();
-  connections_.open([this] { check_schema(); });
+  connections_.open([this] { return check_schema(); }, [this] { create_schema(); });
 }
 
-void SqliteIdempotencyRecorder::Impl::check_schema() {
+bool SqliteIdempotencyRecorder::Impl::check_schema() {
+  // Only reads: a file refused here is left exactly as it was (ConnectionSet::open switches the
+  // journal mode and creates tables only after this returned).
+  Connection& writer = connections_.writer();
   int idem_tables = 0;
   bool has_processed_log = false;
+  bool has_schema_table = false;
   {
-    Statement tables = connections_.writer().prepare(
+    Statement tables = writer.prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
         "('processed_log', 'idem_claims', 'idem_schema', 'idem_counters')");
     while (tables.step()) {
-      if (tables.column_text(0) == "processed_log") {
+      const std::string name = tables.column_text(0);
+      if (name == "processed_log") {
         has_processed_log = true;
       } else {
         ++idem_tables;
+        if (name == "idem_schema") has_schema_table = true;
       }
-    }
-  }
-  if (!has_processed_log || idem_tables < 3) {
-    if (options_.read_only) {
-      if (!has_processed_log) {
-        throw SqliteError(ErrorCode::store_read_only,
-                          "'" + path_ +
-                              "' has no processed_log table and is opened read-only, so it "
-                              "cannot be created",
-                          SQLITE_READONLY, SQLITE_READONLY, false, false);
-      }
-      // An infinity_bus file opened read-only: is_processed() works; writes fail as they must.
-    } else {
-      create_schema();
     }
   }
 
-  // A processed_log made by some other program must still have the columns we read and write.
-  int expected_columns = 0;
-  {
-    Statement info =
-        connections_.writer().prepare("SELECT name FROM pragma_table_info('processed_log')");
+  if (has_processed_log) {
+    // A processed_log made by some other program must still have the columns we read and write.
+    int expected_columns = 0;
+    Statement info = writer.prepare("SELECT name FROM pragma_table_info('processed_log')");
     while (info.step()) {
       const std::string name = info.column_text(0);
       if (name == "consumer" || name == "event_id" || name == "ts") ++expected_columns;
     }
-  }
-  if (expected_columns != 3) {
-    throw SqliteError(ErrorCode::store_not_a_database,
-                      "'" + path_ +
-                          "' has a processed_log table without the columns (consumer, event_id, "
-                          "ts) idem and infinity_bus use",
-                      SQLITE_ERROR, SQLITE_ERROR, false, false);
+    if (expected_columns != 3) {
+      throw SqliteError(ErrorCode::store_not_a_database,
+                        "'" + path_ +
+                            "' has a processed_log table without the columns (consumer, "
+                            "event_id, ts) idem and infinity_bus use; nothing was changed",
+                        SQLITE_ERROR, SQLITE_ERROR, false, false);
+    }
   }
 
-  if (idem_tables == 3 || !options_.read_only) {
-    Statement version = connections_.writer().prepare(
-        "SELECT version FROM idem_schema WHERE component = 'recorder'");
+  if (has_schema_table) {
+    Statement version =
+        writer.prepare("SELECT version FROM idem_schema WHERE component = 'recorder'");
     if (version.step() && version.column_int64(0) > kSchemaVersion) {
       throw SqliteError(ErrorCode::store_open_failed,
                         "'" + path_ + "' uses idem recorder schema version " +
@@ -445,6 +436,23 @@ void SqliteIdempotencyRecorder::Impl::check_schema() {
                         SQLITE_ERROR, SQLITE_ERROR, false, false);
     }
   }
+
+  if (!has_processed_log && options_.read_only) {
+    throw SqliteError(ErrorCode::store_read_only,
+                      "'" + path_ +
+                          "' has no processed_log table and is opened read-only, so it "
+                          "cannot be created",
+                      SQLITE_READONLY, SQLITE_READONLY, false, false);
+  }
+  if (!has_processed_log && !options_.create_schema) {
+    throw SqliteError(ErrorCode::store_error,
+                      "the recorder's tables (processed_log) do not exist in '" + path_ +
+                          "', and create_schema is false",
+                      SQLITE_ERROR, SQLITE_ERROR, false, false);
+  }
+  // An infinity_bus file (processed_log only) opened read-only or with create_schema = false
+  // stays as it is: checks, marks, counts and purges of markers work; claims need idem_claims.
+  return !has_processed_log || idem_tables < 3;
 }
 
 void SqliteIdempotencyRecorder::Impl::create_schema() {
@@ -731,8 +739,9 @@ std::size_t SqliteIdempotencyRecorder::purge(std::chrono::system_clock::duration
       Statement purge_markers = connection.prepare(kPurgeMarkersInRange);
       purge_markers.bind(1, std::string_view(cutoff)).bind(2, after).bind(3, chunk_end);
       removed = purge_markers.run();
-      if (last_chunk) {
-        // Claims are few (one per event being handled): one statement, with the last chunk.
+      // Claims are few (one per event being handled): one statement, with the last chunk. A
+      // file with only infinity_bus's table (opened with create_schema = false) has none.
+      if (last_chunk && detail::has_table(connection, "idem_claims")) {
         Statement purge_claims = connection.prepare(kPurgeClaims);
         purge_claims.bind(1, cutoff_ms);
         purge_claims.run();
@@ -762,7 +771,7 @@ std::vector<ConsumerCounts> SqliteIdempotencyRecorder::consumer_counts() {
       entry(markers.column_text(0)).processed = static_cast<std::uint64_t>(markers.column_int64(1));
     }
   }
-  {
+  if (detail::has_table(connection, "idem_claims")) {  // absent from an infinity_bus file
     Statement claims = connection.prepare(kCountLiveClaims);
     claims.bind(1, impl_->now_ms());
     while (claims.step()) {
@@ -804,7 +813,7 @@ MarkerInspection SqliteIdempotencyRecorder::inspect(std::string_view consumer,
       if (!marker.column_is_null(0)) result.processed_at = from_ms(marker.column_int64(0));
     }
   }
-  {
+  if (detail::has_table(connection, "idem_claims")) {  // absent from an infinity_bus file
     Statement claim = connection.prepare(kSelectClaim);
     claim.bind(1, consumer).bind(2, event_id);
     if (claim.step()) {

@@ -288,7 +288,7 @@ class SqliteIdempotencyStore::Impl {
   void open() {
     detail::check_open_arguments(path_, options_);
     clock_ = options_.clock ? options_.clock : system_clock();
-    connections_.open([this] { check_schema(); });
+    connections_.open([this] { return check_schema(); }, [this] { create_schema(); });
   }
 
   std::int64_t now_ms() const { return to_ms(clock_->wall_now()); }
@@ -324,48 +324,63 @@ class SqliteIdempotencyStore::Impl {
   detail::ConnectionSet connections_{path_, options_};  // opened by open()
 
  private:
-  void check_schema();
+  bool check_schema();
+  void create_schema();
   void check_records_columns();
 };
 
-void SqliteIdempotencyStore::Impl::check_schema() {
+bool SqliteIdempotencyStore::Impl::check_schema() {
+  // Only reads: a file refused here is left exactly as it was (ConnectionSet::open switches the
+  // journal mode and creates tables only after this returned).
   int tables = 0;
   bool has_records = false;
+  bool has_schema_table = false;
   {
     Statement select = connections_.writer().prepare(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN "
         "('idem_records', 'idem_schema', 'idem_counters')");
     while (select.step()) {
       ++tables;
-      if (select.column_text(0) == "idem_records") has_records = true;
+      const std::string name = select.column_text(0);
+      if (name == "idem_records") has_records = true;
+      if (name == "idem_schema") has_schema_table = true;
     }
   }
-  // Refuse a foreign idem_records before adding anything to the file.
   if (has_records) check_records_columns();
-  if (tables < 3) {
-    if (options_.read_only) {
-      throw SqliteError(ErrorCode::store_read_only,
-                        "'" + path_ +
-                            "' has no idempotency store tables (idem_records, idem_schema, "
-                            "idem_counters) and is opened read-only, so they cannot be created",
-                        SQLITE_READONLY, SQLITE_READONLY, false, false);
+  if (has_schema_table) {
+    Statement version =
+        connections_.writer().prepare("SELECT version FROM idem_schema WHERE component = 'store'");
+    if (version.step() && version.column_int64(0) > kSchemaVersion) {
+      throw SqliteError(ErrorCode::store_open_failed,
+                        "'" + path_ + "' uses idem store schema version " +
+                            std::to_string(version.column_int64(0)) +
+                            ", newer than this idem understands (" +
+                            std::to_string(kSchemaVersion) + "); upgrade idem",
+                        SQLITE_ERROR, SQLITE_ERROR, false, false);
     }
-    // One write transaction, so processes opening a new file at once create it exactly once.
-    WriteTransaction tx(connections_.writer());
-    connections_.writer().exec_script(kCreateStoreTables);
-    tx.commit();
   }
-
-  Statement version =
-      connections_.writer().prepare("SELECT version FROM idem_schema WHERE component = 'store'");
-  if (version.step() && version.column_int64(0) > kSchemaVersion) {
-    throw SqliteError(ErrorCode::store_open_failed,
-                      "'" + path_ + "' uses idem store schema version " +
-                          std::to_string(version.column_int64(0)) +
-                          ", newer than this idem understands (" + std::to_string(kSchemaVersion) +
-                          "); upgrade idem",
+  if (tables < 3 && options_.read_only) {
+    throw SqliteError(ErrorCode::store_read_only,
+                      "'" + path_ +
+                          "' has no idempotency store tables (idem_records, idem_schema, "
+                          "idem_counters) and is opened read-only, so they cannot be created",
+                      SQLITE_READONLY, SQLITE_READONLY, false, false);
+  }
+  if (tables < 3 && !options_.create_schema) {
+    throw SqliteError(ErrorCode::store_error,
+                      "the idempotency store's tables (idem_records, idem_schema, idem_counters) "
+                      "do not exist in '" +
+                          path_ + "', and create_schema is false",
                       SQLITE_ERROR, SQLITE_ERROR, false, false);
   }
+  return tables < 3;
+}
+
+void SqliteIdempotencyStore::Impl::create_schema() {
+  // One write transaction, so processes opening a new file at once create it exactly once.
+  WriteTransaction tx(connections_.writer());
+  connections_.writer().exec_script(kCreateStoreTables);
+  tx.commit();
 }
 
 void SqliteIdempotencyStore::Impl::check_records_columns() {

@@ -42,6 +42,8 @@ enum class ErrorCode {
   cancelled,              // the caller's stop token was triggered
   decode_error,           // a Codec could not decode stored bytes
   not_supported,          // the backend does not support the requested mode
+  store_replaced,         // the store's file was deleted or replaced while open (reopen it)
+  store_corrupt,          // the store's file is damaged (SQLite: SQLITE_CORRUPT)
 };
 
 // The stable name of a code, e.g. "store_busy".

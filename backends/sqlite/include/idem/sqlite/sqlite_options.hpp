@@ -47,6 +47,16 @@ struct SqliteOptions {
   // and the tables are created when missing).
   bool read_only = false;
 
+  // Whether opening may change the file: create it when missing, switch it to WAL and add the
+  // tables that are missing. false opens an existing file exactly as it is — its journal mode
+  // (an infinity_bus file stays in rollback mode) and its tables (none are added; what needs a
+  // missing table fails: on a file with only processed_log a recorder checks, marks, counts,
+  // inspects and purges markers, but claims and run_transactional fail with store_error). A
+  // missing file is store_open_failed; a file without the component's own table (processed_log,
+  // idem_records) is a non-retryable store_error saying the tables do not exist. For
+  // maintenance tools (`idem purge`). Default: true.
+  bool create_schema = true;
+
   // Group commit: concurrent mark_processed() calls share one transaction, up to this many
   // marks per commit. Must be >= 1; 1 turns batching off. A mark_processed_many() batch is never
   // split: it commits whole, alone when it is larger than this. Default: 256.

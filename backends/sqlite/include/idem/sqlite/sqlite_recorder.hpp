@@ -22,8 +22,9 @@
 //
 // Errors: bad keys → InvalidKey; bad options → ConfigError; SQLite failures → SqliteError
 // (sqlite_error.hpp) with stable codes: store_open_failed (the path cannot be opened; the
-// message names it), store_not_a_database, store_read_only (at the first write), store_busy
-// (locked past busy_timeout; retryable); a COMMIT whose outcome is unknown is in_doubt().
+// message names it), store_not_a_database, store_corrupt (a damaged page), store_read_only (at
+// the first write), store_busy (locked past busy_timeout; retryable), store_replaced (a write on a
+// file deleted or renamed over while open); a COMMIT whose outcome is unknown is in_doubt().
 // Nothing is ever marked that the caller did not ask to mark.
 //
 // Thread-safety: one recorder may be shared by any number of threads. Writes go through one
@@ -76,11 +77,14 @@ class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
   // The version of idem's own tables (idem_schema); a file with a newer version is refused.
   static constexpr int kSchemaVersion = 1;
 
-  // Opens (creating when missing, unless options.read_only) the database at `path`, a file path
-  // or ":memory:" (a private in-memory database: this recorder only, gone when it is destroyed).
-  // Switches the file to WAL and creates the tables when missing. Throws ConfigError for bad
-  // options, InvalidArgument for an empty path, SqliteError (store_open_failed,
-  // store_not_a_database, store_busy, ...) when the file cannot be used.
+  // Opens (creating when missing, unless options.read_only or !options.create_schema) the
+  // database at `path`, a file path or ":memory:" (a private in-memory database: this recorder
+  // only, gone when it is destroyed). Checks the file first (a refused file is left unchanged),
+  // then switches it to WAL and creates the tables when missing (neither with read_only or
+  // !create_schema: an infinity_bus file then keeps its rollback journal and gets no table).
+  // Throws ConfigError for bad options, InvalidArgument for an empty path, SqliteError
+  // (store_open_failed, store_not_a_database, store_corrupt, store_busy, ...) when the file
+  // cannot be used.
   explicit SqliteIdempotencyRecorder(std::string path, SqliteOptions options = {});
   ~SqliteIdempotencyRecorder() override;
 

@@ -70,12 +70,15 @@ class SqliteIdempotencyStore final : public IdempotencyStore {
   // refused at open.
   static constexpr int kSchemaVersion = 1;
 
-  // Opens (creating when missing, unless options.read_only) the database at `path`, a file path
-  // or ":memory:" (a private in-memory database, gone with the store). Switches a file to WAL and
-  // creates the tables when missing. Uses options.clock, busy_timeout, durability, read_only and
-  // max_idle_readers (max_batch_size concerns only the recorder). Throws InvalidArgument for an
-  // empty path, ConfigError for bad options, SqliteError (store_open_failed,
-  // store_not_a_database, store_read_only, store_busy, ...) when the file cannot be used.
+  // Opens (creating when missing, unless options.read_only or !options.create_schema) the
+  // database at `path`, a file path or ":memory:" (a private in-memory database, gone with the
+  // store). Checks the file first (a refused file is left unchanged), then switches it to WAL
+  // and creates the tables when missing (neither with read_only or !create_schema). Uses
+  // options.clock, busy_timeout, durability, read_only, create_schema and max_idle_readers
+  // (max_batch_size concerns only the recorder). Throws InvalidArgument for an empty path,
+  // ConfigError for bad options, SqliteError (store_open_failed, store_not_a_database,
+  // store_corrupt, store_read_only, store_busy, ...) when the file cannot be used. A write on a
+  // file deleted or renamed over since is refused with store_replaced (docs/sqlite.md §7).
   explicit SqliteIdempotencyStore(std::string path, SqliteOptions options = {});
   ~SqliteIdempotencyStore() override;
 
