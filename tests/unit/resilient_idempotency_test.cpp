@@ -490,11 +490,15 @@ TEST_F(ResilientIdempotency, AnAbandonedAttemptKeepsTheKeyClaimedUntilItEnds) {
     return 5;
   };
   auto key = [](int) { return std::string("abandoned"); };
-  auto hasty = idem::resilient(
-      body, {.timeout = 20ms, .idempotency_key = key, .idempotency_store = store, .clock = clock});
-  // Same key and store, no timeout: its own attempt cannot be cut short on a slow machine.
-  auto patient =
-      idem::resilient(body, {.idempotency_key = key, .idempotency_store = store, .clock = clock});
+  auto hasty = idem::resilient(body, {.name = "charge",
+                                      .timeout = 20ms,
+                                      .idempotency_key = key,
+                                      .idempotency_store = store,
+                                      .clock = clock});
+  // Same operation name (so the same key scope) and store, no timeout: its own attempt cannot
+  // be cut short on a slow machine.
+  auto patient = idem::resilient(
+      body, {.name = "charge", .idempotency_key = key, .idempotency_store = store, .clock = clock});
   try {
     hasty(1);
     FAIL() << "expected a timeout";
@@ -503,7 +507,7 @@ TEST_F(ResilientIdempotency, AnAbandonedAttemptKeepsTheKeyClaimedUntilItEnds) {
     EXPECT_THROW(std::rethrow_exception(e.cause()), idem::TimeoutError);
   }
   // The owner failed, but its attempt still runs: the key stays claimed.
-  const auto record = store->lookup("abandoned");
+  const auto record = store->lookup(idem::scoped_idempotency_key("charge", "abandoned"));
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, idem::IdempotencyRecord::State::in_progress);
   const idem::CallOptions give_up_now{.wait_deadline = clock->steady_now()};
@@ -605,7 +609,8 @@ TEST_F(ResilientIdempotency, ByteStoresUseTheCodecOfTheResultType) {
         ++calls;
         return std::vector<std::string>{"a", std::to_string(x), ""};
       },
-      {.idempotency_key = [](int x) { return "bytes:" + std::to_string(x); },
+      {.name = "bytes",
+       .idempotency_key = [](int x) { return "bytes:" + std::to_string(x); },
        .idempotency_store = bytes});
   const auto first = op(3);
   const auto second = op(3);
@@ -613,16 +618,23 @@ TEST_F(ResilientIdempotency, ByteStoresUseTheCodecOfTheResultType) {
   EXPECT_EQ(bytes->completes.load(), 1);
   EXPECT_EQ(second.value, first.value);
   EXPECT_EQ(second.report.metadata.at("idempotency_status"), "replayed");
-  auto nothing = idem::resilient(
-      [&] { ++calls; },
-      {.idempotency_key = [] { return std::string("bytes:void"); }, .idempotency_store = bytes});
+  auto nothing = idem::resilient([&] { ++calls; },
+                                 {.name = "bytes_void",
+                                  .idempotency_key = [] { return std::string("bytes:void"); },
+                                  .idempotency_store = bytes});
   nothing();
   EXPECT_EQ(nothing().report.metadata.at("idempotency_status"), "replayed");
   // A result type without a codec cannot be kept as bytes: refused at construction.
   EXPECT_THROW(
-      idem::resilient([] { return NoCodec{}; }, {.idempotency_key = [] { return std::string("k"); },
+      idem::resilient([] { return NoCodec{}; }, {.name = "no_codec",
+                                                 .idempotency_key = [] { return std::string("k"); },
                                                  .idempotency_store = bytes}),
       idem::ConfigError);
+  // A byte store outlives the process: an unnamed operation has no stable scope for it.
+  EXPECT_THROW(idem::resilient([](int x) { return x; },
+                               {.idempotency_key = [](int) { return std::string("k"); },
+                                .idempotency_store = bytes}),
+               idem::ConfigError);
   // The in-memory store needs no codec.
   EXPECT_NO_THROW(idem::resilient(
       [] { return NoCodec{}; },
@@ -691,6 +703,7 @@ TEST_F(ResilientIdempotency, AlreadyInProgressInAnotherProcessWithRejectPolicy) 
       },
       {.events = {sink},
        .idempotency_key = [] { return std::string("cross-process"); },
+       .idempotency_scope = "",  // the unscoped key the other process's coordinator claimed
        .idempotency_store = store,
        .idempotency_in_progress = idem::InProgressPolicy::reject});
   EXPECT_THROW(op(), idem::AlreadyInProgress);

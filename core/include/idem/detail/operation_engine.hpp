@@ -320,12 +320,12 @@ class Engine {
       emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key,
                              "already_in_progress");
       throw;
-    } catch (const KeyReuseError&) {
+    } catch (const KeyReuseError& e) {
       emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key, "key_reuse");
-      throw;
-    } catch (const ReentryError&) {
+      throw KeyReuseError(user_key, e.what());  // key(): the caller's key, not the scoped one
+    } catch (const ReentryError& e) {
       emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key, "reentry");
-      throw;
+      throw ReentryError(user_key, e.what());
     }
     if (outcome.took_over) {
       // This caller executed after an owner whose lease ran out; that owner's work may have run.
