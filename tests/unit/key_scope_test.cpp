@@ -124,6 +124,23 @@ TEST(KeyScope, TheScopedKeyMustFitTheKeyLimit) {
   EXPECT_THROW(op(std::string("bad\nkey")), idem::InvalidKey);
 }
 
+TEST(KeyScope, KeyReuseNamesTheCallersKeyOnce) {
+  auto op = idem::resilient([](const std::string&, int amount) { return amount; },
+                            {.name = "reuse",
+                             .idempotency_key = [](const std::string& id, int) { return id; },
+                             .idempotency_fingerprint = true});
+  EXPECT_EQ(op("r1", 1).value, 1);
+  try {
+    op("r1", 2);
+    FAIL() << "expected KeyReuseError";
+  } catch (const idem::KeyReuseError& e) {
+    EXPECT_EQ(e.key(), "r1");
+    const std::string what = e.what();
+    EXPECT_EQ(what.find("idem: key_reuse: idem:"), std::string::npos) << what;
+    EXPECT_NE(what.find("5:reuse:r1"), std::string::npos) << what;
+  }
+}
+
 TEST(KeyScope, ScopesThatCannotWorkAreConfigErrors) {
   const auto key = [](int) { return std::string("k"); };
   EXPECT_THROW(idem::resilient([](int) { return 1; }, {.name = "n",

@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <typeindex>
@@ -256,6 +257,14 @@ struct Validation {
   }
 };
 
+// An error's message without the "idem: <code>: " prefix its constructor added.
+inline std::string message_of(const Error& error) {
+  std::string_view text = error.what();
+  const std::string prefix = "idem: " + std::string(error.code_name()) + ": ";
+  if (text.substr(0, prefix.size()) == prefix) text.remove_prefix(prefix.size());
+  return std::string(text);
+}
+
 template <class R, class... Params>
 class Engine {
  public:
@@ -322,10 +331,11 @@ class Engine {
       throw;
     } catch (const KeyReuseError& e) {
       emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key, "key_reuse");
-      throw KeyReuseError(user_key, e.what());  // key(): the caller's key, not the scoped one
+      // key(): the caller's key, not the scoped one.
+      throw KeyReuseError(user_key, message_of(e));
     } catch (const ReentryError& e) {
       emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key, "reentry");
-      throw ReentryError(user_key, e.what());
+      throw ReentryError(user_key, message_of(e));
     }
     if (outcome.took_over) {
       // This caller executed after an owner whose lease ran out; that owner's work may have run.
