@@ -39,7 +39,8 @@ void BM_ResilientReplay(benchmark::State& state) {
   auto store = std::make_shared<idem::InMemoryIdempotencyStore>();
   auto call = idem::resilient(
       [](const std::string& request_id, int amount) { return create_payment(request_id, amount); },
-      {.idempotency_key = [](const std::string& id, int) { return "create-payment:" + id; },
+      {.name = "create_payment",
+       .idempotency_key = [](const std::string& id, int) { return "create-payment:" + id; },
        .idempotency_store = store});
   const std::string id = "request-123";
   (void)call(id, 2499);
@@ -53,7 +54,8 @@ void BM_ResilientExecuteNewKey(benchmark::State& state) {
   auto store = std::make_shared<idem::InMemoryIdempotencyStore>();
   auto call = idem::resilient(
       [](const std::string& request_id, int amount) { return create_payment(request_id, amount); },
-      {.idempotency_key = [](const std::string& id, int) { return id; },
+      {.name = "execute",
+       .idempotency_key = [](const std::string& id, int) { return id; },
        .idempotency_store = store});
   std::uint64_t n = 0;
   for (auto _ : state)

@@ -247,7 +247,8 @@ void BM_SqliteStore_ResilientReplay(benchmark::State& state) {
         [](const std::string& request_id, int amount) {
           return Payment{request_id, amount};
         },
-        {.idempotency_key = [](const std::string& id, int) { return "create-payment:" + id; },
+        {.name = "create_payment",
+         .idempotency_key = [](const std::string& id, int) { return "create-payment:" + id; },
          .idempotency_store = store});
     const std::string id = "request-123";
     (void)call(id, 2499);
@@ -267,7 +268,8 @@ void BM_SqliteStore_ResilientExecute(benchmark::State& state) {
         [](const std::string& request_id, int amount) {
           return Payment{request_id, amount};
         },
-        {.idempotency_key = [](const std::string& id, int) { return id; },
+        {.name = "execute",
+         .idempotency_key = [](const std::string& id, int) { return id; },
          .idempotency_store = store});
     idem::bench::IdSequence ids(1);
     for (auto _ : state)

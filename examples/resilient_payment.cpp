@@ -4,6 +4,8 @@
 // without an id. The call is wrapped with retries (exponential backoff, full jitter), a
 // per-attempt timeout, result validation, a circuit breaker, a fallback and JSON-lines events —
 // and with an idempotency key, so a client that sends the same request twice is charged once.
+// A second operation, a refund, uses the same key text and still keeps its own results (keys are
+// scoped by the operation's name), and talks to a rate-limited API whose Retry-After is honoured.
 //
 // Run: ./example_resilient_payment      (events go to stderr, the story to stdout)
 
@@ -18,9 +20,17 @@
 
 #include "idem/circuit_breaker.hpp"
 #include "idem/events.hpp"
+#include "idem/rate_limit.hpp"
 #include "idem/resilient.hpp"
 
 using namespace std::chrono_literals;
+
+// A rate-limited answer (HTTP 429) with its Retry-After header.
+struct TooManyRequests : std::runtime_error {
+  explicit TooManyRequests(std::string header)
+      : std::runtime_error("429 Too Many Requests"), retry_after(std::move(header)) {}
+  std::string retry_after;
+};
 
 struct Receipt {
   std::string id;
@@ -99,9 +109,9 @@ int main() {
   std::cout << "2. the client retries the same request:\n";
   show("duplicate", create_payment("request-123", 2499));
 
-  std::cout << "3. another request (the gateway returns a receipt without id):\n";
+  std::cout << "3. another request (a receipt without id fails validation and is retried):\n";
   try {
-    show("fallback", create_payment("request-456", 1000));
+    show("result", create_payment("request-456", 1000));
   } catch (const idem::OperationError& e) {
     std::cout << "   failed: " << e.what() << "\n";
   }
@@ -119,6 +129,33 @@ int main() {
   } catch (const idem::InvalidKey& e) {
     std::cout << "   " << e.what() << "\n";
   }
+
+  std::cout << "6. a refund API that rate-limits: its Retry-After replaces the backoff\n";
+  std::atomic<int> refund_calls{0};
+  auto refund = idem::resilient(
+      [&](const std::string& request_id, int amount) {
+        if (++refund_calls == 1) throw TooManyRequests("1");  // "retry after 1 second"
+        return Receipt{"refund_" + request_id, -amount};
+      },
+      {.name = "refund",
+       .retries = 2,
+       .rate_limit_on = idem::failures_of<TooManyRequests>(),
+       .retry_after =
+           [](const std::exception& e) {
+             return idem::parse_retry_after(static_cast<const TooManyRequests&>(e).retry_after,
+                                            std::chrono::system_clock::now());
+           },
+       .max_rate_limit_wait = 5s,
+       .events = {log, counters},
+       // The same key text as create_payment's: the scope ("refund") keeps them apart.
+       .idempotency_key = [](const std::string& id, int) { return "create-payment:" + id; }});
+  const auto refunded = refund("request-123", 2499);
+  std::cout << "   refund: receipt " << refunded.value.id << " after waiting "
+            << refunded.report.metadata.at("rate_limit_wait_seconds") << " s ("
+            << refunded.report.attempts[0].metadata.at("rate_limit_delay_source")
+            << "), stored as key " << refunded.report.metadata.at("idempotency_stored_key") << "\n";
+  std::cout << "   the payment's key is untouched: " << create_payment("request-123", 2499).value.id
+            << "\n";
 
   std::cout << "\ngateway calls: " << gateway.calls() << "\n";
   std::cout << "breaker: " << idem::to_string(breaker->state()) << "\n";

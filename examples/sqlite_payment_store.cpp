@@ -114,7 +114,11 @@ int main(int argc, char** argv) {
     }
 
     std::cout << "5. the record in " << path << "\n";
-    if (auto record = store->lookup("create-payment:request-123")) {
+    // The store holds the key scoped by the operation's name (docs/resilience.md, key scope).
+    const std::string stored =
+        idem::scoped_idempotency_key("create_payment", "create-payment:request-123");
+    std::cout << "    key " << stored << "\n";
+    if (auto record = store->lookup(stored)) {
       std::cout << "    state " << idem::to_string(record->state) << ", token " << record->token
                 << ", value " << record->value.bytes.value_or("") << "\n";
     }

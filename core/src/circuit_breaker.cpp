@@ -37,6 +37,10 @@ CircuitOpenError::CircuitOpenError(std::string breaker, CircuitState state,
       state_(state),
       retry_after_(retry_after) {}
 
+bool CircuitBreaker::records(const std::exception& failure) const {
+  return !options_.record_failure_on || options_.record_failure_on(failure);
+}
+
 CircuitBreaker::CircuitBreaker(CircuitBreakerOptions options) : options_(std::move(options)) {
   if (options_.name.find_first_not_of(" \t") == std::string::npos) {
     throw ConfigError("circuit breaker: name must not be empty");

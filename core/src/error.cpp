@@ -44,6 +44,10 @@ std::string_view code_name(ErrorCode code) noexcept {
       return "decode_error";
     case ErrorCode::not_supported:
       return "not_supported";
+    case ErrorCode::rate_limit_wait_exceeded:
+      return "rate_limit_wait_exceeded";
+    case ErrorCode::retry_after_extraction_failed:
+      return "retry_after_extraction_failed";
     case ErrorCode::store_replaced:
       return "store_replaced";
     case ErrorCode::store_corrupt:

@@ -49,6 +49,12 @@ constexpr std::string_view name_of(EventType type) noexcept {
       return "idempotency.rejected";
     case EventType::idempotency_takeover:
       return "idempotency.takeover";
+    case EventType::validation_succeeded:
+      return "validation.succeeded";
+    case EventType::rate_limit_detected:
+      return "rate_limit.detected";
+    case EventType::rate_limit_wait_exceeded:
+      return "rate_limit.wait_exceeded";
   }
   return {};
 }
@@ -59,7 +65,7 @@ constexpr std::array<std::string_view, kEventTypeCount> kNames = [] {
     names[i] = name_of(static_cast<EventType>(i));
   return names;
 }();
-static_assert(static_cast<std::size_t>(EventType::idempotency_takeover) + 1 == kEventTypeCount,
+static_assert(static_cast<std::size_t>(EventType::rate_limit_wait_exceeded) + 1 == kEventTypeCount,
               "kEventTypeCount must follow EventType");
 static_assert(!kNames.back().empty(), "every EventType needs a name");
 

@@ -2,11 +2,15 @@
 
 #include <cxxabi.h>
 
+#include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <typeinfo>
 #include <utility>
 
 #include "idem/error.hpp"
+#include "idem/key.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/operation_result.hpp"
 #include "idem/timeout.hpp"
 #include "idem/validation.hpp"
@@ -53,6 +57,17 @@ std::string millis_text(std::chrono::nanoseconds duration) {
   return std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(duration).count());
 }
 
+// Seconds as a short decimal: "2", "2.5", "0.001".
+std::string seconds_text(std::chrono::nanoseconds duration) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof buffer, "%.9g", static_cast<double>(duration.count()) / 1e9);
+  return buffer;
+}
+
+const char* flag(bool value) {
+  return value ? "true" : "false";
+}
+
 }  // namespace
 
 FallbackChainError::FallbackChainError(std::vector<FallbackFailure> failures)
@@ -83,7 +98,70 @@ void throw_operation_error(ExecutionReport report, std::exception_ptr cause) {
   }
 }
 
+std::string scoped_idempotency_key(std::string_view scope, std::string_view key) {
+  if (scope.empty()) return std::string(key);
+  std::string out = std::to_string(scope.size());
+  out.reserve(out.size() + scope.size() + key.size() + 2);
+  out += ':';
+  out += scope;
+  out += ':';
+  out += key;
+  return out;
+}
+
 namespace detail {
+
+std::string next_anonymous_scope() {
+  static std::atomic<std::uint64_t> counter{0};
+  return "operation#" + std::to_string(counter.fetch_add(1, std::memory_order_relaxed) + 1);
+}
+
+std::string resolve_scope(const std::string& who, const std::string& name,
+                          const std::optional<std::string>& scope,
+                          const std::string& anonymous_scope, bool durable) {
+  std::string resolved;
+  if (scope) {
+    resolved = *scope;
+  } else if (!anonymous_scope.empty()) {
+    if (durable) {
+      throw ConfigError(who +
+                        ": idempotency keys are scoped by the operation's name, and a store "
+                        "that outlives the process needs a stable one: give the operation a "
+                        "name or an idempotency scope");
+    }
+    resolved = anonymous_scope;
+  } else {
+    resolved = name;
+  }
+  if (resolved.empty()) return resolved;
+  // The prefix must leave room for at least a one-byte key.
+  const std::size_t prefix = scoped_idempotency_key(resolved, "").size();
+  if (prefix + 1 > kMaxKeyLength) {
+    throw ConfigError(who + ": idempotency scope is " + std::to_string(resolved.size()) +
+                      " bytes; with its prefix it leaves no room for a key within " +
+                      std::to_string(kMaxKeyLength) + " bytes");
+  }
+  try {
+    validate_key("idempotency scope", resolved);
+  } catch (const InvalidKey& e) {
+    throw ConfigError(who + ": " + e.what());
+  }
+  return resolved;
+}
+
+std::string scoped_key_for(const std::string& operation, const std::string& scope,
+                           const std::string& key) {
+  validate_key("idempotency key", key);
+  std::string scoped = scoped_idempotency_key(scope, key);
+  if (scoped.size() > kMaxKeyLength) {
+    const std::size_t prefix = scoped.size() - key.size();
+    throw InvalidKey(
+        "idempotency key of operation '" + operation + "' is too long with its scope '" + scope +
+        "': " + std::to_string(key.size()) + " bytes of key + " + std::to_string(prefix) +
+        " bytes of scope prefix, at most " + std::to_string(kMaxKeyLength) + " together");
+  }
+  return scoped;
+}
 
 std::string demangle(const char* mangled) {
   if (mangled == nullptr) return "unknown";
@@ -102,7 +180,11 @@ FailureInfo describe_failure(const std::exception_ptr& error, const RetryPolicy*
   } catch (const std::exception& e) {
     info.type = demangle(typeid(e).name());
     info.message = e.what();
-    if (dynamic_cast<const TimeoutError*>(&e) != nullptr) info.status = AttemptStatus::timed_out;
+    if (const auto* timeout = dynamic_cast<const TimeoutError*>(&e)) {
+      info.status = AttemptStatus::timed_out;
+      info.timeout = timeout->timeout();
+    }
+    if (dynamic_cast<const Cancelled*>(&e) != nullptr) info.status = AttemptStatus::cancelled;
     if (const auto* invalid = dynamic_cast<const ValidationError*>(&e)) {
       info.validator = invalid->validator();
       info.reason = invalid->reason();
@@ -131,6 +213,10 @@ void PolicyCore::resolve(const std::vector<std::string>& fallback_names) {
   if (timeout && *timeout <= std::chrono::nanoseconds::zero()) {
     throw ConfigError(who + ": timeout must be positive");
   }
+  if (timeout_grace < std::chrono::nanoseconds::zero()) {
+    throw ConfigError(who + ": timeout_grace must be >= 0");
+  }
+  rate_limit.validate(who);
   for (const auto& sink : sinks) {
     if (!sink) throw ConfigError(who + ": an event sink is null");
   }
@@ -185,7 +271,14 @@ Lifecycle::Lifecycle(const PolicyCore& core) : core_(core) {
                            core.fallback_sources.size());
   if (core_.events.enabled()) {
     emit(EventType::operation_started, 0,
-         {{"max_attempts", std::to_string(core.retry.max_attempts)}});
+         {{"max_attempts", std::to_string(core.retry.max_attempts)},
+          {"retry_enabled", flag(core.retry.max_attempts > 1)},
+          {"timeout_enabled", flag(core.timeout.has_value())},
+          {"circuit_breaker_enabled", flag(core.breaker != nullptr)},
+          {"validation_enabled", flag(!core.validator_names.empty())},
+          {"fallback_enabled", flag(!core.fallback_sources.empty())},
+          {"rate_limit_enabled", flag(core.rate_limit.enabled())},
+          {"idempotency_enabled", flag(core.idempotency_enabled)}});
   }
 }
 
@@ -213,10 +306,19 @@ void Lifecycle::record_failure(int attempt, std::string source, const FailureInf
   record.number = attempt;
   record.source = std::move(source);
   record.status = info.status;
+  record.started_at = attempt_started_wall_;
   record.duration = core_.clock->steady_now() - attempt_started_;
   record.error_type = info.type;
   record.error_message = info.message;
   record.retryable = info.retryable;
+  if (!info.validator.empty()) {
+    record.metadata.emplace("validator_name", info.validator);
+    record.metadata.emplace("reason", info.reason);
+  }
+  if (info.timeout) {
+    record.metadata.emplace("timeout_seconds", seconds_text(*info.timeout));
+    record.metadata.emplace("stop_requested", "true");
+  }
   report_.attempts.push_back(std::move(record));
 }
 
@@ -224,6 +326,7 @@ bool Lifecycle::start_attempt(int attempt, CircuitBreaker::Permit& permit) {
   if (core_.events.enabled()) emit(EventType::attempt_started, attempt, {{"source", "primary"}});
   // Clock reads are most of a plain call's cost; the first attempt starts with the operation.
   attempt_started_ = attempt == 1 ? started_ : core_.clock->steady_now();
+  attempt_started_wall_ = attempt == 1 ? report_.started_at : core_.clock->wall_now();
   if (!core_.breaker) return true;
   try {
     permit = core_.breaker->acquire();
@@ -235,6 +338,7 @@ bool Lifecycle::start_attempt(int attempt, CircuitBreaker::Permit& permit) {
     info.counts_for_breaker = false;
     record_failure(attempt, "primary", info);
     ++primary_attempts_;
+    breaker_rejected_ = true;
     last_error_ = std::current_exception();
     last_type_ = info.type;
     last_message_ = info.message;
@@ -261,9 +365,11 @@ void Lifecycle::attempt_succeeded(int attempt, CircuitBreaker::Permit& permit) {
   ended_ = core_.clock->steady_now();
   AttemptRecord record;
   record.number = attempt;
+  record.started_at = attempt_started_wall_;
   record.duration = *ended_ - attempt_started_;
   report_.attempts.push_back(std::move(record));
   ++primary_attempts_;
+  breaker_rejected_ = false;
   if (core_.events.enabled()) {
     emit(EventType::attempt_succeeded, attempt,
          {{"source", "primary"}, {"duration_ms", millis_text(report_.attempts.back().duration)}});
@@ -272,39 +378,207 @@ void Lifecycle::attempt_succeeded(int attempt, CircuitBreaker::Permit& permit) {
 
 bool Lifecycle::attempt_failed(int attempt, CircuitBreaker::Permit& permit,
                                std::exception_ptr error) {
-  const FailureInfo info = describe_failure(error, &core_.retry);
-  if (info.counts_for_breaker) {
+  FailureInfo info = describe_failure(error, &core_.retry);
+  bool recorded_by_breaker = info.counts_for_breaker;
+  if (recorded_by_breaker && core_.breaker) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      recorded_by_breaker = core_.breaker->records(e);
+    } catch (...) {
+    }
+  }
+  if (recorded_by_breaker) {
     emit_transition(permit.failed(), attempt);
   } else {
     permit.ignore();
   }
+  bool rate_limited = false;
+  if (core_.rate_limit.enabled()) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      try {
+        rate_limited = core_.rate_limit.rate_limit_on(e);
+      } catch (...) {
+        rate_limited = false;  // a broken predicate does not make a rate limit
+      }
+    } catch (...) {
+    }
+  }
+  // A rate-limited failure is retried whatever retry_on says (the wait decides, below).
+  if (rate_limited) info.retryable = true;
+  if (!info.validator.empty()) {
+    validation_performed_ = true;
+    validator_ = info.validator;
+    validation_reason_ = info.reason;
+  } else {
+    validator_.clear();
+    validation_reason_.clear();
+  }
   record_failure(attempt, "primary", info);
+  if (info.timeout) timeouts_.emplace_back(report_.attempts.size() - 1, error);
   ++primary_attempts_;
-  last_error_ = std::move(error);
+  breaker_rejected_ = false;
+  last_error_ = error;
   last_type_ = info.type;
   last_message_ = info.message;
+  final_error_ = nullptr;
   if (core_.events.enabled()) {
     if (!info.validator.empty()) {
       emit(EventType::validation_failed, attempt,
-           {{"source", "primary"}, {"validator", info.validator}, {"reason", info.reason}});
+           {{"source", "primary"},
+            {"validator", info.validator},
+            {"validator_name", info.validator},
+            {"reason", info.reason}});
     }
     emit(EventType::attempt_failed, attempt,
          {{"source", "primary"},
           {"status", std::string(to_string(info.status))},
           {"error_type", info.type},
           {"error", info.message},
-          {"retryable", info.retryable ? "true" : "false"}});
+          {"retryable", info.retryable ? "true" : "false"},
+          {"rate_limited", flag(rate_limited)}});
   }
-  if (!info.retryable || attempt >= core_.retry.max_attempts) return false;
+  const bool last_attempt = attempt >= core_.retry.max_attempts;
+  if (rate_limited) return rate_limited_retry(attempt, error, last_attempt);
+  if (!info.retryable || last_attempt) return false;
   const auto delay = core_.retry.backoff.delay(attempt, core_.draw());
   if (core_.events.enabled()) {
     emit(EventType::retry_scheduled, attempt,
          {{"delay_ms", millis_text(delay)},
           {"delay_ns", std::to_string(delay.count())},
+          {"delay_seconds", seconds_text(delay)},
+          {"delay_source", "backoff"},
+          {"rate_limited", "false"},
           {"next_attempt", std::to_string(attempt + 1)}});
   }
   core_.clock->sleep_for(delay);
   return true;
+}
+
+bool Lifecycle::rate_limited_retry(int attempt, const std::exception_ptr& error,
+                                   bool last_attempt) {
+  rate_limit_encountered_ = true;
+  auto& metadata = report_.attempts.back().metadata;
+  metadata["rate_limited"] = "true";
+  std::optional<std::chrono::nanoseconds> retry_after;
+  if (core_.rate_limit.retry_after) {
+    std::exception_ptr extractor_error;
+    bool bad_value = false;
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      try {
+        retry_after = core_.rate_limit.retry_after(e);
+        if (retry_after && *retry_after < std::chrono::nanoseconds::zero()) bad_value = true;
+      } catch (...) {
+        extractor_error = std::current_exception();
+      }
+    } catch (...) {
+    }
+    if (extractor_error || bad_value) {
+      std::string why = "the retry-after extractor ";
+      if (extractor_error) {
+        why += "threw";
+        try {
+          std::rethrow_exception(extractor_error);
+        } catch (const std::exception& e) {
+          why += ": ";
+          why += e.what();
+        } catch (...) {
+        }
+      } else {
+        why += "returned a negative delay (" + seconds_text(*retry_after) + " s)";
+      }
+      final_error_ = std::make_exception_ptr(
+          RetryAfterExtractionError("operation '" + core_.name + "', attempt " +
+                                        std::to_string(attempt) + ": rate limited, and " + why,
+                                    error, extractor_error));
+      report_.attempts.back().retryable = false;
+      if (core_.events.enabled()) {
+        emit(EventType::rate_limit_detected, attempt, {{"extraction_failed", "true"}});
+      }
+      return false;
+    }
+  }
+  if (retry_after) metadata["rate_limit_retry_after_seconds"] = seconds_text(*retry_after);
+  if (core_.events.enabled()) {
+    std::map<std::string, std::string> fields{{"error_type", last_type_}};
+    if (retry_after) fields.emplace("retry_after_seconds", seconds_text(*retry_after));
+    emit(EventType::rate_limit_detected, attempt, std::move(fields));
+  }
+  if (last_attempt) {
+    report_.attempts.back().retryable = false;
+    return false;
+  }
+  const DelaySource source = retry_after ? DelaySource::provider : DelaySource::backoff;
+  const auto delay = retry_after ? *retry_after : core_.retry.backoff.delay(attempt, core_.draw());
+  metadata["rate_limit_delay_seconds"] = seconds_text(delay);
+  metadata["rate_limit_delay_source"] = std::string(to_string(source));
+  if (delay > core_.rate_limit.max_wait) {
+    metadata["rate_limit_wait_exceeded"] = "true";
+    rate_limit_wait_exceeded_ = true;
+    report_.attempts.back().retryable = false;
+    if (core_.events.enabled()) {
+      emit(EventType::rate_limit_wait_exceeded, attempt,
+           {{"delay_seconds", seconds_text(delay)},
+            {"delay_source", std::string(to_string(source))},
+            {"max_wait_seconds", seconds_text(core_.rate_limit.max_wait)}});
+    }
+    final_error_ = std::make_exception_ptr(RateLimitWaitExceeded(
+        "operation '" + core_.name + "', attempt " + std::to_string(attempt) +
+            ": rate limited, and the wait before a retry (" + seconds_text(delay) +
+            " s, from the " + std::string(to_string(source)) +
+            ") is longer than max_rate_limit_wait (" + seconds_text(core_.rate_limit.max_wait) +
+            " s): " + last_message_,
+        delay, core_.rate_limit.max_wait, error));
+    return false;
+  }
+  metadata["rate_limit_wait_exceeded"] = "false";
+  rate_limit_wait_ += delay;
+  if (core_.events.enabled()) {
+    std::map<std::string, std::string> fields{{"delay_ms", millis_text(delay)},
+                                              {"delay_ns", std::to_string(delay.count())},
+                                              {"delay_seconds", seconds_text(delay)},
+                                              {"delay_source", std::string(to_string(source))},
+                                              {"rate_limited", "true"},
+                                              {"next_attempt", std::to_string(attempt + 1)}};
+    if (retry_after) fields.emplace("retry_after_seconds", seconds_text(*retry_after));
+    emit(EventType::retry_scheduled, attempt, std::move(fields));
+  }
+  core_.clock->sleep_for(delay);
+  return true;
+}
+
+bool Lifecycle::falls_back() const {
+  if (!core_.fallback_on || !last_error_) return true;
+  try {
+    std::rethrow_exception(last_error_);
+  } catch (const std::exception& e) {
+    try {
+      return core_.fallback_on(e);
+    } catch (...) {
+      return false;
+    }
+  } catch (...) {
+    return false;  // a non-standard exception cannot be tested: it propagates
+  }
+}
+
+void Lifecycle::validation_succeeded(int attempt, std::string_view source) {
+  validation_performed_ = true;
+  validator_.clear();
+  validation_reason_.clear();
+  if (core_.events.enabled()) {
+    std::string names;
+    for (const auto& name : core_.validator_names) {
+      if (!names.empty()) names += ",";
+      names += name;
+    }
+    emit(EventType::validation_succeeded, attempt,
+         {{"source", std::string(source)}, {"validator_name", std::move(names)}});
+  }
 }
 
 const FallbackContext& Lifecycle::fallback_context() {
@@ -320,9 +594,13 @@ const FallbackContext& Lifecycle::fallback_context() {
 
 void Lifecycle::fallback_started(std::size_t index) {
   if (core_.events.enabled()) {
-    emit(EventType::fallback_started, 0, {{"fallback", core_.fallback_sources[index]}});
+    emit(EventType::fallback_started, 0,
+         {{"fallback", core_.fallback_sources[index]},
+          {"fallback_candidate_index", std::to_string(index)},
+          {"after_primary_attempts", std::to_string(primary_attempts_)}});
   }
   attempt_started_ = core_.clock->steady_now();
+  attempt_started_wall_ = core_.clock->wall_now();
 }
 
 void Lifecycle::fallback_succeeded(std::size_t index) {
@@ -331,10 +609,13 @@ void Lifecycle::fallback_succeeded(std::size_t index) {
   AttemptRecord record;
   record.number = static_cast<int>(report_.attempts.size()) + 1;
   record.source = source;
+  record.started_at = attempt_started_wall_;
   record.duration = *ended_ - attempt_started_;
   report_.attempts.push_back(std::move(record));
   report_.fallback_used = true;
   report_.fallback_source = source;
+  report_.metadata["fallback_candidate_name"] = source.substr(std::string_view("fallback:").size());
+  report_.metadata["fallback_candidate_index"] = std::to_string(index);
   if (core_.events.enabled()) {
     emit(EventType::fallback_succeeded, 0,
          {{"fallback", source}, {"duration_ms", millis_text(report_.attempts.back().duration)}});
@@ -345,10 +626,21 @@ void Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
   const std::string& source = core_.fallback_sources[index];
   const FailureInfo info = describe_failure(error, nullptr);
   record_failure(static_cast<int>(report_.attempts.size()) + 1, source, info);
+  if (!info.validator.empty()) {
+    validation_performed_ = true;
+    validator_ = info.validator;
+    validation_reason_ = info.reason;
+  } else {
+    validator_.clear();
+    validation_reason_.clear();
+  }
   if (core_.events.enabled()) {
     if (!info.validator.empty()) {
       emit(EventType::validation_failed, 0,
-           {{"source", source}, {"validator", info.validator}, {"reason", info.reason}});
+           {{"source", source},
+            {"validator", info.validator},
+            {"validator_name", info.validator},
+            {"reason", info.reason}});
     }
     emit(EventType::fallback_failed, 0,
          {{"fallback", source}, {"error_type", info.type}, {"error", info.message}});
@@ -356,8 +648,63 @@ void Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
   fallback_failures_.push_back({source, info.type, info.message, std::move(error)});
 }
 
+void Lifecycle::finish_metadata() {
+  auto& metadata = report_.metadata;
+  metadata["validation_performed"] = flag(validation_performed_);
+  if (validation_performed_) {
+    if (report_.status == OperationStatus::succeeded) {
+      metadata["valid"] = "true";
+      std::string names;
+      for (const auto& name : core_.validator_names) {
+        if (!names.empty()) names += ",";
+        names += name;
+      }
+      metadata["validator_name"] = names;
+    } else if (!validator_.empty()) {
+      metadata["valid"] = "false";
+      metadata["validator_name"] = validator_;
+      metadata["reason"] = validation_reason_;
+    }
+  }
+  metadata["circuit_breaker_open"] = flag(breaker_rejected_);
+  metadata["fallback_used"] = flag(report_.fallback_used);
+  if (!core_.fallback_sources.empty()) {
+    const std::size_t failed = fallback_failures_.empty() ? 0 : fallback_failures_.size() - 1;
+    metadata["fallback_failure_count"] = std::to_string(failed);
+  }
+  if (core_.rate_limit.enabled()) {
+    metadata["rate_limit_encountered"] = flag(rate_limit_encountered_);
+    metadata["rate_limit_wait_seconds"] = seconds_text(rate_limit_wait_);
+    metadata["rate_limit_wait_exceeded"] = flag(rate_limit_wait_exceeded_);
+  }
+  // Whether each timed-out attempt has ended by the time the call ends.
+  for (const auto& [index, error] : timeouts_) {
+    try {
+      std::rethrow_exception(error);
+    } catch (const TimeoutError& timeout) {
+      if (const auto stopped = timeout.attempt_stopped()) {
+        report_.attempts[index].metadata["attempt_stopped"] = flag(*stopped);
+      }
+    } catch (...) {
+    }
+  }
+}
+
+OperationStatus Lifecycle::final_status() const {
+  if (report_.attempts.empty()) return OperationStatus::failed;
+  switch (report_.attempts.back().status) {
+    case AttemptStatus::timed_out:
+      return OperationStatus::timed_out;
+    case AttemptStatus::cancelled:
+      return OperationStatus::cancelled;
+    default:
+      return OperationStatus::failed;
+  }
+}
+
 ExecutionReport Lifecycle::succeed() {
   report_.status = OperationStatus::succeeded;
+  finish_metadata();
   report_.duration = (ended_ ? *ended_ : core_.clock->steady_now()) - started_;
   if (core_.events.enabled()) {
     std::map<std::string, std::string> fields{
@@ -371,9 +718,10 @@ ExecutionReport Lifecycle::succeed() {
 }
 
 void Lifecycle::fail() {
-  report_.status = OperationStatus::failed;
+  report_.status = final_status();
   report_.duration = core_.clock->steady_now() - started_;
-  std::exception_ptr cause = last_error_;
+  finish_metadata();
+  std::exception_ptr cause = final_error_ ? final_error_ : last_error_;
   std::string cause_type = last_type_;
   std::string cause_message = last_message_;
   if (fallback_failures_.size() > 1) {
@@ -382,9 +730,18 @@ void Lifecycle::fail() {
     cause_message = chain.what();
     cause = std::make_exception_ptr(std::move(chain));
   }
+  if (final_error_ && fallback_failures_.size() <= 1) {
+    try {
+      std::rethrow_exception(final_error_);
+    } catch (const std::exception& e) {
+      cause_type = demangle(typeid(e).name());
+      cause_message = e.what();
+    }
+  }
   if (core_.events.enabled()) {
     emit(EventType::operation_failed, 0,
-         {{"attempts", std::to_string(report_.attempts.size())},
+         {{"status", std::string(to_string(report_.status))},
+          {"attempts", std::to_string(report_.attempts.size())},
           {"duration_ms", millis_text(report_.duration)},
           {"error_type", cause_type},
           {"error", cause_message}});

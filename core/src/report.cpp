@@ -21,6 +21,8 @@ std::string_view to_string(AttemptStatus status) noexcept {
       return "timed_out";
     case AttemptStatus::rejected:
       return "rejected";
+    case AttemptStatus::cancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -31,6 +33,10 @@ std::string_view to_string(OperationStatus status) noexcept {
       return "succeeded";
     case OperationStatus::failed:
       return "failed";
+    case OperationStatus::timed_out:
+      return "timed_out";
+    case OperationStatus::cancelled:
+      return "cancelled";
   }
   return "unknown";
 }
@@ -41,7 +47,7 @@ using nlohmann::json;
 
 AttemptStatus attempt_status_from(const std::string& text) {
   for (auto status : {AttemptStatus::succeeded, AttemptStatus::failed, AttemptStatus::timed_out,
-                      AttemptStatus::rejected}) {
+                      AttemptStatus::rejected, AttemptStatus::cancelled}) {
     if (to_string(status) == text) return status;
   }
   throw DecodeError("execution report: unknown attempt status '" + text + "'");
@@ -50,6 +56,8 @@ AttemptStatus attempt_status_from(const std::string& text) {
 OperationStatus operation_status_from(const std::string& text) {
   if (text == "succeeded") return OperationStatus::succeeded;
   if (text == "failed") return OperationStatus::failed;
+  if (text == "timed_out") return OperationStatus::timed_out;
+  if (text == "cancelled") return OperationStatus::cancelled;
   throw DecodeError("execution report: unknown operation status '" + text + "'");
 }
 
@@ -76,7 +84,34 @@ std::chrono::nanoseconds nanos_from(const json& value, const char* name) {
   return std::chrono::nanoseconds(value.get<std::int64_t>());
 }
 
+std::map<std::string, std::string> string_map(const json& object, const char* where) {
+  std::map<std::string, std::string> out;
+  for (const auto& [name, value] : object.items()) {
+    if (!value.is_string()) {
+      throw DecodeError(std::string("execution report: ") + where + " metadata '" + name +
+                        "' is not a string");
+    }
+    out.emplace(name, value.get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace
+
+int ExecutionReport::retry_count() const noexcept {
+  int primary = 0;
+  for (const auto& attempt : attempts) {
+    if (attempt.source == "primary") ++primary;
+  }
+  return primary > 0 ? primary - 1 : 0;
+}
+
+const AttemptRecord* ExecutionReport::last_error() const noexcept {
+  for (auto it = attempts.rbegin(); it != attempts.rend(); ++it) {
+    if (it->status != AttemptStatus::succeeded) return &*it;
+  }
+  return nullptr;
+}
 
 std::string ExecutionReport::to_json() const {
   json attempts_json = json::array();
@@ -84,10 +119,12 @@ std::string ExecutionReport::to_json() const {
     attempts_json.push_back({{"number", attempt.number},
                              {"source", attempt.source},
                              {"status", to_string(attempt.status)},
+                             {"started_at", detail::format_iso8601(attempt.started_at)},
                              {"duration_ns", attempt.duration.count()},
                              {"error_type", attempt.error_type},
                              {"error_message", attempt.error_message},
-                             {"retryable", attempt.retryable}});
+                             {"retryable", attempt.retryable},
+                             {"metadata", attempt.metadata}});
   }
   json out = {{"operation", operation},
               {"status", to_string(status)},
@@ -134,6 +171,17 @@ ExecutionReport ExecutionReport::from_json(std::string_view text) {
     attempt.error_type = field(item, "error_type", T::string, "attempt").get<std::string>();
     attempt.error_message = field(item, "error_message", T::string, "attempt").get<std::string>();
     attempt.retryable = field(item, "retryable", T::boolean, "attempt").get<bool>();
+    // Reports stored before attempts had these carry neither; both stay optional.
+    if (const auto at = item.find("started_at"); at != item.end()) {
+      if (!at->is_string()) throw DecodeError("execution report: attempt started_at not a string");
+      const auto when = detail::parse_iso8601(at->get<std::string>());
+      if (!when) throw DecodeError("execution report: attempt started_at is not ISO-8601 UTC");
+      attempt.started_at = *when;
+    }
+    if (const auto meta = item.find("metadata"); meta != item.end()) {
+      if (!meta->is_object()) throw DecodeError("execution report: attempt metadata not an object");
+      attempt.metadata = string_map(*meta, "attempt");
+    }
     report.attempts.push_back(std::move(attempt));
   }
   report.fallback_used = field(root, "fallback_used", T::boolean, "report").get<bool>();
@@ -142,12 +190,7 @@ ExecutionReport ExecutionReport::from_json(std::string_view text) {
     if (!source->is_string()) throw DecodeError("execution report: fallback_source not a string");
     report.fallback_source = source->get<std::string>();
   }
-  for (const auto& [name, value] : field(root, "metadata", T::object, "report").items()) {
-    if (!value.is_string()) {
-      throw DecodeError("execution report: metadata '" + name + "' is not a string");
-    }
-    report.metadata.emplace(name, value.get<std::string>());
-  }
+  report.metadata = string_map(field(root, "metadata", T::object, "report"), "report");
   return report;
 }
 

@@ -16,6 +16,7 @@
 
 #include "idem/error.hpp"
 #include "idem/idempotency.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -260,6 +261,7 @@ template <class Signature>
 idem::ResilientOptions<Signature> idempotent(std::shared_ptr<idem::IdempotencyStore> store,
                                              std::shared_ptr<idem::Clock> clock) {
   idem::ResilientOptions<Signature> options;
+  options.name = "receipts";
   options.retries = 0;
   options.idempotency_key = [](const std::string& id) { return "receipt:" + id; };
   options.idempotency_store = std::move(store);
@@ -305,7 +307,8 @@ TEST_F(RedisStore, AStoredResultThatNoLongerDecodesIsADecodeError) {
       },
       idempotent<Signature>(store, clock_));
   EXPECT_EQ(count("abc").value, 42);
-  keys_.command({"HSET", store->record_key("receipt:abc"), "value", "forty-two"});
+  keys_.command({"HSET", store->record_key(idem::scoped_idempotency_key("receipts", "receipt:abc")),
+                 "value", "forty-two"});
   EXPECT_THROW(count("abc"), idem::DecodeError);
   EXPECT_EQ(runs, 1) << "an undecodable replay must not run the operation again";
 }

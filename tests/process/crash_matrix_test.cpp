@@ -40,6 +40,7 @@
 
 #include "idem/event.hpp"
 #include "idem/open.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/testing/crash_points.hpp"
 #include "worker/child_process.hpp"
 
@@ -485,7 +486,7 @@ TEST_P(CrashMatrix, AFreshProcessFinishesTheWorkWithThePromisedSideEffects) {
     EXPECT_FALSE(inspection.claim.has_value()) << name << ": a claim was left open";
   } else {
     auto store = idem::open_store(backend.url());
-    const auto record = store->lookup("matrix:" + id);
+    const auto record = store->lookup(idem::scoped_idempotency_key("crash-worker", "matrix:" + id));
     ASSERT_TRUE(record.has_value()) << name << ": the key has no record";
     EXPECT_EQ(record->state, idem::IdempotencyRecord::State::completed) << name;
     ASSERT_TRUE(record->value.bytes.has_value()) << name;

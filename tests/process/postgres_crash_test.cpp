@@ -25,6 +25,7 @@
 
 #include "../postgres_test_support.hpp"
 #include "idem/event.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
 #include "idem/resilient.hpp"
@@ -184,13 +185,15 @@ TEST_F(PostgresCrash, AKilledOwnersLateCompleteIsRefused) {
 
 TEST_F(PostgresCrash, AKilledOperationIsTakenOverAndCompletesOnce) {
   const std::string key = "pay:" + event_;
+  // The worker's operation ("operation_hang") scopes the key; so does the successor below.
+  const std::string stored = idem::scoped_idempotency_key("operation_hang", key);
   std::uint64_t old_token = 0;
   {
     ChildProcess child(worker({"operation-hang", "--key", key, "--lease-ms",
                                std::to_string(std::chrono::milliseconds(kLease).count())}));
     ASSERT_EQ(child.read_line(), "ready");
     idem::postgres::PostgresIdempotencyStore observer(schema_.options());
-    const auto record = observer.lookup(key);
+    const auto record = observer.lookup(stored);
     ASSERT_TRUE(record.has_value());
     EXPECT_EQ(record->state, idem::IdempotencyRecord::State::in_progress);
     old_token = record->token;
@@ -206,7 +209,8 @@ TEST_F(PostgresCrash, AKilledOperationIsTakenOverAndCompletesOnce) {
         ++runs;
         return std::string("receipt");
       },
-      {.idempotency_key = [](const std::string& k) { return k; },
+      {.name = "operation_hang",
+       .idempotency_key = [](const std::string& k) { return k; },
        .idempotency_store = store,
        .idempotency_in_progress = idem::InProgressPolicy::reject,
        .clock = options.clock});
@@ -218,9 +222,9 @@ TEST_F(PostgresCrash, AKilledOperationIsTakenOverAndCompletesOnce) {
   EXPECT_EQ(runs, 1);
   idem::StoredValue late;
   late.bytes = "late";
-  EXPECT_FALSE(store->complete(key, old_token, late, idem::ExecutionReport{}, 1h))
+  EXPECT_FALSE(store->complete(stored, old_token, late, idem::ExecutionReport{}, 1h))
       << "the killed owner's token is fenced off";
-  EXPECT_EQ(store->lookup(key)->value.bytes, std::optional<std::string>("receipt"));
+  EXPECT_EQ(store->lookup(stored)->value.bytes, std::optional<std::string>("receipt"));
 }
 
 TEST_F(PostgresCrash, AWaiterInAnotherProcessIsWokenByNotify) {

@@ -329,7 +329,8 @@ inline int operation_hang(const Args& args) {
         say("ready");
         block_until_killed();
       },
-      {.idempotency_key = [](const std::string& key) { return key; },
+      {.name = "operation_hang",
+       .idempotency_key = [](const std::string& key) { return key; },
        .idempotency_store = store,
        .idempotency_lease = std::chrono::milliseconds(std::stoll(required(args, "--lease-ms")))});
   (void)run(required(args, "--key"));

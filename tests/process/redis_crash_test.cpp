@@ -20,6 +20,7 @@
 #include "../integration/redis_test_env.hpp"
 #include "../temp_dir.hpp"
 #include "idem/event.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -134,11 +135,13 @@ TEST_F(RedisCrash, KilledOperationsKeyIsTakenOverAndReplayedAfterwards) {
 
   auto clock = std::make_shared<idem::testing::ManualClock>();
   idem::redis::RedisIdempotencyStore store(keys_.options(clock));
-  const std::string record = store.record_key(key);
+  // The worker's operation scopes its keys by its name.
+  const std::string stored = idem::scoped_idempotency_key("redis-worker", key);
+  const std::string record = store.record_key(stored);
   const auto dead_token = static_cast<std::uint64_t>(hash_field(record, "token"));
   const long long lease_until = hash_field(record, "lease_until");
   clock->set_wall(idem::WallTime(std::chrono::milliseconds(lease_until - 1)));
-  const auto refused = store.claim(key, std::nullopt, 1s);
+  const auto refused = store.claim(stored, std::nullopt, 1s);
   ASSERT_EQ(refused.status, idem::ClaimOutcome::Status::in_progress);
   EXPECT_EQ(refused.record->token, dead_token);
 
@@ -147,7 +150,7 @@ TEST_F(RedisCrash, KilledOperationsKeyIsTakenOverAndReplayedAfterwards) {
             "executed=1 replayed=0 joined=0 redelivered=0 took_over=1");
   EXPECT_EQ(count_lines(effects_, key), 2);
   clock->set_wall(idem::WallTime(std::chrono::milliseconds(lease_until + 1)));
-  const auto done = store.lookup(key);
+  const auto done = store.lookup(stored);
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->state, idem::IdempotencyRecord::State::completed);
   EXPECT_GT(done->token, dead_token);
@@ -156,9 +159,9 @@ TEST_F(RedisCrash, KilledOperationsKeyIsTakenOverAndReplayedAfterwards) {
   // The dead owner's late complete is refused; the result stays the successor's.
   idem::StoredValue stale;
   stale.bytes = "stale";
-  EXPECT_FALSE(store.complete(key, dead_token, stale, {}, 1h));
-  EXPECT_FALSE(store.release(key, dead_token));
-  EXPECT_EQ(*store.lookup(key)->value.bytes, "value:" + key);
+  EXPECT_FALSE(store.complete(stored, dead_token, stale, {}, 1h));
+  EXPECT_FALSE(store.release(stored, dead_token));
+  EXPECT_EQ(*store.lookup(stored)->value.bytes, "value:" + key);
   EXPECT_EQ(run({"run-keys", "--keys", keys_file, "--clock-offset-ms", kLaterMs}),
             "executed=0 replayed=1 joined=0 redelivered=0 took_over=0");
   EXPECT_EQ(count_lines(effects_, key), 2);

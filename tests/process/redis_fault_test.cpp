@@ -252,6 +252,7 @@ TEST_F(RedisFault, StoreReplaysAfterARestartAndRunsNothingDuringTheOutage) {
   std::atomic<int> runs{0};
   using Signature = std::string(const std::string&);
   idem::ResilientOptions<Signature> resilient_options;
+  resilient_options.name = "create_order";
   resilient_options.idempotency_key = [](const std::string& id) { return "order:" + id; };
   resilient_options.idempotency_store = store;
   auto create = idem::resilient<Signature>(

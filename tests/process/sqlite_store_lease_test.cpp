@@ -25,10 +25,16 @@
 #include <vector>
 
 #include "../temp_dir.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "worker/child_process.hpp"
 
 namespace {
+
+// The key the worker's operation ("store_worker") keeps in the store for `key`.
+std::string stored(const std::string& key) {
+  return idem::scoped_idempotency_key("store_worker", key);
+}
 
 using idem::test::ChildProcess;
 using namespace std::chrono_literals;
@@ -78,7 +84,7 @@ class SqliteStoreLeases : public ::testing::Test {
 TEST_F(SqliteStoreLeases, OwnerKilledMidOperationIsTakenOverAfterItsLease) {
   auto owner = call("pay:1", {"--lease-ms", "400", "--hold"});
   ASSERT_EQ(owner->read_line(), "ready");
-  const auto claimed = store_->lookup("pay:1");
+  const auto claimed = store_->lookup(stored("pay:1"));
   ASSERT_TRUE(claimed);
   ASSERT_EQ(claimed->state, idem::IdempotencyRecord::State::in_progress);
   const std::uint64_t dead_token = claimed->token;
@@ -102,7 +108,7 @@ TEST_F(SqliteStoreLeases, OwnerKilledMidOperationIsTakenOverAfterItsLease) {
   ASSERT_EQ(runs.size(), 2u);
   EXPECT_EQ(runs[0], std::to_string(owner->pid()));
   EXPECT_EQ(runs[1], std::to_string(next->pid()));
-  const auto record = store_->lookup("pay:1");
+  const auto record = store_->lookup(stored("pay:1"));
   ASSERT_TRUE(record);
   EXPECT_EQ(record->state, idem::IdempotencyRecord::State::completed);
   EXPECT_GT(record->token, dead_token);
@@ -111,10 +117,10 @@ TEST_F(SqliteStoreLeases, OwnerKilledMidOperationIsTakenOverAfterItsLease) {
   // The dead owner's token is fenced off for good.
   idem::StoredValue stale;
   stale.bytes = "value:stale";
-  EXPECT_FALSE(store_->complete("pay:1", dead_token, stale, idem::ExecutionReport{}, 1h));
-  EXPECT_FALSE(store_->release("pay:1", dead_token));
+  EXPECT_FALSE(store_->complete(stored("pay:1"), dead_token, stale, idem::ExecutionReport{}, 1h));
+  EXPECT_FALSE(store_->release(stored("pay:1"), dead_token));
   EXPECT_FALSE(store_->renew("pay:1", dead_token, 1h));
-  EXPECT_EQ(store_->lookup("pay:1")->value.bytes, value);
+  EXPECT_EQ(store_->lookup(stored("pay:1"))->value.bytes, value);
 
   // Later callers replay; nothing runs a third time.
   auto later = call("pay:1");
@@ -146,7 +152,7 @@ TEST_F(SqliteStoreLeases, AStalledOwnersLateCompleteIsRefused) {
   stalled.write_stdin("exit\n");
   EXPECT_TRUE(exited_cleanly(stalled.wait()));
 
-  const auto record = store_->lookup("pay:2");
+  const auto record = store_->lookup(stored("pay:2"));
   ASSERT_TRUE(record);
   EXPECT_EQ(record->state, idem::IdempotencyRecord::State::completed);
   EXPECT_GT(record->token, old_token);
@@ -158,7 +164,7 @@ TEST_F(SqliteStoreLeases, ALiveOwnerRunningLongerThanItsLeaseIsNotTakenOver) {
   // three leases and must still find the key in progress.
   auto owner = call("pay:3", {"--lease-ms", "1000", "--hold"});
   ASSERT_EQ(owner->read_line(), "ready");
-  const auto first = store_->lookup("pay:3");
+  const auto first = store_->lookup(stored("pay:3"));
   ASSERT_TRUE(first);
 
   auto other = call("pay:3", {"--lease-ms", "1000", "--policy", "wait", "--max-wait-ms", "3000"});
@@ -168,7 +174,7 @@ TEST_F(SqliteStoreLeases, ALiveOwnerRunningLongerThanItsLeaseIsNotTakenOver) {
   EXPECT_NE(outcome.find("still in progress"), std::string::npos) << outcome;
   EXPECT_TRUE(exited_cleanly(other->wait()));
 
-  const auto renewed = store_->lookup("pay:3");
+  const auto renewed = store_->lookup(stored("pay:3"));
   ASSERT_TRUE(renewed);
   EXPECT_EQ(renewed->state, idem::IdempotencyRecord::State::in_progress);
   EXPECT_EQ(renewed->token, first->token) << "the live owner's claim was taken over";
@@ -179,7 +185,7 @@ TEST_F(SqliteStoreLeases, ALiveOwnerRunningLongerThanItsLeaseIsNotTakenOver) {
   EXPECT_EQ(owner->read_line(), "executed " + value + " took_over=0");
   EXPECT_TRUE(exited_cleanly(owner->wait()));
   EXPECT_EQ(executions("pay:3").size(), 1u);
-  EXPECT_EQ(store_->lookup("pay:3")->value.bytes, value);
+  EXPECT_EQ(store_->lookup(stored("pay:3"))->value.bytes, value);
 }
 
 TEST_F(SqliteStoreLeases, AnotherProcessIsRejectedOrWaitsAndReplays) {

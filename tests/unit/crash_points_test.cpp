@@ -4,6 +4,7 @@
 // decorators forward every other call unchanged. The kill action across real backends is the
 // crash matrix's job (tests/process/crash_matrix_test.cpp).
 #include "idem/testing/crash_points.hpp"
+#include "idem/operation_idempotency.hpp"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -487,7 +488,8 @@ TEST(CrashingStore, ThrowAtAfterSideEffectFailsTheCallAndReleasesTheKey) {
   auto op = run.operation(crashing, plan);
   EXPECT_ANY_THROW((void)op("k1"));
   EXPECT_EQ(run.effects.load(), 1);
-  EXPECT_FALSE(run.inner->lookup("k1").has_value()) << "failures are not cached";
+  EXPECT_FALSE(run.inner->lookup(idem::scoped_idempotency_key("crash-unit", "k1")).has_value())
+      << "failures are not cached";
   auto fixed = run.operation(run.inner, CrashPlan{});
   EXPECT_EQ(fixed("k1").report.metadata.at("idempotency_status"), "executed");
   EXPECT_EQ(run.effects.load(), 2);
@@ -506,7 +508,7 @@ TEST(CrashingStore, ThrowAroundCompleteIsSwallowedByTheCoordinator) {
     EXPECT_EQ(run.effects.load(), 1);
     // before_complete: nothing recorded, key released. during_complete: the record committed,
     // then the coordinator's release with the (now completed) token changes nothing.
-    const auto record = run.inner->lookup("k");
+    const auto record = run.inner->lookup(idem::scoped_idempotency_key("crash-unit", "k"));
     if (point == CrashPoint::before_complete) {
       EXPECT_FALSE(record.has_value());
     } else {

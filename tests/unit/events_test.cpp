@@ -91,18 +91,19 @@ TEST(Events, FallbackFlowInOrder) {
                              .fallbacks = {{"zero", [] { return 0; }}, {"one", [] { return 1; }}},
                              .events = {sink}});
   op();
-  EXPECT_EQ(
-      sink->types(),
-      (std::vector<ET>{ET::operation_started, ET::attempt_started, ET::attempt_failed,
-                       ET::fallback_started, ET::validation_failed, ET::fallback_failed,
-                       ET::fallback_started, ET::fallback_succeeded, ET::operation_succeeded}));
+  EXPECT_EQ(sink->types(),
+            (std::vector<ET>{ET::operation_started, ET::attempt_started, ET::attempt_failed,
+                             ET::fallback_started, ET::validation_failed, ET::fallback_failed,
+                             ET::fallback_started, ET::validation_succeeded, ET::fallback_succeeded,
+                             ET::operation_succeeded}));
   const auto events = sink->events();
   EXPECT_EQ(events[3].fields.at("fallback"), "fallback:zero");
   EXPECT_EQ(events[4].fields.at("validator"), "positive");
   EXPECT_EQ(events[4].fields.at("reason"), "rejected by positive");
-  EXPECT_EQ(events[7].fields.at("fallback"), "fallback:one");
-  EXPECT_EQ(events[8].fields.at("fallback_used"), "true");
+  EXPECT_EQ(events[7].fields.at("source"), "fallback:one");
   EXPECT_EQ(events[8].fields.at("fallback"), "fallback:one");
+  EXPECT_EQ(events[9].fields.at("fallback_used"), "true");
+  EXPECT_EQ(events[9].fields.at("fallback"), "fallback:one");
 }
 
 TEST(Events, FailedOperation) {

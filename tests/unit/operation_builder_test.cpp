@@ -78,7 +78,7 @@ TEST(OperationBuilder, EveryPolicyTogether) {
   EXPECT_EQ(ok.value, 4);
   EXPECT_EQ(ok.report.attempts.size(), 2u);
   EXPECT_EQ(clock->sleeps(), (std::vector<std::chrono::nanoseconds>{5ms}));
-  const auto fallback = op.run("abc");  // attempt 2 fails validation (not retried): fallback
+  const auto fallback = op.run("abc");  // attempt 2, the last, fails validation: fallback
   EXPECT_EQ(fallback.value, 0);
   EXPECT_EQ(fallback.report.fallback_source, "fallback:zero");
   EXPECT_EQ(breaker->snapshot().consecutive_failures, 2) << "a validation failure counts too";

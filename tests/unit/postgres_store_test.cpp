@@ -16,6 +16,7 @@
 #include "../postgres_test_support.hpp"
 #include "idem/error.hpp"
 #include "idem/idempotency.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/postgres/postgres_store.hpp"
 #include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -276,7 +277,8 @@ TEST_F(PostgresStoreCorruption, AnUndecodableValueIsTheCodecsDecodeError) {
         ++runs;
         return 42;
       },
-      {.idempotency_key = [](const std::string& id) { return "answer:" + id; },
+      {.name = "answer",
+       .idempotency_key = [](const std::string& id) { return "answer:" + id; },
        .idempotency_store = owner_});
   EXPECT_EQ(call("a").value, 42);
   pg::query("UPDATE " + records() + " SET value = 'forty-two'::bytea");
@@ -329,7 +331,8 @@ TEST_F(PostgresStoreTest, AWaiterInAnotherProcessIsWokenWhenTheOwnerFinishes) {
           if (++runs == 1) release_owner.wait();
           return "done:" + id;
         },
-        {.idempotency_key = [](const std::string& id) { return "job:" + id; },
+        {.name = "job",
+         .idempotency_key = [](const std::string& id) { return "job:" + id; },
          .idempotency_store = std::move(store),
          .idempotency_in_progress = idem::InProgressPolicy::wait,
          .idempotency_max_wait = std::chrono::milliseconds(std::chrono::hours(1))});
@@ -338,7 +341,8 @@ TEST_F(PostgresStoreTest, AWaiterInAnotherProcessIsWokenWhenTheOwnerFinishes) {
   auto waiter_call = make(waiter_);
   std::optional<idem::OperationResult<std::string>> owned;
   std::thread owner([&] { owned = owner_call("j-1"); });
-  ASSERT_TRUE(pg::eventually([&] { return owner_->lookup("job:j-1").has_value(); }));
+  ASSERT_TRUE(pg::eventually(
+      [&] { return owner_->lookup(idem::scoped_idempotency_key("job", "job:j-1")).has_value(); }));
   std::optional<idem::OperationResult<std::string>> waited;
   std::thread waiter([&] { waited = waiter_call("j-1"); });
   ASSERT_TRUE(pg::eventually([&] { return waiter_->stats().blocked_waiters == 1; }));

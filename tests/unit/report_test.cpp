@@ -6,6 +6,7 @@
 #include <chrono>
 #include <memory>
 #include <stdexcept>
+#include <map>
 #include <string>
 
 #include "idem/error.hpp"
@@ -28,20 +29,24 @@ ExecutionReport sample() {
   // 2030-01-02T03:04:05.123456789Z
   report.started_at = idem::WallTime(std::chrono::seconds(1893553445) + 123456789ns);
   report.duration = 1234567890ns;
-  report.attempts.push_back(AttemptRecord{.number = 1,
-                                          .source = "primary",
-                                          .status = AttemptStatus::timed_out,
-                                          .duration = 1000000000ns,
-                                          .error_type = "idem::TimeoutError",
-                                          .error_message = "attempt 1 exceeded \"10s\"\n",
-                                          .retryable = true});
+  report.attempts.push_back(
+      AttemptRecord{.number = 1,
+                    .source = "primary",
+                    .status = AttemptStatus::timed_out,
+                    .started_at = report.started_at,
+                    .duration = 1000000000ns,
+                    .error_type = "idem::TimeoutError",
+                    .error_message = "attempt 1 exceeded \"10s\"\n",
+                    .retryable = true,
+                    .metadata = {{"timeout_seconds", "10"}, {"attempt_stopped", "false"}}});
   report.attempts.push_back(AttemptRecord{.number = 2,
                                           .source = "fallback:cache",
                                           .status = AttemptStatus::succeeded,
                                           .duration = 5ns,
                                           .error_type = "",
                                           .error_message = "",
-                                          .retryable = false});
+                                          .retryable = false,
+                                          .metadata = {}});
   report.fallback_used = true;
   report.fallback_source = "fallback:cache";
   report.metadata = {{"idempotency_key", "pay:ü€"}, {"idempotency_status", "executed"}};
@@ -62,6 +67,8 @@ void expect_equal(const ExecutionReport& a, const ExecutionReport& b) {
     EXPECT_EQ(a.attempts[i].error_type, b.attempts[i].error_type);
     EXPECT_EQ(a.attempts[i].error_message, b.attempts[i].error_message);
     EXPECT_EQ(a.attempts[i].retryable, b.attempts[i].retryable);
+    EXPECT_EQ(a.attempts[i].started_at, b.attempts[i].started_at);
+    EXPECT_EQ(a.attempts[i].metadata, b.attempts[i].metadata);
   }
   EXPECT_EQ(a.fallback_used, b.fallback_used);
   EXPECT_EQ(a.fallback_source, b.fallback_source);
@@ -83,9 +90,37 @@ TEST(ExecutionReport, ToJsonHasEveryField) {
   EXPECT_EQ(first["error_type"], "idem::TimeoutError");
   EXPECT_EQ(first["error_message"], "attempt 1 exceeded \"10s\"\n");
   EXPECT_EQ(first["retryable"], true);
+  EXPECT_EQ(first["started_at"], "2030-01-02T03:04:05.123456789Z");
+  EXPECT_EQ(first["metadata"]["timeout_seconds"], "10");
   EXPECT_EQ(out["fallback_used"], true);
   EXPECT_EQ(out["fallback_source"], "fallback:cache");
   EXPECT_EQ(out["metadata"]["idempotency_status"], "executed");
+}
+
+TEST(ExecutionReport, ReportsStoredBeforeAttemptDetailsStillDecode) {
+  json doc = json::parse(sample().to_json());
+  for (auto& attempt : doc["attempts"]) {
+    attempt.erase("started_at");
+    attempt.erase("metadata");
+  }
+  const auto parsed = ExecutionReport::from_json(doc.dump());
+  EXPECT_EQ(parsed.attempts[0].started_at, idem::WallTime{});
+  EXPECT_TRUE(parsed.attempts[0].metadata.empty());
+}
+
+TEST(ExecutionReport, NewStatusesAndHelpers) {
+  for (auto status : {OperationStatus::timed_out, OperationStatus::cancelled}) {
+    ExecutionReport report;
+    report.status = status;
+    EXPECT_EQ(ExecutionReport::from_json(report.to_json()).status, status);
+  }
+  ExecutionReport report = sample();
+  EXPECT_EQ(report.attempt_count(), 2);
+  EXPECT_EQ(report.retry_count(), 0) << "the second attempt is a fallback";
+  EXPECT_FALSE(report.retried());
+  ASSERT_NE(report.last_error(), nullptr);
+  EXPECT_EQ(report.last_error()->number, 1);
+  EXPECT_EQ(idem::to_string(AttemptStatus::cancelled), "cancelled");
 }
 
 TEST(ExecutionReport, RoundTripIsExact) {
@@ -211,7 +246,11 @@ TEST(ExecutionReport, OperationFillsTheReport) {
   EXPECT_EQ(report.attempts[1].number, 2);
   EXPECT_EQ(report.attempts[1].duration, 3ms);
   EXPECT_TRUE(report.attempts[1].error_type.empty());
-  EXPECT_TRUE(report.metadata.empty());
+  // Only the always-present keys: no validation, no breaker rejection, no fallback, no key.
+  EXPECT_EQ(report.metadata,
+            (std::map<std::string, std::string>{{"circuit_breaker_open", "false"},
+                                                {"fallback_used", "false"},
+                                                {"validation_performed", "false"}}));
   expect_equal(report, ExecutionReport::from_json(report.to_json()));
 }
 

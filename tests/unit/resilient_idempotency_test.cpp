@@ -48,6 +48,11 @@ bool eventually(Condition condition) {
   return true;
 }
 
+// The key the coordinator sees for `key` of the operation named `name`.
+std::string scoped(const std::string& name, const std::string& key) {
+  return idem::scoped_idempotency_key(name, key);
+}
+
 // One exception object is shared by an owner, its joiners and the coordinator's bookkeeping.
 // libstdc++ counts its references with atomics ThreadSanitizer cannot see (the library is not
 // instrumented), so whichever thread drops the last reference seems to race with earlier reads
@@ -134,7 +139,8 @@ TEST_F(ResilientIdempotency, SixtyFourThreadsOneKeyOneExecution) {
         release.wait();
         return "done:" + id;
       },
-      {.idempotency_key = [](const std::string& id) { return "join:" + id; },
+      {.name = "join",
+       .idempotency_key = [](const std::string& id) { return "join:" + id; },
        .idempotency_store = store});
   std::vector<std::string> statuses(kCallers);
   std::vector<std::string> values(kCallers);
@@ -152,7 +158,8 @@ TEST_F(ResilientIdempotency, SixtyFourThreadsOneKeyOneExecution) {
       statuses[i] = result.report.metadata.at("idempotency_status");
     });
   }
-  ASSERT_TRUE(eventually([&] { return coordinator->waiters("join:x") == kCallers - 1; }));
+  ASSERT_TRUE(
+      eventually([&] { return coordinator->waiters(scoped("join", "join:x")) == kCallers - 1; }));
   release.count_down();
   for (auto& thread : threads)
     thread.join();
@@ -181,7 +188,9 @@ TEST_F(ResilientIdempotency, OwnersExceptionReachesEveryJoinerAndIsNotCached) {
         }
         return 7;
       },
-      {.idempotency_key = [] { return std::string("boom"); }, .idempotency_store = store});
+      {.name = "boom",
+       .idempotency_key = [] { return std::string("boom"); },
+       .idempotency_store = store});
   std::mutex mutex;
   std::vector<const idem::OperationError*> errors;  // the exception objects each caller saw
   std::vector<std::exception_ptr> keep_alive;
@@ -201,7 +210,7 @@ TEST_F(ResilientIdempotency, OwnersExceptionReachesEveryJoinerAndIsNotCached) {
   owner_entered.wait();
   for (int i = 0; i < kJoiners; ++i)
     threads.emplace_back(call);
-  ASSERT_TRUE(eventually([&] { return coordinator->waiters("boom") == kJoiners; }));
+  ASSERT_TRUE(eventually([&] { return coordinator->waiters(scoped("boom", "boom")) == kJoiners; }));
   release.count_down();
   for (auto& thread : threads)
     thread.join();
@@ -230,7 +239,8 @@ TEST_F(ResilientIdempotency, AJoinerNeverRunsItsOwnRetries) {
         }
         throw std::runtime_error("still down");
       },
-      {.retries = 2,
+      {.name = "retrying",
+       .retries = 2,
        .backoff = {.base = 1ms, .jitter = 0.0},
        .idempotency_key = [] { return std::string("no-double-retries"); },
        .idempotency_store = store,
@@ -249,7 +259,8 @@ TEST_F(ResilientIdempotency, AJoinerNeverRunsItsOwnRetries) {
   std::thread owner(call);
   owner_entered.wait();
   std::thread joiner(call);
-  ASSERT_TRUE(eventually([&] { return coordinator->waiters("no-double-retries") == 1; }));
+  ASSERT_TRUE(eventually(
+      [&] { return coordinator->waiters(scoped("retrying", "no-double-retries")) == 1; }));
   release.count_down();
   owner.join();
   joiner.join();
@@ -437,7 +448,8 @@ TEST_F(ResilientIdempotency, JoinedEventAndWaiterGivingUp) {
         release.wait();
         return 1;
       },
-      {.events = {sink},
+      {.name = "waiter",
+       .events = {sink},
        .idempotency_key = [] { return std::string("waiter"); },
        .idempotency_store = store,
        .clock = clock});
@@ -450,13 +462,13 @@ TEST_F(ResilientIdempotency, JoinedEventAndWaiterGivingUp) {
   std::stop_source stop;
   std::thread cancelled(
       [&] { EXPECT_THROW(op.call_with({.stop = stop.get_token()}), idem::Cancelled); });
-  ASSERT_TRUE(eventually([&] { return coordinator->waiters("waiter") == 1; }));
+  ASSERT_TRUE(eventually([&] { return coordinator->waiters(scoped("waiter", "waiter")) == 1; }));
   stop.request_stop();
   cancelled.join();
   // A later caller still joins the running owner.
   std::atomic<bool> joined{false};
   std::thread joiner([&] { joined = op().report.metadata.at("idempotency_status") == "joined"; });
-  ASSERT_TRUE(eventually([&] { return coordinator->waiters("waiter") == 1; }));
+  ASSERT_TRUE(eventually([&] { return coordinator->waiters(scoped("waiter", "waiter")) == 1; }));
   release.count_down();
   owner.join();
   joiner.join();
@@ -490,11 +502,15 @@ TEST_F(ResilientIdempotency, AnAbandonedAttemptKeepsTheKeyClaimedUntilItEnds) {
     return 5;
   };
   auto key = [](int) { return std::string("abandoned"); };
-  auto hasty = idem::resilient(
-      body, {.timeout = 20ms, .idempotency_key = key, .idempotency_store = store, .clock = clock});
-  // Same key and store, no timeout: its own attempt cannot be cut short on a slow machine.
-  auto patient =
-      idem::resilient(body, {.idempotency_key = key, .idempotency_store = store, .clock = clock});
+  auto hasty = idem::resilient(body, {.name = "charge",
+                                      .timeout = 20ms,
+                                      .idempotency_key = key,
+                                      .idempotency_store = store,
+                                      .clock = clock});
+  // Same operation name (so the same key scope) and store, no timeout: its own attempt cannot
+  // be cut short on a slow machine.
+  auto patient = idem::resilient(
+      body, {.name = "charge", .idempotency_key = key, .idempotency_store = store, .clock = clock});
   try {
     hasty(1);
     FAIL() << "expected a timeout";
@@ -503,7 +519,7 @@ TEST_F(ResilientIdempotency, AnAbandonedAttemptKeepsTheKeyClaimedUntilItEnds) {
     EXPECT_THROW(std::rethrow_exception(e.cause()), idem::TimeoutError);
   }
   // The owner failed, but its attempt still runs: the key stays claimed.
-  const auto record = store->lookup("abandoned");
+  const auto record = store->lookup(idem::scoped_idempotency_key("charge", "abandoned"));
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, idem::IdempotencyRecord::State::in_progress);
   const idem::CallOptions give_up_now{.wait_deadline = clock->steady_now()};
@@ -515,7 +531,7 @@ TEST_F(ResilientIdempotency, AnAbandonedAttemptKeepsTheKeyClaimedUntilItEnds) {
     EXPECT_EQ(result.value, 5);
     EXPECT_EQ(result.report.metadata.at("idempotency_status"), "executed");
   });
-  ASSERT_TRUE(eventually([&] { return coordinator->waiters("abandoned") == 1; }));
+  ASSERT_TRUE(eventually([&] { return coordinator->waiters(scoped("charge", "abandoned")) == 1; }));
   release->count_down();
   next.join();
   while (!first_finished->load())
@@ -605,7 +621,8 @@ TEST_F(ResilientIdempotency, ByteStoresUseTheCodecOfTheResultType) {
         ++calls;
         return std::vector<std::string>{"a", std::to_string(x), ""};
       },
-      {.idempotency_key = [](int x) { return "bytes:" + std::to_string(x); },
+      {.name = "bytes",
+       .idempotency_key = [](int x) { return "bytes:" + std::to_string(x); },
        .idempotency_store = bytes});
   const auto first = op(3);
   const auto second = op(3);
@@ -613,16 +630,23 @@ TEST_F(ResilientIdempotency, ByteStoresUseTheCodecOfTheResultType) {
   EXPECT_EQ(bytes->completes.load(), 1);
   EXPECT_EQ(second.value, first.value);
   EXPECT_EQ(second.report.metadata.at("idempotency_status"), "replayed");
-  auto nothing = idem::resilient(
-      [&] { ++calls; },
-      {.idempotency_key = [] { return std::string("bytes:void"); }, .idempotency_store = bytes});
+  auto nothing = idem::resilient([&] { ++calls; },
+                                 {.name = "bytes_void",
+                                  .idempotency_key = [] { return std::string("bytes:void"); },
+                                  .idempotency_store = bytes});
   nothing();
   EXPECT_EQ(nothing().report.metadata.at("idempotency_status"), "replayed");
   // A result type without a codec cannot be kept as bytes: refused at construction.
   EXPECT_THROW(
-      idem::resilient([] { return NoCodec{}; }, {.idempotency_key = [] { return std::string("k"); },
+      idem::resilient([] { return NoCodec{}; }, {.name = "no_codec",
+                                                 .idempotency_key = [] { return std::string("k"); },
                                                  .idempotency_store = bytes}),
       idem::ConfigError);
+  // A byte store outlives the process: an unnamed operation has no stable scope for it.
+  EXPECT_THROW(idem::resilient([](int x) { return x; },
+                               {.idempotency_key = [](int) { return std::string("k"); },
+                                .idempotency_store = bytes}),
+               idem::ConfigError);
   // The in-memory store needs no codec.
   EXPECT_NO_THROW(idem::resilient(
       [] { return NoCodec{}; },
@@ -691,6 +715,7 @@ TEST_F(ResilientIdempotency, AlreadyInProgressInAnotherProcessWithRejectPolicy) 
       },
       {.events = {sink},
        .idempotency_key = [] { return std::string("cross-process"); },
+       .idempotency_scope = "",  // the unscoped key the other process's coordinator claimed
        .idempotency_store = store,
        .idempotency_in_progress = idem::InProgressPolicy::reject});
   EXPECT_THROW(op(), idem::AlreadyInProgress);

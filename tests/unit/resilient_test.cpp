@@ -131,7 +131,7 @@ TEST(Resilient, FailureThrowsOperationErrorWithReportAndNestedCause) {
   }
 }
 
-TEST(Resilient, ValidationFailureIsNotRetriedByDefault) {
+TEST(Resilient, ValidationFailureIsFinalWhenRetriesOfInvalidResultsAreOff) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
   auto op = idem::resilient(
@@ -151,6 +151,7 @@ TEST(Resilient, ValidationFailureIsNotRetriedByDefault) {
         return Receipt{"", 5};
       },
       {.retries = 3,
+       .retry_invalid_results = false,
        .validate = {{"has_id",
                      [](const Receipt& r) -> std::optional<std::string> {
                        if (r.id.empty()) return "receipt without id";
@@ -173,13 +174,12 @@ TEST(Resilient, ValidationFailureIsNotRetriedByDefault) {
   }
 }
 
-TEST(Resilient, ValidationFailureRetriedWhenAsked) {
+TEST(Resilient, ValidationFailureRetriedByDefault) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
   auto op = idem::resilient([&] { return ++calls; },
                             {.retries = 5,
                              .backoff = {.base = 1ms, .jitter = 0.0},
-                             .retry_invalid_results = true,
                              .validate = {{"at_least_3", [](const int& v) { return v >= 3; }}},
                              .clock = clock});
   const auto result = op();

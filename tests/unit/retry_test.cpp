@@ -145,11 +145,11 @@ TEST(RetryDecision, InDoubtOnlyWhenOptedIn) {
       as_ptr(idem::StoreError("commit lost", /*retryable=*/false, /*in_doubt=*/true))));
 }
 
-TEST(RetryDecision, ValidationFailuresOnlyWhenAsked) {
+TEST(RetryDecision, ValidationFailuresByDefaultUnlessTurnedOff) {
   RetryPolicy policy;
-  EXPECT_FALSE(policy.should_retry(as_ptr(idem::ValidationError("v", "bad"))));
-  policy.retry_invalid_results = true;
   EXPECT_TRUE(policy.should_retry(as_ptr(idem::ValidationError("v", "bad"))));
+  policy.retry_invalid_results = false;
+  EXPECT_FALSE(policy.should_retry(as_ptr(idem::ValidationError("v", "bad"))));
 }
 
 struct GatewayBusy : std::runtime_error {

@@ -604,9 +604,12 @@ TEST(SqliteStoreCorruptRows, UndecodableResultIsADecodeErrorThroughResilient) {
         ++calls;
         return 7;
       },
-      {.idempotency_key = [] { return std::string("number"); }, .idempotency_store = store});
+      {.name = "number",
+       .idempotency_key = [] { return std::string("number"); },
+       .idempotency_store = store});
   EXPECT_EQ(op().value, 7);
-  RawDb(path).exec("UPDATE idem_records SET value = CAST('seven' AS BLOB) WHERE key = 'number'");
+  RawDb(path).exec(
+      "UPDATE idem_records SET value = CAST('seven' AS BLOB) WHERE key = '6:number:number'");
   try {
     (void)op();
     ADD_FAILURE() << "a replay of bytes that are no int must fail";
@@ -710,7 +713,8 @@ TEST(SqliteStoreValues, VoidReplaysFromTheFile) {
   const std::string path = dir.file("void.db");
   std::atomic<int> calls{0};
   auto op_on = [&](std::shared_ptr<SqliteIdempotencyStore> store) {
-    return idem::resilient([&] { ++calls; }, {.idempotency_key = [] { return std::string("v"); },
+    return idem::resilient([&] { ++calls; }, {.name = "v",
+                                              .idempotency_key = [] { return std::string("v"); },
                                               .idempotency_store = std::move(store)});
   };
   auto first = op_on(std::make_shared<SqliteIdempotencyStore>(path));
@@ -718,14 +722,15 @@ TEST(SqliteStoreValues, VoidReplaysFromTheFile) {
   EXPECT_EQ(first().report.metadata.at("idempotency_status"), "executed");
   EXPECT_EQ(second().report.metadata.at("idempotency_status"), "replayed");
   EXPECT_EQ(calls.load(), 1);
-  EXPECT_EQ(RawDb(path).bytes("SELECT value FROM idem_records WHERE key = 'v'"), "");
+  EXPECT_EQ(RawDb(path).bytes("SELECT value FROM idem_records WHERE key = '1:v:v'"), "");
 }
 
 TEST(SqliteStoreValues, AResultTypeWithoutACodecIsAConfigError) {
   TempDir dir;
   auto store = std::make_shared<SqliteIdempotencyStore>(dir.file("nocodec.db"));
   EXPECT_THROW(
-      idem::resilient([] { return NoCodec{}; }, {.idempotency_key = [] { return std::string("k"); },
+      idem::resilient([] { return NoCodec{}; }, {.name = "no_codec",
+                                                 .idempotency_key = [] { return std::string("k"); },
                                                  .idempotency_store = store}),
       idem::ConfigError);
   EXPECT_EQ(store->entry_count(), 0u);
@@ -778,7 +783,8 @@ TEST(SqliteStoreValues, AKeyReusedWithOtherArgumentsIsRefusedAcrossStores) {
           ++calls;
           return amount;
         },
-        {.idempotency_key = [](const std::string& id, int) { return "pay:" + id; },
+        {.name = "pay",
+         .idempotency_key = [](const std::string& id, int) { return "pay:" + id; },
          .idempotency_store = std::move(store),
          .idempotency_fingerprint = true});
   };
@@ -934,7 +940,8 @@ TEST(SqliteStoreConcurrency, AnotherOwnersKeyIsRejectedOrWaitedForThenReplayed) 
         finish_signal.wait();
         return "paid:" + id;
       },
-      {.idempotency_key = [](const std::string& id) { return "pay:" + id; },
+      {.name = "pay",
+       .idempotency_key = [](const std::string& id) { return "pay:" + id; },
        .idempotency_store = std::make_shared<SqliteIdempotencyStore>(path)});
   auto other_store = std::make_shared<SqliteIdempotencyStore>(path);
   auto rejecting = idem::resilient(
@@ -942,7 +949,8 @@ TEST(SqliteStoreConcurrency, AnotherOwnersKeyIsRejectedOrWaitedForThenReplayed) 
         ++calls;
         return "other:" + id;
       },
-      {.idempotency_key = [](const std::string& id) { return "pay:" + id; },
+      {.name = "pay",
+       .idempotency_key = [](const std::string& id) { return "pay:" + id; },
        .idempotency_store = other_store,
        .idempotency_in_progress = idem::InProgressPolicy::reject});
   std::latch waiting(1);
@@ -952,7 +960,8 @@ TEST(SqliteStoreConcurrency, AnotherOwnersKeyIsRejectedOrWaitedForThenReplayed) 
         ++calls;
         return "other:" + id;
       },
-      {.idempotency_key = [](const std::string& id) { return "pay:" + id; },
+      {.name = "pay",
+       .idempotency_key = [](const std::string& id) { return "pay:" + id; },
        .idempotency_store = waiting_store,
        .idempotency_in_progress = idem::InProgressPolicy::wait,
        .idempotency_max_wait = 60s});

@@ -8,6 +8,7 @@
 #include <latch>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -203,7 +204,7 @@ TEST(Timeout, RunWithTimeoutDirectly) {
   AttemptContext context;
   context.attempt = 3;
   const int value = idem::detail::run_with_timeout<int>(
-      [](AttemptContext& c) { return c.attempt * 10; }, 10s, context, nullptr, "direct");
+      [](AttemptContext& c) { return c.attempt * 10; }, 10s, 0s, context, nullptr, "direct");
   EXPECT_EQ(value, 30);
   try {
     auto gate = std::make_shared<std::latch>(1);
@@ -223,10 +224,13 @@ TEST(Timeout, RunWithTimeoutDirectly) {
           done->store(true);
           done->notify_all();
         },
-        1ms, context, nullptr, "direct");
+        1ms, 0s, context, nullptr, "direct");
     FAIL() << "expected TimeoutError";
   } catch (const idem::TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("attempt 3 of 'direct'"), std::string::npos);
+    EXPECT_EQ(e.timeout(), std::optional<std::chrono::nanoseconds>(1ms));
+    // Release's destructor opened the gate and waited for the attempt before this handler ran.
+    EXPECT_EQ(e.attempt_stopped(), std::optional<bool>(true));
   }
 }
 

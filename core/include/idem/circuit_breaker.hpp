@@ -28,6 +28,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -61,6 +62,10 @@ struct CircuitBreakerOptions {
   std::shared_ptr<Clock> clock{};
   // Called on every state change (see the thread-safety note above). Default: none.
   std::function<void(const CircuitTransition&)> on_state_change{};
+  // Which failures of a resilient operation's attempts count toward opening; any other failure
+  // counts as neither success nor failure (a probe slot is freed). Called concurrently. Default:
+  // empty = every failure except the caller's own (bad input, re-entry, cancellation).
+  std::function<bool(const std::exception&)> record_failure_on{};
 };
 
 // A call rejected by an open (or probing) breaker. retryable(): the same call may pass after
@@ -133,6 +138,8 @@ class CircuitBreaker {
   CircuitSnapshot snapshot() const;
   CircuitState state() const { return snapshot().state; }
   const std::string& name() const noexcept { return options_.name; }
+  // Whether a failure counts toward opening (CircuitBreakerOptions::record_failure_on).
+  bool records(const std::exception& failure) const;
 
   // Back to closed with no failures counted; in-flight calls' outcomes are then ignored.
   void reset();

@@ -14,6 +14,10 @@
 // Thread-safety: error objects are immutable after construction; copies may be used freely.
 #pragma once
 
+#include <chrono>
+#include <exception>
+#include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -22,28 +26,30 @@ namespace idem {
 
 // Stable error codes. Values never change meaning; new codes are only appended.
 enum class ErrorCode {
-  invalid_argument,       // bad input to an idem call (empty name, NUL byte, bad option)
-  invalid_key,            // an idempotency key / event id / consumer name failed validation
-  config_error,           // contradictory or unusable options
-  store_error,            // a store/recorder backend failed (see retryable()/in_doubt())
-  store_open_failed,      // the store could not be opened (path, permissions)
-  store_not_a_database,   // the file exists but is not a database of the expected kind
-  store_read_only,        // the store refuses writes
-  store_busy,             // the store stayed locked past its busy timeout
-  store_corrupt_record,   // a stored record could not be decoded
-  already_in_progress,    // another delivery/call holds the claim right now
-  reentry,                // the owner of a key called the same key while running it
-  key_reuse,              // a key was reused with different arguments (fingerprint mismatch)
-  timeout,                // an attempt exceeded its deadline
-  circuit_open,           // the circuit breaker rejected the call
-  validation_failed,      // a result validator rejected the result
-  fallback_chain_failed,  // every fallback failed
-  operation_failed,       // the resilient operation failed (carries the report)
-  cancelled,              // the caller's stop token was triggered
-  decode_error,           // a Codec could not decode stored bytes
-  not_supported,          // the backend does not support the requested mode
-  store_replaced,         // the store's file was deleted or replaced while open (reopen it)
-  store_corrupt,          // the store's file is damaged (SQLite: SQLITE_CORRUPT)
+  invalid_argument,          // bad input to an idem call (empty name, NUL byte, bad option)
+  invalid_key,               // an idempotency key / event id / consumer name failed validation
+  config_error,              // contradictory or unusable options
+  store_error,               // a store/recorder backend failed (see retryable()/in_doubt())
+  store_open_failed,         // the store could not be opened (path, permissions)
+  store_not_a_database,      // the file exists but is not a database of the expected kind
+  store_read_only,           // the store refuses writes
+  store_busy,                // the store stayed locked past its busy timeout
+  store_corrupt_record,      // a stored record could not be decoded
+  already_in_progress,       // another delivery/call holds the claim right now
+  reentry,                   // the owner of a key called the same key while running it
+  key_reuse,                 // a key was reused with different arguments (fingerprint mismatch)
+  timeout,                   // an attempt exceeded its deadline
+  circuit_open,              // the circuit breaker rejected the call
+  validation_failed,         // a result validator rejected the result
+  fallback_chain_failed,     // every fallback failed
+  operation_failed,          // the resilient operation failed (carries the report)
+  cancelled,                 // the caller's stop token was triggered
+  decode_error,              // a Codec could not decode stored bytes
+  not_supported,             // the backend does not support the requested mode
+  rate_limit_wait_exceeded,  // a rate limit asked for a longer wait than max_rate_limit_wait
+  retry_after_extraction_failed,  // the retry-after extractor threw or returned a bad delay
+  store_replaced,                 // the store's file was deleted or replaced while open (reopen it)
+  store_corrupt,                  // the store's file is damaged (SQLite: SQLITE_CORRUPT)
 };
 
 // The stable name of a code, e.g. "store_busy".
@@ -147,8 +153,73 @@ class KeyReuseError : public Error {
 // in time on another try. (Whether the timed-out work still ran is unknown to idem.)
 class TimeoutError : public Error {
  public:
-  explicit TimeoutError(const std::string& message)
-      : Error(ErrorCode::timeout, message, /*retryable=*/true) {}
+  explicit TimeoutError(const std::string& message,
+                        std::optional<std::chrono::nanoseconds> timeout = std::nullopt,
+                        std::shared_ptr<const void> attempt = nullptr,
+                        bool (*attempt_ended)(const void*) = nullptr)
+      : Error(ErrorCode::timeout, message, /*retryable=*/true),
+        timeout_(timeout),
+        attempt_(std::move(attempt)),
+        attempt_ended_(attempt_ended) {}
+
+  // The timeout that was exceeded (an attempt's), or nullopt for a caller's wait deadline.
+  std::optional<std::chrono::nanoseconds> timeout() const noexcept { return timeout_; }
+  // Whether the timed-out attempt has ended by now (it ran on and was asked to stop; a callable
+  // that takes a std::stop_token may have honoured that). Nullopt when no attempt is behind this
+  // error. Safe to call from any thread, any number of times.
+  std::optional<bool> attempt_stopped() const noexcept {
+    if (!attempt_ || attempt_ended_ == nullptr) return std::nullopt;
+    return attempt_ended_(attempt_.get());
+  }
+
+ private:
+  std::optional<std::chrono::nanoseconds> timeout_;
+  std::shared_ptr<const void> attempt_;
+  bool (*attempt_ended_)(const void*) = nullptr;
+};
+
+// A rate-limited failure whose wait (the provider's Retry-After, or the backoff) is longer than
+// the operation accepts (max_rate_limit_wait): the retries end at once with this error, which
+// nests the rate-limited failure. Retryable: the caller may try again after retry_after().
+class RateLimitWaitExceeded : public Error {
+ public:
+  RateLimitWaitExceeded(const std::string& message, std::chrono::nanoseconds wait,
+                        std::chrono::nanoseconds max_wait, std::exception_ptr rate_limit_error)
+      : Error(ErrorCode::rate_limit_wait_exceeded, message, /*retryable=*/true),
+        wait_(wait),
+        max_wait_(max_wait),
+        rate_limit_error_(std::move(rate_limit_error)) {}
+
+  // The wait the retry would have needed.
+  std::chrono::nanoseconds retry_after() const noexcept { return wait_; }
+  std::chrono::nanoseconds max_wait() const noexcept { return max_wait_; }
+  // The rate-limited failure itself (e.g. the HTTP 429).
+  std::exception_ptr rate_limit_error() const noexcept { return rate_limit_error_; }
+
+ private:
+  std::chrono::nanoseconds wait_;
+  std::chrono::nanoseconds max_wait_;
+  std::exception_ptr rate_limit_error_;
+};
+
+// The retry-after extractor threw, or returned a negative delay, for a rate-limited failure. No
+// retry follows (an untrusted delay is never waited out). Not retryable.
+class RetryAfterExtractionError : public Error {
+ public:
+  RetryAfterExtractionError(const std::string& message, std::exception_ptr rate_limit_error,
+                            std::exception_ptr cause)
+      : Error(ErrorCode::retry_after_extraction_failed, message),
+        rate_limit_error_(std::move(rate_limit_error)),
+        cause_(std::move(cause)) {}
+
+  // The rate-limited failure the extractor was given.
+  std::exception_ptr rate_limit_error() const noexcept { return rate_limit_error_; }
+  // What the extractor threw; null when it returned a bad value.
+  std::exception_ptr cause() const noexcept { return cause_; }
+
+ private:
+  std::exception_ptr rate_limit_error_;
+  std::exception_ptr cause_;
 };
 
 // The caller's stop token was triggered while it waited.

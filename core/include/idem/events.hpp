@@ -3,7 +3,8 @@
 // Every resilient operation (idem::resilient, idem::operation) can report what it does as a stream
 // of OperationEvent values: operation.started/succeeded/failed, attempt.started/succeeded/failed,
 // retry.scheduled, circuit_breaker.rejected/state_changed, fallback.started/succeeded/failed,
-// validation.failed and idempotency.executed/joined/replayed/rejected/takeover. Each event carries
+// validation.succeeded/failed, rate_limit.detected/wait_exceeded and
+// idempotency.executed/joined/replayed/rejected/takeover. Each event carries
 // its type, the operation name, the wall time (from the operation's clock), the attempt number (0
 // when the event belongs to no attempt) and a string field map (key, status, delay_ms, error, ...).
 //
@@ -58,10 +59,13 @@ enum class EventType {
   idempotency_replayed,
   idempotency_rejected,
   idempotency_takeover,
+  validation_succeeded,
+  rate_limit_detected,
+  rate_limit_wait_exceeded,
 };
 
 // Number of EventType values (they are dense, starting at 0).
-inline constexpr std::size_t kEventTypeCount = 18;
+inline constexpr std::size_t kEventTypeCount = 21;
 
 // The dotted name, e.g. "retry.scheduled".
 std::string_view to_string(EventType type) noexcept;

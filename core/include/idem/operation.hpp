@@ -16,8 +16,11 @@
 // run() is exactly a call of idem::resilient with the same settings — one engine, see
 // resilient.hpp for the semantics and docs/resilience.md for the order of the policies.
 //
-// Unlike resilient(), whose `retries` counts retries, with_retry() takes a RetryPolicy whose
-// max_attempts counts attempts (default 3).
+// One configuration, two spellings: every with_*() sets the ResilientOptions field of the same
+// name and default (docs/resilience.md §2 has the one table). with_retries(n) counts retries
+// like ResilientOptions::retries; with_retry(RetryPolicy) takes the whole policy, whose
+// max_attempts counts attempts. Without either, an operation makes one attempt, as resilient()
+// does.
 //
 // Thread-safety: an Operation is immutable; run() may be called from any number of threads.
 #pragma once
@@ -49,9 +52,27 @@ class Operation<R(Params...)> {
   Operation with_retry(RetryPolicy policy) const {
     return change([&](Spec& s) { s.core.retry = std::move(policy); });
   }
-  // Deadline of each primary attempt (real time). Positive.
-  Operation with_timeout(std::chrono::nanoseconds timeout) const {
-    return change([&](Spec& s) { s.core.timeout = timeout; });
+  // Retries after the first attempt, keeping the rest of the retry policy: the same count as
+  // ResilientOptions::retries (with_retries(2) == with_retry({.max_attempts = 3})).
+  Operation with_retries(int retries) const {
+    if (retries < 0) {
+      throw ConfigError("operation '" + spec_->core.name + "': retries must be >= 0, got " +
+                        std::to_string(retries));
+    }
+    return change([&](Spec& s) { s.core.retry.max_attempts = retries + 1; });
+  }
+  // Deadline of each primary attempt (real time). Positive. `grace`: see
+  // ResilientOptions::timeout_grace (default 0).
+  Operation with_timeout(std::chrono::nanoseconds timeout,
+                         std::chrono::nanoseconds grace = std::chrono::nanoseconds::zero()) const {
+    return change([&](Spec& s) {
+      s.core.timeout = timeout;
+      s.core.timeout_grace = grace;
+    });
+  }
+  // Rate-limit recovery (rate_limit.hpp); a default RateLimitPolicy{} removes it.
+  Operation with_rate_limit(RateLimitPolicy policy) const {
+    return change([&](Spec& s) { s.core.rate_limit = std::move(policy); });
   }
   Operation with_validation(std::vector<Validator<value_type>> validators) const {
     return change([&](Spec& s) { s.validators = std::move(validators); });
@@ -60,8 +81,13 @@ class Operation<R(Params...)> {
   Operation with_circuit_breaker(std::shared_ptr<CircuitBreaker> breaker) const {
     return change([&](Spec& s) { s.core.breaker = std::move(breaker); });
   }
-  Operation with_fallbacks(std::vector<Fallback<Signature>> fallbacks) const {
-    return change([&](Spec& s) { s.fallbacks = std::move(fallbacks); });
+  // `fallback_on`: which failures of the primary start the chain (default: every failure).
+  Operation with_fallbacks(std::vector<Fallback<Signature>> fallbacks,
+                           FailurePredicate fallback_on = {}) const {
+    return change([&](Spec& s) {
+      s.fallbacks = std::move(fallbacks);
+      s.core.fallback_on = std::move(fallback_on);
+    });
   }
   Operation with_events(std::vector<std::shared_ptr<EventSink>> sinks) const {
     return change([&](Spec& s) { s.core.sinks = std::move(sinks); });
@@ -73,6 +99,7 @@ class Operation<R(Params...)> {
     }
     return change([&](Spec& s) {
       s.key = std::move(options.key);
+      s.scope = std::move(options.scope);
       s.ttl = options.ttl;
       s.store = std::move(options.store);
       s.fingerprint = std::move(options.fingerprint);
@@ -85,6 +112,7 @@ class Operation<R(Params...)> {
   Operation without_idempotency() const {
     return change([](Spec& s) {
       s.key = nullptr;
+      s.scope.reset();
       s.ttl.reset();
       s.store.reset();
       s.fingerprint = {};

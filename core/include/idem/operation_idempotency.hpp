@@ -12,6 +12,11 @@
 // arguments with idem::fingerprint (fingerprint.hpp), or pass your own function of the
 // arguments. Same key, different fingerprint: idem::KeyReuseError, nothing runs.
 //
+// Keys are scoped per operation. The key a store sees is scoped_idempotency_key(scope, key), with
+// the scope defaulting to the operation's name, so two operations never replay each other's
+// results even when their key functions return the same text. Operations that should share
+// results name the same `scope` explicitly; an empty scope means the unscoped key space.
+//
 // idem::resilient takes these as flat `idempotency_*` fields of ResilientOptions;
 // idem::operation(...).with_idempotency(IdempotencyOptions<Sig>{...}) takes this struct.
 //
@@ -24,6 +29,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 
@@ -33,6 +39,15 @@
 #include "idem/idempotency_store.hpp"
 
 namespace idem {
+
+// The key a store holds for `key` in `scope`: "<bytes of scope>:<scope>:<key>", e.g.
+// scoped_idempotency_key("create_payment", "request-123") == "14:create_payment:request-123".
+// The length prefix makes the split unambiguous whatever bytes the scope holds. An empty scope
+// leaves the key unchanged. This format is stable: processes and versions sharing a durable
+// store agree on it. The result must pass validate_key (at most 255 bytes), so a scope of S bytes
+// leaves 255 - S - 2 - digits(S) bytes for the key; the engine throws InvalidKey naming both when
+// it does not fit.
+std::string scoped_idempotency_key(std::string_view scope, std::string_view key);
 
 template <class Signature>
 class IdempotencyFingerprint;
@@ -67,9 +82,14 @@ template <class R, class... Params>
 struct IdempotencyOptions<R(Params...)> {
   using KeyFunction = std::function<std::string(detail::ConstArg<Params>...)>;
 
-  // The key of a call, from its arguments. Required. Namespace it yourself
-  // ("create-payment:" + id): keys are shared by every operation using the same store.
+  // The key of a call, from its arguments. Required. At most 255 bytes together with the scope
+  // prefix (see scoped_idempotency_key), no control characters.
   KeyFunction key{};
+  // The namespace of this operation's keys. Default (unset): the operation's name; an unnamed
+  // resilient() gets a scope of its own in memory and must be named (or given a scope) for a
+  // store that needs bytes. Operations with the same scope share results; "" is the unscoped key
+  // space (keys stored as they are).
+  std::optional<std::string> scope{};
   // How long a success is replayed, from completion. Positive. Default 1 h.
   Millis ttl = std::chrono::hours(1);
   // Where records live. Default (null): the process-wide in-memory store.

@@ -11,7 +11,8 @@
 //   auto second = create_payment("request-123", 2499);  //   "executed", then "replayed"
 //
 // resilient(fn, options) returns a Resilient<R(Params...)>: a callable with fn's parameters
-// (a leading idem::AttemptContext& parameter of fn is supplied by idem and not part of them)
+// (a leading idem::AttemptContext& or std::stop_token parameter of fn is supplied by idem and
+// not part of them)
 // returning idem::OperationResult<T>{value, report} with T = fn's result without cv/ref
 // (OperationResult<void> has only the report). Failure throws idem::OperationError carrying the
 // final ExecutionReport and the cause (operation_result.hpp).
@@ -33,6 +34,8 @@
 
 #include <chrono>
 #include <concepts>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -51,6 +54,7 @@
 #include "idem/idempotency_store.hpp"
 #include "idem/operation_idempotency.hpp"
 #include "idem/operation_result.hpp"
+#include "idem/rate_limit.hpp"
 #include "idem/retry.hpp"
 #include "idem/timeout.hpp"
 #include "idem/validation.hpp"
@@ -77,11 +81,24 @@ struct ResilientOptions<R(Params...)> {
   RetryPredicate retry_on{};
   // Retry failures whose outcome is in doubt (Error::in_doubt()). Default false.
   bool retry_in_doubt = false;
-  // Retry results rejected by a validator. Default false.
-  bool retry_invalid_results = false;
+  // Retry results rejected by a validator (an invalid result is a failed attempt). Default true.
+  bool retry_invalid_results = true;
+
+  // Which failures are rate limits, e.g. idem::failures_of<TooManyRequests>() (rate_limit.hpp).
+  // Default: empty = rate limits are not handled.
+  FailurePredicate rate_limit_on{};
+  // The provider's delay for a rate-limited failure (idem::parse_retry_after reads an HTTP
+  // Retry-After); nullopt = none, the backoff applies. Default: empty = always the backoff.
+  std::function<std::optional<std::chrono::nanoseconds>(const std::exception&)> retry_after{};
+  // The longest rate-limit wait accepted; longer ends the retries with RateLimitWaitExceeded.
+  // >= 0. Default 60 s.
+  std::chrono::nanoseconds max_rate_limit_wait = std::chrono::seconds(60);
 
   // Deadline of each primary attempt, measured in real time. Positive. Default: none.
   std::optional<std::chrono::nanoseconds> timeout{};
+  // After a timed-out attempt is asked to stop, how long the caller waits for it to end before
+  // it moves on (timeout.hpp). >= 0. Default 0: at once.
+  std::chrono::nanoseconds timeout_grace{0};
 
   // Guards each primary attempt; may be shared between operations. Default: none.
   std::shared_ptr<CircuitBreaker> circuit_breaker{};
@@ -92,6 +109,9 @@ struct ResilientOptions<R(Params...)> {
   // Tried once the primary gives up: `fallback` first, then `fallbacks` in order. Default none.
   Fallback<R(Params...)> fallback{};
   std::vector<Fallback<R(Params...)>> fallbacks{};
+  // Which failures of the primary start the fallbacks; any other propagates at once. Default:
+  // empty = every failure.
+  FailurePredicate fallback_on{};
 
   // Where structured events go. Default: nowhere (no events are built).
   std::vector<std::shared_ptr<EventSink>> events{};
@@ -99,6 +119,10 @@ struct ResilientOptions<R(Params...)> {
   // The idempotency key of a call, from its arguments. Default: none (no idempotency). All
   // other idempotency_* options require it.
   typename IdempotencyOptions<R(Params...)>::KeyFunction idempotency_key{};
+  // The namespace of the keys (IdempotencyOptions::scope). Default (unset): `name`; an unnamed
+  // operation gets a scope of its own in memory and needs a name or scope for a store that needs
+  // bytes. Same scope = shared results; "" = the unscoped key space.
+  std::optional<std::string> idempotency_scope{};
   // How long a success is replayed, from completion. Positive. Default (unset): 1 h.
   std::optional<Millis> idempotency_ttl{};
   // Where records live. Default (null): the process-wide in-memory store.
@@ -153,6 +177,10 @@ class Resilient<R(Params...)> {
 
 namespace detail {
 
+// "operation#<n>": a scope no other operation in this process has (defined in
+// operation_support.cpp).
+std::string next_anonymous_scope();
+
 template <class R, class... Params, class F>
 std::shared_ptr<const OperationSpec<R, Params...>> make_spec(
     F fn, ResilientOptions<R(Params...)>&& options) {
@@ -169,8 +197,13 @@ std::shared_ptr<const OperationSpec<R, Params...>> make_spec(
   spec->core.retry.retry_in_doubt = options.retry_in_doubt;
   spec->core.retry.retry_invalid_results = options.retry_invalid_results;
   spec->core.retry.random = std::move(options.random);
+  spec->core.rate_limit.rate_limit_on = std::move(options.rate_limit_on);
+  spec->core.rate_limit.retry_after = std::move(options.retry_after);
+  spec->core.rate_limit.max_wait = options.max_rate_limit_wait;
   spec->core.timeout = options.timeout;
+  spec->core.timeout_grace = options.timeout_grace;
   spec->core.breaker = std::move(options.circuit_breaker);
+  spec->core.fallback_on = std::move(options.fallback_on);
   spec->core.sinks = std::move(options.events);
   spec->core.clock_option = std::move(options.clock);
   spec->validators = std::move(options.validate);
@@ -180,6 +213,8 @@ std::shared_ptr<const OperationSpec<R, Params...>> make_spec(
   for (auto& fallback : options.fallbacks)
     spec->fallbacks.push_back(std::move(fallback));
   spec->key = std::move(options.idempotency_key);
+  spec->scope = std::move(options.idempotency_scope);
+  spec->anonymous_scope = spec->core.name == "operation" ? next_anonymous_scope() : std::string();
   spec->ttl = options.idempotency_ttl;
   spec->store = std::move(options.idempotency_store);
   spec->fingerprint = std::move(options.idempotency_fingerprint);

@@ -11,7 +11,9 @@
 // so jitter = 1 is "full jitter" (uniform in (0, d]) and jitter = 0 is none.
 //
 // Which failures are retried, in this order (the first rule that applies decides):
-//   1. idem::ValidationError        — only when retry_invalid_results is set;
+//   1. idem::ValidationError        — when retry_invalid_results is set (the default, as in
+//                                     relprim, Polly and resilience4j: an invalid result is a
+//                                     failed attempt);
 //   2. idem::CircuitOpenError       — never: a breaker rejection ends the retries;
 //   3. idem::InvalidArgument (and its ConfigError / InvalidKey), ReentryError, KeyReuseError,
 //      Cancelled                    — never: the same call fails the same way;
@@ -70,8 +72,22 @@ RandomSource random_source_from(URBG engine) {
   };
 }
 
+// A test on a failure: retried (retry_on), a rate limit (rate_limit_on), starts the fallbacks
+// (fallback_on), counts for the breaker (record_failure_on).
+using FailurePredicate = std::function<bool(const std::exception&)>;
+
 // Decides whether a failed attempt is retried (rule 5 above).
-using RetryPredicate = std::function<bool(const std::exception&)>;
+using RetryPredicate = FailurePredicate;
+
+// A predicate that accepts exactly the exceptions of the listed types (or types derived from
+// them), e.g. `.rate_limit_on = idem::failures_of<TooManyRequests>()`.
+template <class... Exceptions>
+FailurePredicate failures_of() {
+  static_assert(sizeof...(Exceptions) > 0, "failures_of needs at least one exception type");
+  return [](const std::exception& error) {
+    return ((dynamic_cast<const Exceptions*>(&error) != nullptr) || ...);
+  };
+}
 
 // Rule 6 above.
 bool default_retry_on(const std::exception& error) noexcept;
@@ -95,8 +111,8 @@ struct RetryPolicy {
   RetryPredicate retry_on{};
   // Retry failures whose outcome is in doubt (Error::in_doubt()). Default false.
   bool retry_in_doubt = false;
-  // Retry results a validator rejected (ValidationError). Default false.
-  bool retry_invalid_results = false;
+  // Retry results a validator rejected (ValidationError). Default true.
+  bool retry_invalid_results = true;
   // Jitter draws in [0, 1). Default: empty, i.e. default_random.
   RandomSource random{};
 

@@ -5,8 +5,8 @@
 //   * std::optional<std::string>  — a reason rejects it, nullopt accepts it.
 // Validators run in order after every successful primary attempt and every fallback; the first
 // rejection turns the attempt into a failure with idem::ValidationError (validator name and
-// reason). Such a failure is retried only when the retry policy sets retry_invalid_results
-// (default: not retried — the dependency answered, just not acceptably), and it counts as a
+// reason). Such a failure is retried like any other failed attempt (retry_invalid_results,
+// default true, as in relprim, Polly and resilience4j; false makes it final), and it counts as a
 // failure for the circuit breaker.
 //
 //   .validate = {{"has_id", [](const Receipt& r) { return !r.id.empty(); }},

@@ -3,6 +3,7 @@
 // Thread-safety: types only.
 #pragma once
 
+#include <stop_token>
 #include <tuple>
 #include <type_traits>
 
@@ -62,7 +63,13 @@ template <class P>
 inline constexpr bool is_attempt_context_v =
     std::is_same_v<std::remove_cvref_t<P>, AttemptContext>&& std::is_lvalue_reference_v<P>;
 
-// Splits a parameter list into "takes a leading AttemptContext&" and the rest.
+// A leading std::stop_token (by value or const&) asks for cooperative cancellation only.
+template <class P>
+inline constexpr bool is_stop_token_v = std::is_same_v<std::remove_cvref_t<P>, std::stop_token> &&
+                                        (!std::is_reference_v<P> ||
+                                         std::is_const_v<std::remove_reference_t<P>>);
+
+// Splits a parameter list into "takes a leading AttemptContext& or std::stop_token" and the rest.
 template <class List>
 struct StripContext;
 template <>
@@ -72,7 +79,7 @@ struct StripContext<TypeList<>> {
 };
 template <class First, class... Rest>
 struct StripContext<TypeList<First, Rest...>> {
-  static constexpr bool has_context = is_attempt_context_v<First>;
+  static constexpr bool has_context = is_attempt_context_v<First> || is_stop_token_v<First>;
   using params = std::conditional_t<has_context, TypeList<Rest...>, TypeList<First, Rest...>>;
 };
 

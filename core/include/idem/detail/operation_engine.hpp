@@ -20,6 +20,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <type_traits>
 #include <typeindex>
@@ -48,6 +49,15 @@ namespace idem::detail {
 // Emits idempotency.* events; defined in operation_support.cpp.
 void emit_idempotency_event(const PolicyCore& core, EventType type, const std::string& key,
                             std::string_view reason);
+// The scope an operation's keys live in (see IdempotencyOptions::scope); throws ConfigError for a
+// scope that cannot work. Defined in operation_support.cpp.
+std::string resolve_scope(const std::string& who, const std::string& name,
+                          const std::optional<std::string>& scope,
+                          const std::string& anonymous_scope, bool durable);
+// scoped_idempotency_key(scope, key) after validating `key` alone; InvalidKey names the operation
+// and both parts when the scoped key is too long.
+std::string scoped_key_for(const std::string& operation, const std::string& scope,
+                           const std::string& key);
 // Throws ConfigError for idempotency settings that cannot work.
 void check_idempotency_settings(const std::string& operation, Millis ttl, Millis lease,
                                 Millis max_wait);
@@ -104,6 +114,8 @@ struct OperationSpec {
 
   // Idempotency, as configured.
   KeyFunction key;
+  std::optional<std::string> scope;  // as configured
+  std::string anonymous_scope;       // "operation#<n>" for an unnamed operation, else empty
   std::optional<Millis> ttl;
   std::shared_ptr<IdempotencyStore> store;
   IdempotencyFingerprint<Signature> fingerprint;
@@ -112,6 +124,7 @@ struct OperationSpec {
   std::optional<Millis> lease;
 
   // Idempotency, resolved.
+  std::string resolved_scope;
   IdempotencyPolicy policy;
   std::shared_ptr<IdempotencyCoordinator> coordinator;
   std::optional<ErasedCodec> codec;
@@ -122,7 +135,15 @@ struct OperationSpec {
     fallback_names.reserve(fallbacks.size());
     for (const auto& fallback : fallbacks)
       fallback_names.push_back(fallback.name);
+    core.validator_names.clear();
+    for (const auto& validator : validators)
+      core.validator_names.push_back(validator.name);
+    core.idempotency_enabled = static_cast<bool>(key);
     core.resolve(fallback_names);
+    if (core.fallback_on && fallbacks.empty()) {
+      throw ConfigError("operation '" + core.name +
+                        "': fallback_on is set but there is no fallback");
+    }
     const std::string who = "operation '" + core.name + "'";
     if (!primary) throw ConfigError(who + ": the function is empty");
     if (core.timeout && !kArgumentsCopyable) {
@@ -150,10 +171,11 @@ struct OperationSpec {
     coordinator.reset();
     codec.reset();
     if (!key) {
-      if (store || ttl || fingerprint.enabled() || in_progress || max_wait || lease) {
-        throw ConfigError(who +
-                          ": idempotency settings (store, ttl, fingerprint, in-progress policy, "
-                          "max wait, lease) are given without an idempotency key function");
+      if (store || scope || ttl || fingerprint.enabled() || in_progress || max_wait || lease) {
+        throw ConfigError(
+            who +
+            ": idempotency settings (store, scope, ttl, fingerprint, in-progress policy, "
+            "max wait, lease) are given without an idempotency key function");
       }
       return;
     }
@@ -169,6 +191,8 @@ struct OperationSpec {
                           "encode these argument types; pass a fingerprint function");
       }
     }
+    resolved_scope =
+        resolve_scope(who, core.name, scope, anonymous_scope, store && store->needs_bytes());
     policy = IdempotencyPolicy{};
     policy.store = store;
     if (ttl) policy.ttl = *ttl;
@@ -204,11 +228,16 @@ struct OperationSpec {
       return [fn = std::move(fn)](AttemptContext&, ArgRef<Params>... args) -> R {
         return fn(args...);
       };
+    } else if constexpr (std::is_invocable_v<const F&, std::stop_token, ArgRef<Params>...> &&
+                         !std::is_invocable_v<const F&, AttemptContext&, ArgRef<Params>...>) {
+      return [fn = std::move(fn)](AttemptContext& context, ArgRef<Params>... args) -> R {
+        return fn(context.stop, args...);
+      };
     } else {
       static_assert(std::is_invocable_v<const F&, AttemptContext&, ArgRef<Params>...>,
                     "idem: the function must be callable as const (it is shared between "
                     "threads, so no mutable lambda) with the operation's parameters, optionally "
-                    "after a leading idem::AttemptContext&");
+                    "after a leading idem::AttemptContext& or std::stop_token");
       return [fn = std::move(fn)](AttemptContext& context, ArgRef<Params>... args) -> R {
         return fn(context, args...);
       };
@@ -227,6 +256,14 @@ struct Validation {
     }
   }
 };
+
+// An error's message without the "idem: <code>: " prefix its constructor added.
+inline std::string message_of(const Error& error) {
+  std::string_view text = error.what();
+  const std::string prefix = "idem: " + std::string(error.code_name()) + ": ";
+  if (text.substr(0, prefix.size()) == prefix) text.remove_prefix(prefix.size());
+  return std::string(text);
+}
 
 template <class R, class... Params>
 class Engine {
@@ -251,7 +288,8 @@ class Engine {
                                 ArgRef<Params>... args) {
     const Spec& s = *spec;
     IdempotentCall request;
-    request.key = s.key(args...);
+    const std::string user_key = s.key(args...);
+    request.key = scoped_key_for(s.core.name, s.resolved_scope, user_key);
     if (s.fingerprint.function()) {
       request.fingerprint = s.fingerprint.function()(args...);
     } else if (s.fingerprint.uses_default()) {
@@ -270,7 +308,7 @@ class Engine {
       const std::shared_ptr<const Spec>& spec;
       const std::string& key;
       std::tuple<ArgRef<Params>...> arguments;
-    } frame{spec, request.key, {args...}};
+    } frame{spec, user_key, {args...}};
     auto execute = [&frame](ClaimHold& hold) -> Execution {
       emit_idempotency_event(frame.spec->core, EventType::idempotency_executed, frame.key, {});
       auto result =
@@ -288,25 +326,30 @@ class Engine {
     try {
       outcome = s.coordinator->run(s.policy, request, execute);
     } catch (const AlreadyInProgress&) {
-      emit_idempotency_event(s.core, EventType::idempotency_rejected, request.key,
+      emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key,
                              "already_in_progress");
       throw;
-    } catch (const KeyReuseError&) {
-      emit_idempotency_event(s.core, EventType::idempotency_rejected, request.key, "key_reuse");
-      throw;
-    } catch (const ReentryError&) {
-      emit_idempotency_event(s.core, EventType::idempotency_rejected, request.key, "reentry");
-      throw;
+    } catch (const KeyReuseError& e) {
+      emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key, "key_reuse");
+      // key(): the caller's key, not the scoped one.
+      throw KeyReuseError(user_key, message_of(e));
+    } catch (const ReentryError& e) {
+      emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key, "reentry");
+      throw ReentryError(user_key, message_of(e));
     }
     if (outcome.took_over) {
       // This caller executed after an owner whose lease ran out; that owner's work may have run.
-      emit_idempotency_event(s.core, EventType::idempotency_takeover, request.key, {});
+      emit_idempotency_event(s.core, EventType::idempotency_takeover, user_key, {});
     }
     if (outcome.status == IdempotencyStatus::joined) {
-      emit_idempotency_event(s.core, EventType::idempotency_joined, request.key, {});
+      emit_idempotency_event(s.core, EventType::idempotency_joined, user_key, {});
     } else if (outcome.status == IdempotencyStatus::replayed) {
-      emit_idempotency_event(s.core, EventType::idempotency_replayed, request.key, {});
+      emit_idempotency_event(s.core, EventType::idempotency_replayed, user_key, {});
     }
+    // The report speaks of the caller's key; the store holds it scoped.
+    outcome.report.metadata["idempotency_key"] = user_key;
+    outcome.report.metadata["idempotency_scope"] = s.resolved_scope;
+    outcome.report.metadata["idempotency_stored_key"] = request.key;
     if constexpr (std::is_void_v<Value>) {
       return Result{std::move(outcome.report)};
     } else {
@@ -333,6 +376,7 @@ class Engine {
           if (life.attempt_failed(attempt, permit, std::current_exception())) continue;
           break;
         }
+        if (!s.validators.empty()) life.validation_succeeded(attempt, "primary");
         life.attempt_succeeded(attempt, permit);
         return Result{life.succeed()};
       } else {
@@ -344,11 +388,12 @@ class Engine {
           if (life.attempt_failed(attempt, permit, std::current_exception())) continue;
           break;
         }
+        if (!s.validators.empty()) life.validation_succeeded(attempt, "primary");
         life.attempt_succeeded(attempt, permit);
         return Result{std::move(*value), life.succeed()};
       }
     }
-    if (!s.fallbacks.empty()) {
+    if (!s.fallbacks.empty() && life.falls_back()) {
       const FallbackContext& why = life.fallback_context();
       for (std::size_t i = 0; i < s.fallbacks.size(); ++i) {
         life.fallback_started(i);
@@ -360,6 +405,7 @@ class Engine {
             life.fallback_failed(i, std::current_exception());
             continue;
           }
+          if (!s.validators.empty()) life.validation_succeeded(0, s.core.fallback_sources[i]);
           life.fallback_succeeded(i);
           return Result{life.succeed()};
         } else {
@@ -371,6 +417,7 @@ class Engine {
             life.fallback_failed(i, std::current_exception());
             continue;
           }
+          if (!s.validators.empty()) life.validation_succeeded(0, s.core.fallback_sources[i]);
           life.fallback_succeeded(i);
           return Result{std::move(*value), life.succeed()};
         }
@@ -393,8 +440,8 @@ class Engine {
         return std::apply([&](auto&... a) -> Value { return spec->primary(ctx, a...); }, copies);
       };
       std::shared_ptr<void> token = hold != nullptr ? hold->retain() : nullptr;
-      return run_with_timeout<Value>(std::move(work), *s.core.timeout, context, std::move(token),
-                                     s.core.name);
+      return run_with_timeout<Value>(std::move(work), *s.core.timeout, s.core.timeout_grace,
+                                     context, std::move(token), s.core.name);
     } else {
       throw ConfigError("unreachable: resolve() rejects timeouts for these parameters");
     }

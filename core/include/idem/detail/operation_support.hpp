@@ -17,12 +17,14 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "idem/circuit_breaker.hpp"
 #include "idem/clock.hpp"
 #include "idem/events.hpp"
 #include "idem/fallback.hpp"
+#include "idem/rate_limit.hpp"
 #include "idem/report.hpp"
 #include "idem/retry.hpp"
 
@@ -36,9 +38,10 @@ struct FailureInfo {
   std::string message{};  // what(), or a note for non-std exceptions
   AttemptStatus status = AttemptStatus::failed;
   bool retryable = false;
-  bool counts_for_breaker = true;  // bad input, re-entrancy, cancellation do not
-  std::string validator{};         // set for a ValidationError
-  std::string reason{};            // set for a ValidationError
+  bool counts_for_breaker = true;                     // bad input, re-entrancy, cancellation do not
+  std::string validator{};                            // set for a ValidationError
+  std::string reason{};                               // set for a ValidationError
+  std::optional<std::chrono::nanoseconds> timeout{};  // set for an attempt's TimeoutError
 };
 
 // Describes a failed attempt. `retry` null: the attempt is never retried (fallbacks).
@@ -49,9 +52,16 @@ struct PolicyCore {
   std::string name = "operation";
   RetryPolicy retry{.max_attempts = 1};
   std::optional<std::chrono::nanoseconds> timeout{};
+  // After a timeout's stop request, how long the caller waits for the attempt to end.
+  std::chrono::nanoseconds timeout_grace{0};
   std::shared_ptr<CircuitBreaker> breaker{};
+  RateLimitPolicy rate_limit{};
+  FailurePredicate fallback_on{};  // empty: every failure starts the fallbacks
   std::vector<std::shared_ptr<EventSink>> sinks{};
   std::shared_ptr<Clock> clock_option{};  // as configured (may be null)
+  // Set by the typed spec before resolve(), for events and report metadata.
+  std::vector<std::string> validator_names{};
+  bool idempotency_enabled = false;
 
   // Resolved by resolve():
   std::shared_ptr<Clock> clock{};  // never null
@@ -77,8 +87,12 @@ class Lifecycle {
   // Records the failure; when it is retried (true) the backoff has already been waited out.
   bool attempt_failed(int attempt, CircuitBreaker::Permit& permit, std::exception_ptr error);
 
+  // Whether the primary's last failure starts the fallback chain (fallback_on).
+  bool falls_back() const;
   // Why the primary gave up, for fallbacks. Valid until the Lifecycle ends.
   const FallbackContext& fallback_context();
+  // A result passed every validator (primary or fallback; `source` for the event).
+  void validation_succeeded(int attempt, std::string_view source);
   void fallback_started(std::size_t index);
   void fallback_succeeded(std::size_t index);
   void fallback_failed(std::size_t index, std::exception_ptr error);
@@ -92,6 +106,13 @@ class Lifecycle {
   void emit(EventType type, int attempt, std::map<std::string, std::string> fields) const;
   void emit_transition(const std::optional<CircuitTransition>& transition, int attempt) const;
   void record_failure(int attempt, std::string source, const FailureInfo& info);
+  // Rate-limit handling of a failed primary attempt: true = retry after the wait (already
+  // waited), false = the retries end (the cause may be replaced by final_error_).
+  bool rate_limited_retry(int attempt, const std::exception_ptr& error, bool last_attempt);
+  // Report metadata shared by succeed() and fail().
+  void finish_metadata();
+  // The status of a finished call from its last attempt.
+  OperationStatus final_status() const;
 
   const PolicyCore& core_;
   ExecutionReport report_{};
@@ -102,6 +123,19 @@ class Lifecycle {
   std::exception_ptr last_error_{};
   std::string last_type_{};
   std::string last_message_{};
+  // Replaces last_error_ as the operation's cause (RateLimitWaitExceeded,
+  // RetryAfterExtractionError); fallbacks still see last_error_.
+  std::exception_ptr final_error_{};
+  WallTime attempt_started_wall_{};
+  bool validation_performed_ = false;
+  std::string validator_{};  // the validator that rejected the last failed result
+  std::string validation_reason_{};
+  bool breaker_rejected_ = false;  // the last primary failure was a breaker rejection
+  bool rate_limit_encountered_ = false;
+  bool rate_limit_wait_exceeded_ = false;
+  std::chrono::nanoseconds rate_limit_wait_{0};
+  // Timed-out attempts (index into report_.attempts, the TimeoutError) for attempt_stopped.
+  std::vector<std::pair<std::size_t, std::exception_ptr>> timeouts_{};
   std::vector<FallbackFailure> fallback_failures_{};
   FallbackContext fallback_context_{};
 };

@@ -5,7 +5,9 @@
 // every transition of the record state machine, fencing tokens, lease takeover and TTL expiry
 // exactly at their boundaries, fingerprint mismatch rules, lookup / purge_expired / entry_count,
 // values (typed objects for in-process stores, bytes for stores that need bytes), the stored
-// report, wait(), races between threads, and key validation.
+// report, wait(), races between threads, and key validation. The ScopedKeys* tests run
+// idem::resilient / idem::operation over the store: operations never share results unless they
+// name one scope, and the store holds keys in the documented scoped format.
 //
 // How to use it — a factory type and one macro, in a test file linked with gtest_main:
 //
@@ -55,7 +57,10 @@
 #include "idem/error.hpp"
 #include "idem/idempotency_store.hpp"
 #include "idem/key.hpp"
+#include "idem/operation.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/report.hpp"
+#include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
 
 namespace idem::testing::store_conformance_detail {
@@ -957,6 +962,72 @@ TYPED_TEST_P(IdemStoreConformance, BadLeaseOrTtlIsRejected) {
       << "a rejected call changes nothing";
 }
 
+// ---- scoped keys (operations over the store) ----------------------------------------------
+
+TYPED_TEST_P(IdemStoreConformance, ScopedKeysKeepOperationsApart) {
+  auto a_calls = std::make_shared<std::atomic<int>>(0);
+  auto b_calls = std::make_shared<std::atomic<int>>(0);
+  auto key = [](const std::string&) { return std::string("same-key"); };
+  auto a =
+      idem::resilient([a_calls](const std::string&) { return "a-" + std::to_string(++*a_calls); },
+                      {.name = "conformance_a",
+                       .idempotency_key = key,
+                       .idempotency_store = this->store_,
+                       .clock = this->clock_});
+  auto b =
+      idem::resilient([b_calls](const std::string&) { return "b-" + std::to_string(++*b_calls); },
+                      {.name = "conformance_b",
+                       .idempotency_key = key,
+                       .idempotency_store = this->store_,
+                       .clock = this->clock_});
+  EXPECT_EQ(a("x").value, "a-1");
+  EXPECT_EQ(b("x").value, "b-1") << "operation b must not replay operation a's result";
+  EXPECT_EQ(a("x").value, "a-1");
+  const auto replay = b("x");
+  EXPECT_EQ(replay.value, "b-1");
+  EXPECT_EQ(replay.report.metadata.at("idempotency_status"), "replayed");
+  EXPECT_EQ(*a_calls, 1);
+  EXPECT_EQ(*b_calls, 1);
+  // The stored keys carry the scope in the documented format.
+  EXPECT_TRUE(this->store_->lookup("13:conformance_a:same-key").has_value());
+  EXPECT_TRUE(this->store_->lookup("13:conformance_b:same-key").has_value());
+  EXPECT_FALSE(this->store_->lookup("same-key").has_value());
+}
+
+TYPED_TEST_P(IdemStoreConformance, ScopedKeysAreSharedOnlyByAnExplicitScope) {
+  auto key = [](const std::string&) { return std::string("shared-key"); };
+  auto writer = idem::resilient([](const std::string&) { return std::string("written"); },
+                                {.name = "conformance_writer",
+                                 .idempotency_key = key,
+                                 .idempotency_scope = "payments",
+                                 .idempotency_store = this->store_,
+                                 .clock = this->clock_});
+  auto reader =
+      idem::operation("conformance_reader", [](const std::string&) { return std::string("read"); })
+          .with_clock(this->clock_)
+          .with_idempotency({.key = key, .scope = "payments", .store = this->store_});
+  EXPECT_EQ(writer("x").value, "written");
+  const auto shared = reader.run("x");
+  EXPECT_EQ(shared.value, "written");
+  EXPECT_EQ(shared.report.metadata.at("idempotency_status"), "replayed");
+  EXPECT_TRUE(this->store_->lookup(idem::scoped_idempotency_key("payments", "shared-key")));
+}
+
+TYPED_TEST_P(IdemStoreConformance, ScopedKeysUpToTheLimitWork) {
+  // "18:conformance_limits:" is 22 bytes; 233 bytes of key make the 255-byte maximum.
+  auto op = idem::resilient([](const std::string& k) { return std::to_string(k.size()); },
+                            {.name = "conformance_limits",
+                             .idempotency_key = [](const std::string& k) { return k; },
+                             .idempotency_store = this->store_,
+                             .clock = this->clock_});
+  const std::string longest(233, 'k');
+  EXPECT_EQ(op(longest).value, "233");
+  const std::string stored = idem::scoped_idempotency_key("conformance_limits", longest);
+  EXPECT_EQ(stored.size(), idem::kMaxKeyLength);
+  EXPECT_TRUE(this->store_->lookup(stored).has_value());
+  EXPECT_THROW(op(longest + "k"), idem::InvalidKey);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     IdemStoreConformance, ClaimOfAnAbsentKeyAcquires, SecondClaimSeesTheOwnersClaim,
     ClaimOnAnotherKeyIsIndependent, CompleteMakesTheRecordReplayable,
@@ -973,7 +1044,8 @@ REGISTER_TYPED_TEST_SUITE_P(
     WaitStopsAtTheDeadlineOrOnStop, WaitSeesTheOwnerFinish, EightThreadsClaimingOneKeyYieldOneOwner,
     RacingOwnersAndClaimersKeepOneResult, InvalidKeysAreRejectedByEveryMethod,
     UnusualValidKeysWorkAndStayDistinct, BadLeaseOrTtlIsRejected, CountsSplitTheRecordsByState,
-    PurgeReportsProgressUpToItsTotal);
+    PurgeReportsProgressUpToItsTotal, ScopedKeysKeepOperationsApart,
+    ScopedKeysAreSharedOnlyByAnExplicitScope, ScopedKeysUpToTheLimitWork);
 
 // Runs the whole suite against the store made by `Factory` (see the top of this file).
 #define INSTANTIATE_STORE_CONFORMANCE(Prefix, Factory) \
