@@ -4,9 +4,9 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <map>
 #include <memory>
 #include <stdexcept>
-#include <map>
 #include <string>
 
 #include "idem/error.hpp"
