@@ -19,15 +19,15 @@ packages=(
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   python3
 )
-# Extra groups: `format` adds clang-format (CI's check); `fuzz` adds clang and its libFuzzer
-# runtime (scripts/fuzz.sh); `tools` adds what linting, plotting and faster rebuilds need; `all`
-# is every group.
+# Extra groups: `format` adds clang-format (CI's check); `fuzz` adds clang, its libFuzzer
+# runtime and the LLVM binutils and linker it finds (scripts/fuzz.sh); `tools` adds what linting,
+# plotting and faster rebuilds need; `all` is every group.
 for group in "$@"; do
   case "$group" in
     format) packages+=(clang-format) ;;
-    fuzz) packages+=(clang libclang-rt-14-dev) ;;
+    fuzz) packages+=(clang libclang-rt-14-dev llvm lld) ;;
     tools) packages+=(clang-format clang-tidy python3-matplotlib ccache) ;;
-    all) packages+=(clang-format clang libclang-rt-14-dev clang-tidy python3-matplotlib ccache) ;;
+    all) packages+=(clang-format clang libclang-rt-14-dev llvm lld clang-tidy python3-matplotlib ccache) ;;
     *) echo "install-deps.sh: unknown group '$group'" >&2; exit 2 ;;
   esac
 done
