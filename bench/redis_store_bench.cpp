@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_flags.hpp"
 #include "bench_ids.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
@@ -221,23 +222,10 @@ void delete_prefix() {
   redisFree(context);
 }
 
-std::string take_flag(int& argc, char** argv, const std::string& name) {
-  const std::string prefix = "--" + name + "=";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], prefix.c_str(), prefix.size()) == 0) {
-      std::string value = argv[i] + prefix.size();
-      for (int j = i; j + 1 < argc; ++j)
-        argv[j] = argv[j + 1];
-      --argc;
-      return value;
-    }
-  }
-  return {};
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  using idem::bench::take_flag;
   std::string url = take_flag(argc, argv, "url");
   for (const char* variable : {"IDEM_BENCH_REDIS_URL", "IDEM_TEST_REDIS_URL"}) {
     if (url.empty() && std::getenv(variable) != nullptr) url = std::getenv(variable);

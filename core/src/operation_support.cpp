@@ -408,14 +408,7 @@ bool Lifecycle::attempt_failed(int attempt, CircuitBreaker::Permit& permit,
   }
   // A rate-limited failure is retried whatever retry_on says (the wait decides, below).
   if (rate_limited) info.retryable = true;
-  if (!info.validator.empty()) {
-    validation_performed_ = true;
-    validator_ = info.validator;
-    validation_reason_ = info.reason;
-  } else {
-    validator_.clear();
-    validation_reason_.clear();
-  }
+  note_validation(info);
   record_failure(attempt, "primary", info);
   if (info.timeout) timeouts_.emplace_back(report_.attempts.size() - 1, error);
   ++primary_attempts_;
@@ -622,10 +615,9 @@ void Lifecycle::fallback_succeeded(std::size_t index) {
   }
 }
 
-void Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
-  const std::string& source = core_.fallback_sources[index];
-  const FailureInfo info = describe_failure(error, nullptr);
-  record_failure(static_cast<int>(report_.attempts.size()) + 1, source, info);
+// The last failure decides the report's validation metadata: a rejected result names its
+// validator and reason, any other failure clears them.
+void Lifecycle::note_validation(const FailureInfo& info) {
   if (!info.validator.empty()) {
     validation_performed_ = true;
     validator_ = info.validator;
@@ -634,6 +626,13 @@ void Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
     validator_.clear();
     validation_reason_.clear();
   }
+}
+
+void Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
+  const std::string& source = core_.fallback_sources[index];
+  const FailureInfo info = describe_failure(error, nullptr);
+  record_failure(static_cast<int>(report_.attempts.size()) + 1, source, info);
+  note_validation(info);
   if (core_.events.enabled()) {
     if (!info.validator.empty()) {
       emit(EventType::validation_failed, 0,

@@ -103,7 +103,8 @@ inline std::string use_idem(const Backend& backend, const std::string& tag) {
             ++executions;
             return 2 * x;
           },
-          {.idempotency_key = [tag](int x) { return "fork-" + tag + "-" + std::to_string(x); },
+          {.name = "fork_doubled",
+           .idempotency_key = [tag](int x) { return "fork-" + tag + "-" + std::to_string(x); },
            .idempotency_store = store});
       const auto first = doubled(21);
       const auto again = doubled(21);

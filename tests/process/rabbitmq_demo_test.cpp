@@ -50,7 +50,7 @@ TEST(RabbitMqDemo, ABadOrUnreachableBrokerStopsTheDemoBeforeItPublishes) {
   IDEM_REQUIRE_CLI();
   const auto down =
       run_cli({"demo", "--events", "50", "--broker", "amqp://guest:hunter22@127.0.0.1:1/"});
-  EXPECT_EQ(down.exit_code, 2) << down.output;
+  EXPECT_EQ(down.exit_code, 3) << down.output;  // a store error (docs/cli.md)
   EXPECT_FALSE(has(down, "producer:")) << down.output;
   EXPECT_FALSE(has(down, "hunter22")) << down.output;
   const auto bad = run_cli({"demo", "--events", "50", "--broker", "http://guest:hunter22@x/"});

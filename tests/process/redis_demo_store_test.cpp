@@ -41,7 +41,7 @@ TEST(RedisDemoStore, TransactionalModeIsRefusedBeforeAnythingStarts) {
 TEST(RedisDemoStore, AnUnreachableServerOrABadUrlStopsTheDemo) {
   IDEM_REQUIRE_CLI();
   const auto down = run_demo("redis://:hunter2@127.0.0.1:1/0", "exclusive");
-  EXPECT_EQ(down.exit_code, 2) << down.output;
+  EXPECT_EQ(down.exit_code, 3) << down.output;  // a store error (docs/cli.md)
   EXPECT_FALSE(has(down, "producer:")) << down.output;
   EXPECT_FALSE(has(down, "hunter2")) << down.output;
   const auto bad = run_demo("redis://:hunter2@127.0.0.1:6379/0?prefx=a", "exclusive");

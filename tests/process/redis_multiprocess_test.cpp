@@ -27,6 +27,7 @@
 #include "../integration/redis_test_env.hpp"
 #include "../temp_dir.hpp"
 #include "idem/event.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "worker/child_process.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
@@ -195,7 +196,10 @@ TEST_F(RedisMultiProcess, ResilientCallsRunEveryKeyOnceAndReplayIt) {
   std::printf("deliveries=%zu executed=%ld replayed=%ld joined=%ld redelivered=%ld\n",
               plan.deliveries, executed, replayed, joined, redelivered);
   expect_each_once(side_effects(dir_), plan);
-  EXPECT_EQ(count_with(keys_.keys(), "s:{order:"), static_cast<std::size_t>(kItems));
+  // The worker's operation is named "redis-worker": its keys are stored in that scope.
+  EXPECT_EQ(
+      count_with(keys_.keys(), "s:{" + idem::scoped_idempotency_key("redis-worker", "order:")),
+      static_cast<std::size_t>(kItems));
 }
 
 }  // namespace

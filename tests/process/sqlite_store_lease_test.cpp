@@ -131,8 +131,8 @@ TEST_F(SqliteStoreLeases, OwnerKilledMidOperationIsTakenOverAfterItsLease) {
 
 TEST_F(SqliteStoreLeases, AStalledOwnersLateCompleteIsRefused) {
   // A bare store-API owner: no heartbeat, so its lease lapses while it sits idle.
-  ChildProcess stalled(
-      {IDEM_SQLITE_STORE_WORKER, "claim", "--db", db_, "--key", "pay:2", "--lease-ms", "300"});
+  ChildProcess stalled({IDEM_SQLITE_STORE_WORKER, "claim", "--db", db_, "--key", stored("pay:2"),
+                        "--lease-ms", "300"});
   const std::string claimed = stalled.read_line();
   ASSERT_TRUE(starts_with(claimed, "token=")) << claimed;
   const std::uint64_t old_token = std::stoull(claimed.substr(6));

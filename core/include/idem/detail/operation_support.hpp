@@ -106,6 +106,7 @@ class Lifecycle {
   void emit(EventType type, int attempt, std::map<std::string, std::string> fields) const;
   void emit_transition(const std::optional<CircuitTransition>& transition, int attempt) const;
   void record_failure(int attempt, std::string source, const FailureInfo& info);
+  void note_validation(const FailureInfo& info);
   // Rate-limit handling of a failed primary attempt: true = retry after the wait (already
   // waited), false = the retries end (the cause may be replaced by final_error_).
   bool rate_limited_retry(int attempt, const std::exception_ptr& error, bool last_attempt);
