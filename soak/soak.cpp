@@ -58,6 +58,7 @@
 #include "idem/handler.hpp"
 #include "idem/idempotency_store.hpp"
 #include "idem/open.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/operation_result.hpp"
 #include "idem/recorder.hpp"
 #include "idem/resilient.hpp"
@@ -80,10 +81,11 @@ using namespace std::chrono_literals;
 using Steady = std::chrono::steady_clock;
 
 // ---- tunables -----------------------------------------------------------------------------------
-constexpr auto kLease = 1000ms;               // exclusive claims and operation owners
-constexpr auto kRetention = 8s;               // markers older than this are purged
-constexpr auto kDeliveryWindow = 6s;          // no delivery later than this after first publish
-constexpr auto kTtl = 8s;                     // operation results
+constexpr auto kLease = 1000ms;       // exclusive claims and operation owners
+constexpr auto kRetention = 8s;       // markers older than this are purged
+constexpr auto kDeliveryWindow = 6s;  // no delivery later than this after first publish
+constexpr auto kTtl = 8s;             // operation results
+constexpr const char* kOperationName = "soak-op";  // and the scope of its keys
 constexpr auto kCallWindow = 6s;              // no call later than this after a key's first call
 constexpr auto kHousekeeping = 1s;            // purge and size sampling period
 constexpr auto kRssPeriod = 250ms;            // RSS sampling period
@@ -486,7 +488,7 @@ class BackendRun {
 
   Operation make_operation(std::shared_ptr<ObservedStore> store) {
     idem::ResilientOptions<std::string(const std::string&)> options;
-    options.name = "soak-op";
+    options.name = kOperationName;
     options.idempotency_key = [](const std::string& key) { return key; };
     options.idempotency_ttl = std::chrono::duration_cast<idem::Millis>(kTtl);
     options.idempotency_store = std::move(store);
@@ -614,8 +616,10 @@ class BackendRun {
         continue;
       }
       if (delivery->attempt == 0) {
-        // A caller in a process that dies after its claim.
-        const idem::ClaimOutcome outcome = store_b_->claim(key, std::nullopt, kLease);
+        // A caller in a process that dies after its claim (of the key as the operation stores it,
+        // in its scope: the next caller takes the claim over).
+        const idem::ClaimOutcome outcome = store_b_->claim(
+            idem::scoped_idempotency_key(kOperationName, key), std::nullopt, kLease);
         if (outcome.status == idem::ClaimOutcome::Status::acquired)
           counters_.op_crashes.fetch_add(1);
         delivery->attempt = 1;

@@ -79,30 +79,6 @@ struct PackedId {
 constexpr std::uint64_t kOnes = 0x0101010101010101ull;
 constexpr std::uint64_t kHighs = 0x8080808080808080ull;
 
-// 8 characters (loaded little-endian into `word`) that must all be lowercase hex digits, turned
-// into their 32 bits without a branch or a table: each byte is compared against the bounds of
-// '0'-'9' and 'a'-'f' by adding a bias that sets its high bit; a byte of 0x80 or above fails
-// (its sums may carry into the next byte, but the result is then thrown away). False when any
-// byte is not a lowercase digit; `out` is then meaningless.
-inline bool hex8(std::uint64_t word, std::uint32_t& out) noexcept {
-  const std::uint64_t ascii = ~word & kHighs;  // high bit set where the byte is below 0x80
-  const std::uint64_t ge_0 = word + (0x80 - '0') * kOnes;
-  const std::uint64_t gt_9 = word + (0x80 - '9' - 1) * kOnes;
-  const std::uint64_t ge_a = word + (0x80 - 'a') * kOnes;
-  const std::uint64_t gt_f = word + (0x80 - 'f' - 1) * kOnes;
-  const std::uint64_t digit = ge_0 & ~gt_9 & ascii;
-  const std::uint64_t letter = ge_a & ~gt_f & ascii;
-  // '0'-'9' → low nibble as is; 'a'-'f' → low nibble (1..6) + 9.
-  const std::uint64_t nibbles = (word & (0x0f * kOnes)) + (letter >> 7) * 9;
-  // Pairs of nibbles into bytes, then the four bytes into 32 bits (any fixed one-to-one order
-  // will do: packed ids are never turned back into text).
-  std::uint64_t v = ((nibbles << 4) | (nibbles >> 8)) & 0x00ff00ff00ff00ffull;
-  v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
-  v = (v | (v >> 16)) & 0x00000000ffffffffull;
-  out = static_cast<std::uint32_t>(v);
-  return (digit | letter) == kHighs;
-}
-
 inline std::uint64_t load8(const char* p) noexcept {
   std::uint64_t word;
   std::memcpy(&word, p, 8);
@@ -138,10 +114,35 @@ inline bool hex16(std::uint64_t first, std::uint64_t second, std::uint64_t& out)
   return valid == 0xffff;
 }
 #else
+// 8 characters (loaded little-endian into `word`) that must all be lowercase hex digits, turned
+// into their 32 bits without a branch or a table: each byte is compared against the bounds of
+// '0'-'9' and 'a'-'f' by adding a bias that sets its high bit; a byte of 0x80 or above fails
+// (its sums may carry into the next byte, but the result is then thrown away). False when any
+// byte is not a lowercase digit; `out` is then meaningless.
+inline bool hex8(std::uint64_t word, std::uint32_t& out) noexcept {
+  const std::uint64_t ascii = ~word & kHighs;  // high bit set where the byte is below 0x80
+  const std::uint64_t ge_0 = word + (0x80 - '0') * kOnes;
+  const std::uint64_t gt_9 = word + (0x80 - '9' - 1) * kOnes;
+  const std::uint64_t ge_a = word + (0x80 - 'a') * kOnes;
+  const std::uint64_t gt_f = word + (0x80 - 'f' - 1) * kOnes;
+  const std::uint64_t digit = ge_0 & ~gt_9 & ascii;
+  const std::uint64_t letter = ge_a & ~gt_f & ascii;
+  // '0'-'9' → low nibble as is; 'a'-'f' → low nibble (1..6) + 9.
+  const std::uint64_t nibbles = (word & (0x0f * kOnes)) + (letter >> 7) * 9;
+  // Pairs of nibbles into bytes, then the four bytes into 32 bits (any fixed one-to-one order
+  // will do: packed ids are never turned back into text).
+  std::uint64_t v = ((nibbles << 4) | (nibbles >> 8)) & 0x00ff00ff00ff00ffull;
+  v = (v | (v >> 8)) & 0x0000ffff0000ffffull;
+  v = (v | (v >> 16)) & 0x00000000ffffffffull;
+  out = static_cast<std::uint32_t>(v);
+  return (digit | letter) == kHighs;
+}
+
 inline bool hex16(std::uint64_t first, std::uint64_t second, std::uint64_t& out) noexcept {
   std::uint32_t a;
   std::uint32_t b;
-  const bool ok = hex8(first, a) & hex8(second, b);  // not &&: both are computed anyway
+  // Not &&: both are computed anyway (int operands: clang warns on & between bools).
+  const bool ok = (static_cast<int>(hex8(first, a)) & static_cast<int>(hex8(second, b))) != 0;
   out = (std::uint64_t{a} << 32) | b;
   return ok;
 }
@@ -149,8 +150,9 @@ inline bool hex16(std::uint64_t first, std::uint64_t second, std::uint64_t& out)
 
 inline bool pack_words(std::uint64_t w0, std::uint64_t w1, std::uint64_t w2, std::uint64_t w3,
                        PackedId& out) noexcept {
-  // Non-short-circuit &: both halves are checked in parallel.
-  return hex16(w0, w1, out.hi) & hex16(w2, w3, out.lo);
+  // Non-short-circuit &: both halves are checked in parallel (int operands: clang warns on &
+  // between bools).
+  return (static_cast<int>(hex16(w0, w1, out.hi)) & static_cast<int>(hex16(w2, w3, out.lo))) != 0;
 }
 
 inline bool pack_hex32(std::string_view id, PackedId& out) noexcept {
