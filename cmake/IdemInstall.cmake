@@ -33,5 +33,5 @@ configure_package_config_file(cmake/idemConfig.cmake.in
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/idemConfigVersion.cmake
   COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/idemConfig.cmake ${PROJECT_BINARY_DIR}/idemConfigVersion.cmake
-  ${PROJECT_SOURCE_DIR}/cmake/FindHiredis.cmake
+  ${PROJECT_SOURCE_DIR}/cmake/FindHiredis.cmake ${PROJECT_SOURCE_DIR}/cmake/FindAsio.cmake
   DESTINATION ${IDEM_CMAKE_DIR})

@@ -15,7 +15,7 @@ fi
 packages=(
   g++ cmake make pkg-config
   libgtest-dev libgmock-dev libbenchmark-dev
-  libssl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libsqlite3-dev sqlite3
+  libssl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libsqlite3-dev sqlite3 libasio-dev
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   python3
 )

@@ -1,0 +1,60 @@
+// AsyncStore: the operation face's store protocol (see idem/idempotency_store.hpp for the
+// blocking one, whose meaning it shares call for call) as coroutines.
+//
+// The public calls are non-virtual: each checks its arguments once (the key as validate_key()
+// defines it, lease > 0, ttl >= 0) and then calls the private do_* virtual a backend implements.
+//
+// Thread safety: one AsyncStore may be used by any number of coroutines on any executors at
+// once, unless the backend's header says otherwise.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string_view>
+
+#include "idem/async/task.hpp"
+#include "idem/clock.hpp"
+#include "idem/idempotency_store.hpp"
+#include "idem/report.hpp"
+
+namespace idem::async {
+
+class AsyncStore {
+ public:
+  virtual ~AsyncStore() = default;
+
+  // True when values must be encoded to bytes (durable stores); false for in-process stores,
+  // which keep the typed object.
+  [[nodiscard]] bool needs_bytes() const noexcept { return do_needs_bytes(); }
+
+  // The blocking store that holds the same records in the same process, when there is one
+  // (the in-memory store adapter returns the store it adapts). Blocking callers and coroutine
+  // callers of one key then join one in-process execution; without it they meet through the
+  // store, like two processes. May be null.
+  [[nodiscard]] std::shared_ptr<IdempotencyStore> blocking_store() const noexcept {
+    return do_blocking_store();
+  }
+
+  Task<ClaimOutcome> claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                           Millis lease);
+  Task<bool> complete(std::string_view key, std::uint64_t token, StoredValue value,
+                      const ExecutionReport& report, Millis ttl);
+  Task<bool> release(std::string_view key, std::uint64_t token);
+  Task<bool> renew(std::string_view key, std::uint64_t token, Millis lease);
+  Task<std::optional<IdempotencyRecord>> lookup(std::string_view key);
+
+ private:
+  virtual bool do_needs_bytes() const noexcept = 0;
+  virtual std::shared_ptr<IdempotencyStore> do_blocking_store() const noexcept { return nullptr; }
+  virtual Task<ClaimOutcome> do_claim(std::string_view key,
+                                      std::optional<std::string_view> fingerprint,
+                                      Millis lease) = 0;
+  virtual Task<bool> do_complete(std::string_view key, std::uint64_t token, StoredValue value,
+                                 const ExecutionReport& report, Millis ttl) = 0;
+  virtual Task<bool> do_release(std::string_view key, std::uint64_t token) = 0;
+  virtual Task<bool> do_renew(std::string_view key, std::uint64_t token, Millis lease) = 0;
+  virtual Task<std::optional<IdempotencyRecord>> do_lookup(std::string_view key) = 0;
+};
+
+}  // namespace idem::async
