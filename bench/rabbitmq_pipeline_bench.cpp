@@ -75,26 +75,27 @@ class DistantRecorder final : public idem::IdempotencyRecorder {
  public:
   DistantRecorder(std::shared_ptr<idem::IdempotencyRecorder> inner, std::chrono::microseconds rtt)
       : inner_(std::move(inner)), rtt_(rtt) {}
-  bool is_processed(std::string_view consumer, std::string_view event_id) override {
+  bool do_is_processed(std::string_view consumer, std::string_view event_id) override {
     std::this_thread::sleep_for(rtt_);
     return inner_->is_processed(consumer, event_id);
   }
-  void mark_processed(std::string_view consumer, std::string_view event_id) override {
+  void do_mark_processed(std::string_view consumer, std::string_view event_id) override {
     std::this_thread::sleep_for(rtt_);
     inner_->mark_processed(consumer, event_id);
   }
-  std::vector<bool> is_processed_many(std::string_view consumer,
-                                      std::span<const std::string> event_ids) override {
+  std::vector<bool> do_is_processed_many(std::string_view consumer,
+                                         std::span<const std::string> event_ids) override {
     std::this_thread::sleep_for(rtt_);
     return inner_->is_processed_many(consumer, event_ids);
   }
-  void mark_processed_many(std::string_view consumer,
-                           std::span<const std::string> event_ids) override {
+  void do_mark_processed_many(std::string_view consumer,
+                              std::span<const std::string> event_ids) override {
     std::this_thread::sleep_for(rtt_);
     inner_->mark_processed_many(consumer, event_ids);
   }
-  std::size_t purge(std::chrono::system_clock::duration older_than) override {
-    return inner_->purge(older_than);
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const idem::PurgeProgress& progress) override {
+    return inner_->purge(older_than, progress);
   }
 
  private:
@@ -108,27 +109,28 @@ class TimedRecorder final : public idem::IdempotencyRecorder {
  public:
   explicit TimedRecorder(std::shared_ptr<idem::IdempotencyRecorder> inner)
       : inner_(std::move(inner)) {}
-  bool is_processed(std::string_view consumer, std::string_view event_id) override {
+  bool do_is_processed(std::string_view consumer, std::string_view event_id) override {
     return inner_->is_processed(consumer, event_id);
   }
-  void mark_processed(std::string_view consumer, std::string_view event_id) override {
+  void do_mark_processed(std::string_view consumer, std::string_view event_id) override {
     inner_->mark_processed(consumer, event_id);
   }
-  std::vector<bool> is_processed_many(std::string_view consumer,
-                                      std::span<const std::string> event_ids) override {
+  std::vector<bool> do_is_processed_many(std::string_view consumer,
+                                         std::span<const std::string> event_ids) override {
     const auto start = std::chrono::steady_clock::now();
     auto processed = inner_->is_processed_many(consumer, event_ids);
     check_ += std::chrono::steady_clock::now() - start;
     return processed;
   }
-  void mark_processed_many(std::string_view consumer,
-                           std::span<const std::string> event_ids) override {
+  void do_mark_processed_many(std::string_view consumer,
+                              std::span<const std::string> event_ids) override {
     const auto start = std::chrono::steady_clock::now();
     inner_->mark_processed_many(consumer, event_ids);
     mark_ += std::chrono::steady_clock::now() - start;
   }
-  std::size_t purge(std::chrono::system_clock::duration older_than) override {
-    return inner_->purge(older_than);
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const idem::PurgeProgress& progress) override {
+    return inner_->purge(older_than, progress);
   }
   // Read after the consumer has returned (the handler thread is done with this object).
   double check_seconds() const { return std::chrono::duration<double>(check_).count(); }

@@ -27,59 +27,51 @@
 #include "idem/fingerprint.hpp"
 #include "idem/idempotency.hpp"
 #include "idem/memory_store.hpp"
+#include "idem/wrapper.hpp"
 
 namespace {
 
-// Forwards every call to another store and prints it.
-class LoggingStore final : public idem::IdempotencyStore {
+// Forwards every call to another store (a StoreWrapper) and prints the ones that matter.
+class LoggingStore final : public idem::StoreWrapper {
  public:
-  explicit LoggingStore(std::shared_ptr<idem::IdempotencyStore> inner) : inner_(std::move(inner)) {}
+  explicit LoggingStore(std::shared_ptr<idem::IdempotencyStore> inner)
+      : StoreWrapper(std::move(inner)) {}
 
-  bool needs_bytes() const noexcept override { return inner_->needs_bytes(); }
-
-  idem::ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                           idem::Millis lease) override {
-    auto outcome = inner_->claim(key, fingerprint, lease);
+ private:
+  idem::ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                              idem::Millis lease) override {
+    auto outcome = StoreWrapper::do_claim(key, fingerprint, lease);
     log("claim(" + std::string(key) + ") -> " + std::string(idem::to_string(outcome.status)) +
         (outcome.status == idem::ClaimOutcome::Status::acquired
              ? " token " + std::to_string(outcome.token)
              : ""));
     return outcome;
   }
-  bool complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
-                const idem::ExecutionReport& report, idem::Millis ttl) override {
-    const bool done = inner_->complete(key, token, std::move(value), report, ttl);
+  bool do_complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
+                   const idem::ExecutionReport& report, idem::Millis ttl) override {
+    const bool done = StoreWrapper::do_complete(key, token, std::move(value), report, ttl);
     log("complete(" + std::string(key) + ", token " + std::to_string(token) + ") -> " +
         (done ? "true" : "false (fenced off)"));
     return done;
   }
-  bool release(std::string_view key, std::uint64_t token) override {
-    const bool done = inner_->release(key, token);
+  bool do_release(std::string_view key, std::uint64_t token) override {
+    const bool done = StoreWrapper::do_release(key, token);
     log("release(" + std::string(key) + ", token " + std::to_string(token) + ") -> " +
         (done ? "true" : "false"));
     return done;
   }
-  bool renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
-    return inner_->renew(key, token, lease);  // every lease/3: too chatty to print
-  }
-  std::optional<idem::IdempotencyRecord> lookup(std::string_view key) override {
-    return inner_->lookup(key);
-  }
-  std::size_t purge_expired() override { return inner_->purge_expired(); }
-  std::size_t entry_count() override { return inner_->entry_count(); }
-  std::optional<idem::IdempotencyRecord> wait(std::string_view key, idem::SteadyTime deadline,
-                                              std::stop_token stop) override {
+  // renew (every lease/3) is too chatty to print: the wrapper forwards it unchanged.
+  std::optional<idem::IdempotencyRecord> do_wait(std::string_view key, idem::SteadyTime deadline,
+                                                 std::stop_token stop) override {
     log("wait(" + std::string(key) + ")");
-    return inner_->wait(key, deadline, std::move(stop));
+    return StoreWrapper::do_wait(key, deadline, std::move(stop));
   }
 
- private:
   void log(const std::string& line) {
     std::lock_guard lock(mutex_);
     std::cout << "    store: " << line << "\n";
   }
 
-  std::shared_ptr<idem::IdempotencyStore> inner_;
   std::mutex mutex_;
 };
 

@@ -62,6 +62,7 @@
 #include "idem/operation_result.hpp"
 #include "idem/recorder.hpp"
 #include "idem/resilient.hpp"
+#include "idem/wrapper.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 constexpr bool kUnderAddressSanitizer = true;
@@ -126,86 +127,33 @@ double median(std::vector<double> values) {
 
 // ---- counting decorators (takeovers are only visible in claim results)
 // ----------------------------
-class ObservedRecorder final : public idem::IdempotencyRecorder {
+class ObservedRecorder final : public idem::RecorderWrapper {
  public:
   explicit ObservedRecorder(std::shared_ptr<idem::IdempotencyRecorder> inner)
-      : inner_(std::move(inner)) {}
+      : RecorderWrapper(std::move(inner)) {}
   std::atomic<std::uint64_t> takeovers{0};
 
-  bool is_processed(std::string_view c, std::string_view e) override {
-    return inner_->is_processed(c, e);
-  }
-  void mark_processed(std::string_view c, std::string_view e) override {
-    inner_->mark_processed(c, e);
-  }
-  bool supports_claims() const noexcept override { return inner_->supports_claims(); }
-  idem::Claim claim(std::string_view c, std::string_view e, idem::Millis lease) override {
-    idem::Claim claim = inner_->claim(c, e, lease);
+ private:
+  idem::Claim do_claim(std::string_view c, std::string_view e, idem::Millis lease) override {
+    idem::Claim claim = RecorderWrapper::do_claim(c, e, lease);
     if (claim.took_over) takeovers.fetch_add(1, std::memory_order_relaxed);
     return claim;
   }
-  bool complete(std::string_view c, std::string_view e, std::uint64_t token) override {
-    return inner_->complete(c, e, token);
-  }
-  bool release(std::string_view c, std::string_view e, std::uint64_t token) override {
-    return inner_->release(c, e, token);
-  }
-  bool renew(std::string_view c, std::string_view e, std::uint64_t token,
-             idem::Millis lease) override {
-    return inner_->renew(c, e, token, lease);
-  }
-  std::size_t purge(std::chrono::system_clock::duration older_than) override {
-    return inner_->purge(older_than);
-  }
-  std::size_t purge(std::chrono::system_clock::duration older_than,
-                    const idem::PurgeProgress& progress) override {
-    return inner_->purge(older_than, progress);
-  }
-  std::vector<idem::ConsumerCounts> consumer_counts() override { return inner_->consumer_counts(); }
-
- private:
-  std::shared_ptr<idem::IdempotencyRecorder> inner_;
 };
 
-class ObservedStore final : public idem::IdempotencyStore {
+class ObservedStore final : public idem::StoreWrapper {
  public:
   explicit ObservedStore(std::shared_ptr<idem::IdempotencyStore> inner)
-      : inner_(std::move(inner)) {}
+      : StoreWrapper(std::move(inner)) {}
   std::atomic<std::uint64_t> takeovers{0};
 
-  bool needs_bytes() const noexcept override { return inner_->needs_bytes(); }
-  idem::ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                           idem::Millis lease) override {
-    idem::ClaimOutcome outcome = inner_->claim(key, fingerprint, lease);
+ private:
+  idem::ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                              idem::Millis lease) override {
+    idem::ClaimOutcome outcome = StoreWrapper::do_claim(key, fingerprint, lease);
     if (outcome.took_over) takeovers.fetch_add(1, std::memory_order_relaxed);
     return outcome;
   }
-  bool complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
-                const idem::ExecutionReport& report, idem::Millis ttl) override {
-    return inner_->complete(key, token, std::move(value), report, ttl);
-  }
-  bool release(std::string_view key, std::uint64_t token) override {
-    return inner_->release(key, token);
-  }
-  bool renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
-    return inner_->renew(key, token, lease);
-  }
-  std::optional<idem::IdempotencyRecord> lookup(std::string_view key) override {
-    return inner_->lookup(key);
-  }
-  std::size_t purge_expired() override { return inner_->purge_expired(); }
-  std::size_t purge_expired(const idem::PurgeProgress& progress) override {
-    return inner_->purge_expired(progress);
-  }
-  idem::StoreCounts counts() override { return inner_->counts(); }
-  std::size_t entry_count() override { return inner_->entry_count(); }
-  std::optional<idem::IdempotencyRecord> wait(std::string_view key, idem::SteadyTime deadline,
-                                              std::stop_token stop) override {
-    return inner_->wait(key, deadline, stop);  // keeps the backend's own notifications
-  }
-
- private:
-  std::shared_ptr<idem::IdempotencyStore> inner_;
 };
 
 // ---- the in-process transport

@@ -37,13 +37,13 @@ inline void portable_sql_transaction_case(IdempotencyRecorder& recorder, const s
   EXPECT_FALSE(recorder.run_transactional("shipping", "order-7", ship)) << "a duplicate";
 
   // A handler that throws leaves neither its row nor its marker.
-  EXPECT_THROW(recorder.run_transactional("shipping", "order-8",
-                                          [&](Transaction& t) {
-                                            dynamic_cast<SqlTransaction&>(t).exec(
-                                                "INSERT INTO " + table + "(order_id) VALUES ($1)",
-                                                {"order-8"});
-                                            throw std::runtime_error("gateway down");
-                                          }),
+  EXPECT_THROW(static_cast<void>(recorder.run_transactional(
+                   "shipping", "order-8",
+                   [&](Transaction& t) {
+                     dynamic_cast<SqlTransaction&>(t).exec(
+                         "INSERT INTO " + table + "(order_id) VALUES ($1)", {"order-8"});
+                     throw std::runtime_error("gateway down");
+                   })),
                std::runtime_error);
   EXPECT_FALSE(recorder.is_processed("shipping", "order-8"));
 

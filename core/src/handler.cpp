@@ -377,7 +377,8 @@ HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
   } catch (...) {
     if (registration) heartbeat->remove(*registration);
     try {
-      recorder_->release(consumer_, event.id, claim.token);
+      // False: a takeover fenced us off and the claim is no longer ours to drop.
+      static_cast<void>(recorder_->release(consumer_, event.id, claim.token));
     } catch (...) {
       // The handler's own error matters more; an unreleased claim is taken over after its lease.
     }

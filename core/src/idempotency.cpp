@@ -458,7 +458,8 @@ class Coordinator final : public IdempotencyCoordinator,
 ReleaseGuard::~ReleaseGuard() {
   if (!armed_) return;
   try {
-    store_->release(flight_->key, claim_->token);
+    // False: a takeover fenced this owner off; the key is no longer ours to release.
+    static_cast<void>(store_->release(flight_->key, claim_->token));
   } catch (...) {
     // The claim then lapses with its lease (the heartbeat stops below); nothing else to do in a
     // destructor.
@@ -666,7 +667,8 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
                            " ms (another process holds its claim until " + lease_until + ")")));
         }
         try {
-          store.wait(call.key, until, call.stop);
+          // The record it returns is read again by the claim that follows.
+          static_cast<void>(store.wait(call.key, until, call.stop));
         } catch (...) {
           fail(flight, std::current_exception());
         }
@@ -695,7 +697,7 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
   } catch (...) {
     if (renewal) heartbeat_.remove(renewal);
     try {
-      store.release(call.key, claim.token);
+      static_cast<void>(store.release(call.key, claim.token));  // false: already fenced off
     } catch (...) {
     }
     fail(flight, std::current_exception());
@@ -738,7 +740,7 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
     // (recorded == false says a later call runs again) and free the key rather than leave it
     // claimed until the lease lapses.
     try {
-      store.release(call.key, claim.token);
+      static_cast<void>(store.release(call.key, claim.token));  // false: already fenced off
     } catch (...) {
     }
   }

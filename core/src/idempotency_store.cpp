@@ -1,7 +1,9 @@
 #include "idem/idempotency_store.hpp"
 
 #include <algorithm>
+#include <utility>
 
+#include "idem/detail/contract.hpp"
 #include "idem/error.hpp"
 
 namespace idem {
@@ -30,22 +32,53 @@ std::string_view to_string(ClaimOutcome::Status status) noexcept {
   return "unknown";
 }
 
-std::size_t IdempotencyStore::purge_expired(const PurgeProgress& progress) {
-  const std::size_t purged = purge_expired();
-  if (purged > 0 && progress) progress(purged);
-  return purged;
+ClaimOutcome IdempotencyStore::claim(std::string_view key,
+                                     std::optional<std::string_view> fingerprint, Millis lease) {
+  detail::check_idempotency_key(key);
+  detail::check_lease(lease);
+  return do_claim(key, fingerprint, lease);
 }
 
-StoreCounts IdempotencyStore::counts() {
-  throw NotSupported("this idempotency store cannot count its records (counts)");
+bool IdempotencyStore::complete(std::string_view key, std::uint64_t token, StoredValue value,
+                                const ExecutionReport& report, Millis ttl) {
+  detail::check_idempotency_key(key);
+  detail::check_ttl(ttl);
+  return do_complete(key, token, std::move(value), report, ttl);
+}
+
+bool IdempotencyStore::release(std::string_view key, std::uint64_t token) {
+  detail::check_idempotency_key(key);
+  return do_release(key, token);
+}
+
+bool IdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
+  detail::check_idempotency_key(key);
+  detail::check_lease(lease);
+  return do_renew(key, token, lease);
+}
+
+std::optional<IdempotencyRecord> IdempotencyStore::lookup(std::string_view key) {
+  detail::check_idempotency_key(key);
+  return do_lookup(key);
 }
 
 std::optional<IdempotencyRecord> IdempotencyStore::wait(std::string_view key, SteadyTime deadline,
                                                         std::stop_token stop) {
+  detail::check_idempotency_key(key);
+  return do_wait(key, deadline, std::move(stop));
+}
+
+StoreCounts IdempotencyStore::do_counts() {
+  throw NotSupported("this idempotency store cannot count its records (counts)");
+}
+
+std::optional<IdempotencyRecord> IdempotencyStore::do_wait(std::string_view key,
+                                                           SteadyTime deadline,
+                                                           std::stop_token stop) {
   auto delay = std::chrono::milliseconds(2);
   constexpr auto kMaxDelay = std::chrono::milliseconds(200);
   for (;;) {
-    auto record = lookup(key);
+    auto record = do_lookup(key);
     const auto now_wall = wait_clock_->wall_now();
     if (!record || record->state != IdempotencyRecord::State::in_progress ||
         record->lease_until <= now_wall) {

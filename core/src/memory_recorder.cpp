@@ -600,8 +600,8 @@ struct alignas(64) MemoryRecorderShard {
 
 namespace {
 
-// One parsed (consumer, event_id) pair: validated (one scan of each), packed when it has one of
-// the packed shapes, hashed once; `hash` picks the shard.
+// One parsed (consumer, event_id) pair (already checked by the public call): packed when it has
+// one of the packed shapes, hashed once; `hash` picks the shard.
 struct Address {
   std::string_view consumer;
   IdKey id;
@@ -612,28 +612,22 @@ Address address(std::string_view consumer, std::string_view event_id) {
   Address a;
   a.consumer = consumer;
   std::uint64_t consumer_hash;
-  if (!scan_key(consumer, consumer_hash)) validate_key("consumer", consumer);
+  // The public call has checked both keys: the scans only hash.
+  static_cast<void>(scan_key(consumer, consumer_hash));
   a.id.text = event_id;
   a.id.kind = IdKind::text;
-  // The packed shapes are valid keys by construction; anything else gets the full check.
   if (event_id.size() == 32 && pack_hex32(event_id, a.id.bits)) {
     a.id.kind = IdKind::hex32;
   } else if (event_id.size() == 36 && pack_uuid36(event_id, a.id.bits)) {
     a.id.kind = IdKind::uuid36;
   }
   if (a.id.kind == IdKind::text) {
-    if (!scan_key(event_id, a.id.hash)) validate_key("event id", event_id);
+    static_cast<void>(scan_key(event_id, a.id.hash));
   } else {
     a.id.hash = Markers::packed_hash(a.id.bits, a.id.kind);
   }
   a.hash = static_cast<std::size_t>(a.id.hash ^ std::rotl(consumer_hash, 23));
   return a;
-}
-
-void require_positive_lease(Millis lease) {
-  if (lease <= Millis::zero()) {
-    throw InvalidArgument("lease must be positive (got " + std::to_string(lease.count()) + " ms)");
-  }
 }
 
 }  // namespace
@@ -665,8 +659,8 @@ MemoryRecorderShard& InMemoryIdempotencyRecorder::shard_for(std::size_t hash) co
   return shards_[(hash >> 48) & shard_mask_];
 }
 
-bool InMemoryIdempotencyRecorder::is_processed(std::string_view consumer,
-                                               std::string_view event_id) {
+bool InMemoryIdempotencyRecorder::do_is_processed(std::string_view consumer,
+                                                  std::string_view event_id) {
   const Address a = detail::address(consumer, event_id);
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
@@ -675,8 +669,8 @@ bool InMemoryIdempotencyRecorder::is_processed(std::string_view consumer,
   return shard.markers.contains(SlotKey{&a.id, *index});
 }
 
-void InMemoryIdempotencyRecorder::mark_processed(std::string_view consumer,
-                                                 std::string_view event_id) {
+void InMemoryIdempotencyRecorder::do_mark_processed(std::string_view consumer,
+                                                    std::string_view event_id) {
   const Address a = detail::address(consumer, event_id);
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
@@ -687,10 +681,9 @@ void InMemoryIdempotencyRecorder::mark_processed(std::string_view consumer,
                        [this] { return detail::to_ticks(clock_->wall_now()); });
 }
 
-Claim InMemoryIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
-                                         Millis lease) {
+Claim InMemoryIdempotencyRecorder::do_claim(std::string_view consumer, std::string_view event_id,
+                                            Millis lease) {
   const Address a = detail::address(consumer, event_id);
-  detail::require_positive_lease(lease);
   const Ticks now = detail::to_ticks(clock_->wall_now());
   const Ticks lease_until = detail::add_saturating(now, lease);
   auto& shard = shard_for(a.hash);
@@ -721,8 +714,8 @@ Claim InMemoryIdempotencyRecorder::claim(std::string_view consumer, std::string_
   return result;
 }
 
-bool InMemoryIdempotencyRecorder::complete(std::string_view consumer, std::string_view event_id,
-                                           std::uint64_t token) {
+bool InMemoryIdempotencyRecorder::do_complete(std::string_view consumer, std::string_view event_id,
+                                              std::uint64_t token) {
   const Address a = detail::address(consumer, event_id);
   const Ticks now = detail::to_ticks(clock_->wall_now());
   auto& shard = shard_for(a.hash);
@@ -736,8 +729,8 @@ bool InMemoryIdempotencyRecorder::complete(std::string_view consumer, std::strin
   return true;
 }
 
-bool InMemoryIdempotencyRecorder::release(std::string_view consumer, std::string_view event_id,
-                                          std::uint64_t token) {
+bool InMemoryIdempotencyRecorder::do_release(std::string_view consumer, std::string_view event_id,
+                                             std::uint64_t token) {
   const Address a = detail::address(consumer, event_id);
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
@@ -749,10 +742,9 @@ bool InMemoryIdempotencyRecorder::release(std::string_view consumer, std::string
   return true;
 }
 
-bool InMemoryIdempotencyRecorder::renew(std::string_view consumer, std::string_view event_id,
-                                        std::uint64_t token, Millis lease) {
+bool InMemoryIdempotencyRecorder::do_renew(std::string_view consumer, std::string_view event_id,
+                                           std::uint64_t token, Millis lease) {
   const Address a = detail::address(consumer, event_id);
-  detail::require_positive_lease(lease);
   const Ticks now = detail::to_ticks(clock_->wall_now());
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
@@ -764,15 +756,8 @@ bool InMemoryIdempotencyRecorder::renew(std::string_view consumer, std::string_v
   return true;
 }
 
-std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
-  return purge(older_than, PurgeProgress{});
-}
-
-std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
-                                               const PurgeProgress& progress) {
-  if (older_than < std::chrono::system_clock::duration::zero()) {
-    throw InvalidArgument("purge: older_than must not be negative");
-  }
+std::size_t InMemoryIdempotencyRecorder::do_purge(std::chrono::system_clock::duration older_than,
+                                                  const PurgeProgress& progress) {
   const Ticks now = detail::to_ticks(clock_->wall_now());
   const Ticks cutoff = detail::add_saturating(now, -older_than);
   std::size_t removed = 0;
@@ -791,7 +776,7 @@ std::size_t InMemoryIdempotencyRecorder::purge(std::chrono::system_clock::durati
   return removed;
 }
 
-std::vector<ConsumerCounts> InMemoryIdempotencyRecorder::consumer_counts() {
+std::vector<ConsumerCounts> InMemoryIdempotencyRecorder::do_consumer_counts() {
   const Ticks now = detail::to_ticks(clock_->wall_now());
   std::map<std::string, ConsumerCounts, std::less<>> by_name;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
@@ -816,11 +801,8 @@ std::vector<ConsumerCounts> InMemoryIdempotencyRecorder::consumer_counts() {
   return result;
 }
 
-std::size_t InMemoryIdempotencyRecorder::count_purgeable(
+std::size_t InMemoryIdempotencyRecorder::do_count_purgeable(
     std::chrono::system_clock::duration older_than) {
-  if (older_than < std::chrono::system_clock::duration::zero()) {
-    throw InvalidArgument("count_purgeable: older_than must not be negative");
-  }
   const Ticks cutoff = detail::add_saturating(detail::to_ticks(clock_->wall_now()), -older_than);
   std::size_t n = 0;
   for (std::size_t i = 0; i <= shard_mask_; ++i) {
@@ -830,8 +812,8 @@ std::size_t InMemoryIdempotencyRecorder::count_purgeable(
   return n;
 }
 
-MarkerInspection InMemoryIdempotencyRecorder::inspect(std::string_view consumer,
-                                                      std::string_view event_id) {
+MarkerInspection InMemoryIdempotencyRecorder::do_inspect(std::string_view consumer,
+                                                         std::string_view event_id) {
   const Address a = detail::address(consumer, event_id);
   const Ticks now = detail::to_ticks(clock_->wall_now());
   auto& shard = shard_for(a.hash);

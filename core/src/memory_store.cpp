@@ -34,20 +34,6 @@ constexpr auto kWaitSlice = std::chrono::milliseconds(20);
 // at an amortised O(1) per insert.
 constexpr std::size_t kMinSweepThreshold = 64;
 
-void check_lease(Millis lease) {
-  if (lease <= Millis::zero()) {
-    throw InvalidArgument("idempotency lease must be positive (got " +
-                          std::to_string(lease.count()) + " ms)");
-  }
-}
-
-void check_ttl(Millis ttl) {
-  if (ttl < Millis::zero()) {
-    throw InvalidArgument("idempotency ttl must not be negative (got " +
-                          std::to_string(ttl.count()) + " ms)");
-  }
-}
-
 bool is_expired(const IdempotencyRecord& record, WallTime now) {
   return record.state == IdempotencyRecord::State::completed && now >= record.expires_at;
 }
@@ -97,11 +83,9 @@ InMemoryIdempotencyStore::Shard& InMemoryIdempotencyStore::shard_for(std::string
   return *shards_[KeyHash{}(key) % shards_.size()];
 }
 
-ClaimOutcome InMemoryIdempotencyStore::claim(std::string_view key,
-                                             std::optional<std::string_view> fingerprint,
-                                             Millis lease) {
-  validate_key("idempotency key", key);
-  check_lease(lease);
+ClaimOutcome InMemoryIdempotencyStore::do_claim(std::string_view key,
+                                                std::optional<std::string_view> fingerprint,
+                                                Millis lease) {
   Shard& shard = shard_for(key);
   for (;;) {
     {
@@ -216,11 +200,9 @@ void InMemoryIdempotencyStore::make_room() {
   }
 }
 
-bool InMemoryIdempotencyStore::complete(std::string_view key, std::uint64_t token,
-                                        StoredValue value, const ExecutionReport& report,
-                                        Millis ttl) {
-  validate_key("idempotency key", key);
-  check_ttl(ttl);
+bool InMemoryIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
+                                           StoredValue value, const ExecutionReport& report,
+                                           Millis ttl) {
   Shard& shard = shard_for(key);
   std::lock_guard lock(shard.mutex);
   auto it = shard.records.find(key);
@@ -243,8 +225,7 @@ bool InMemoryIdempotencyStore::complete(std::string_view key, std::uint64_t toke
   return true;
 }
 
-bool InMemoryIdempotencyStore::release(std::string_view key, std::uint64_t token) {
-  validate_key("idempotency key", key);
+bool InMemoryIdempotencyStore::do_release(std::string_view key, std::uint64_t token) {
   Shard& shard = shard_for(key);
   std::lock_guard lock(shard.mutex);
   auto it = shard.records.find(key);
@@ -257,9 +238,7 @@ bool InMemoryIdempotencyStore::release(std::string_view key, std::uint64_t token
   return true;
 }
 
-bool InMemoryIdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
-  validate_key("idempotency key", key);
-  check_lease(lease);
+bool InMemoryIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
   Shard& shard = shard_for(key);
   std::lock_guard lock(shard.mutex);
   auto it = shard.records.find(key);
@@ -270,8 +249,7 @@ bool InMemoryIdempotencyStore::renew(std::string_view key, std::uint64_t token, 
   return true;
 }
 
-std::optional<IdempotencyRecord> InMemoryIdempotencyStore::lookup(std::string_view key) {
-  validate_key("idempotency key", key);
+std::optional<IdempotencyRecord> InMemoryIdempotencyStore::do_lookup(std::string_view key) {
   Shard& shard = shard_for(key);
   std::lock_guard lock(shard.mutex);
   auto it = shard.records.find(key);
@@ -284,11 +262,7 @@ std::optional<IdempotencyRecord> InMemoryIdempotencyStore::lookup(std::string_vi
   return it->second;
 }
 
-std::size_t InMemoryIdempotencyStore::purge_expired() {
-  return purge_expired(PurgeProgress{});
-}
-
-std::size_t InMemoryIdempotencyStore::purge_expired(const PurgeProgress& progress) {
+std::size_t InMemoryIdempotencyStore::do_purge_expired(const PurgeProgress& progress) {
   std::size_t purged = 0;
   // One shard is one chunk: each is locked only while it is swept.
   for (auto& shard : shards_) {
@@ -306,7 +280,7 @@ std::size_t InMemoryIdempotencyStore::purge_expired(const PurgeProgress& progres
   return purged;
 }
 
-StoreCounts InMemoryIdempotencyStore::counts() {
+StoreCounts InMemoryIdempotencyStore::do_counts() {
   StoreCounts counts;
   for (auto& shard : shards_) {
     std::lock_guard lock(shard->mutex);
@@ -322,7 +296,7 @@ StoreCounts InMemoryIdempotencyStore::counts() {
   return counts;
 }
 
-std::size_t InMemoryIdempotencyStore::entry_count() {
+std::size_t InMemoryIdempotencyStore::do_entry_count() {
   std::size_t total = 0;
   for (auto& shard : shards_) {
     std::lock_guard lock(shard->mutex);
@@ -331,10 +305,9 @@ std::size_t InMemoryIdempotencyStore::entry_count() {
   return total;
 }
 
-std::optional<IdempotencyRecord> InMemoryIdempotencyStore::wait(std::string_view key,
-                                                                SteadyTime deadline,
-                                                                std::stop_token stop) {
-  validate_key("idempotency key", key);
+std::optional<IdempotencyRecord> InMemoryIdempotencyStore::do_wait(std::string_view key,
+                                                                   SteadyTime deadline,
+                                                                   std::stop_token stop) {
   Shard& shard = shard_for(key);
   std::unique_lock lock(shard.mutex);
   ++shard.waiters;

@@ -18,19 +18,21 @@ class ReferenceRecorder final : public idem::IdempotencyRecorder {
  public:
   explicit ReferenceRecorder(std::shared_ptr<idem::Clock> clock) : clock_(std::move(clock)) {}
 
-  bool is_processed(std::string_view consumer, std::string_view event_id) override {
+  bool do_is_processed(std::string_view consumer, std::string_view event_id) override {
     const auto key = checked(consumer, event_id);
     std::lock_guard lock(mutex_);
     return markers_.count(key) != 0;
   }
-  void mark_processed(std::string_view consumer, std::string_view event_id) override {
+  void do_mark_processed(std::string_view consumer, std::string_view event_id) override {
     const auto key = checked(consumer, event_id);
     std::lock_guard lock(mutex_);
     markers_.emplace(key, clock_->wall_now());
   }
-  bool supports_claims() const noexcept override { return true; }
-  idem::Claim claim(std::string_view consumer, std::string_view event_id,
-                    idem::Millis lease) override {
+  idem::RecorderCapabilities do_capabilities() const noexcept override {
+    return {.claims = true, .transactions = true};
+  }
+  idem::Claim do_claim(std::string_view consumer, std::string_view event_id,
+                       idem::Millis lease) override {
     const auto key = checked(consumer, event_id);
     std::lock_guard lock(mutex_);
     const auto now = clock_->wall_now();
@@ -51,8 +53,8 @@ class ReferenceRecorder final : public idem::IdempotencyRecorder {
     claims_[key] = {result.token, result.lease_until};
     return result;
   }
-  bool complete(std::string_view consumer, std::string_view event_id,
-                std::uint64_t token) override {
+  bool do_complete(std::string_view consumer, std::string_view event_id,
+                   std::uint64_t token) override {
     const auto key = checked(consumer, event_id);
     std::lock_guard lock(mutex_);
     if (!owns(key, token)) return false;
@@ -60,24 +62,24 @@ class ReferenceRecorder final : public idem::IdempotencyRecorder {
     markers_.emplace(key, clock_->wall_now());
     return true;
   }
-  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override {
+  bool do_release(std::string_view consumer, std::string_view event_id,
+                  std::uint64_t token) override {
     const auto key = checked(consumer, event_id);
     std::lock_guard lock(mutex_);
     if (!owns(key, token)) return false;
     claims_.erase(key);
     return true;
   }
-  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
-             idem::Millis lease) override {
+  bool do_renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+                idem::Millis lease) override {
     const auto key = checked(consumer, event_id);
     std::lock_guard lock(mutex_);
     if (!owns(key, token)) return false;
     claims_[key].second = clock_->wall_now() + lease;
     return true;
   }
-  bool supports_transactions() const noexcept override { return true; }
-  bool run_transactional(std::string_view consumer, std::string_view event_id,
-                         const std::function<void(idem::Transaction&)>& fn) override {
+  bool do_run_transactional(std::string_view consumer, std::string_view event_id,
+                            const std::function<void(idem::Transaction&)>& fn) override {
     const auto key = checked(consumer, event_id);
     // One transaction at a time, like a database's write lock.
     std::lock_guard tx_lock(tx_mutex_);
@@ -91,22 +93,26 @@ class ReferenceRecorder final : public idem::IdempotencyRecorder {
     markers_.emplace(key, clock_->wall_now());
     return true;
   }
-  // Only the one-argument purge: the suite's progress test then checks the contract's default
-  // purge(older_than, progress), which every recorder written before it existed relies on.
-  std::size_t purge(std::chrono::system_clock::duration older_than) override {
-    if (older_than.count() < 0) throw idem::InvalidArgument("older_than must not be negative");
-    std::lock_guard lock(mutex_);
-    const auto cutoff = clock_->wall_now() - older_than;
-    return std::erase_if(markers_, [&](const auto& m) { return m.second < cutoff; });
+  // One chunk: progress is called once, with the total, when anything went.
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const idem::PurgeProgress& progress) override {
+    std::size_t purged = 0;
+    {
+      std::lock_guard lock(mutex_);
+      const auto cutoff = clock_->wall_now() - older_than;
+      purged = std::erase_if(markers_, [&](const auto& m) { return m.second < cutoff; });
+    }
+    if (purged > 0 && progress) progress(purged);
+    return purged;
   }
-  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override {
+  std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than) override {
     if (older_than.count() < 0) throw idem::InvalidArgument("older_than must not be negative");
     std::lock_guard lock(mutex_);
     const auto cutoff = clock_->wall_now() - older_than;
     return static_cast<std::size_t>(std::count_if(
         markers_.begin(), markers_.end(), [&](const auto& m) { return m.second < cutoff; }));
   }
-  std::vector<idem::ConsumerCounts> consumer_counts() override {
+  std::vector<idem::ConsumerCounts> do_consumer_counts() override {
     std::lock_guard lock(mutex_);
     std::map<std::string, idem::ConsumerCounts> counts;
     for (const auto& [key, at] : markers_) {
@@ -123,7 +129,7 @@ class ReferenceRecorder final : public idem::IdempotencyRecorder {
       result.push_back(c);
     return result;
   }
-  idem::MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override {
+  idem::MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id) override {
     const auto key = checked(consumer, event_id);
     std::lock_guard lock(mutex_);
     idem::MarkerInspection result;

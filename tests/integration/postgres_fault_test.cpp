@@ -161,15 +161,18 @@ TEST_F(PostgresFault, StoppedServerFailsFastAndWorkResumesAfterRestart) {
   ASSERT_TRUE(pg::eventually([&] { return failures.load() >= 5; }))
       << "the consumer kept succeeding with the server stopped";
   expect_retryable_store_error("mark_processed", [&] { recorder_->mark_processed("c", "e"); });
-  expect_retryable_store_error("is_processed", [&] { recorder_->is_processed("c", "e"); });
-  expect_retryable_store_error("claim", [&] { recorder_->claim("c", "e", 10s); });
+  expect_retryable_store_error("is_processed",
+                               [&] { static_cast<void>(recorder_->is_processed("c", "e")); });
+  expect_retryable_store_error("claim",
+                               [&] { static_cast<void>(recorder_->claim("c", "e", 10s)); });
   expect_retryable_store_error("run_transactional", [&] {
-    recorder_->run_transactional("c", "e", [](idem::Transaction&) {
+    static_cast<void>(recorder_->run_transactional("c", "e", [](idem::Transaction&) {
       ADD_FAILURE() << "a handler ran with the server stopped";
-    });
+    }));
   });
-  expect_retryable_store_error("store claim", [&] { store_->claim("k", std::nullopt, 10s); });
-  expect_retryable_store_error("store lookup", [&] { store_->lookup("k"); });
+  expect_retryable_store_error("store claim",
+                               [&] { static_cast<void>(store_->claim("k", std::nullopt, 10s)); });
+  expect_retryable_store_error("store lookup", [&] { static_cast<void>(store_->lookup("k")); });
   EXPECT_TRUE(pg::eventually([&] { return !store_->stats().listening; }));
   const long successes_while_down = successes.load();
 

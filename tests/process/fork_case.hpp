@@ -249,13 +249,15 @@ inline std::string alive_at_fork(const Backend& backend) {
   }
   const std::string child = in_child([&] {
     Findings findings;
-    expect_refused(findings, "is_processed", [&] { recorder->is_processed(consumer, "before"); });
+    expect_refused(findings, "is_processed",
+                   [&] { static_cast<void>(recorder->is_processed(consumer, "before")); });
     expect_refused(findings, "mark_processed", [&] { recorder->mark_processed(consumer, "x"); });
-    expect_refused(findings, "claim",
-                   [&] { recorder->claim(consumer, "y", std::chrono::seconds(30)); });
-    expect_refused(findings, "store lookup", [&] { store->lookup(consumer); });
+    expect_refused(findings, "claim", [&] {
+      static_cast<void>(recorder->claim(consumer, "y", std::chrono::seconds(30)));
+    });
+    expect_refused(findings, "store lookup", [&] { static_cast<void>(store->lookup(consumer)); });
     expect_refused(findings, "store claim", [&] {
-      store->claim(consumer + "-other", std::nullopt, std::chrono::seconds(30));
+      static_cast<void>(store->claim(consumer + "-other", std::nullopt, std::chrono::seconds(30)));
     });
     const std::string fresh = use_idem(backend, "beside-" + std::to_string(::getpid()));
     if (!fresh.empty()) findings.add("new objects in the child: " + fresh);

@@ -72,39 +72,41 @@ class ForwardingStore final : public idem::IdempotencyStore {
   ForwardingStore(std::shared_ptr<idem::IdempotencyStore> inner, bool bytes_only)
       : inner_(std::move(inner)), bytes_only_(bytes_only) {}
 
-  bool needs_bytes() const noexcept override { return bytes_only_; }
+  bool do_needs_bytes() const noexcept override { return bytes_only_; }
 
-  idem::ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                           idem::Millis lease) override {
+  idem::ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                              idem::Millis lease) override {
     if (hold_claims_) {
       count(claims_entered_);
       claim_gate_.wait();
     }
     return inner_->claim(key, fingerprint, lease);
   }
-  bool complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
-                const idem::ExecutionReport& report, idem::Millis ttl) override {
+  bool do_complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
+                   const idem::ExecutionReport& report, idem::Millis ttl) override {
     if (bytes_only_) {
       value.object.reset();
       value.type.reset();
     }
     return inner_->complete(key, token, std::move(value), report, ttl);
   }
-  bool release(std::string_view key, std::uint64_t token) override {
+  bool do_release(std::string_view key, std::uint64_t token) override {
     return inner_->release(key, token);
   }
-  bool renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
+  bool do_renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
     const bool renewed = inner_->renew(key, token, lease);
     count(renewals_);
     return renewed;
   }
-  std::optional<idem::IdempotencyRecord> lookup(std::string_view key) override {
+  std::optional<idem::IdempotencyRecord> do_lookup(std::string_view key) override {
     return inner_->lookup(key);
   }
-  std::size_t purge_expired() override { return inner_->purge_expired(); }
-  std::size_t entry_count() override { return inner_->entry_count(); }
-  std::optional<idem::IdempotencyRecord> wait(std::string_view key, idem::SteadyTime deadline,
-                                              std::stop_token stop) override {
+  std::size_t do_purge_expired(const idem::PurgeProgress& progress) override {
+    return inner_->purge_expired(progress);
+  }
+  std::size_t do_entry_count() override { return inner_->entry_count(); }
+  std::optional<idem::IdempotencyRecord> do_wait(std::string_view key, idem::SteadyTime deadline,
+                                                 std::stop_token stop) override {
     count(waits_);
     return inner_->wait(key, deadline, std::move(stop));
   }

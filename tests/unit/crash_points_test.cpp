@@ -206,15 +206,17 @@ class FakeTransactionalRecorder final : public idem::IdempotencyRecorder {
     int writes = 0;
   };
 
-  bool is_processed(std::string_view c, std::string_view e) override {
+  bool do_is_processed(std::string_view c, std::string_view e) override {
     return markers_.is_processed(c, e);
   }
-  void mark_processed(std::string_view c, std::string_view e) override {
+  void do_mark_processed(std::string_view c, std::string_view e) override {
     markers_.mark_processed(c, e);
   }
-  bool supports_transactions() const noexcept override { return true; }
-  bool run_transactional(std::string_view c, std::string_view e,
-                         const std::function<void(idem::Transaction&)>& fn) override {
+  idem::RecorderCapabilities do_capabilities() const noexcept override {
+    return {.transactions = true};
+  }
+  bool do_run_transactional(std::string_view c, std::string_view e,
+                            const std::function<void(idem::Transaction&)>& fn) override {
     if (markers_.is_processed(c, e)) return false;
     Tx tx;
     fn(tx);  // a throw leaves neither the marker nor the writes
@@ -222,8 +224,9 @@ class FakeTransactionalRecorder final : public idem::IdempotencyRecorder {
     committed_writes += tx.writes;
     return true;
   }
-  std::size_t purge(std::chrono::system_clock::duration older_than) override {
-    return markers_.purge(older_than);
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const idem::PurgeProgress& progress) override {
+    return markers_.purge(older_than, progress);
   }
 
   std::atomic<int> committed_writes{0};

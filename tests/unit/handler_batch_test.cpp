@@ -24,42 +24,44 @@ using idem::HandlerMode;
 // Forwards to an in-memory recorder, counting the calls of each kind; can fail the batch calls.
 class CountingRecorder : public idem::IdempotencyRecorder {
  public:
-  bool is_processed(std::string_view c, std::string_view e) override {
+  bool do_is_processed(std::string_view c, std::string_view e) override {
     ++single_checks;
     return inner_.is_processed(c, e);
   }
-  void mark_processed(std::string_view c, std::string_view e) override {
+  void do_mark_processed(std::string_view c, std::string_view e) override {
     ++single_marks;
     inner_.mark_processed(c, e);
   }
-  std::vector<bool> is_processed_many(std::string_view c,
-                                      std::span<const std::string> ids) override {
+  std::vector<bool> do_is_processed_many(std::string_view c,
+                                         std::span<const std::string> ids) override {
     ++batch_checks;
     if (fail_checks) throw idem::StoreError("recorder unreachable", /*retryable=*/true);
     return inner_.is_processed_many(c, ids);
   }
-  void mark_processed_many(std::string_view c, std::span<const std::string> ids) override {
+  void do_mark_processed_many(std::string_view c, std::span<const std::string> ids) override {
     ++batch_marks;
     last_marked.assign(ids.begin(), ids.end());
     if (fail_marks) throw idem::StoreError("disk full", /*retryable=*/true);
     inner_.mark_processed_many(c, ids);
   }
-  bool supports_claims() const noexcept override { return true; }
-  idem::Claim claim(std::string_view c, std::string_view e, idem::Millis lease) override {
+  idem::RecorderCapabilities do_capabilities() const noexcept override { return {.claims = true}; }
+  idem::Claim do_claim(std::string_view c, std::string_view e, idem::Millis lease) override {
     ++claims;
     return inner_.claim(c, e, lease);
   }
-  bool complete(std::string_view c, std::string_view e, std::uint64_t t) override {
+  bool do_complete(std::string_view c, std::string_view e, std::uint64_t t) override {
     return inner_.complete(c, e, t);
   }
-  bool release(std::string_view c, std::string_view e, std::uint64_t t) override {
+  bool do_release(std::string_view c, std::string_view e, std::uint64_t t) override {
     return inner_.release(c, e, t);
   }
-  bool renew(std::string_view c, std::string_view e, std::uint64_t t, idem::Millis lease) override {
+  bool do_renew(std::string_view c, std::string_view e, std::uint64_t t,
+                idem::Millis lease) override {
     return inner_.renew(c, e, t, lease);
   }
-  std::size_t purge(std::chrono::system_clock::duration older_than) override {
-    return inner_.purge(older_than);
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const idem::PurgeProgress& progress) override {
+    return inner_.purge(older_than, progress);
   }
 
   int single_checks = 0;

@@ -47,24 +47,27 @@ class WrappedRecorder : public idem::IdempotencyRecorder {
             idem::InMemoryRecorderOptions{.clock = std::move(clock)})),
         claims_(claims) {}
 
-  bool is_processed(std::string_view c, std::string_view e) override {
+  bool do_is_processed(std::string_view c, std::string_view e) override {
     return inner_->is_processed(c, e);
   }
-  void mark_processed(std::string_view c, std::string_view e) override {
+  void do_mark_processed(std::string_view c, std::string_view e) override {
     inner_->mark_processed(c, e);
   }
-  bool supports_claims() const noexcept override { return claims_; }
-  Claim claim(std::string_view c, std::string_view e, idem::Millis lease) override {
+  idem::RecorderCapabilities do_capabilities() const noexcept override {
+    return {.claims = claims_};
+  }
+  Claim do_claim(std::string_view c, std::string_view e, idem::Millis lease) override {
     return inner_->claim(c, e, lease);
   }
-  bool complete(std::string_view c, std::string_view e, std::uint64_t t) override {
+  bool do_complete(std::string_view c, std::string_view e, std::uint64_t t) override {
     return inner_->complete(c, e, t);
   }
-  bool release(std::string_view c, std::string_view e, std::uint64_t t) override {
+  bool do_release(std::string_view c, std::string_view e, std::uint64_t t) override {
     releases_.fetch_add(1);
     return inner_->release(c, e, t);
   }
-  bool renew(std::string_view c, std::string_view e, std::uint64_t t, idem::Millis lease) override {
+  bool do_renew(std::string_view c, std::string_view e, std::uint64_t t,
+                idem::Millis lease) override {
     bool result = true;
     if (renew_enabled_.load()) result = inner_->renew(c, e, t, lease);
     {
@@ -74,7 +77,10 @@ class WrappedRecorder : public idem::IdempotencyRecorder {
     cv_.notify_all();
     return result;
   }
-  std::size_t purge(std::chrono::system_clock::duration d) override { return inner_->purge(d); }
+  std::size_t do_purge(std::chrono::system_clock::duration d,
+                       const idem::PurgeProgress& progress) override {
+    return inner_->purge(d, progress);
+  }
 
   // Waits (on a condition variable, not a sleep) until `n` renewals happened. The generous
   // bound only keeps a broken heartbeat from hanging the test run.
@@ -105,15 +111,17 @@ class FakeTransaction : public idem::Transaction {
 
 class TransactionalRecorder : public idem::IdempotencyRecorder {
  public:
-  bool is_processed(std::string_view c, std::string_view e) override {
+  bool do_is_processed(std::string_view c, std::string_view e) override {
     return inner_.is_processed(c, e);
   }
-  void mark_processed(std::string_view c, std::string_view e) override {
+  void do_mark_processed(std::string_view c, std::string_view e) override {
     inner_.mark_processed(c, e);
   }
-  bool supports_transactions() const noexcept override { return true; }
-  bool run_transactional(std::string_view c, std::string_view e,
-                         const std::function<void(idem::Transaction&)>& fn) override {
+  idem::RecorderCapabilities do_capabilities() const noexcept override {
+    return {.transactions = true};
+  }
+  bool do_run_transactional(std::string_view c, std::string_view e,
+                            const std::function<void(idem::Transaction&)>& fn) override {
     std::lock_guard lock(mutex_);
     if (inner_.is_processed(c, e)) return false;
     FakeTransaction tx;
@@ -123,7 +131,10 @@ class TransactionalRecorder : public idem::IdempotencyRecorder {
     inner_.mark_processed(c, e);
     return true;
   }
-  std::size_t purge(std::chrono::system_clock::duration d) override { return inner_.purge(d); }
+  std::size_t do_purge(std::chrono::system_clock::duration d,
+                       const idem::PurgeProgress& progress) override {
+    return inner_.purge(d, progress);
+  }
 
   std::vector<std::string> committed;
 

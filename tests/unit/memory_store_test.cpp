@@ -98,7 +98,7 @@ TEST_F(MemoryStoreTest, AFullStoreRejectsNewKeysButServesKnownOnes) {
   const std::uint64_t b = claim(*store, "b");
   claim(*store, "c");
   try {
-    store->claim("d", std::nullopt, 30s);
+    static_cast<void>(store->claim("d", std::nullopt, 30s));
     ADD_FAILURE() << "expected StoreError";
   } catch (const idem::StoreError& e) {
     EXPECT_TRUE(e.retryable());
@@ -148,7 +148,7 @@ TEST_F(MemoryStoreTest, EvictOldestCompletedTradesTheOldestResultForRoom) {
   EXPECT_FALSE(store->lookup("second").has_value());
   EXPECT_EQ(store->entry_count(), 3u);
   // Only claims in progress are left: they are never evicted.
-  EXPECT_THROW(store->claim("sixth", std::nullopt, 30s), idem::StoreError);
+  EXPECT_THROW(static_cast<void>(store->claim("sixth", std::nullopt, 30s)), idem::StoreError);
   EXPECT_EQ(store->lookup("running")->state, idem::IdempotencyRecord::State::in_progress);
 }
 

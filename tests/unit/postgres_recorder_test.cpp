@@ -183,13 +183,13 @@ TEST_F(PostgresRecorderTest, HandlerWritesCommitWithTheMarker) {
 
 TEST_F(PostgresRecorderTest, AThrowingHandlerLeavesNeitherMarkerNorWrites) {
   const std::string shipments = schema_.table("shipments");
-  EXPECT_THROW(recorder_->run_transactional("orders", "e-1",
-                                            [&](idem::Transaction& tx) {
-                                              dynamic_cast<PostgresTransaction&>(tx).exec(
-                                                  "INSERT INTO " + shipments + " VALUES ($1, $2)",
-                                                  {"o-1", "Main St 1"});
-                                              throw std::runtime_error("payment declined");
-                                            }),
+  EXPECT_THROW(static_cast<void>(recorder_->run_transactional(
+                   "orders", "e-1",
+                   [&](idem::Transaction& tx) {
+                     dynamic_cast<PostgresTransaction&>(tx).exec(
+                         "INSERT INTO " + shipments + " VALUES ($1, $2)", {"o-1", "Main St 1"});
+                     throw std::runtime_error("payment declined");
+                   })),
                std::runtime_error);
   EXPECT_EQ(count("shipments"), 0);
   EXPECT_FALSE(recorder_->is_processed("orders", "e-1"));
@@ -202,10 +202,10 @@ TEST_F(PostgresRecorderTest, AFailingStatementIsAPostgresErrorAndRollsBack) {
   const std::string shipments = schema_.table("shipments");
   pg::query("INSERT INTO " + shipments + " VALUES ('o-1', 'taken')");
   try {
-    recorder_->run_transactional("orders", "e-1", [&](idem::Transaction& tx) {
+    static_cast<void>(recorder_->run_transactional("orders", "e-1", [&](idem::Transaction& tx) {
       dynamic_cast<PostgresTransaction&>(tx).exec("INSERT INTO " + shipments + " VALUES ($1, $2)",
                                                   {"o-1", "again"});
-    });
+    }));
     FAIL() << "a unique violation went unnoticed";
   } catch (const PostgresError& e) {
     EXPECT_EQ(e.sqlstate(), "23505");
@@ -219,14 +219,14 @@ TEST_F(PostgresRecorderTest, AHandlerThatSwallowsAFailedStatementIsRolledBack) {
   const std::string shipments = schema_.table("shipments");
   bool caught = false;
   try {
-    recorder_->run_transactional("orders", "e-1", [&](idem::Transaction& tx) {
+    static_cast<void>(recorder_->run_transactional("orders", "e-1", [&](idem::Transaction& tx) {
       auto& pg_tx = dynamic_cast<PostgresTransaction&>(tx);
       try {
         pg_tx.exec("INSERT INTO no_such_table VALUES (1)");
       } catch (const PostgresError&) {
         caught = true;  // and carries on, which PostgreSQL does not allow
       }
-    });
+    }));
     FAIL() << "the aborted transaction was committed";
   } catch (const PostgresError& e) {
     EXPECT_EQ(e.sqlstate(), "25P02") << e.what();
@@ -238,9 +238,9 @@ TEST_F(PostgresRecorderTest, AHandlerThatSwallowsAFailedStatementIsRolledBack) {
 
 TEST_F(PostgresRecorderTest, AHandlerThatEndsTheTransactionIsInDoubt) {
   try {
-    recorder_->run_transactional("orders", "e-1", [&](idem::Transaction& tx) {
+    static_cast<void>(recorder_->run_transactional("orders", "e-1", [&](idem::Transaction& tx) {
       dynamic_cast<PostgresTransaction&>(tx).exec("COMMIT");
-    });
+    }));
     FAIL() << "a handler's COMMIT went unnoticed";
   } catch (const PostgresError& e) {
     EXPECT_TRUE(e.in_doubt()) << e.what();
@@ -263,11 +263,12 @@ TEST_F(PostgresRecorderTest, HandlerParametersCoverEveryType) {
                       "encode(raw, 'hex') || ' ' || (nothing IS NULL)::text FROM " +
                       schema_.table("kinds")),
             "-42 2.5 true caf\xc3\xa9 'q' 0001ff true");
-  EXPECT_THROW(recorder_->run_transactional("c", "e2",
-                                            [&](idem::Transaction& tx) {
-                                              dynamic_cast<PostgresTransaction&>(tx).exec(
-                                                  "SELECT $1::text", {std::string_view("a\0b", 3)});
-                                            }),
+  EXPECT_THROW(static_cast<void>(recorder_->run_transactional(
+                   "c", "e2",
+                   [&](idem::Transaction& tx) {
+                     dynamic_cast<PostgresTransaction&>(tx).exec("SELECT $1::text",
+                                                                 {std::string_view("a\0b", 3)});
+                   })),
                idem::InvalidArgument);
   EXPECT_FALSE(recorder_->is_processed("c", "e2"));
 }
@@ -278,9 +279,9 @@ TEST_F(PostgresRecorderTest, ALiveClaimKeepsTheTransactionalModeOut) {
   const auto claim = recorder_->claim("orders", "e-1", std::chrono::seconds(30));
   ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
   bool ran = false;
-  EXPECT_THROW(
-      recorder_->run_transactional("orders", "e-1", [&](idem::Transaction&) { ran = true; }),
-      idem::AlreadyInProgress);
+  EXPECT_THROW(static_cast<void>(recorder_->run_transactional(
+                   "orders", "e-1", [&](idem::Transaction&) { ran = true; })),
+               idem::AlreadyInProgress);
   EXPECT_FALSE(ran);
   EXPECT_FALSE(recorder_->is_processed("orders", "e-1"));
   ASSERT_TRUE(recorder_->complete("orders", "e-1", claim.token));
@@ -352,9 +353,10 @@ TEST_F(PostgresRecorderTest, AStatementTimeoutIsAClassifiedRetryableError) {
 
 TEST_F(PostgresRecorderTest, KeysMustBeUtf8) {
   EXPECT_THROW(recorder_->mark_processed("billing", "bad\xff"), idem::InvalidKey);
-  EXPECT_THROW(recorder_->is_processed("bad\xc3", "e"), idem::InvalidKey);
-  EXPECT_THROW(recorder_->claim("billing", "\xed\xa0\x80", std::chrono::seconds(1)),
-               idem::InvalidKey);  // a UTF-16 surrogate
+  EXPECT_THROW(static_cast<void>(recorder_->is_processed("bad\xc3", "e")), idem::InvalidKey);
+  EXPECT_THROW(
+      static_cast<void>(recorder_->claim("billing", "\xed\xa0\x80", std::chrono::seconds(1))),
+      idem::InvalidKey);  // a UTF-16 surrogate
   EXPECT_THROW(recorder_->mark_processed("billing", "\xc0\xaf"), idem::InvalidKey);  // overlong
   try {
     recorder_->mark_processed("billing", "bad\xff");
@@ -366,7 +368,8 @@ TEST_F(PostgresRecorderTest, KeysMustBeUtf8) {
 }
 
 TEST_F(PostgresRecorderTest, BadArgumentsAreRejected) {
-  EXPECT_THROW(recorder_->claim("c", "e", std::chrono::milliseconds(0)), idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(recorder_->claim("c", "e", std::chrono::milliseconds(0))),
+               idem::InvalidArgument);
   EXPECT_THROW(recorder_->purge(std::chrono::seconds(-1)), idem::InvalidArgument);
   EXPECT_FALSE(recorder_->complete("c", "e", ~std::uint64_t{0})) << "never issued";
   EXPECT_THROW(PostgresIdempotencyRecorder(std::shared_ptr<idem::postgres::ConnectionPool>()),
@@ -464,8 +467,8 @@ TEST_F(PostgresRecorderTest, ABatchCheckProbesTheIdsEvenForAConsumerTheStatistic
 TEST_F(PostgresRecorderTest, PurgeRemovesOldMarkersAndTheirDoneClaims) {
   const auto claim = recorder_->claim("c", "done", std::chrono::seconds(10));
   ASSERT_TRUE(recorder_->complete("c", "done", claim.token));
-  recorder_->claim("c", "abandoned", std::chrono::seconds(10));
-  recorder_->claim("c", "running", std::chrono::hours(10));
+  static_cast<void>(recorder_->claim("c", "abandoned", std::chrono::seconds(10)));
+  static_cast<void>(recorder_->claim("c", "running", std::chrono::hours(10)));
   ASSERT_TRUE(recorder_->run_transactional("c", "inbox", [](idem::Transaction&) {}));
   EXPECT_EQ(count("claims"), 4);
   clock_->advance(std::chrono::hours(2));

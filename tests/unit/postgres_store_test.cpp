@@ -229,9 +229,9 @@ class PostgresStoreCorruption : public PostgresStoreTest {
     for (int call = 0; call < 2; ++call) {
       try {
         if (call == 0) {
-          owner_->lookup(key);
+          static_cast<void>(owner_->lookup(key));
         } else {
-          owner_->claim(key, std::nullopt, 1h);
+          static_cast<void>(owner_->claim(key, std::nullopt, 1h));
         }
         ADD_FAILURE() << "a corrupt record was accepted (" << needle << ")";
       } catch (const idem::StoreError& e) {
@@ -369,7 +369,7 @@ TEST_F(PostgresStoreTest, AStatementTimeoutIsAClassifiedRetryableError) {
   PQclear(PQexec(blocker.get(),
                  ("SELECT 1 FROM " + records() + " WHERE key = 'order-1' FOR UPDATE").c_str()));
   try {
-    store.renew("order-1", claim.token, 1h);
+    static_cast<void>(store.renew("order-1", claim.token, 1h));
     FAIL() << "renewed a row another transaction has locked";
   } catch (const PostgresError& e) {
     EXPECT_EQ(e.sqlstate(), "57014") << e.what();
@@ -410,14 +410,17 @@ TEST_F(PostgresStoreTest, ZeroTtlDropsTheRecordAndWakesWaiters) {
 
 TEST_F(PostgresStoreTest, BadInputIsRejected) {
   const auto claim = owner_->claim("order-1", std::nullopt, 1h);
-  EXPECT_THROW(
-      owner_->complete("order-1", claim.token, idem::StoredValue{}, idem::ExecutionReport{}, 1h),
-      idem::InvalidArgument)
+  EXPECT_THROW(static_cast<void>(owner_->complete("order-1", claim.token, idem::StoredValue{},
+                                                  idem::ExecutionReport{}, 1h)),
+               idem::InvalidArgument)
       << "a value without bytes";
-  EXPECT_THROW(owner_->claim("order-2", std::string_view("fp\0x", 4), 1h), idem::InvalidArgument);
-  EXPECT_THROW(owner_->claim("order-2", std::string_view("fp\xff"), 1h), idem::InvalidArgument);
-  EXPECT_THROW(owner_->claim("bad\xff", std::nullopt, 1h), idem::InvalidKey);
-  EXPECT_THROW(owner_->wait("bad\xff", std::chrono::steady_clock::now(), {}), idem::InvalidKey);
+  EXPECT_THROW(static_cast<void>(owner_->claim("order-2", std::string_view("fp\0x", 4), 1h)),
+               idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(owner_->claim("order-2", std::string_view("fp\xff"), 1h)),
+               idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(owner_->claim("bad\xff", std::nullopt, 1h)), idem::InvalidKey);
+  EXPECT_THROW(static_cast<void>(owner_->wait("bad\xff", std::chrono::steady_clock::now(), {})),
+               idem::InvalidKey);
   EXPECT_FALSE(
       owner_->complete("order-1", ~std::uint64_t{0}, bytes("v"), idem::ExecutionReport{}, 1h));
   EXPECT_EQ(owner_->entry_count(), 1u);

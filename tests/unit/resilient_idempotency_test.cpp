@@ -577,13 +577,13 @@ TEST_F(ResilientIdempotency, ReentryIsCaughtInsideATimedAttemptToo) {
 class BytesStore final : public idem::IdempotencyStore {
  public:
   explicit BytesStore(std::shared_ptr<idem::IdempotencyStore> inner) : inner_(std::move(inner)) {}
-  bool needs_bytes() const noexcept override { return true; }
-  idem::ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                           idem::Millis lease) override {
+  bool do_needs_bytes() const noexcept override { return true; }
+  idem::ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                              idem::Millis lease) override {
     return inner_->claim(key, fingerprint, lease);
   }
-  bool complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
-                const idem::ExecutionReport& report, idem::Millis ttl) override {
+  bool do_complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
+                   const idem::ExecutionReport& report, idem::Millis ttl) override {
     EXPECT_TRUE(value.bytes.has_value());
     value.object.reset();  // only the bytes survive, as in a database
     value.type.reset();
@@ -591,17 +591,19 @@ class BytesStore final : public idem::IdempotencyStore {
     return inner_->complete(key, token, std::move(value),
                             idem::ExecutionReport::from_json(report.to_json()), ttl);
   }
-  bool release(std::string_view key, std::uint64_t token) override {
+  bool do_release(std::string_view key, std::uint64_t token) override {
     return inner_->release(key, token);
   }
-  bool renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
+  bool do_renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
     return inner_->renew(key, token, lease);
   }
-  std::optional<idem::IdempotencyRecord> lookup(std::string_view key) override {
+  std::optional<idem::IdempotencyRecord> do_lookup(std::string_view key) override {
     return inner_->lookup(key);
   }
-  std::size_t purge_expired() override { return inner_->purge_expired(); }
-  std::size_t entry_count() override { return inner_->entry_count(); }
+  std::size_t do_purge_expired(const idem::PurgeProgress& progress) override {
+    return inner_->purge_expired(progress);
+  }
+  std::size_t do_entry_count() override { return inner_->entry_count(); }
 
   std::atomic<int> completes{0};
 

@@ -408,9 +408,10 @@ TEST(SqliteRecorderFormat, ReopenKeepsMarkersClaimsAndTokens) {
 
 std::optional<std::int64_t> writer_pragma(SqliteIdempotencyRecorder& recorder, const char* pragma) {
   std::optional<std::int64_t> value;
-  recorder.run_transactional("probe", idem::new_event_id(), [&](idem::Transaction& tx) {
-    value = dynamic_cast<SqliteTransaction&>(tx).query_int64(pragma);
-  });
+  static_cast<void>(
+      recorder.run_transactional("probe", idem::new_event_id(), [&](idem::Transaction& tx) {
+        value = dynamic_cast<SqliteTransaction&>(tx).query_int64(pragma);
+      }));
   return value;
 }
 
@@ -559,10 +560,11 @@ TEST(SqliteRecorderBadInput, BadArgumentsAndOptions) {
   EXPECT_THROW(SqliteIdempotencyRecorder(":memory:", no_batch), idem::ConfigError);
 
   SqliteIdempotencyRecorder recorder(":memory:");
-  EXPECT_THROW(recorder.claim("billing", "evt", 0ms), idem::InvalidArgument);
-  EXPECT_THROW(recorder.claim("billing", "evt", -5ms), idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(recorder.claim("billing", "evt", 0ms)), idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(recorder.claim("billing", "evt", -5ms)), idem::InvalidArgument);
   const auto claim = recorder.claim("billing", "evt", 1s);
-  EXPECT_THROW(recorder.renew("billing", "evt", claim.token, 0ms), idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(recorder.renew("billing", "evt", claim.token, 0ms)),
+               idem::InvalidArgument);
   EXPECT_THROW(recorder.purge(-1s), idem::InvalidArgument);
   // Tokens beyond SQLite's INTEGER are simply not current.
   EXPECT_FALSE(recorder.complete("billing", "evt", ~std::uint64_t{0}));
@@ -734,14 +736,14 @@ TEST(SqliteRecorderGroupCommit, MarksQueuedBehindABusyWriterShareOneCommit) {
   constexpr int kThreads = 8;
   std::vector<std::thread> threads;
   // run_transactional holds the writer while its handler runs: every mark queues behind it.
-  recorder.run_transactional("holder", "evt", [&](idem::Transaction&) {
+  static_cast<void>(recorder.run_transactional("holder", "evt", [&](idem::Transaction&) {
     for (int t = 0; t < kThreads; ++t) {
       threads.emplace_back(
           [&recorder, t] { recorder.mark_processed("billing", "m" + std::to_string(t)); });
     }
     while (recorder.stats().queued_marks < kThreads)
       std::this_thread::yield();
-  });
+  }));
   for (auto& thread : threads)
     thread.join();
   const auto stats = recorder.stats();
@@ -822,7 +824,7 @@ TEST(SqliteRecorderBatch, BatchesAndSinglesQueuedBehindABusyWriterShareOneCommit
   const auto second = numbered_ids("y", 10);
   constexpr int kSingles = 4;
   std::vector<std::thread> threads;
-  recorder.run_transactional("holder", "evt", [&](idem::Transaction&) {
+  static_cast<void>(recorder.run_transactional("holder", "evt", [&](idem::Transaction&) {
     threads.emplace_back([&] { recorder.mark_processed_many("billing", first); });
     threads.emplace_back([&] { recorder.mark_processed_many("billing", second); });
     for (int t = 0; t < kSingles; ++t) {
@@ -831,7 +833,7 @@ TEST(SqliteRecorderBatch, BatchesAndSinglesQueuedBehindABusyWriterShareOneCommit
     }
     while (recorder.stats().queued_marks < 2 + kSingles)
       std::this_thread::yield();
-  });
+  }));
   for (auto& thread : threads)
     thread.join();
   const auto stats = recorder.stats();
@@ -1023,12 +1025,12 @@ TEST(SqliteRecorderTransaction, ThrowingHandlerLeavesNeitherRowsNorMarker) {
   const std::string path = dir.file("rollback.db");
   SqliteIdempotencyRecorder recorder(path);
   RawDb(path).exec("CREATE TABLE effects(event_id TEXT)");
-  EXPECT_THROW(recorder.run_transactional("c", "evt",
-                                          [](idem::Transaction& t) {
-                                            dynamic_cast<SqliteTransaction&>(t).exec(
-                                                "INSERT INTO effects VALUES ('evt')");
-                                            throw std::runtime_error("payment gateway down");
-                                          }),
+  EXPECT_THROW(static_cast<void>(recorder.run_transactional(
+                   "c", "evt",
+                   [](idem::Transaction& t) {
+                     dynamic_cast<SqliteTransaction&>(t).exec("INSERT INTO effects VALUES ('evt')");
+                     throw std::runtime_error("payment gateway down");
+                   })),
                std::runtime_error);
   EXPECT_FALSE(recorder.is_processed("c", "evt"));
   EXPECT_EQ(RawDb(path).integer("SELECT count(*) FROM effects"), 0);
@@ -1058,9 +1060,9 @@ TEST(SqliteRecorderTransaction, BadSqlIsAClearErrorAndRollsBack) {
 TEST(SqliteRecorderTransaction, HandlerEndingTheTransactionIsInDoubt) {
   SqliteIdempotencyRecorder recorder(":memory:");
   try {
-    recorder.run_transactional("c", "evt", [](idem::Transaction& t) {
+    static_cast<void>(recorder.run_transactional("c", "evt", [](idem::Transaction& t) {
       sqlite3_exec(dynamic_cast<SqliteTransaction&>(t).db(), "COMMIT", nullptr, nullptr, nullptr);
-    });
+    }));
     FAIL() << "a handler that committed idem's transaction went unnoticed";
   } catch (const idem::StoreError& e) {
     EXPECT_TRUE(e.in_doubt()) << e.what();
@@ -1073,7 +1075,7 @@ TEST(SqliteRecorderTransaction, HandlerEndingTheTransactionIsInDoubt) {
 TEST(SqliteRecorderTransaction, CallingTheRecorderFromInsideIsReentryNotDeadlock) {
   SqliteIdempotencyRecorder recorder(":memory:");
   std::vector<ErrorCode> codes;
-  recorder.run_transactional("c", "outer", [&](idem::Transaction&) {
+  static_cast<void>(recorder.run_transactional("c", "outer", [&](idem::Transaction&) {
     for (const auto& call : std::vector<std::function<void()>>{
              [&] { recorder.mark_processed("c", "inner"); },
              [&] { (void)recorder.claim("c", "inner", 1s); },
@@ -1087,7 +1089,7 @@ TEST(SqliteRecorderTransaction, CallingTheRecorderFromInsideIsReentryNotDeadlock
         codes.push_back(e.code());
       }
     }
-  });
+  }));
   EXPECT_EQ(codes, std::vector<ErrorCode>(4, ErrorCode::reentry));
   EXPECT_TRUE(recorder.is_processed("c", "outer"));
   EXPECT_FALSE(recorder.is_processed("c", "inner"));
@@ -1100,7 +1102,8 @@ TEST(SqliteRecorderTransaction, LiveClaimBlocksAndDeadClaimIsFencedOff) {
   ASSERT_EQ(claim.status, Claim::Status::acquired);
   int runs = 0;
   const auto fn = [&](idem::Transaction&) { ++runs; };
-  EXPECT_THROW(recorder.run_transactional("c", "evt", fn), idem::AlreadyInProgress);
+  EXPECT_THROW(static_cast<void>(recorder.run_transactional("c", "evt", fn)),
+               idem::AlreadyInProgress);
   EXPECT_EQ(runs, 0);
   EXPECT_FALSE(recorder.is_processed("c", "evt"));
 

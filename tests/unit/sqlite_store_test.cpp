@@ -872,7 +872,8 @@ TEST(SqliteStoreConcurrency, ThreadsOnTwoStoresAcquireEachKeyOnce) {
             ++acquired[static_cast<std::size_t>(k)];
             // Half the owners finish at once, so claimers also meet completed records.
             if (k % 2 == 0) {
-              store.complete(key, outcome.token, bytes_value(key), small_report(), 1h);
+              static_cast<void>(
+                  store.complete(key, outcome.token, bytes_value(key), small_report(), 1h));
             }
           }
         } catch (const std::exception&) {
@@ -894,28 +895,30 @@ class WaitSignallingStore final : public idem::IdempotencyStore {
  public:
   WaitSignallingStore(std::shared_ptr<idem::IdempotencyStore> inner, std::latch& waiting)
       : inner_(std::move(inner)), waiting_(waiting) {}
-  bool needs_bytes() const noexcept override { return inner_->needs_bytes(); }
-  ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                     idem::Millis lease) override {
+  bool do_needs_bytes() const noexcept override { return inner_->needs_bytes(); }
+  ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                        idem::Millis lease) override {
     return inner_->claim(key, fingerprint, lease);
   }
-  bool complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
-                const idem::ExecutionReport& report, idem::Millis ttl) override {
+  bool do_complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
+                   const idem::ExecutionReport& report, idem::Millis ttl) override {
     return inner_->complete(key, token, std::move(value), report, ttl);
   }
-  bool release(std::string_view key, std::uint64_t token) override {
+  bool do_release(std::string_view key, std::uint64_t token) override {
     return inner_->release(key, token);
   }
-  bool renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
+  bool do_renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
     return inner_->renew(key, token, lease);
   }
-  std::optional<IdempotencyRecord> lookup(std::string_view key) override {
+  std::optional<IdempotencyRecord> do_lookup(std::string_view key) override {
     return inner_->lookup(key);
   }
-  std::size_t purge_expired() override { return inner_->purge_expired(); }
-  std::size_t entry_count() override { return inner_->entry_count(); }
-  std::optional<IdempotencyRecord> wait(std::string_view key, idem::SteadyTime deadline,
-                                        std::stop_token stop) override {
+  std::size_t do_purge_expired(const idem::PurgeProgress& progress) override {
+    return inner_->purge_expired(progress);
+  }
+  std::size_t do_entry_count() override { return inner_->entry_count(); }
+  std::optional<IdempotencyRecord> do_wait(std::string_view key, idem::SteadyTime deadline,
+                                           std::stop_token stop) override {
     if (!signalled_.exchange(true)) waiting_.count_down();
     return inner_->wait(key, deadline, std::move(stop));
   }

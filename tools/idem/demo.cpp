@@ -139,9 +139,10 @@ std::string ledger_table([[maybe_unused]] const IdempotencyRecorder& recorder) {
 // Makes the ledger, through the recorder's own transaction (recorded under "idem-demo-setup").
 void create_ledger(IdempotencyRecorder& recorder, const std::string& ledger,
                    const std::string& consumer) {
-  recorder.run_transactional("idem-demo-setup", consumer, [&](Transaction& tx) {
+  // False: an earlier run made it (its setup marker is there), nothing to do.
+  static_cast<void>(recorder.run_transactional("idem-demo-setup", consumer, [&](Transaction& tx) {
     dynamic_cast<SqlTransaction&>(tx).exec("CREATE TABLE IF NOT EXISTS " + ledger + kLedgerColumns);
-  });
+  }));
 }
 
 struct LedgerCount {
@@ -157,16 +158,18 @@ LedgerCount count_ledger(IdempotencyRecorder& recorder, const std::string& ledge
   struct Rollback {};
   LedgerCount count;
   try {
-    recorder.run_transactional("idem-demo-check", new_event_id(), [&](Transaction& tx) {
-      auto& sql = dynamic_cast<SqlTransaction&>(tx);
-      const std::string where = " WHERE consumer = $1";
-      count.rows =
-          sql.query_int64("SELECT COUNT(*) FROM " + ledger + where, {consumer}).value_or(0);
-      count.distinct_events =
-          sql.query_int64("SELECT COUNT(DISTINCT event_id) FROM " + ledger + where, {consumer})
-              .value_or(0);
-      throw Rollback{};
-    });
+    // Always rolled back by the Rollback thrown below (a fresh id: it never finds a marker).
+    static_cast<void>(
+        recorder.run_transactional("idem-demo-check", new_event_id(), [&](Transaction& tx) {
+          auto& sql = dynamic_cast<SqlTransaction&>(tx);
+          const std::string where = " WHERE consumer = $1";
+          count.rows =
+              sql.query_int64("SELECT COUNT(*) FROM " + ledger + where, {consumer}).value_or(0);
+          count.distinct_events =
+              sql.query_int64("SELECT COUNT(DISTINCT event_id) FROM " + ledger + where, {consumer})
+                  .value_or(0);
+          throw Rollback{};
+        }));
   } catch (const Rollback&) {
   }
   return count;

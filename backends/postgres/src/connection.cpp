@@ -158,8 +158,7 @@ bool is_utf8(std::string_view text) noexcept {
   return true;
 }
 
-void validate_text_key(std::string_view what, std::string_view value) {
-  validate_key(what, value);
+void require_utf8_key(std::string_view what, std::string_view value) {
   if (!is_utf8(value)) {
     throw InvalidKey(std::string(what) +
                      " is not valid UTF-8 (PostgreSQL keeps keys as UTF-8 text)");

@@ -45,8 +45,9 @@ std::string quote_identifier(std::string_view name);
 
 // True when `text` is well-formed UTF-8 (no overlongs, no surrogates, at most U+10FFFF).
 bool is_utf8(std::string_view text) noexcept;
-// validate_key() plus the UTF-8 check PostgreSQL text needs; throws InvalidKey naming `what`.
-void validate_text_key(std::string_view what, std::string_view value);
+// The UTF-8 check PostgreSQL text needs (validate_key() is done by the protocol's public calls);
+// throws InvalidKey naming `what`.
+void require_utf8_key(std::string_view what, std::string_view value);
 
 // Microseconds since 2000-01-01 00:00:00 UTC: PostgreSQL's binary timestamptz.
 std::int64_t to_pg_time(WallTime t) noexcept;

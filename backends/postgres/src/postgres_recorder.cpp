@@ -25,16 +25,10 @@ using detail::kTimestamptzOid;
 using detail::Params;
 using detail::Statement;
 
+// The base class has checked the keys; PostgreSQL also needs them as UTF-8 text.
 void validate(std::string_view consumer, std::string_view event_id) {
-  detail::validate_text_key("consumer", consumer);
-  detail::validate_text_key("event id", event_id);
-}
-
-void validate_lease(Millis lease) {
-  if (lease <= Millis::zero()) {
-    throw InvalidArgument("a claim's lease must be positive, got " + std::to_string(lease.count()) +
-                          " ms");
-  }
+  detail::require_utf8_key("consumer", consumer);
+  detail::require_utf8_key("event id", event_id);
 }
 
 // Tokens are bigint in the database; a larger one was never issued.
@@ -257,8 +251,8 @@ const std::shared_ptr<ConnectionPool>& PostgresIdempotencyRecorder::pool() const
   return impl_->pool;
 }
 
-bool PostgresIdempotencyRecorder::is_processed(std::string_view consumer,
-                                               std::string_view event_id) {
+bool PostgresIdempotencyRecorder::do_is_processed(std::string_view consumer,
+                                                  std::string_view event_id) {
   validate(consumer, event_id);
   Params params;
   params.text(consumer).text(event_id);
@@ -268,8 +262,8 @@ bool PostgresIdempotencyRecorder::is_processed(std::string_view consumer,
              .rows() > 0;
 }
 
-void PostgresIdempotencyRecorder::mark_processed(std::string_view consumer,
-                                                 std::string_view event_id) {
+void PostgresIdempotencyRecorder::do_mark_processed(std::string_view consumer,
+                                                    std::string_view event_id) {
   validate(consumer, event_id);
   Params params;
   params.text(consumer).text(event_id).timestamptz(impl_->clock->wall_now());
@@ -277,11 +271,11 @@ void PostgresIdempotencyRecorder::mark_processed(std::string_view consumer,
              StatementKind::write);
 }
 
-std::vector<bool> PostgresIdempotencyRecorder::is_processed_many(
+std::vector<bool> PostgresIdempotencyRecorder::do_is_processed_many(
     std::string_view consumer, std::span<const std::string> event_ids) {
-  detail::validate_text_key("consumer", consumer);
+  detail::require_utf8_key("consumer", consumer);
   for (const std::string& event_id : event_ids)
-    detail::validate_text_key("event id", event_id);
+    detail::require_utf8_key("event id", event_id);
   std::vector<bool> processed(event_ids.size(), false);
   if (event_ids.empty()) return processed;
   ConnectionPool::Lease lease = impl_->pool->acquire();
@@ -303,11 +297,11 @@ std::vector<bool> PostgresIdempotencyRecorder::is_processed_many(
   return processed;
 }
 
-void PostgresIdempotencyRecorder::mark_processed_many(std::string_view consumer,
-                                                      std::span<const std::string> event_ids) {
-  detail::validate_text_key("consumer", consumer);
+void PostgresIdempotencyRecorder::do_mark_processed_many(std::string_view consumer,
+                                                         std::span<const std::string> event_ids) {
+  detail::require_utf8_key("consumer", consumer);
   for (const std::string& event_id : event_ids)
-    detail::validate_text_key("event id", event_id);
+    detail::require_utf8_key("event id", event_id);
   if (event_ids.empty()) return;
   const WallTime now = impl_->clock->wall_now();
   ConnectionPool::Lease lease = impl_->pool->acquire();
@@ -321,10 +315,9 @@ void PostgresIdempotencyRecorder::mark_processed_many(std::string_view consumer,
   }
 }
 
-Claim PostgresIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
-                                         Millis lease) {
+Claim PostgresIdempotencyRecorder::do_claim(std::string_view consumer, std::string_view event_id,
+                                            Millis lease) {
   validate(consumer, event_id);
-  validate_lease(lease);
   constexpr std::string_view kCall = "PostgresIdempotencyRecorder::claim";
   ConnectionPool::Lease connection = impl_->pool->acquire();
   for (int round = 0; round < kClaimRounds; ++round) {
@@ -384,8 +377,8 @@ Claim PostgresIdempotencyRecorder::claim(std::string_view consumer, std::string_
                       "", /*retryable=*/true, false);
 }
 
-bool PostgresIdempotencyRecorder::complete(std::string_view consumer, std::string_view event_id,
-                                           std::uint64_t token) {
+bool PostgresIdempotencyRecorder::do_complete(std::string_view consumer, std::string_view event_id,
+                                              std::uint64_t token) {
   validate(consumer, event_id);
   if (!fits_token(token)) return false;
   Params params;
@@ -398,8 +391,8 @@ bool PostgresIdempotencyRecorder::complete(std::string_view consumer, std::strin
   return result.int8(0, 0) > 0;
 }
 
-bool PostgresIdempotencyRecorder::release(std::string_view consumer, std::string_view event_id,
-                                          std::uint64_t token) {
+bool PostgresIdempotencyRecorder::do_release(std::string_view consumer, std::string_view event_id,
+                                             std::uint64_t token) {
   validate(consumer, event_id);
   if (!fits_token(token)) return false;
   Params params;
@@ -410,10 +403,9 @@ bool PostgresIdempotencyRecorder::release(std::string_view consumer, std::string
              .affected() > 0;
 }
 
-bool PostgresIdempotencyRecorder::renew(std::string_view consumer, std::string_view event_id,
-                                        std::uint64_t token, Millis lease) {
+bool PostgresIdempotencyRecorder::do_renew(std::string_view consumer, std::string_view event_id,
+                                           std::uint64_t token, Millis lease) {
   validate(consumer, event_id);
-  validate_lease(lease);
   if (!fits_token(token)) return false;
   Params params;
   params.text(consumer)
@@ -425,9 +417,9 @@ bool PostgresIdempotencyRecorder::renew(std::string_view consumer, std::string_v
              .affected() > 0;
 }
 
-bool PostgresIdempotencyRecorder::run_transactional(std::string_view consumer,
-                                                    std::string_view event_id,
-                                                    const std::function<void(Transaction&)>& fn) {
+bool PostgresIdempotencyRecorder::do_run_transactional(
+    std::string_view consumer, std::string_view event_id,
+    const std::function<void(Transaction&)>& fn) {
   validate(consumer, event_id);
   constexpr std::string_view kCall = "PostgresIdempotencyRecorder::run_transactional";
   ConnectionPool::Lease lease = impl_->pool->acquire();
@@ -506,26 +498,18 @@ bool PostgresIdempotencyRecorder::run_transactional(std::string_view consumer,
   return true;
 }
 
-std::size_t PostgresIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
-  return purge(older_than, PurgeProgress{});
-}
-
 namespace {
 
-WallTime purge_cutoff(const Clock& clock, std::chrono::system_clock::duration older_than,
-                      std::string_view call) {
-  if (older_than < std::chrono::system_clock::duration::zero()) {
-    throw InvalidArgument(std::string(call) + "(older_than) needs older_than >= 0");
-  }
+WallTime purge_cutoff(const Clock& clock, std::chrono::system_clock::duration older_than) {
   return detail::add_saturating(clock.wall_now(),
                                 -std::chrono::duration_cast<std::chrono::nanoseconds>(older_than));
 }
 
 }  // namespace
 
-std::size_t PostgresIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
-                                               const PurgeProgress& progress) {
-  const WallTime cutoff = purge_cutoff(*impl_->clock, older_than, "purge");
+std::size_t PostgresIdempotencyRecorder::do_purge(std::chrono::system_clock::duration older_than,
+                                                  const PurgeProgress& progress) {
+  const WallTime cutoff = purge_cutoff(*impl_->clock, older_than);
   std::size_t markers = 0;
   // Keys are never empty (validate_key), so ('', '') is below every key idem wrote.
   std::string after_consumer;
@@ -549,17 +533,17 @@ std::size_t PostgresIdempotencyRecorder::purge(std::chrono::system_clock::durati
   return markers;
 }
 
-std::size_t PostgresIdempotencyRecorder::count_purgeable(
+std::size_t PostgresIdempotencyRecorder::do_count_purgeable(
     std::chrono::system_clock::duration older_than) {
   Params params;
-  params.timestamptz(purge_cutoff(*impl_->clock, older_than, "count_purgeable"));
+  params.timestamptz(purge_cutoff(*impl_->clock, older_than));
   const detail::Result result =
       impl_->run(impl_->count_old_markers, params, "PostgresIdempotencyRecorder::count_purgeable",
                  StatementKind::read);
   return static_cast<std::size_t>(result.int8(0, 0));
 }
 
-std::vector<ConsumerCounts> PostgresIdempotencyRecorder::consumer_counts() {
+std::vector<ConsumerCounts> PostgresIdempotencyRecorder::do_consumer_counts() {
   constexpr std::string_view kCall = "PostgresIdempotencyRecorder::consumer_counts";
   std::map<std::string, ConsumerCounts, std::less<>> by_name;
   const auto entry = [&](std::string_view name) -> ConsumerCounts& {
@@ -589,8 +573,8 @@ std::vector<ConsumerCounts> PostgresIdempotencyRecorder::consumer_counts() {
   return result;
 }
 
-MarkerInspection PostgresIdempotencyRecorder::inspect(std::string_view consumer,
-                                                      std::string_view event_id) {
+MarkerInspection PostgresIdempotencyRecorder::do_inspect(std::string_view consumer,
+                                                         std::string_view event_id) {
   validate(consumer, event_id);
   Params params;
   params.text(consumer).text(event_id);

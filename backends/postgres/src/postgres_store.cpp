@@ -57,20 +57,6 @@ constexpr auto kMaxPollDelay = std::chrono::milliseconds(200);
 constexpr auto kFirstReconnectDelay = std::chrono::milliseconds(50);
 constexpr auto kMaxReconnectDelay = std::chrono::seconds(2);
 
-void check_lease(Millis lease) {
-  if (lease <= Millis::zero()) {
-    throw InvalidArgument("idempotency lease must be positive (got " +
-                          std::to_string(lease.count()) + " ms)");
-  }
-}
-
-void check_ttl(Millis ttl) {
-  if (ttl < Millis::zero()) {
-    throw InvalidArgument("idempotency ttl must not be negative (got " +
-                          std::to_string(ttl.count()) + " ms)");
-  }
-}
-
 void check_fingerprint(std::optional<std::string_view> fingerprint) {
   if (!fingerprint) return;
   if (fingerprint->find('\0') != std::string_view::npos || !detail::is_utf8(*fingerprint)) {
@@ -423,11 +409,10 @@ const std::shared_ptr<ConnectionPool>& PostgresIdempotencyStore::pool() const no
   return impl_->pool;
 }
 
-ClaimOutcome PostgresIdempotencyStore::claim(std::string_view key,
-                                             std::optional<std::string_view> fingerprint,
-                                             Millis lease) {
-  detail::validate_text_key("idempotency key", key);
-  check_lease(lease);
+ClaimOutcome PostgresIdempotencyStore::do_claim(std::string_view key,
+                                                std::optional<std::string_view> fingerprint,
+                                                Millis lease) {
+  detail::require_utf8_key("idempotency key", key);
   check_fingerprint(fingerprint);
   constexpr std::string_view kCall = "PostgresIdempotencyStore::claim";
   ConnectionPool::Lease connection = impl_->pool->acquire();
@@ -483,11 +468,10 @@ ClaimOutcome PostgresIdempotencyStore::claim(std::string_view key,
                       "", /*retryable=*/true, false);
 }
 
-bool PostgresIdempotencyStore::complete(std::string_view key, std::uint64_t token,
-                                        StoredValue value, const ExecutionReport& report,
-                                        Millis ttl) {
-  detail::validate_text_key("idempotency key", key);
-  check_ttl(ttl);
+bool PostgresIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
+                                           StoredValue value, const ExecutionReport& report,
+                                           Millis ttl) {
+  detail::require_utf8_key("idempotency key", key);
   if (!value.bytes) {
     throw InvalidArgument(
         "PostgresIdempotencyStore keeps values as bytes: StoredValue::bytes must be set (the "
@@ -519,8 +503,8 @@ bool PostgresIdempotencyStore::complete(std::string_view key, std::uint64_t toke
              .rows() > 0;
 }
 
-bool PostgresIdempotencyStore::release(std::string_view key, std::uint64_t token) {
-  detail::validate_text_key("idempotency key", key);
+bool PostgresIdempotencyStore::do_release(std::string_view key, std::uint64_t token) {
+  detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) return false;
   Params params;
   params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
@@ -528,9 +512,8 @@ bool PostgresIdempotencyStore::release(std::string_view key, std::uint64_t token
              .rows() > 0;
 }
 
-bool PostgresIdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
-  detail::validate_text_key("idempotency key", key);
-  check_lease(lease);
+bool PostgresIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
+  detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) return false;
   Params params;
   params.text(key)
@@ -540,8 +523,8 @@ bool PostgresIdempotencyStore::renew(std::string_view key, std::uint64_t token, 
              .affected() > 0;
 }
 
-std::optional<IdempotencyRecord> PostgresIdempotencyStore::lookup(std::string_view key) {
-  detail::validate_text_key("idempotency key", key);
+std::optional<IdempotencyRecord> PostgresIdempotencyStore::do_lookup(std::string_view key) {
+  detail::require_utf8_key("idempotency key", key);
   std::optional<IdempotencyRecord> record = impl_->read(key, "PostgresIdempotencyStore::lookup");
   if (record && record->state == State::completed &&
       impl_->clock->wall_now() >= record->expires_at) {
@@ -550,11 +533,7 @@ std::optional<IdempotencyRecord> PostgresIdempotencyStore::lookup(std::string_vi
   return record;
 }
 
-std::size_t PostgresIdempotencyStore::purge_expired() {
-  return purge_expired(PurgeProgress{});
-}
-
-std::size_t PostgresIdempotencyStore::purge_expired(const PurgeProgress& progress) {
+std::size_t PostgresIdempotencyStore::do_purge_expired(const PurgeProgress& progress) {
   // One instant for the whole purge: results that expire while it runs wait for the next one.
   const WallTime now = impl_->clock->wall_now();
   std::size_t purged = 0;
@@ -572,7 +551,7 @@ std::size_t PostgresIdempotencyStore::purge_expired(const PurgeProgress& progres
   }
 }
 
-StoreCounts PostgresIdempotencyStore::counts() {
+StoreCounts PostgresIdempotencyStore::do_counts() {
   Params params;
   params.timestamptz(impl_->clock->wall_now());
   const detail::Result row = impl_->run(impl_->count_by_state, params,
@@ -585,7 +564,7 @@ StoreCounts PostgresIdempotencyStore::counts() {
   return counts;
 }
 
-std::size_t PostgresIdempotencyStore::entry_count() {
+std::size_t PostgresIdempotencyStore::do_entry_count() {
   const detail::Result result = impl_->run(
       impl_->count, Params{}, "PostgresIdempotencyStore::entry_count", StatementKind::read);
   return static_cast<std::size_t>(result.int8(0, 0));
@@ -597,10 +576,10 @@ bool PostgresIdempotencyStore::listen(std::chrono::milliseconds timeout) {
   return impl_->listener.wait_listening(timeout);
 }
 
-std::optional<IdempotencyRecord> PostgresIdempotencyStore::wait(std::string_view key,
-                                                                SteadyTime deadline,
-                                                                std::stop_token stop) {
-  detail::validate_text_key("idempotency key", key);
+std::optional<IdempotencyRecord> PostgresIdempotencyStore::do_wait(std::string_view key,
+                                                                   SteadyTime deadline,
+                                                                   std::stop_token stop) {
+  detail::require_utf8_key("idempotency key", key);
   if (impl_->pool->options().wait_strategy == WaitStrategy::poll) {
     return IdempotencyStore::wait(key, deadline, stop);
   }

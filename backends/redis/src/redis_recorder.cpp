@@ -20,18 +20,6 @@ namespace {
 // Ids per pipelined round trip in mark_processed_batch (bounds the buffers of one batch).
 constexpr std::size_t kBatchChunk = 512;
 
-void check_ids(std::string_view consumer, std::string_view event_id) {
-  validate_key("consumer", consumer);
-  validate_key("event id", event_id);
-}
-
-void check_lease(Millis lease) {
-  if (lease <= Millis::zero()) {
-    throw InvalidArgument("claim lease must be positive (got " + std::to_string(lease.count()) +
-                          " ms)");
-  }
-}
-
 void ping(ConnectionPool& pool) {
   auto connection = pool.lease();
   const RedisReply reply = connection->command({"PING"}, CommandKind::read, "PING");
@@ -95,26 +83,22 @@ std::string RedisIdempotencyRecorder::claim_key(std::string_view consumer,
   return detail::claim_key(pool_->options().key_prefix, consumer, event_id);
 }
 
-bool RedisIdempotencyRecorder::is_processed(std::string_view consumer, std::string_view event_id) {
-  check_ids(consumer, event_id);
+bool RedisIdempotencyRecorder::do_is_processed(std::string_view consumer,
+                                               std::string_view event_id) {
   const std::string key = marker_key(consumer, event_id);
   auto connection = pool_->lease();
   const RedisReply reply = connection->command({"EXISTS", key}, CommandKind::read, "is_processed");
   return flag_reply(reply, "is_processed", connection->endpoint());
 }
 
-void RedisIdempotencyRecorder::mark_processed(std::string_view consumer,
-                                              std::string_view event_id) {
-  check_ids(consumer, event_id);
+void RedisIdempotencyRecorder::do_mark_processed(std::string_view consumer,
+                                                 std::string_view event_id) {
   const std::array<std::string_view, 1> ids = {event_id};
   mark_chunk(*pool_, consumer, ids, std::to_string(detail::to_ms(clock_->wall_now())));
 }
 
-std::vector<bool> RedisIdempotencyRecorder::is_processed_many(
+std::vector<bool> RedisIdempotencyRecorder::do_is_processed_many(
     std::string_view consumer, std::span<const std::string> event_ids) {
-  validate_key("consumer", consumer);
-  for (const std::string& id : event_ids)
-    validate_key("event id", id);
   std::vector<bool> processed;
   processed.reserve(event_ids.size());
   if (event_ids.empty()) return processed;
@@ -136,9 +120,10 @@ std::vector<bool> RedisIdempotencyRecorder::is_processed_many(
   return processed;
 }
 
-void RedisIdempotencyRecorder::mark_processed_many(std::string_view consumer,
-                                                   std::span<const std::string> event_ids) {
-  mark_processed_batch(consumer, event_ids);
+void RedisIdempotencyRecorder::do_mark_processed_many(std::string_view consumer,
+                                                      std::span<const std::string> event_ids) {
+  std::vector<std::string_view> views(event_ids.begin(), event_ids.end());
+  static_cast<void>(mark_checked_batch(consumer, views));
 }
 
 std::size_t RedisIdempotencyRecorder::mark_processed_batch(
@@ -146,6 +131,11 @@ std::size_t RedisIdempotencyRecorder::mark_processed_batch(
   validate_key("consumer", consumer);
   for (std::string_view id : event_ids)
     validate_key("event id", id);
+  return mark_checked_batch(consumer, event_ids);
+}
+
+std::size_t RedisIdempotencyRecorder::mark_checked_batch(
+    std::string_view consumer, std::span<const std::string_view> event_ids) {
   const std::string ts = std::to_string(detail::to_ms(clock_->wall_now()));
   std::size_t fresh = 0;
   for (std::size_t offset = 0; offset < event_ids.size(); offset += kBatchChunk) {
@@ -161,10 +151,8 @@ std::size_t RedisIdempotencyRecorder::mark_processed_batch(std::string_view cons
   return mark_processed_batch(consumer, std::span<const std::string_view>(views));
 }
 
-Claim RedisIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
-                                      Millis lease) {
-  check_ids(consumer, event_id);
-  check_lease(lease);
+Claim RedisIdempotencyRecorder::do_claim(std::string_view consumer, std::string_view event_id,
+                                         Millis lease) {
   const RedisOptions& options = pool_->options();
   const std::string marker = marker_key(consumer, event_id);
   const std::string claim = claim_key(consumer, event_id);
@@ -216,9 +204,8 @@ Claim RedisIdempotencyRecorder::claim(std::string_view consumer, std::string_vie
   }
 }
 
-bool RedisIdempotencyRecorder::complete(std::string_view consumer, std::string_view event_id,
-                                        std::uint64_t token) {
-  check_ids(consumer, event_id);
+bool RedisIdempotencyRecorder::do_complete(std::string_view consumer, std::string_view event_id,
+                                           std::uint64_t token) {
   const RedisOptions& options = pool_->options();
   const std::string marker = marker_key(consumer, event_id);
   const std::string claim = claim_key(consumer, event_id);
@@ -233,9 +220,8 @@ bool RedisIdempotencyRecorder::complete(std::string_view consumer, std::string_v
   return flag_reply(reply, "complete", connection->endpoint());
 }
 
-bool RedisIdempotencyRecorder::release(std::string_view consumer, std::string_view event_id,
-                                       std::uint64_t token) {
-  check_ids(consumer, event_id);
+bool RedisIdempotencyRecorder::do_release(std::string_view consumer, std::string_view event_id,
+                                          std::uint64_t token) {
   const std::string claim = claim_key(consumer, event_id);
   const std::string token_text = std::to_string(token);
   const std::array<std::string_view, 1> keys = {claim};
@@ -246,10 +232,8 @@ bool RedisIdempotencyRecorder::release(std::string_view consumer, std::string_vi
   return flag_reply(reply, "release", connection->endpoint());
 }
 
-bool RedisIdempotencyRecorder::renew(std::string_view consumer, std::string_view event_id,
-                                     std::uint64_t token, Millis lease) {
-  check_ids(consumer, event_id);
-  check_lease(lease);
+bool RedisIdempotencyRecorder::do_renew(std::string_view consumer, std::string_view event_id,
+                                        std::uint64_t token, Millis lease) {
   const std::string claim = claim_key(consumer, event_id);
   const std::string token_text = std::to_string(token);
   const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
@@ -262,10 +246,6 @@ bool RedisIdempotencyRecorder::renew(std::string_view consumer, std::string_view
   const RedisReply reply = detail::run_script(*connection, detail::recorder_renew_script(), keys,
                                               args, CommandKind::write, "renew");
   return flag_reply(reply, "renew", connection->endpoint());
-}
-
-std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
-  return purge(older_than, PurgeProgress{});
 }
 
 namespace {
@@ -314,11 +294,8 @@ std::optional<std::int64_t> parse_ms(const RedisReply& field) {
 
 }  // namespace
 
-std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
-                                            const PurgeProgress& progress) {
-  if (older_than < std::chrono::system_clock::duration::zero()) {
-    throw InvalidArgument("purge: older_than must not be negative");
-  }
+std::size_t RedisIdempotencyRecorder::do_purge(std::chrono::system_clock::duration older_than,
+                                               const PurgeProgress& progress) {
   const RedisOptions& options = pool_->options();
   const std::int64_t cutoff_ms =
       detail::minus_ms(detail::to_ms(clock_->wall_now()),
@@ -354,11 +331,8 @@ std::size_t RedisIdempotencyRecorder::purge(std::chrono::system_clock::duration 
   return purged_markers;
 }
 
-std::size_t RedisIdempotencyRecorder::count_purgeable(
+std::size_t RedisIdempotencyRecorder::do_count_purgeable(
     std::chrono::system_clock::duration older_than) {
-  if (older_than < std::chrono::system_clock::duration::zero()) {
-    throw InvalidArgument("count_purgeable: older_than must not be negative");
-  }
   const RedisOptions& options = pool_->options();
   const std::int64_t cutoff =
       detail::minus_ms(detail::to_ms(clock_->wall_now()),
@@ -386,7 +360,7 @@ std::size_t RedisIdempotencyRecorder::count_purgeable(
   return old;
 }
 
-std::vector<ConsumerCounts> RedisIdempotencyRecorder::consumer_counts() {
+std::vector<ConsumerCounts> RedisIdempotencyRecorder::do_consumer_counts() {
   const RedisOptions& options = pool_->options();
   const std::int64_t now = detail::to_ms(clock_->wall_now());
   const std::string pattern = detail::glob_escape(options.key_prefix) + "[mc]:{*";
@@ -428,9 +402,8 @@ std::vector<ConsumerCounts> RedisIdempotencyRecorder::consumer_counts() {
   return result;
 }
 
-MarkerInspection RedisIdempotencyRecorder::inspect(std::string_view consumer,
-                                                   std::string_view event_id) {
-  check_ids(consumer, event_id);
+MarkerInspection RedisIdempotencyRecorder::do_inspect(std::string_view consumer,
+                                                      std::string_view event_id) {
   const RedisOptions& options = pool_->options();
   const std::string marker = detail::marker_key(options.key_prefix, consumer, event_id);
   const std::string claim = detail::claim_key(options.key_prefix, consumer, event_id);

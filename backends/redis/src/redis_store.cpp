@@ -17,20 +17,6 @@
 namespace idem::redis {
 namespace {
 
-void check_lease(Millis lease) {
-  if (lease <= Millis::zero()) {
-    throw InvalidArgument("idempotency lease must be positive (got " +
-                          std::to_string(lease.count()) + " ms)");
-  }
-}
-
-void check_ttl(Millis ttl) {
-  if (ttl < Millis::zero()) {
-    throw InvalidArgument("idempotency ttl must not be negative (got " +
-                          std::to_string(ttl.count()) + " ms)");
-  }
-}
-
 bool flag_reply(const RedisReply& reply, std::string_view what, const std::string& endpoint) {
   if (reply.is_error()) detail::throw_reply_error(reply, what, endpoint);
   return detail::reply_integer(reply, what, endpoint) == 1;
@@ -59,11 +45,9 @@ std::string RedisIdempotencyStore::record_key(std::string_view key) const {
   return detail::record_key(pool_->options().key_prefix, key);
 }
 
-ClaimOutcome RedisIdempotencyStore::claim(std::string_view key,
-                                          std::optional<std::string_view> fingerprint,
-                                          Millis lease) {
-  validate_key("idempotency key", key);
-  check_lease(lease);
+ClaimOutcome RedisIdempotencyStore::do_claim(std::string_view key,
+                                             std::optional<std::string_view> fingerprint,
+                                             Millis lease) {
   const RedisOptions& options = pool_->options();
   const std::string record = record_key(key);
   const std::string counter = detail::token_counter_key(options.key_prefix);
@@ -115,10 +99,9 @@ ClaimOutcome RedisIdempotencyStore::claim(std::string_view key,
   return outcome;
 }
 
-bool RedisIdempotencyStore::complete(std::string_view key, std::uint64_t token, StoredValue value,
-                                     const ExecutionReport& report, Millis ttl) {
-  validate_key("idempotency key", key);
-  check_ttl(ttl);
+bool RedisIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
+                                        StoredValue value, const ExecutionReport& report,
+                                        Millis ttl) {
   const RedisOptions& options = pool_->options();
   const std::string record = record_key(key);
   const std::string token_text = std::to_string(token);
@@ -137,8 +120,7 @@ bool RedisIdempotencyStore::complete(std::string_view key, std::uint64_t token, 
   return flag_reply(reply, "complete", connection->endpoint());
 }
 
-bool RedisIdempotencyStore::release(std::string_view key, std::uint64_t token) {
-  validate_key("idempotency key", key);
+bool RedisIdempotencyStore::do_release(std::string_view key, std::uint64_t token) {
   const std::string record = record_key(key);
   const std::string token_text = std::to_string(token);
   const std::array<std::string_view, 1> keys = {record};
@@ -149,9 +131,7 @@ bool RedisIdempotencyStore::release(std::string_view key, std::uint64_t token) {
   return flag_reply(reply, "release", connection->endpoint());
 }
 
-bool RedisIdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
-  validate_key("idempotency key", key);
-  check_lease(lease);
+bool RedisIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
   const std::string record = record_key(key);
   const std::string token_text = std::to_string(token);
   const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
@@ -166,8 +146,7 @@ bool RedisIdempotencyStore::renew(std::string_view key, std::uint64_t token, Mil
   return flag_reply(reply, "renew", connection->endpoint());
 }
 
-std::optional<IdempotencyRecord> RedisIdempotencyStore::lookup(std::string_view key) {
-  validate_key("idempotency key", key);
+std::optional<IdempotencyRecord> RedisIdempotencyStore::do_lookup(std::string_view key) {
   const std::string record = record_key(key);
   auto connection = pool_->lease();
   const RedisReply reply = connection->command({"HGETALL", record}, CommandKind::read, "lookup");
@@ -203,11 +182,7 @@ void scan(RedisConnection& connection, const std::string& pattern, std::size_t c
 
 }  // namespace
 
-std::size_t RedisIdempotencyStore::purge_expired() {
-  return purge_expired(PurgeProgress{});
-}
-
-std::size_t RedisIdempotencyStore::purge_expired(const PurgeProgress& progress) {
+std::size_t RedisIdempotencyStore::do_purge_expired(const PurgeProgress& progress) {
   const RedisOptions& options = pool_->options();
   const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
   const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
@@ -233,7 +208,7 @@ std::size_t RedisIdempotencyStore::purge_expired(const PurgeProgress& progress) 
   return purged;
 }
 
-StoreCounts RedisIdempotencyStore::counts() {
+StoreCounts RedisIdempotencyStore::do_counts() {
   const RedisOptions& options = pool_->options();
   const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
   const std::int64_t now = detail::to_ms(clock_->wall_now());
@@ -279,7 +254,7 @@ StoreCounts RedisIdempotencyStore::counts() {
   return counts;
 }
 
-std::size_t RedisIdempotencyStore::entry_count() {
+std::size_t RedisIdempotencyStore::do_entry_count() {
   const RedisOptions& options = pool_->options();
   const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
   auto connection = pool_->lease();

@@ -129,18 +129,6 @@ std::int64_t to_ms(WallTime t) {
   return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
-void validate_lease(Millis lease) {
-  if (lease <= Millis::zero()) {
-    throw InvalidArgument("a claim's lease must be positive, got " + std::to_string(lease.count()) +
-                          " ms");
-  }
-}
-
-void validate(std::string_view consumer, std::string_view event_id) {
-  validate_key("consumer", consumer);
-  validate_key("event id", event_id);
-}
-
 }  // namespace
 
 std::string marker_timestamp(WallTime t) {
@@ -488,15 +476,14 @@ const SqliteOptions& SqliteIdempotencyRecorder::options() const noexcept {
   return impl_->options_;
 }
 
-bool SqliteIdempotencyRecorder::is_processed(std::string_view consumer, std::string_view event_id) {
-  validate(consumer, event_id);
+bool SqliteIdempotencyRecorder::do_is_processed(std::string_view consumer,
+                                                std::string_view event_id) {
   Impl::ReadLease lease(*impl_, Impl::Prefer::idle_writer);
   return impl_->marker_exists(lease.connection(), consumer, event_id);
 }
 
-void SqliteIdempotencyRecorder::mark_processed(std::string_view consumer,
-                                               std::string_view event_id) {
-  validate(consumer, event_id);
+void SqliteIdempotencyRecorder::do_mark_processed(std::string_view consumer,
+                                                  std::string_view event_id) {
   impl_->throw_if_writer_thread("mark_processed");
   PendingMark mark;
   mark.consumer = consumer;
@@ -506,13 +493,9 @@ void SqliteIdempotencyRecorder::mark_processed(std::string_view consumer,
   impl_->commit_mark(mark);
 }
 
-std::vector<bool> SqliteIdempotencyRecorder::is_processed_many(
+std::vector<bool> SqliteIdempotencyRecorder::do_is_processed_many(
     std::string_view consumer, std::span<const std::string> event_ids) {
-  validate_key("consumer", consumer);
-  for (const std::string& event_id : event_ids)
-    validate_key("event id", event_id);
   std::vector<bool> processed(event_ids.size(), false);
-  if (event_ids.empty()) return processed;
   Impl::ReadLease lease(*impl_, Impl::Prefer::idle_writer);
   Connection& connection = lease.connection();
   std::unordered_set<std::string> found;
@@ -535,11 +518,8 @@ std::vector<bool> SqliteIdempotencyRecorder::is_processed_many(
   return processed;
 }
 
-void SqliteIdempotencyRecorder::mark_processed_many(std::string_view consumer,
-                                                    std::span<const std::string> event_ids) {
-  validate_key("consumer", consumer);
-  for (const std::string& event_id : event_ids)
-    validate_key("event id", event_id);
+void SqliteIdempotencyRecorder::do_mark_processed_many(std::string_view consumer,
+                                                       std::span<const std::string> event_ids) {
   impl_->throw_if_writer_thread("mark_processed_many");
   if (event_ids.empty()) return;
   PendingMark mark;
@@ -550,10 +530,8 @@ void SqliteIdempotencyRecorder::mark_processed_many(std::string_view consumer,
   impl_->commit_mark(mark);
 }
 
-Claim SqliteIdempotencyRecorder::claim(std::string_view consumer, std::string_view event_id,
-                                       Millis lease) {
-  validate(consumer, event_id);
-  validate_lease(lease);
+Claim SqliteIdempotencyRecorder::do_claim(std::string_view consumer, std::string_view event_id,
+                                          Millis lease) {
   impl_->throw_if_writer_thread("claim");
   // Fast path for redeliveries, without the write lock: a marker only goes away by purge().
   if (is_processed(consumer, event_id)) return Claim{Claim::Status::processed};
@@ -608,9 +586,8 @@ Claim SqliteIdempotencyRecorder::claim(std::string_view consumer, std::string_vi
   return acquired;
 }
 
-bool SqliteIdempotencyRecorder::complete(std::string_view consumer, std::string_view event_id,
-                                         std::uint64_t token) {
-  validate(consumer, event_id);
+bool SqliteIdempotencyRecorder::do_complete(std::string_view consumer, std::string_view event_id,
+                                            std::uint64_t token) {
   if (token > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
   Impl::WriterLock lock(*impl_, "complete");
   Connection& connection = lock.connection();
@@ -630,9 +607,8 @@ bool SqliteIdempotencyRecorder::complete(std::string_view consumer, std::string_
   return true;
 }
 
-bool SqliteIdempotencyRecorder::release(std::string_view consumer, std::string_view event_id,
-                                        std::uint64_t token) {
-  validate(consumer, event_id);
+bool SqliteIdempotencyRecorder::do_release(std::string_view consumer, std::string_view event_id,
+                                           std::uint64_t token) {
   if (token > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
   Impl::WriterLock lock(*impl_, "release");
   Connection& connection = lock.connection();
@@ -644,10 +620,8 @@ bool SqliteIdempotencyRecorder::release(std::string_view consumer, std::string_v
   return true;
 }
 
-bool SqliteIdempotencyRecorder::renew(std::string_view consumer, std::string_view event_id,
-                                      std::uint64_t token, Millis lease) {
-  validate(consumer, event_id);
-  validate_lease(lease);
+bool SqliteIdempotencyRecorder::do_renew(std::string_view consumer, std::string_view event_id,
+                                         std::uint64_t token, Millis lease) {
   if (token > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) return false;
   Impl::WriterLock lock(*impl_, "renew");
   Connection& connection = lock.connection();
@@ -662,10 +636,9 @@ bool SqliteIdempotencyRecorder::renew(std::string_view consumer, std::string_vie
   return true;
 }
 
-bool SqliteIdempotencyRecorder::run_transactional(std::string_view consumer,
-                                                  std::string_view event_id,
-                                                  const std::function<void(Transaction&)>& fn) {
-  validate(consumer, event_id);
+bool SqliteIdempotencyRecorder::do_run_transactional(std::string_view consumer,
+                                                     std::string_view event_id,
+                                                     const std::function<void(Transaction&)>& fn) {
   Impl::WriterLock lock(*impl_, "run_transactional");
   Connection& connection = lock.connection();
   WriteTransaction tx(connection);
@@ -704,15 +677,8 @@ bool SqliteIdempotencyRecorder::run_transactional(std::string_view consumer,
   return true;
 }
 
-std::size_t SqliteIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than) {
-  return purge(older_than, PurgeProgress{});
-}
-
-std::size_t SqliteIdempotencyRecorder::purge(std::chrono::system_clock::duration older_than,
-                                             const PurgeProgress& progress) {
-  if (older_than < std::chrono::system_clock::duration::zero()) {
-    throw InvalidArgument("purge(older_than) needs older_than >= 0");
-  }
+std::size_t SqliteIdempotencyRecorder::do_purge(std::chrono::system_clock::duration older_than,
+                                                const PurgeProgress& progress) {
   const std::int64_t age_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(older_than).count();
   const std::int64_t cutoff_ms = saturating_add(impl_->now_ms(), -age_ms);
@@ -756,7 +722,7 @@ std::size_t SqliteIdempotencyRecorder::purge(std::chrono::system_clock::duration
   return markers;
 }
 
-std::vector<ConsumerCounts> SqliteIdempotencyRecorder::consumer_counts() {
+std::vector<ConsumerCounts> SqliteIdempotencyRecorder::do_consumer_counts() {
   std::map<std::string, ConsumerCounts, std::less<>> by_name;
   const auto entry = [&](std::string name) -> ConsumerCounts& {
     auto& counts = by_name[name];
@@ -785,11 +751,8 @@ std::vector<ConsumerCounts> SqliteIdempotencyRecorder::consumer_counts() {
   return result;
 }
 
-std::size_t SqliteIdempotencyRecorder::count_purgeable(
+std::size_t SqliteIdempotencyRecorder::do_count_purgeable(
     std::chrono::system_clock::duration older_than) {
-  if (older_than < std::chrono::system_clock::duration::zero()) {
-    throw InvalidArgument("count_purgeable(older_than) needs older_than >= 0");
-  }
   const std::int64_t age_ms =
       std::chrono::duration_cast<std::chrono::milliseconds>(older_than).count();
   const std::string cutoff = marker_timestamp(from_ms(saturating_add(impl_->now_ms(), -age_ms)));
@@ -799,9 +762,8 @@ std::size_t SqliteIdempotencyRecorder::count_purgeable(
   return count.step() ? static_cast<std::size_t>(count.column_int64(0)) : 0;
 }
 
-MarkerInspection SqliteIdempotencyRecorder::inspect(std::string_view consumer,
-                                                    std::string_view event_id) {
-  validate(consumer, event_id);
+MarkerInspection SqliteIdempotencyRecorder::do_inspect(std::string_view consumer,
+                                                       std::string_view event_id) {
   MarkerInspection result;
   Impl::ReadLease lease(*impl_);
   Connection& connection = lease.connection();

@@ -123,20 +123,6 @@ std::int64_t to_ms(WallTime t) {
   return std::chrono::floor<std::chrono::milliseconds>(t.time_since_epoch()).count();
 }
 
-void check_lease(Millis lease) {
-  if (lease <= Millis::zero()) {
-    throw InvalidArgument("idempotency lease must be positive (got " +
-                          std::to_string(lease.count()) + " ms)");
-  }
-}
-
-void check_ttl(Millis ttl) {
-  if (ttl < Millis::zero()) {
-    throw InvalidArgument("idempotency ttl must not be negative (got " +
-                          std::to_string(ttl.count()) + " ms)");
-  }
-}
-
 // Tokens are stored as SQLite's signed INTEGER; a larger one was never handed out.
 bool token_fits(std::uint64_t token) {
   return token <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
@@ -425,11 +411,9 @@ const SqliteOptions& SqliteIdempotencyStore::options() const noexcept {
   return impl_->options_;
 }
 
-ClaimOutcome SqliteIdempotencyStore::claim(std::string_view key,
-                                           std::optional<std::string_view> fingerprint,
-                                           Millis lease) {
-  validate_key("idempotency key", key);
-  check_lease(lease);
+ClaimOutcome SqliteIdempotencyStore::do_claim(std::string_view key,
+                                              std::optional<std::string_view> fingerprint,
+                                              Millis lease) {
   // Fast path without the file's write lock: a live record stays live until its expiry or
   // lease end, so an answer read from a snapshot taken during this call is the answer of that
   // moment. Replays and in-progress duplicates then never queue behind writers, in this process
@@ -492,10 +476,9 @@ ClaimOutcome SqliteIdempotencyStore::claim(std::string_view key,
   return refused(std::move(*record), fingerprint);  // nothing written: ~WriteTransaction ends it
 }
 
-bool SqliteIdempotencyStore::complete(std::string_view key, std::uint64_t token, StoredValue value,
-                                      const ExecutionReport& report, Millis ttl) {
-  validate_key("idempotency key", key);
-  check_ttl(ttl);
+bool SqliteIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
+                                         StoredValue value, const ExecutionReport& report,
+                                         Millis ttl) {
   if (!token_fits(token)) return false;
   const auto stored_token = static_cast<std::int64_t>(token);
   // Serialised before the write lock is taken: the lock is shared by every process.
@@ -527,8 +510,7 @@ bool SqliteIdempotencyStore::complete(std::string_view key, std::uint64_t token,
   return true;
 }
 
-bool SqliteIdempotencyStore::release(std::string_view key, std::uint64_t token) {
-  validate_key("idempotency key", key);
+bool SqliteIdempotencyStore::do_release(std::string_view key, std::uint64_t token) {
   if (!token_fits(token)) return false;
   Impl::WriterLock lock(*impl_);
   Connection& connection = lock.connection();
@@ -540,9 +522,7 @@ bool SqliteIdempotencyStore::release(std::string_view key, std::uint64_t token) 
   return true;
 }
 
-bool SqliteIdempotencyStore::renew(std::string_view key, std::uint64_t token, Millis lease) {
-  validate_key("idempotency key", key);
-  check_lease(lease);
+bool SqliteIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
   if (!token_fits(token)) return false;
   Impl::WriterLock lock(*impl_);
   Connection& connection = lock.connection();
@@ -556,8 +536,7 @@ bool SqliteIdempotencyStore::renew(std::string_view key, std::uint64_t token, Mi
   return true;
 }
 
-std::optional<IdempotencyRecord> SqliteIdempotencyStore::lookup(std::string_view key) {
-  validate_key("idempotency key", key);
+std::optional<IdempotencyRecord> SqliteIdempotencyStore::do_lookup(std::string_view key) {
   Impl::ReadLease lease(*impl_, Impl::Prefer::idle_writer);
   auto record = impl_->read(lease.connection(), key);
   if (record && record->state == IdempotencyRecord::State::completed &&
@@ -567,11 +546,7 @@ std::optional<IdempotencyRecord> SqliteIdempotencyStore::lookup(std::string_view
   return record;
 }
 
-std::size_t SqliteIdempotencyStore::purge_expired() {
-  return purge_expired(PurgeProgress{});
-}
-
-std::size_t SqliteIdempotencyStore::purge_expired(const PurgeProgress& progress) {
+std::size_t SqliteIdempotencyStore::do_purge_expired(const PurgeProgress& progress) {
   // One instant for the whole purge: results that expire while it runs wait for the next one.
   const std::int64_t now = impl_->now_ms();
   std::size_t purged = 0;
@@ -592,7 +567,7 @@ std::size_t SqliteIdempotencyStore::purge_expired(const PurgeProgress& progress)
   }
 }
 
-StoreCounts SqliteIdempotencyStore::counts() {
+StoreCounts SqliteIdempotencyStore::do_counts() {
   Impl::ReadLease lease(*impl_);
   Statement count = lease.connection().prepare(kCountByState);
   count.bind(1, impl_->now_ms());
@@ -606,7 +581,7 @@ StoreCounts SqliteIdempotencyStore::counts() {
   return counts;
 }
 
-std::size_t SqliteIdempotencyStore::entry_count() {
+std::size_t SqliteIdempotencyStore::do_entry_count() {
   Impl::ReadLease lease(*impl_);
   Statement count = lease.connection().prepare(kCount);
   return count.step() ? static_cast<std::size_t>(count.column_int64(0)) : 0;

@@ -87,58 +87,79 @@ struct StoreCounts {
   std::uint64_t expired = 0;      // results past expires_at, awaiting purge_expired()
 };
 
+class StoreWrapper;
+
+// The protocol. Its public calls are non-virtual: each checks its arguments once (the key with
+// validate_key(), lease > 0, ttl >= 0) and then calls the private do_* virtual a backend
+// implements, so a backend only ever sees valid arguments.
 class IdempotencyStore {
  public:
   virtual ~IdempotencyStore() = default;
 
   // True when values must be passed as bytes (StoredValue::bytes) — durable stores.
-  virtual bool needs_bytes() const noexcept = 0;
+  [[nodiscard]] bool needs_bytes() const noexcept { return do_needs_bytes(); }
 
   // Atomic claim. `fingerprint` (optional) is stored with the claim and compared against live
   // records: a different fingerprint gives `mismatch` (a record without a fingerprint, or a call
   // without one, never mismatches).
-  virtual ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                             Millis lease) = 0;
+  [[nodiscard]] ClaimOutcome claim(std::string_view key,
+                                   std::optional<std::string_view> fingerprint, Millis lease);
 
   // IN_PROGRESS(token) -> COMPLETED, expiring at now + ttl. False when `token` was fenced off.
-  virtual bool complete(std::string_view key, std::uint64_t token, StoredValue value,
-                        const ExecutionReport& report, Millis ttl) = 0;
+  [[nodiscard]] bool complete(std::string_view key, std::uint64_t token, StoredValue value,
+                              const ExecutionReport& report, Millis ttl);
 
   // IN_PROGRESS(token) -> absent. False when `token` was fenced off.
-  virtual bool release(std::string_view key, std::uint64_t token) = 0;
+  [[nodiscard]] bool release(std::string_view key, std::uint64_t token);
 
   // Extends a live claim's lease to now + lease. False when `token` was fenced off.
-  virtual bool renew(std::string_view key, std::uint64_t token, Millis lease) = 0;
+  [[nodiscard]] bool renew(std::string_view key, std::uint64_t token, Millis lease);
 
   // The live record for `key`, if any (expired completed records are reported absent).
-  virtual std::optional<IdempotencyRecord> lookup(std::string_view key) = 0;
+  [[nodiscard]] std::optional<IdempotencyRecord> lookup(std::string_view key);
 
-  // Removes expired completed records; returns how many went.
-  virtual std::size_t purge_expired() = 0;
-
-  // The same purge, deleting in bounded chunks and calling `progress` between them with the
-  // number of records deleted so far (see purge_progress.hpp). Every idem store overrides it
-  // (and its purge_expired() is this one with an empty callback). Default, for stores written
-  // before it existed: purge_expired(), then one progress call with the total.
-  virtual std::size_t purge_expired(const PurgeProgress& progress);
+  // Removes expired completed records in bounded chunks, calling `progress` (if any) between
+  // them with the number deleted so far (see purge_progress.hpp); returns how many went.
+  std::size_t purge_expired(const PurgeProgress& progress = {}) {
+    return do_purge_expired(progress);
+  }
 
   // Records held right now by state, decided with the store's clock. A snapshot that reads
   // every record (or key, on Redis): for operators and tests, not a hot path.
   // Default: throws NotSupported.
-  virtual StoreCounts counts();
+  [[nodiscard]] StoreCounts counts() { return do_counts(); }
 
   // Records currently held (live or not yet purged).
-  virtual std::size_t entry_count() = 0;
+  [[nodiscard]] std::size_t entry_count() { return do_entry_count(); }
 
   // Waits until `key` is no longer in progress under a live lease, `deadline` passes or `stop`
   // is requested; returns the record then seen (nullopt: absent). The default polls lookup()
   // with capped exponential backoff; stores with server notifications override it.
-  virtual std::optional<IdempotencyRecord> wait(std::string_view key, SteadyTime deadline,
-                                                std::stop_token stop);
+  [[nodiscard]] std::optional<IdempotencyRecord> wait(std::string_view key, SteadyTime deadline,
+                                                      std::stop_token stop);
 
  protected:
   // The clock used by wait()'s default polling. Stores set it from their options.
   std::shared_ptr<Clock> wait_clock_ = system_clock();
+
+ private:
+  // StoreWrapper forwards to the wrapped store's do_* (arguments checked once, by the outermost
+  // store).
+  friend class StoreWrapper;
+
+  virtual bool do_needs_bytes() const noexcept = 0;
+  virtual ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                                Millis lease) = 0;
+  virtual bool do_complete(std::string_view key, std::uint64_t token, StoredValue value,
+                           const ExecutionReport& report, Millis ttl) = 0;
+  virtual bool do_release(std::string_view key, std::uint64_t token) = 0;
+  virtual bool do_renew(std::string_view key, std::uint64_t token, Millis lease) = 0;
+  virtual std::optional<IdempotencyRecord> do_lookup(std::string_view key) = 0;
+  virtual std::size_t do_purge_expired(const PurgeProgress& progress) = 0;
+  virtual StoreCounts do_counts();
+  virtual std::size_t do_entry_count() = 0;
+  virtual std::optional<IdempotencyRecord> do_wait(std::string_view key, SteadyTime deadline,
+                                                   std::stop_token stop);
 };
 
 }  // namespace idem

@@ -64,35 +64,32 @@ class InMemoryIdempotencyRecorder final : public IdempotencyRecorder {
   InMemoryIdempotencyRecorder(const InMemoryIdempotencyRecorder&) = delete;
   InMemoryIdempotencyRecorder& operator=(const InMemoryIdempotencyRecorder&) = delete;
 
-  bool is_processed(std::string_view consumer, std::string_view event_id) override;
-  void mark_processed(std::string_view consumer, std::string_view event_id) override;
-  // is_processed_many / mark_processed_many: the base class's loop over the calls above (each a
-  // shard lock and a hash lookup). A per-shard batch path was measured and bought nothing.
-
-  bool supports_claims() const noexcept override { return true; }
-  // `lease` must be positive (InvalidArgument otherwise).
-  Claim claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
-  bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
-  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
-  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
-             Millis lease) override;
-
-  // `older_than` must not be negative (InvalidArgument otherwise).
-  std::size_t purge(std::chrono::system_clock::duration older_than) override;
-  // One chunk per shard: progress is called after each shard that lost markers.
-  std::size_t purge(std::chrono::system_clock::duration older_than,
-                    const PurgeProgress& progress) override;
-
-  std::vector<ConsumerCounts> consumer_counts() override;
-  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override;
-  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override;
-
   // How many markers / live-or-lapsed claims are held right now (a snapshot; other threads may
   // change it at once).
   std::size_t marker_count() const;
   std::size_t claim_count() const;
 
  private:
+  bool do_is_processed(std::string_view consumer, std::string_view event_id) override;
+  void do_mark_processed(std::string_view consumer, std::string_view event_id) override;
+  // is_processed_many / mark_processed_many: the base class's loop over the calls above (each a
+  // shard lock and a hash lookup). A per-shard batch path was measured and bought nothing.
+
+  RecorderCapabilities do_capabilities() const noexcept override { return {.claims = true}; }
+  Claim do_claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
+  bool do_complete(std::string_view consumer, std::string_view event_id,
+                   std::uint64_t token) override;
+  bool do_release(std::string_view consumer, std::string_view event_id,
+                  std::uint64_t token) override;
+  bool do_renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+                Millis lease) override;
+  // One chunk per shard: progress is called after each shard that lost markers.
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const PurgeProgress& progress) override;
+  std::vector<ConsumerCounts> do_consumer_counts() override;
+  std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than) override;
+  MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id) override;
+
   detail::MemoryRecorderShard& shard_for(std::size_t hash) const noexcept;
 
   std::shared_ptr<Clock> clock_;

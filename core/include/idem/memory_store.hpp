@@ -73,25 +73,23 @@ class InMemoryIdempotencyStore final : public IdempotencyStore {
   InMemoryIdempotencyStore(const InMemoryIdempotencyStore&) = delete;
   InMemoryIdempotencyStore& operator=(const InMemoryIdempotencyStore&) = delete;
 
-  bool needs_bytes() const noexcept override { return false; }
-
-  ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                     Millis lease) override;
-  bool complete(std::string_view key, std::uint64_t token, StoredValue value,
-                const ExecutionReport& report, Millis ttl) override;
-  bool release(std::string_view key, std::uint64_t token) override;
-  bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
-  std::optional<IdempotencyRecord> lookup(std::string_view key) override;
-  std::size_t purge_expired() override;
-  // One chunk per shard: progress is called after each shard that lost records.
-  std::size_t purge_expired(const PurgeProgress& progress) override;
-  std::size_t entry_count() override;
-  StoreCounts counts() override;
-  std::optional<IdempotencyRecord> wait(std::string_view key, SteadyTime deadline,
-                                        std::stop_token stop) override;
-
  private:
   struct Shard;
+
+  bool do_needs_bytes() const noexcept override { return false; }
+  ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                        Millis lease) override;
+  bool do_complete(std::string_view key, std::uint64_t token, StoredValue value,
+                   const ExecutionReport& report, Millis ttl) override;
+  bool do_release(std::string_view key, std::uint64_t token) override;
+  bool do_renew(std::string_view key, std::uint64_t token, Millis lease) override;
+  std::optional<IdempotencyRecord> do_lookup(std::string_view key) override;
+  // One chunk per shard: progress is called after each shard that lost records.
+  std::size_t do_purge_expired(const PurgeProgress& progress) override;
+  std::size_t do_entry_count() override;
+  StoreCounts do_counts() override;
+  std::optional<IdempotencyRecord> do_wait(std::string_view key, SteadyTime deadline,
+                                           std::stop_token stop) override;
 
   Shard& shard_for(std::string_view key);
   // Makes room for one new record (capacity bound). Called without any shard lock held.

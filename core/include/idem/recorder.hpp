@@ -84,23 +84,35 @@ class Transaction {
   virtual ~Transaction() = default;
 };
 
+// What a recorder can do beyond check and mark (IdempotencyRecorder::capabilities()).
+struct RecorderCapabilities {
+  bool claims = false;        // claim/complete/release/renew (exclusive mode)
+  bool transactions = false;  // run_transactional (transactional mode)
+};
+
+class RecorderWrapper;
+
+// The protocol. Its public calls are non-virtual: each checks its arguments once (consumer and
+// event id with validate_key(), lease > 0, older_than >= 0) and then calls the private do_*
+// virtual a backend implements, so a backend only ever sees valid arguments. A backend overrides
+// do_is_processed, do_mark_processed and do_purge, and whatever else it supports.
 class IdempotencyRecorder {
  public:
   virtual ~IdempotencyRecorder() = default;
 
   // True when `consumer` has marked `event_id` processed (and the marker was not purged).
-  virtual bool is_processed(std::string_view consumer, std::string_view event_id) = 0;
+  [[nodiscard]] bool is_processed(std::string_view consumer, std::string_view event_id);
 
   // Records that `consumer` processed `event_id`. Marking again is harmless (no error, no
   // duplicate). Returns only once the marker is as durable as the recorder promises.
-  virtual void mark_processed(std::string_view consumer, std::string_view event_id) = 0;
+  void mark_processed(std::string_view consumer, std::string_view event_id);
 
   // ---- batches (a transport settling a window of deliveries at once) --------------------
   // is_processed for every id, in order: result[i] is is_processed(consumer, event_ids[i]).
   // Every id is validated first (InvalidKey: nothing read). An empty span reads nothing.
   // Default: one is_processed per id; the idem backends answer in one query / round trip.
-  virtual std::vector<bool> is_processed_many(std::string_view consumer,
-                                              std::span<const std::string> event_ids);
+  [[nodiscard]] std::vector<bool> is_processed_many(std::string_view consumer,
+                                                    std::span<const std::string> event_ids);
 
   // mark_processed for every id (repeats, in the span or already marked, are harmless). Every
   // id is validated first (InvalidKey: nothing written). Returns once all markers are as durable
@@ -108,65 +120,90 @@ class IdempotencyRecorder {
   // not — harmless, since the caller treats every id of a failed batch as unmarked and a repeat
   // mark is a no-op. Default: one mark_processed per id; the idem backends write the batch in
   // one transaction / round trip.
-  virtual void mark_processed_many(std::string_view consumer,
-                                   std::span<const std::string> event_ids);
+  void mark_processed_many(std::string_view consumer, std::span<const std::string> event_ids);
+
+  // What this recorder supports beyond check and mark.
+  [[nodiscard]] RecorderCapabilities capabilities() const noexcept { return do_capabilities(); }
+  [[nodiscard]] bool supports_claims() const noexcept { return capabilities().claims; }
+  [[nodiscard]] bool supports_transactions() const noexcept { return capabilities().transactions; }
 
   // ---- claims (exclusive mode) ----------------------------------------------------------
-  virtual bool supports_claims() const noexcept { return false; }
-
   // One atomic step: if processed → processed; else if a live claim exists → in_progress;
   // else (no claim, or its lease passed) → acquired with a new, larger token.
-  // Default: throws NotSupported.
-  virtual Claim claim(std::string_view consumer, std::string_view event_id, Millis lease);
+  // Without capabilities().claims: throws NotSupported.
+  [[nodiscard]] Claim claim(std::string_view consumer, std::string_view event_id, Millis lease);
 
   // Marks the event processed and drops the claim, atomically — only if `token` is still the
   // current claim. Returns false (and writes nothing) when the token was fenced off.
-  virtual bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token);
+  [[nodiscard]] bool complete(std::string_view consumer, std::string_view event_id,
+                              std::uint64_t token);
 
   // Drops the claim without marking (the handler failed) — only if `token` is current.
-  virtual bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token);
+  [[nodiscard]] bool release(std::string_view consumer, std::string_view event_id,
+                             std::uint64_t token);
 
   // Extends the lease of a live claim to now + lease — only if `token` is current.
-  virtual bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
-                     Millis lease);
+  [[nodiscard]] bool renew(std::string_view consumer, std::string_view event_id,
+                           std::uint64_t token, Millis lease);
 
   // ---- transactions (transactional mode) ------------------------------------------------
-  virtual bool supports_transactions() const noexcept { return false; }
-
   // In one transaction: insert the marker; if it already existed, roll back and return false
   // without calling `fn`; otherwise call fn(tx) and commit. If fn throws, the transaction is
   // rolled back (no marker, none of fn's writes) and the exception propagates.
-  // Default: throws NotSupported.
-  virtual bool run_transactional(std::string_view consumer, std::string_view event_id,
-                                 const std::function<void(Transaction&)>& fn);
+  // Without capabilities().transactions: throws NotSupported.
+  [[nodiscard]] bool run_transactional(std::string_view consumer, std::string_view event_id,
+                                       const std::function<void(Transaction&)>& fn);
 
   // ---- retention ------------------------------------------------------------------------
-  // Deletes markers (and dead claims) older than `older_than`; returns how many markers went.
-  // A purged event counts as unprocessed again, so keep markers longer than the longest
-  // redelivery window of the transport.
-  virtual std::size_t purge(std::chrono::system_clock::duration older_than) = 0;
-
-  // The same purge, deleting in bounded chunks and calling `progress` between them with the
-  // number of markers deleted so far (see purge_progress.hpp). Every idem backend overrides it
-  // (and its purge(older_than) is this one with an empty callback). Default, for recorders
-  // written before it existed: purge(older_than), then one progress call with the total.
-  virtual std::size_t purge(std::chrono::system_clock::duration older_than,
-                            const PurgeProgress& progress);
+  // Deletes markers (and dead claims) older than `older_than`, in bounded chunks, calling
+  // `progress` (if any) between them with the number deleted so far (see purge_progress.hpp);
+  // returns how many markers went. A purged event counts as unprocessed again, so keep markers
+  // longer than the longest redelivery window of the transport.
+  std::size_t purge(std::chrono::system_clock::duration older_than,
+                    const PurgeProgress& progress = {});
 
   // ---- operator views -------------------------------------------------------------------
   // Markers and live claims per consumer, sorted by consumer name; consumers with neither are
   // absent. A snapshot: concurrent calls may change the numbers at once. It reads every marker
   // (or every key, on Redis), so it is for operators and tests, not for a hot path.
   // Default: throws NotSupported.
-  virtual std::vector<ConsumerCounts> consumer_counts();
+  [[nodiscard]] std::vector<ConsumerCounts> consumer_counts() { return do_consumer_counts(); }
 
   // How many markers purge(older_than) would delete right now (a dry run). Default: throws
   // NotSupported.
-  virtual std::size_t count_purgeable(std::chrono::system_clock::duration older_than);
+  [[nodiscard]] std::size_t count_purgeable(std::chrono::system_clock::duration older_than);
 
   // The marker and the open claim of one event. Bad keys throw InvalidKey.
   // Default: throws NotSupported.
-  virtual MarkerInspection inspect(std::string_view consumer, std::string_view event_id);
+  [[nodiscard]] MarkerInspection inspect(std::string_view consumer, std::string_view event_id);
+
+ private:
+  // RecorderWrapper forwards to the wrapped recorder's do_* (arguments checked once, by the
+  // outermost recorder).
+  friend class RecorderWrapper;
+
+  virtual bool do_is_processed(std::string_view consumer, std::string_view event_id) = 0;
+  virtual void do_mark_processed(std::string_view consumer, std::string_view event_id) = 0;
+  virtual std::vector<bool> do_is_processed_many(std::string_view consumer,
+                                                 std::span<const std::string> event_ids);
+  virtual void do_mark_processed_many(std::string_view consumer,
+                                      std::span<const std::string> event_ids);
+  virtual RecorderCapabilities do_capabilities() const noexcept { return {}; }
+  virtual Claim do_claim(std::string_view consumer, std::string_view event_id, Millis lease);
+  virtual bool do_complete(std::string_view consumer, std::string_view event_id,
+                           std::uint64_t token);
+  virtual bool do_release(std::string_view consumer, std::string_view event_id,
+                          std::uint64_t token);
+  virtual bool do_renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+                        Millis lease);
+  virtual bool do_run_transactional(std::string_view consumer, std::string_view event_id,
+                                    const std::function<void(Transaction&)>& fn);
+  // Deletes in bounded chunks, calling progress (when set) between them.
+  virtual std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                               const PurgeProgress& progress) = 0;
+  virtual std::vector<ConsumerCounts> do_consumer_counts();
+  virtual std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than);
+  virtual MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id);
 };
 
 }  // namespace idem

@@ -46,6 +46,7 @@
 #include "idem/events.hpp"
 #include "idem/resilient.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
+#include "idem/wrapper.hpp"
 
 namespace {
 
@@ -115,40 +116,20 @@ class EffectsFile {
 
 // Forwards to the SQLite store and counts the calls that waited for another process's owner;
 // with `announce`, says "waiting" the first time, so a test knows this process waits.
-class WaitCountingStore final : public idem::IdempotencyStore {
+class WaitCountingStore final : public idem::StoreWrapper {
  public:
   WaitCountingStore(std::shared_ptr<idem::IdempotencyStore> inner, bool announce)
-      : inner_(std::move(inner)), announce_(announce) {}
-  bool needs_bytes() const noexcept override { return inner_->needs_bytes(); }
-  idem::ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                           idem::Millis lease) override {
-    return inner_->claim(key, fingerprint, lease);
-  }
-  bool complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
-                const idem::ExecutionReport& report, idem::Millis ttl) override {
-    return inner_->complete(key, token, std::move(value), report, ttl);
-  }
-  bool release(std::string_view key, std::uint64_t token) override {
-    return inner_->release(key, token);
-  }
-  bool renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
-    return inner_->renew(key, token, lease);
-  }
-  std::optional<idem::IdempotencyRecord> lookup(std::string_view key) override {
-    return inner_->lookup(key);
-  }
-  std::size_t purge_expired() override { return inner_->purge_expired(); }
-  std::size_t entry_count() override { return inner_->entry_count(); }
-  std::optional<idem::IdempotencyRecord> wait(std::string_view key, idem::SteadyTime deadline,
-                                              std::stop_token stop) override {
-    if (waits_.fetch_add(1) == 0 && announce_) say("waiting");
-    return inner_->wait(key, deadline, std::move(stop));
-  }
+      : StoreWrapper(std::move(inner)), announce_(announce) {}
 
   long waits() const { return waits_.load(); }
 
  private:
-  std::shared_ptr<idem::IdempotencyStore> inner_;
+  std::optional<idem::IdempotencyRecord> do_wait(std::string_view key, idem::SteadyTime deadline,
+                                                 std::stop_token stop) override {
+    if (waits_.fetch_add(1) == 0 && announce_) say("waiting");
+    return StoreWrapper::do_wait(key, deadline, std::move(stop));
+  }
+
   bool announce_;
   std::atomic<long> waits_{0};
 };

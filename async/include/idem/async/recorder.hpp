@@ -24,11 +24,8 @@
 
 namespace idem::async {
 
-// What a recorder can do beyond check and mark.
-struct RecorderCapabilities {
-  bool claims = false;        // claim/complete/release/renew (exclusive mode)
-  bool transactions = false;  // run_transactional (transactional mode)
-};
+// The same capabilities value as the blocking recorder's.
+using idem::RecorderCapabilities;
 
 // The transaction a transactional handler writes through, as coroutines. It is bound to the
 // coroutine that runs run_transactional's callback: do not use it from another coroutine, nor

@@ -59,6 +59,7 @@
 #include "idem/error.hpp"
 #include "idem/idempotency_store.hpp"
 #include "idem/recorder.hpp"
+#include "idem/wrapper.hpp"
 
 namespace idem::testing {
 
@@ -213,160 +214,126 @@ class CrashTrigger {
   std::atomic<std::uint64_t> fired_{0};
 };
 
-inline std::shared_ptr<IdempotencyRecorder> require(std::shared_ptr<IdempotencyRecorder> inner) {
-  if (!inner) throw InvalidArgument("CrashingRecorder: the recorder to wrap is null");
-  return inner;
-}
-
-inline std::shared_ptr<IdempotencyStore> require(std::shared_ptr<IdempotencyStore> inner) {
-  if (!inner) throw InvalidArgument("CrashingStore: the store to wrap is null");
-  return inner;
-}
-
 }  // namespace detail
 
-// An IdempotencyRecorder that forwards every call to `inner` and fires the plan at after_claim,
-// before_complete and during_complete (see the table at the top). Give it to an
-// IdempotentHandler in place of the recorder it wraps.
-class CrashingRecorder final : public IdempotencyRecorder {
+// An IdempotencyRecorder that forwards every call to `inner` (a RecorderWrapper) and fires the
+// plan at after_claim, before_complete and during_complete (see the table at the top). Give it
+// to an IdempotentHandler in place of the recorder it wraps.
+//
+// The batch calls crash the whole window at once, as a process crash in the middle of a batch
+// settlement would: is_processed_many fires after_claim when it let at least one event through;
+// mark_processed_many fires before_complete before the batch is written and during_complete
+// after all of it is durable. The backend's own batch path runs in between.
+class CrashingRecorder final : public RecorderWrapper {
  public:
+  // Throws InvalidArgument for a null `inner`.
   CrashingRecorder(std::shared_ptr<IdempotencyRecorder> inner, CrashPlan plan)
-      : inner_(detail::require(std::move(inner))), trigger_(plan) {}
+      : RecorderWrapper(inner), inner_(std::move(inner)), trigger_(plan) {}
 
   const CrashPlan& plan() const noexcept { return trigger_.plan(); }
   // How many times the plan fired (and threw) so far.
   std::uint64_t fired() const noexcept { return trigger_.fired(); }
   const std::shared_ptr<IdempotencyRecorder>& inner() const noexcept { return inner_; }
 
-  bool is_processed(std::string_view consumer, std::string_view event_id) override {
-    const bool processed = inner_->is_processed(consumer, event_id);
+ private:
+  bool do_is_processed(std::string_view consumer, std::string_view event_id) override {
+    const bool processed = RecorderWrapper::do_is_processed(consumer, event_id);
     // check_then_mark's "claim" is the check that lets the event through.
     if (!processed) trigger_.at(CrashPoint::after_claim);
     return processed;
   }
 
-  void mark_processed(std::string_view consumer, std::string_view event_id) override {
+  void do_mark_processed(std::string_view consumer, std::string_view event_id) override {
     trigger_.at(CrashPoint::before_complete);
-    inner_->mark_processed(consumer, event_id);
+    RecorderWrapper::do_mark_processed(consumer, event_id);
     trigger_.at(CrashPoint::during_complete);
   }
 
-  bool supports_claims() const noexcept override { return inner_->supports_claims(); }
+  std::vector<bool> do_is_processed_many(std::string_view consumer,
+                                         std::span<const std::string> event_ids) override {
+    std::vector<bool> processed = RecorderWrapper::do_is_processed_many(consumer, event_ids);
+    for (const bool seen : processed) {
+      if (!seen) {
+        trigger_.at(CrashPoint::after_claim);
+        break;
+      }
+    }
+    return processed;
+  }
 
-  Claim claim(std::string_view consumer, std::string_view event_id, Millis lease) override {
-    Claim claim = inner_->claim(consumer, event_id, lease);
+  void do_mark_processed_many(std::string_view consumer,
+                              std::span<const std::string> event_ids) override {
+    trigger_.at(CrashPoint::before_complete);
+    RecorderWrapper::do_mark_processed_many(consumer, event_ids);
+    trigger_.at(CrashPoint::during_complete);
+  }
+
+  Claim do_claim(std::string_view consumer, std::string_view event_id, Millis lease) override {
+    Claim claim = RecorderWrapper::do_claim(consumer, event_id, lease);
     if (claim.status == Claim::Status::acquired) trigger_.at(CrashPoint::after_claim);
     return claim;
   }
 
-  bool complete(std::string_view consumer, std::string_view event_id,
-                std::uint64_t token) override {
+  bool do_complete(std::string_view consumer, std::string_view event_id,
+                   std::uint64_t token) override {
     trigger_.at(CrashPoint::before_complete);
-    const bool completed = inner_->complete(consumer, event_id, token);
+    const bool completed = RecorderWrapper::do_complete(consumer, event_id, token);
     if (completed) trigger_.at(CrashPoint::during_complete);
     return completed;
   }
 
-  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override {
-    return inner_->release(consumer, event_id, token);
-  }
-
-  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
-             Millis lease) override {
-    return inner_->renew(consumer, event_id, token, lease);
-  }
-
-  bool supports_transactions() const noexcept override { return inner_->supports_transactions(); }
-
   // after_claim and before_complete fire inside the transaction (so kill leaves it uncommitted
   // and throw_ rolls it back); during_complete fires after the commit.
-  bool run_transactional(std::string_view consumer, std::string_view event_id,
-                         const std::function<void(Transaction&)>& fn) override {
-    const bool ran = inner_->run_transactional(consumer, event_id, [&](Transaction& tx) {
-      trigger_.at(CrashPoint::after_claim);
-      fn(tx);
-      trigger_.at(CrashPoint::before_complete);
-    });
+  bool do_run_transactional(std::string_view consumer, std::string_view event_id,
+                            const std::function<void(Transaction&)>& fn) override {
+    const bool ran =
+        RecorderWrapper::do_run_transactional(consumer, event_id, [&](Transaction& tx) {
+          trigger_.at(CrashPoint::after_claim);
+          fn(tx);
+          trigger_.at(CrashPoint::before_complete);
+        });
     if (ran) trigger_.at(CrashPoint::during_complete);
     return ran;
   }
 
-  std::size_t purge(std::chrono::system_clock::duration older_than) override {
-    return inner_->purge(older_than);
-  }
-  std::size_t purge(std::chrono::system_clock::duration older_than,
-                    const PurgeProgress& progress) override {
-    return inner_->purge(older_than, progress);
-  }
-  std::vector<ConsumerCounts> consumer_counts() override { return inner_->consumer_counts(); }
-  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override {
-    return inner_->count_purgeable(older_than);
-  }
-  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override {
-    return inner_->inspect(consumer, event_id);
-  }
-
- private:
   std::shared_ptr<IdempotencyRecorder> inner_;
   detail::CrashTrigger trigger_;
 };
 
-// An IdempotencyStore that forwards every call to `inner` and fires the plan at after_claim
-// (claim() acquired), before_complete and during_complete (complete() returned true). Give it to
-// idem::resilient / idem::operation as their idempotency store.
+// An IdempotencyStore that forwards every call to `inner` (a StoreWrapper) and fires the plan at
+// after_claim (claim() acquired), before_complete and during_complete (complete() returned
+// true). Give it to idem::resilient / idem::operation as their idempotency store.
 //
 // Note for throw_: the coordinator treats a failing complete() as "the value is real, only the
 // record is missing" — it releases the key and returns the value (recorded = false), so a throw
 // at before_complete / during_complete does not reach the caller. A throw at after_claim leaves
 // the claim in the store until its lease passes (nobody learnt the token to release it).
-class CrashingStore final : public IdempotencyStore {
+class CrashingStore final : public StoreWrapper {
  public:
+  // Throws InvalidArgument for a null `inner`.
   CrashingStore(std::shared_ptr<IdempotencyStore> inner, CrashPlan plan)
-      : inner_(detail::require(std::move(inner))), trigger_(plan) {}
+      : StoreWrapper(inner), inner_(std::move(inner)), trigger_(plan) {}
 
   const CrashPlan& plan() const noexcept { return trigger_.plan(); }
   std::uint64_t fired() const noexcept { return trigger_.fired(); }
   const std::shared_ptr<IdempotencyStore>& inner() const noexcept { return inner_; }
 
-  bool needs_bytes() const noexcept override { return inner_->needs_bytes(); }
-
-  ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                     Millis lease) override {
-    ClaimOutcome outcome = inner_->claim(key, fingerprint, lease);
+ private:
+  ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                        Millis lease) override {
+    ClaimOutcome outcome = StoreWrapper::do_claim(key, fingerprint, lease);
     if (outcome.status == ClaimOutcome::Status::acquired) trigger_.at(CrashPoint::after_claim);
     return outcome;
   }
 
-  bool complete(std::string_view key, std::uint64_t token, StoredValue value,
-                const ExecutionReport& report, Millis ttl) override {
+  bool do_complete(std::string_view key, std::uint64_t token, StoredValue value,
+                   const ExecutionReport& report, Millis ttl) override {
     trigger_.at(CrashPoint::before_complete);
-    const bool completed = inner_->complete(key, token, std::move(value), report, ttl);
+    const bool completed = StoreWrapper::do_complete(key, token, std::move(value), report, ttl);
     if (completed) trigger_.at(CrashPoint::during_complete);
     return completed;
   }
 
-  bool release(std::string_view key, std::uint64_t token) override {
-    return inner_->release(key, token);
-  }
-  bool renew(std::string_view key, std::uint64_t token, Millis lease) override {
-    return inner_->renew(key, token, lease);
-  }
-  std::optional<IdempotencyRecord> lookup(std::string_view key) override {
-    return inner_->lookup(key);
-  }
-  std::size_t purge_expired() override { return inner_->purge_expired(); }
-  std::size_t purge_expired(const PurgeProgress& progress) override {
-    return inner_->purge_expired(progress);
-  }
-  StoreCounts counts() override { return inner_->counts(); }
-  std::size_t entry_count() override { return inner_->entry_count(); }
-  // The inner store's own wait (LISTEN/NOTIFY on PostgreSQL), not the polling default.
-  std::optional<IdempotencyRecord> wait(std::string_view key, SteadyTime deadline,
-                                        std::stop_token stop) override {
-    return inner_->wait(key, deadline, std::move(stop));
-  }
-
- private:
   std::shared_ptr<IdempotencyStore> inner_;
   detail::CrashTrigger trigger_;
 };

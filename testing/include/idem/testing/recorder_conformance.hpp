@@ -245,23 +245,24 @@ TYPED_TEST_P(IdemRecorderConformance, InvalidKeysAreRejectedAndNothingMarked) {
   const auto fn = [&](idem::Transaction&) { ran = true; };
   for (const auto& bad : idem::testing::detail::invalid_keys()) {
     SCOPED_TRACE("bad key of " + std::to_string(bad.size()) + " bytes");
-    EXPECT_THROW(recorder.is_processed(bad, good), idem::InvalidKey);
-    EXPECT_THROW(recorder.is_processed("consumer", bad), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(recorder.is_processed(bad, good)), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(recorder.is_processed("consumer", bad)), idem::InvalidKey);
     EXPECT_THROW(recorder.mark_processed(bad, good), idem::InvalidKey);
     EXPECT_THROW(recorder.mark_processed("consumer", bad), idem::InvalidKey);
     if (TypeParam::kSupportsClaims) {
-      EXPECT_THROW(recorder.claim(bad, good, lease), idem::InvalidKey);
-      EXPECT_THROW(recorder.claim("consumer", bad, lease), idem::InvalidKey);
-      EXPECT_THROW(recorder.complete(bad, good, 1), idem::InvalidKey);
-      EXPECT_THROW(recorder.complete("consumer", bad, 1), idem::InvalidKey);
-      EXPECT_THROW(recorder.release(bad, good, 1), idem::InvalidKey);
-      EXPECT_THROW(recorder.release("consumer", bad, 1), idem::InvalidKey);
-      EXPECT_THROW(recorder.renew(bad, good, 1, lease), idem::InvalidKey);
-      EXPECT_THROW(recorder.renew("consumer", bad, 1, lease), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.claim(bad, good, lease)), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.claim("consumer", bad, lease)), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.complete(bad, good, 1)), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.complete("consumer", bad, 1)), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.release(bad, good, 1)), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.release("consumer", bad, 1)), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.renew(bad, good, 1, lease)), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.renew("consumer", bad, 1, lease)), idem::InvalidKey);
     }
     if (TypeParam::kSupportsTransactions) {
-      EXPECT_THROW(recorder.run_transactional(bad, good, fn), idem::InvalidKey);
-      EXPECT_THROW(recorder.run_transactional("consumer", bad, fn), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.run_transactional(bad, good, fn)), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.run_transactional("consumer", bad, fn)),
+                   idem::InvalidKey);
     }
   }
   EXPECT_FALSE(ran) << "run_transactional ran the handler for an invalid key";
@@ -352,7 +353,8 @@ TYPED_TEST_P(IdemRecorderConformance, PurgeReportsProgressUpToItsTotal) {
   EXPECT_TRUE(this->recorder_->is_processed("billing", "young"));
   EXPECT_FALSE(this->recorder_->is_processed("billing", "old-0"));
   EXPECT_EQ(this->recorder_->count_purgeable(hours(2)), 0u);
-  EXPECT_THROW(this->recorder_->count_purgeable(-hours(1)), idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(this->recorder_->count_purgeable(-hours(1))),
+               idem::InvalidArgument);
   EXPECT_THROW(this->recorder_->purge(-hours(1), record), idem::InvalidArgument);
 
   // An empty callback is allowed, and a callback that throws stops the purge with its error.
@@ -435,8 +437,8 @@ TYPED_TEST_P(IdemRecorderConformance, InspectShowsTheMarkerAndItsTime) {
   EXPECT_FALSE(this->recorder_->inspect("shipping", "e1").processed) << "consumers are isolated";
 
   for (const std::string& bad : idem::testing::detail::invalid_keys()) {
-    EXPECT_THROW(this->recorder_->inspect(bad, "e1"), idem::InvalidKey);
-    EXPECT_THROW(this->recorder_->inspect("billing", bad), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(this->recorder_->inspect(bad, "e1")), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(this->recorder_->inspect("billing", bad)), idem::InvalidKey);
   }
 }
 
@@ -808,14 +810,16 @@ TYPED_TEST_P(IdemRecorderConformance, BatchWithAnInvalidKeyReadsAndMarksNothing)
          {std::vector<std::string>{bad, good, other}, std::vector<std::string>{good, bad, other},
           std::vector<std::string>{good, other, bad}}) {
       EXPECT_THROW(recorder.mark_processed_many("consumer", batch), idem::InvalidKey);
-      EXPECT_THROW(recorder.is_processed_many("consumer", batch), idem::InvalidKey);
+      EXPECT_THROW(static_cast<void>(recorder.is_processed_many("consumer", batch)),
+                   idem::InvalidKey);
     }
     const std::vector<std::string> valid = {good, other};
     EXPECT_THROW(recorder.mark_processed_many(bad, valid), idem::InvalidKey);
-    EXPECT_THROW(recorder.is_processed_many(bad, valid), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(recorder.is_processed_many(bad, valid)), idem::InvalidKey);
     // A bad consumer is refused even with no ids.
     EXPECT_THROW(recorder.mark_processed_many(bad, std::vector<std::string>{}), idem::InvalidKey);
-    EXPECT_THROW(recorder.is_processed_many(bad, std::vector<std::string>{}), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(recorder.is_processed_many(bad, std::vector<std::string>{})),
+                 idem::InvalidKey);
   }
   try {
     recorder.mark_processed_many("billing", std::vector<std::string>{good, ""});
@@ -979,11 +983,11 @@ TYPED_TEST_P(IdemRecorderConformance, RunTransactionalThrowLeavesNoMarker) {
   };
   const std::string id = idem::new_event_id();
   int runs = 0;
-  EXPECT_THROW(this->recorder_->run_transactional("billing", id,
-                                                  [&](idem::Transaction&) {
-                                                    ++runs;
-                                                    throw HandlerFailed();
-                                                  }),
+  EXPECT_THROW(static_cast<void>(this->recorder_->run_transactional("billing", id,
+                                                                    [&](idem::Transaction&) {
+                                                                      ++runs;
+                                                                      throw HandlerFailed();
+                                                                    })),
                HandlerFailed);
   EXPECT_EQ(runs, 1);
   EXPECT_FALSE(this->recorder_->is_processed("billing", id)) << "a failed handler was marked";
@@ -1011,8 +1015,8 @@ TYPED_TEST_P(IdemRecorderConformance, ConcurrentRunTransactionalRunsOncePerId) {
       for (std::size_t n = 0; n < ids.size(); ++n) {
         const std::size_t i = (t % 2 == 0) ? n : ids.size() - 1 - n;
         try {
-          this->recorder_->run_transactional("billing", ids[i],
-                                             [&](idem::Transaction&) { runs[i].fetch_add(1); });
+          static_cast<void>(this->recorder_->run_transactional(
+              "billing", ids[i], [&](idem::Transaction&) { runs[i].fetch_add(1); }));
         } catch (...) {
           errors.fetch_add(1);
         }

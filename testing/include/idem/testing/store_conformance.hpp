@@ -641,8 +641,10 @@ TYPED_TEST_P(IdemStoreConformance, EntryCountFollowsTheRecords) {
   EXPECT_EQ(this->store_->entry_count(), 3u);
   ASSERT_TRUE(this->store_->release("a", a));
   EXPECT_EQ(this->store_->entry_count(), 2u);
-  this->store_->claim("b", std::nullopt, this->kLease);  // in progress: no new record
-  this->store_->claim("c", std::nullopt, this->kLease);  // completed: no new record
+  static_cast<void>(
+      this->store_->claim("b", std::nullopt, this->kLease));  // in progress: no new record
+  static_cast<void>(
+      this->store_->claim("c", std::nullopt, this->kLease));  // completed: no new record
   EXPECT_EQ(this->store_->entry_count(), 2u);
 }
 
@@ -919,13 +921,15 @@ TYPED_TEST_P(IdemStoreConformance, InvalidKeysAreRejectedByEveryMethod) {
   const idem::SteadyTime far = this->clock_->steady_now() + std::chrono::hours(1);
   for (const std::string& key : idem::testing::store_conformance_detail::invalid_keys()) {
     SCOPED_TRACE("key of " + std::to_string(key.size()) + " bytes");
-    EXPECT_THROW(this->store_->claim(key, std::nullopt, this->kLease), idem::InvalidKey);
-    EXPECT_THROW(this->store_->complete(key, 1, this->value("x"), this->report(), this->kTtl),
+    EXPECT_THROW(static_cast<void>(this->store_->claim(key, std::nullopt, this->kLease)),
                  idem::InvalidKey);
-    EXPECT_THROW(this->store_->release(key, 1), idem::InvalidKey);
-    EXPECT_THROW(this->store_->renew(key, 1, this->kLease), idem::InvalidKey);
-    EXPECT_THROW(this->store_->lookup(key), idem::InvalidKey);
-    EXPECT_THROW(this->store_->wait(key, far, {}), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(
+                     this->store_->complete(key, 1, this->value("x"), this->report(), this->kTtl)),
+                 idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(this->store_->release(key, 1)), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(this->store_->renew(key, 1, this->kLease)), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(this->store_->lookup(key)), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(this->store_->wait(key, far, {})), idem::InvalidKey);
   }
   EXPECT_EQ(this->store_->entry_count(), 0u) << "a rejected key must store nothing";
 }
@@ -948,16 +952,17 @@ TYPED_TEST_P(IdemStoreConformance, UnusualValidKeysWorkAndStayDistinct) {
 }
 
 TYPED_TEST_P(IdemStoreConformance, BadLeaseOrTtlIsRejected) {
-  EXPECT_THROW(this->store_->claim("order-1", std::nullopt, idem::Millis(0)),
+  EXPECT_THROW(static_cast<void>(this->store_->claim("order-1", std::nullopt, idem::Millis(0))),
                idem::InvalidArgument);
-  EXPECT_THROW(this->store_->claim("order-1", std::nullopt, idem::Millis(-5)),
+  EXPECT_THROW(static_cast<void>(this->store_->claim("order-1", std::nullopt, idem::Millis(-5))),
                idem::InvalidArgument);
   EXPECT_EQ(this->store_->entry_count(), 0u);
   const std::uint64_t token = this->acquire("order-1");
-  EXPECT_THROW(this->store_->renew("order-1", token, idem::Millis(0)), idem::InvalidArgument);
-  EXPECT_THROW(
-      this->store_->complete("order-1", token, this->value("x"), this->report(), idem::Millis(-1)),
-      idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(this->store_->renew("order-1", token, idem::Millis(0))),
+               idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(this->store_->complete("order-1", token, this->value("x"),
+                                                        this->report(), idem::Millis(-1))),
+               idem::InvalidArgument);
   EXPECT_EQ(this->store_->lookup("order-1")->state, idem::IdempotencyRecord::State::in_progress)
       << "a rejected call changes nothing";
 }

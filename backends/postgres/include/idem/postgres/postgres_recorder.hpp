@@ -72,49 +72,48 @@ class PostgresIdempotencyRecorder final : public IdempotencyRecorder {
   PostgresIdempotencyRecorder(const PostgresIdempotencyRecorder&) = delete;
   PostgresIdempotencyRecorder& operator=(const PostgresIdempotencyRecorder&) = delete;
 
-  bool is_processed(std::string_view consumer, std::string_view event_id) override;
-  void mark_processed(std::string_view consumer, std::string_view event_id) override;
-  // One prepared statement per 1,000 ids on one pooled connection:
-  // SELECT event_id ... WHERE consumer = $1 AND event_id = ANY ($2::text[]).
-  std::vector<bool> is_processed_many(std::string_view consumer,
-                                      std::span<const std::string> event_ids) override;
-  // One prepared INSERT ... SELECT DISTINCT ... FROM unnest($2::text[]) ON CONFLICT DO NOTHING
-  // per 1,000 ids (each its own autocommit transaction: one round trip, one WAL flush).
-  void mark_processed_many(std::string_view consumer,
-                           std::span<const std::string> event_ids) override;
-
-  bool supports_claims() const noexcept override { return true; }
-  // lease must be > 0 (InvalidArgument otherwise).
-  Claim claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
-  bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
-  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
-  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
-             Millis lease) override;
-
-  bool supports_transactions() const noexcept override { return true; }
-  // `fn` receives an idem::postgres::PostgresTransaction. When another owner holds a live
-  // exclusive-mode claim on the same (consumer, event_id), nothing runs and AlreadyInProgress is
-  // thrown; a dead claim is replaced (its old owner is fenced off) when the transaction commits.
-  bool run_transactional(std::string_view consumer, std::string_view event_id,
-                         const std::function<void(Transaction&)>& fn) override;
-
-  // Deletes markers whose ts is older than now - older_than (older_than must be >= 0), and
-  // claims done or whose lease ended before that instant. Returns how many markers went.
-  std::size_t purge(std::chrono::system_clock::duration older_than) override;
-  // Deletes markers in transactions of at most 1,000 rows, walking the primary key, then the
-  // old claims in one statement; `progress` is called between chunks.
-  std::size_t purge(std::chrono::system_clock::duration older_than,
-                    const PurgeProgress& progress) override;
-
-  // Reads only (no locks taken). consumer_counts() is sorted by the bytes of the names, not by
-  // the database's collation; done claims count as markers, never as in progress.
-  std::vector<ConsumerCounts> consumer_counts() override;
-  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override;
-  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override;
-
   const std::shared_ptr<ConnectionPool>& pool() const noexcept;
 
  private:
+  // The protocol (the public calls of the base class check the arguments, then call these).
+  RecorderCapabilities do_capabilities() const noexcept override {
+    return {.claims = true, .transactions = true};
+  }
+  bool do_is_processed(std::string_view consumer, std::string_view event_id) override;
+  void do_mark_processed(std::string_view consumer, std::string_view event_id) override;
+  // One prepared statement per 1,000 ids on one pooled connection:
+  // SELECT event_id ... WHERE consumer = $1 AND event_id = ANY ($2::text[]).
+  std::vector<bool> do_is_processed_many(std::string_view consumer,
+                                         std::span<const std::string> event_ids) override;
+  // One prepared INSERT ... SELECT DISTINCT ... FROM unnest($2::text[]) ON CONFLICT DO NOTHING
+  // per 1,000 ids (each its own autocommit transaction: one round trip, one WAL flush).
+  void do_mark_processed_many(std::string_view consumer,
+                              std::span<const std::string> event_ids) override;
+  // lease must be > 0 (InvalidArgument otherwise).
+  Claim do_claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
+  bool do_complete(std::string_view consumer, std::string_view event_id,
+                   std::uint64_t token) override;
+  bool do_release(std::string_view consumer, std::string_view event_id,
+                  std::uint64_t token) override;
+  bool do_renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+                Millis lease) override;
+  // `fn` receives an idem::postgres::PostgresTransaction. When another owner holds a live
+  // exclusive-mode claim on the same (consumer, event_id), nothing runs and AlreadyInProgress is
+  // thrown; a dead claim is replaced (its old owner is fenced off) when the transaction commits.
+  bool do_run_transactional(std::string_view consumer, std::string_view event_id,
+                            const std::function<void(Transaction&)>& fn) override;
+  // Deletes markers whose ts is older than now - older_than (older_than must be >= 0), and
+  // claims done or whose lease ended before that instant. Returns how many markers went.
+  // Deletes markers in transactions of at most 1,000 rows, walking the primary key, then the
+  // old claims in one statement; `progress` is called between chunks.
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const PurgeProgress& progress) override;
+  // Reads only (no locks taken). consumer_counts() is sorted by the bytes of the names, not by
+  // the database's collation; done claims count as markers, never as in progress.
+  std::vector<ConsumerCounts> do_consumer_counts() override;
+  std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than) override;
+  MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id) override;
+
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

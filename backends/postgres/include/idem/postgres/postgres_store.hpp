@@ -86,27 +86,6 @@ class PostgresIdempotencyStore final : public IdempotencyStore {
   PostgresIdempotencyStore(const PostgresIdempotencyStore&) = delete;
   PostgresIdempotencyStore& operator=(const PostgresIdempotencyStore&) = delete;
 
-  bool needs_bytes() const noexcept override { return true; }
-
-  // `fingerprint` must be valid UTF-8 without NUL bytes (InvalidArgument otherwise).
-  ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                     Millis lease) override;
-  // `value.bytes` must be set (InvalidArgument otherwise). A ttl of 0 drops the record at once.
-  bool complete(std::string_view key, std::uint64_t token, StoredValue value,
-                const ExecutionReport& report, Millis ttl) override;
-  bool release(std::string_view key, std::uint64_t token) override;
-  bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
-  std::optional<IdempotencyRecord> lookup(std::string_view key) override;
-  std::size_t purge_expired() override;
-  // Deletes in transactions of at most 1,000 rows (oldest expiry first); `progress` is called
-  // between them.
-  std::size_t purge_expired(const PurgeProgress& progress) override;
-  std::size_t entry_count() override;
-  // One read (a scan of the table).
-  StoreCounts counts() override;
-  std::optional<IdempotencyRecord> wait(std::string_view key, SteadyTime deadline,
-                                        std::stop_token stop) override;
-
   // Starts the listener (if the strategy is notify) and blocks until it is LISTENing, up to
   // `timeout`; returns whether it is. wait() starts it by itself; call this to have it ready
   // before the first waiter (or to check that notifications get through).
@@ -116,6 +95,26 @@ class PostgresIdempotencyStore final : public IdempotencyStore {
   const std::shared_ptr<ConnectionPool>& pool() const noexcept;
 
  private:
+  // The protocol (the public calls of the base class check the arguments, then call these).
+  bool do_needs_bytes() const noexcept override { return true; }
+  // `fingerprint` must be valid UTF-8 without NUL bytes (InvalidArgument otherwise).
+  ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                        Millis lease) override;
+  // `value.bytes` must be set (InvalidArgument otherwise). A ttl of 0 drops the record at once.
+  bool do_complete(std::string_view key, std::uint64_t token, StoredValue value,
+                   const ExecutionReport& report, Millis ttl) override;
+  bool do_release(std::string_view key, std::uint64_t token) override;
+  bool do_renew(std::string_view key, std::uint64_t token, Millis lease) override;
+  std::optional<IdempotencyRecord> do_lookup(std::string_view key) override;
+  // Deletes in transactions of at most 1,000 rows (oldest expiry first); `progress` is called
+  // between them.
+  std::size_t do_purge_expired(const PurgeProgress& progress) override;
+  std::size_t do_entry_count() override;
+  // One read (a scan of the table).
+  StoreCounts do_counts() override;
+  std::optional<IdempotencyRecord> do_wait(std::string_view key, SteadyTime deadline,
+                                           std::stop_token stop) override;
+
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -79,15 +79,6 @@ class RedisIdempotencyRecorder final : public IdempotencyRecorder {
   RedisIdempotencyRecorder(const RedisIdempotencyRecorder&) = delete;
   RedisIdempotencyRecorder& operator=(const RedisIdempotencyRecorder&) = delete;
 
-  bool is_processed(std::string_view consumer, std::string_view event_id) override;
-  void mark_processed(std::string_view consumer, std::string_view event_id) override;
-  // One pipelined round trip of EXISTS (one per id) per 512 ids, on one pooled connection.
-  std::vector<bool> is_processed_many(std::string_view consumer,
-                                      std::span<const std::string> event_ids) override;
-  // mark_processed_batch(): one pipelined round trip of SET NX per 512 ids.
-  void mark_processed_many(std::string_view consumer,
-                           std::span<const std::string> event_ids) override;
-
   // Marks many events of one consumer with one pipelined round trip per 512 ids. Every id is
   // validated before anything is sent (InvalidKey marks nothing). Returns how many markers were
   // new. Marking an id twice is harmless, as with mark_processed().
@@ -96,26 +87,6 @@ class RedisIdempotencyRecorder final : public IdempotencyRecorder {
   std::size_t mark_processed_batch(std::string_view consumer,
                                    std::span<const std::string_view> event_ids);
 
-  bool supports_claims() const noexcept override { return true; }
-  // lease must be > 0 (InvalidArgument otherwise).
-  Claim claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
-  bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
-  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
-  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
-             Millis lease) override;
-
-  // older_than must be >= 0 (InvalidArgument otherwise). See the top of this file for the cost.
-  std::size_t purge(std::chrono::system_clock::duration older_than) override;
-  // One SCAN page per chunk; `progress` is called after each page that deleted markers.
-  std::size_t purge(std::chrono::system_clock::duration older_than,
-                    const PurgeProgress& progress) override;
-
-  // These SCAN the prefix (cost as for purge). consumer_counts() reads the consumer from each
-  // key's name and the lease of each claim; count_purgeable() reads every marker's time.
-  std::vector<ConsumerCounts> consumer_counts() override;
-  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override;
-  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override;
-
   // The Redis keys of a marker and a claim (for operators and tests).
   std::string marker_key(std::string_view consumer, std::string_view event_id) const;
   std::string claim_key(std::string_view consumer, std::string_view event_id) const;
@@ -123,6 +94,37 @@ class RedisIdempotencyRecorder final : public IdempotencyRecorder {
   const std::shared_ptr<ConnectionPool>& pool() const noexcept { return pool_; }
 
  private:
+  // The protocol (the public calls of the base class check the arguments, then call these).
+  RecorderCapabilities do_capabilities() const noexcept override { return {.claims = true}; }
+  bool do_is_processed(std::string_view consumer, std::string_view event_id) override;
+  void do_mark_processed(std::string_view consumer, std::string_view event_id) override;
+  // One pipelined round trip of EXISTS (one per id) per 512 ids, on one pooled connection.
+  std::vector<bool> do_is_processed_many(std::string_view consumer,
+                                         std::span<const std::string> event_ids) override;
+  // mark_processed_batch(): one pipelined round trip of SET NX per 512 ids.
+  void do_mark_processed_many(std::string_view consumer,
+                              std::span<const std::string> event_ids) override;
+  Claim do_claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
+  bool do_complete(std::string_view consumer, std::string_view event_id,
+                   std::uint64_t token) override;
+  bool do_release(std::string_view consumer, std::string_view event_id,
+                  std::uint64_t token) override;
+  bool do_renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+                Millis lease) override;
+  // See the top of this file for the cost.
+  // One SCAN page per chunk; `progress` is called after each page that deleted markers.
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const PurgeProgress& progress) override;
+  // These SCAN the prefix (cost as for purge). consumer_counts() reads the consumer from each
+  // key's name and the lease of each claim; count_purgeable() reads every marker's time.
+  std::vector<ConsumerCounts> do_consumer_counts() override;
+  std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than) override;
+  MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id) override;
+
+  // mark_processed_batch without the argument checks (done by the caller).
+  std::size_t mark_checked_batch(std::string_view consumer,
+                                 std::span<const std::string_view> event_ids);
+
   std::shared_ptr<ConnectionPool> pool_;
   std::shared_ptr<Clock> clock_;
 };

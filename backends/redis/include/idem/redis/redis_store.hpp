@@ -73,30 +73,29 @@ class RedisIdempotencyStore final : public IdempotencyStore {
   RedisIdempotencyStore(const RedisIdempotencyStore&) = delete;
   RedisIdempotencyStore& operator=(const RedisIdempotencyStore&) = delete;
 
-  bool needs_bytes() const noexcept override { return true; }
-
-  ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                     Millis lease) override;
-  // value.bytes is stored (an absent bytes is stored as "", a void result).
-  bool complete(std::string_view key, std::uint64_t token, StoredValue value,
-                const ExecutionReport& report, Millis ttl) override;
-  bool release(std::string_view key, std::uint64_t token) override;
-  bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
-  std::optional<IdempotencyRecord> lookup(std::string_view key) override;
-  std::size_t purge_expired() override;
-  // One SCAN page per chunk; `progress` is called after each page that deleted records.
-  std::size_t purge_expired(const PurgeProgress& progress) override;
-  std::size_t entry_count() override;
-  // SCANs the prefix and reads three fields of every record (pipelined per page). Keys idem
-  // cannot read (another type, a missing or malformed field) are counted in no state.
-  StoreCounts counts() override;
-
   // The Redis key of the record for `key` (for operators and tests).
   std::string record_key(std::string_view key) const;
 
   const std::shared_ptr<ConnectionPool>& pool() const noexcept { return pool_; }
 
  private:
+  // The protocol (the public calls of the base class check the arguments, then call these).
+  bool do_needs_bytes() const noexcept override { return true; }
+  ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                        Millis lease) override;
+  // value.bytes is stored (an absent bytes is stored as "", a void result).
+  bool do_complete(std::string_view key, std::uint64_t token, StoredValue value,
+                   const ExecutionReport& report, Millis ttl) override;
+  bool do_release(std::string_view key, std::uint64_t token) override;
+  bool do_renew(std::string_view key, std::uint64_t token, Millis lease) override;
+  std::optional<IdempotencyRecord> do_lookup(std::string_view key) override;
+  // One SCAN page per chunk; `progress` is called after each page that deleted records.
+  std::size_t do_purge_expired(const PurgeProgress& progress) override;
+  std::size_t do_entry_count() override;
+  // SCANs the prefix and reads three fields of every record (pipelined per page). Keys idem
+  // cannot read (another type, a missing or malformed field) are counted in no state.
+  StoreCounts do_counts() override;
+
   std::shared_ptr<ConnectionPool> pool_;
   std::shared_ptr<Clock> clock_;
 };

@@ -91,51 +91,6 @@ class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
   SqliteIdempotencyRecorder(const SqliteIdempotencyRecorder&) = delete;
   SqliteIdempotencyRecorder& operator=(const SqliteIdempotencyRecorder&) = delete;
 
-  bool is_processed(std::string_view consumer, std::string_view event_id) override;
-  void mark_processed(std::string_view consumer, std::string_view event_id) override;
-  // One connection (the idle writer, else a reader; never waiting for the write lock) and one
-  // SELECT ... WHERE consumer = ? AND event_id IN (...) per 512 ids.
-  std::vector<bool> is_processed_many(std::string_view consumer,
-                                      std::span<const std::string> event_ids) override;
-  // The whole batch is one entry of the group-commit queue: all its markers are inserted in ONE
-  // write transaction (one fsync with durability full), possibly shared with concurrent
-  // mark_processed() calls. Called from inside run_transactional(): Error(reentry), as for
-  // mark_processed().
-  void mark_processed_many(std::string_view consumer,
-                           std::span<const std::string> event_ids) override;
-
-  bool supports_claims() const noexcept override { return true; }
-  // lease must be > 0 (InvalidArgument otherwise).
-  Claim claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
-  bool complete(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
-  bool release(std::string_view consumer, std::string_view event_id, std::uint64_t token) override;
-  bool renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
-             Millis lease) override;
-
-  bool supports_transactions() const noexcept override { return true; }
-  // `fn` receives an idem::sqlite::SqliteTransaction. Mixed with exclusive mode: when another
-  // owner holds a live claim on the same (consumer, event_id), nothing runs and
-  // AlreadyInProgress is thrown (the delivery is redelivered later); a dead claim is dropped
-  // with the commit, which also fences its old owner off.
-  bool run_transactional(std::string_view consumer, std::string_view event_id,
-                         const std::function<void(Transaction&)>& fn) override;
-
-  // Deletes markers whose ts is older than now - older_than (older_than must be >= 0) and claims
-  // whose lease ended before that instant. Markers whose ts SQLite cannot parse are kept.
-  std::size_t purge(std::chrono::system_clock::duration older_than) override;
-  // Deletes in write transactions that each scan at most 2,000 rows of processed_log (in rowid
-  // order), so other writers and processes get the lock between chunks; `progress` is called
-  // between them.
-  std::size_t purge(std::chrono::system_clock::duration older_than,
-                    const PurgeProgress& progress) override;
-
-  // Both read on a reader connection (never the write lock). consumer_counts()
-  // scans processed_log's primary key. inspect()'s processed_at is the marker's ts to the
-  // millisecond, absent when SQLite cannot parse it.
-  std::vector<ConsumerCounts> consumer_counts() override;
-  std::size_t count_purgeable(std::chrono::system_clock::duration older_than) override;
-  MarkerInspection inspect(std::string_view consumer, std::string_view event_id) override;
-
   // Counters of this recorder object (not of the file: see consumer_counts() for that).
   SqliteRecorderStats stats() const;
 
@@ -143,6 +98,50 @@ class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
   const SqliteOptions& options() const noexcept;
 
  private:
+  // The protocol (the public calls of the base class check the arguments, then call these).
+  RecorderCapabilities do_capabilities() const noexcept override {
+    return {.claims = true, .transactions = true};
+  }
+  bool do_is_processed(std::string_view consumer, std::string_view event_id) override;
+  void do_mark_processed(std::string_view consumer, std::string_view event_id) override;
+  // One connection (the idle writer, else a reader; never waiting for the write lock) and one
+  // SELECT ... WHERE consumer = ? AND event_id IN (...) per 512 ids.
+  std::vector<bool> do_is_processed_many(std::string_view consumer,
+                                         std::span<const std::string> event_ids) override;
+  // The whole batch is one entry of the group-commit queue: all its markers are inserted in ONE
+  // write transaction (one fsync with durability full), possibly shared with concurrent
+  // mark_processed() calls. Called from inside run_transactional(): Error(reentry), as for
+  // mark_processed().
+  void do_mark_processed_many(std::string_view consumer,
+                              std::span<const std::string> event_ids) override;
+  // lease must be > 0 (InvalidArgument otherwise).
+  Claim do_claim(std::string_view consumer, std::string_view event_id, Millis lease) override;
+  bool do_complete(std::string_view consumer, std::string_view event_id,
+                   std::uint64_t token) override;
+  bool do_release(std::string_view consumer, std::string_view event_id,
+                  std::uint64_t token) override;
+  bool do_renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+                Millis lease) override;
+  // `fn` receives an idem::sqlite::SqliteTransaction. Mixed with exclusive mode: when another
+  // owner holds a live claim on the same (consumer, event_id), nothing runs and
+  // AlreadyInProgress is thrown (the delivery is redelivered later); a dead claim is dropped
+  // with the commit, which also fences its old owner off.
+  bool do_run_transactional(std::string_view consumer, std::string_view event_id,
+                            const std::function<void(Transaction&)>& fn) override;
+  // Deletes markers whose ts is older than now - older_than (older_than must be >= 0) and claims
+  // whose lease ended before that instant. Markers whose ts SQLite cannot parse are kept.
+  // Deletes in write transactions that each scan at most 2,000 rows of processed_log (in rowid
+  // order), so other writers and processes get the lock between chunks; `progress` is called
+  // between them.
+  std::size_t do_purge(std::chrono::system_clock::duration older_than,
+                       const PurgeProgress& progress) override;
+  // Both read on a reader connection (never the write lock). consumer_counts()
+  // scans processed_log's primary key. inspect()'s processed_at is the marker's ts to the
+  // millisecond, absent when SQLite cannot parse it.
+  std::vector<ConsumerCounts> do_consumer_counts() override;
+  std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than) override;
+  MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id) override;
+
   class Impl;  // connections, the group-commit queue (sqlite_recorder.cpp)
   std::unique_ptr<Impl> impl_;
 };

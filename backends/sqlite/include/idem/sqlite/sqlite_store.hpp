@@ -85,29 +85,28 @@ class SqliteIdempotencyStore final : public IdempotencyStore {
   SqliteIdempotencyStore(const SqliteIdempotencyStore&) = delete;
   SqliteIdempotencyStore& operator=(const SqliteIdempotencyStore&) = delete;
 
-  bool needs_bytes() const noexcept override { return true; }
-
-  ClaimOutcome claim(std::string_view key, std::optional<std::string_view> fingerprint,
-                     Millis lease) override;
-  // Stores value.bytes (an absent bytes is stored as "", a void result) and report.to_json().
-  // ttl == 0 deletes the record: it is expired the instant it completes.
-  bool complete(std::string_view key, std::uint64_t token, StoredValue value,
-                const ExecutionReport& report, Millis ttl) override;
-  bool release(std::string_view key, std::uint64_t token) override;
-  bool renew(std::string_view key, std::uint64_t token, Millis lease) override;
-  std::optional<IdempotencyRecord> lookup(std::string_view key) override;
-  std::size_t purge_expired() override;
-  // Deletes in write transactions of at most 1,000 rows each (other writers and processes get
-  // the lock between them); `progress` is called between chunks.
-  std::size_t purge_expired(const PurgeProgress& progress) override;
-  std::size_t entry_count() override;
-  // One read on a reader connection (never the write lock); scans the table.
-  StoreCounts counts() override;
-
   const std::string& path() const noexcept;
   const SqliteOptions& options() const noexcept;
 
  private:
+  // The protocol (the public calls of the base class check the arguments, then call these).
+  bool do_needs_bytes() const noexcept override { return true; }
+  ClaimOutcome do_claim(std::string_view key, std::optional<std::string_view> fingerprint,
+                        Millis lease) override;
+  // Stores value.bytes (an absent bytes is stored as "", a void result) and report.to_json().
+  // ttl == 0 deletes the record: it is expired the instant it completes.
+  bool do_complete(std::string_view key, std::uint64_t token, StoredValue value,
+                   const ExecutionReport& report, Millis ttl) override;
+  bool do_release(std::string_view key, std::uint64_t token) override;
+  bool do_renew(std::string_view key, std::uint64_t token, Millis lease) override;
+  std::optional<IdempotencyRecord> do_lookup(std::string_view key) override;
+  // Deletes in write transactions of at most 1,000 rows each (other writers and processes get
+  // the lock between them); `progress` is called between chunks.
+  std::size_t do_purge_expired(const PurgeProgress& progress) override;
+  std::size_t do_entry_count() override;
+  // One read on a reader connection (never the write lock); scans the table.
+  StoreCounts do_counts() override;
+
   class Impl;  // connections and statements (sqlite_store.cpp)
   std::unique_ptr<Impl> impl_;
 };
