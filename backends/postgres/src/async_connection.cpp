@@ -70,7 +70,14 @@ void AsyncConnection::submit(std::shared_ptr<Request> request) {
     // so reconnect instead of failing the query.
     teardown();
   }
-  pump();
+  // Statements submitted in the same turn of the event loop go out in one write.
+  if (!pump_scheduled_) {
+    pump_scheduled_ = true;
+    asio::post(strand_, [self = shared_from_this()] {
+      self->pump_scheduled_ = false;
+      self->pump();
+    });
+  }
 }
 
 void AsyncConnection::cancel(const std::shared_ptr<Request>& request) {

@@ -156,6 +156,7 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   bool reading_ = false;
   bool writing_ = false;
   bool reset_pending_ = false;
+  bool pump_scheduled_ = false;
   std::uint64_t generation_ = 0;  // bumped by teardown: stale handlers see a new value
   std::deque<std::shared_ptr<Request>> queued_;
   std::deque<std::shared_ptr<Request>> in_flight_;
