@@ -104,8 +104,8 @@ TEST_F(AsyncStoreTest, ConcurrentClaimsOnOneThread) {
           const ClaimOutcome outcome = co_await s.claim("shared", std::nullopt, 60s);
           if (outcome.status == ClaimOutcome::Status::acquired) {
             ++acquired;
-            // Named, not a temporary: GCC 12 mishandles class temporaries in a co_await
-            // expression inside a lambda coroutine.
+            // Named, not a temporary: built by GCC 12, a class temporary in this co_await
+            // expression was gone before complete() read it (to_json() looped on freed memory).
             const ExecutionReport report;
             co_await s.complete("shared", outcome.token, bytes("v"), report, 60s);
           } else if (outcome.status == ClaimOutcome::Status::in_progress ||
