@@ -412,11 +412,9 @@ Statement::Statement(std::string sql_text, std::vector<Oid> param_types, Plannin
   name = buffer;
 }
 
-// ---- Connection -----------------------------------------------------------------------------
+// ---- connection -----------------------------------------------------------------------------
 
-std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
-                                             const std::string& target) {
-  constexpr std::string_view kCall = "connect";
+PGconn* connect_start(const PostgresOptions& options) {
   std::vector<const char*> keys = {"dbname", "client_encoding"};
   std::vector<const char*> values = {options.url.c_str(), "UTF8"};
   if (!options.application_name.empty()) {
@@ -427,20 +425,38 @@ std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
   values.push_back(nullptr);
   PGconn* conn = PQconnectStartParams(keys.data(), values.data(), /*expand_dbname=*/1);
   if (conn == nullptr) throw std::bad_alloc();
-  auto connection = std::unique_ptr<Connection>(new Connection(conn, target));
   // Verbose startup errors carry the SQLSTATE ("FATAL:  3D000: ..."), which tells a server that
   // refuses us (no such database, bad password) from one that is down or starting.
   PQsetErrorVerbosity(conn, PQERRORS_VERBOSE);
+  return conn;
+}
 
-  const auto fail = [&](std::string_view why) -> PostgresError {
-    const std::string message = flatten(why);
-    const std::string sqlstate = sqlstate_in(why);
-    ErrorClass cls =
-        classify_error(sqlstate, /*connection_lost=*/sqlstate.empty(), StatementKind::read);
-    if (sqlstate.empty()) cls = ErrorClass{ErrorCode::store_error, true, false};
-    std::string text = "could not connect to " + target + ": " + message;
-    return PostgresError(cls.code, text, sqlstate, cls.retryable, false);
-  };
+PostgresError connect_error(std::string_view why, const std::string& target) {
+  const std::string message = flatten(why);
+  const std::string sqlstate = sqlstate_in(why);
+  ErrorClass cls =
+      classify_error(sqlstate, /*connection_lost=*/sqlstate.empty(), StatementKind::read);
+  if (sqlstate.empty()) cls = ErrorClass{ErrorCode::store_error, true, false};
+  std::string text = "could not connect to " + target + ": " + message;
+  return PostgresError(cls.code, text, sqlstate, cls.retryable, false);
+}
+
+PostgresError connect_timeout_error(const PostgresOptions& options, const std::string& target) {
+  return PostgresError(ErrorCode::store_error,
+                       "could not connect to " + target + " within " +
+                           std::to_string(options.connect_timeout.count()) +
+                           " ms (PostgresOptions::connect_timeout)",
+                       "", /*retryable=*/true, false);
+}
+
+// ---- Connection -----------------------------------------------------------------------------
+
+std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
+                                             const std::string& target) {
+  constexpr std::string_view kCall = "connect";
+  PGconn* conn = connect_start(options);
+  auto connection = std::unique_ptr<Connection>(new Connection(conn, target));
+  const auto fail = [&](std::string_view why) { return connect_error(why, target); };
   if (PQstatus(conn) == CONNECTION_BAD) throw fail(PQerrorMessage(conn));
 
   const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
@@ -450,11 +466,7 @@ std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (remaining <= std::chrono::milliseconds::zero()) {
-      throw PostgresError(ErrorCode::store_error,
-                          "could not connect to " + target + " within " +
-                              std::to_string(options.connect_timeout.count()) +
-                              " ms (PostgresOptions::connect_timeout)",
-                          "", /*retryable=*/true, false);
+      throw connect_timeout_error(options, target);
     }
     pollfd fd{PQsocket(conn),
               static_cast<short>(status == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};

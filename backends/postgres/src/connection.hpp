@@ -23,6 +23,7 @@
 #include "idem/clock.hpp"
 #include "idem/postgres/postgres_error.hpp"
 #include "idem/postgres/postgres_options.hpp"
+#include "idem/sql.hpp"
 
 namespace idem::postgres::detail {
 
@@ -163,6 +164,17 @@ struct Statement {
 };
 
 // ---- connection -----------------------------------------------------------------------------
+
+// Starts a non-blocking connection attempt for `options` (PQconnectStartParams with idem's
+// settings, verbose errors until connected); the caller drives PQconnectPoll. Never null.
+PGconn* connect_start(const PostgresOptions& options);
+// The PostgresError for a connection attempt that failed with libpq's message `why`.
+PostgresError connect_error(std::string_view why, const std::string& target);
+// The PostgresError for a connection attempt that took longer than options.connect_timeout.
+PostgresError connect_timeout_error(const PostgresOptions& options, const std::string& target);
+// A user's statement parameters (AsyncSqlTransaction, PostgresTransaction) as libpq parameters
+// in text format, untyped (the server infers the types); InvalidArgument for text with a NUL.
+Params to_params(std::span<const SqlParam> params);
 
 class Connection {
  public:

@@ -13,6 +13,7 @@
 #include "connection.hpp"
 #include "idem/error.hpp"
 #include "schema.hpp"
+#include "sql_text.hpp"
 
 namespace idem::postgres {
 
@@ -44,135 +45,14 @@ constexpr int kClaimRounds = 16;
 // parameter and result size (a window of deliveries is far smaller).
 constexpr std::size_t kBatchChunk = 1000;
 
-// Markers deleted per transaction by purge(): bounds the transaction's row locks and WAL.
-constexpr int kPurgeChunkRows = 1000;
-
 }  // namespace
 
-class PostgresIdempotencyRecorder::Impl {
+class PostgresIdempotencyRecorder::Impl : public detail::RecorderSql {
  public:
   explicit Impl(std::shared_ptr<ConnectionPool> shared_pool)
-      : pool(std::move(shared_pool)),
-        clock(pool->options().clock ? pool->options().clock : system_clock()),
-        schema(detail::quote_identifier(pool->options().schema)),
-        log(schema + "." + detail::quote_identifier(pool->options().processed_log_table)),
-        claims(schema + "." + detail::quote_identifier(pool->options().claims_table)),
-        sequence(schema + "." +
-                 detail::quote_identifier(pool->options().claims_table + "_token_seq")),
-        select_marker("SELECT 1 FROM " + log + " WHERE consumer = $1 AND event_id = $2",
-                      {kTextOid, kTextOid}),
-        // The ids as one text[] parameter (one statement per batch, no SQL built from ids),
-        // each looked up by its own primary-key probe: a LATERAL subquery with LIMIT is never
-        // flattened into a join, so its plain equality is always an index condition on both
-        // columns. `consumer = $1 AND event_id = ANY ($2)` left the planner free to scan the
-        // consumer's every marker with the ids as a filter, which it chose whenever statistics
-        // said the consumer had few markers: a new consumer, or a table not analyzed since
-        // (DESIGN-NOTES §29, §31). Prepared: this plan is the best at any size, so the generic
-        // plan is too (planning every run cost a third of a small batch's check).
-        select_markers_many(
-            "SELECT ids.id FROM unnest($2::text[]) AS ids (id) CROSS JOIN "
-            "LATERAL (SELECT 1 FROM " +
-                log + " WHERE consumer = $1 AND event_id = ids.id LIMIT 1) AS hit",
-            {kTextOid, kTextArrayOid}),
-        // DISTINCT: a batch may repeat an id, and one INSERT must not meet its own row twice.
-        insert_markers_many("INSERT INTO " + log +
-                                " (consumer, event_id, ts) SELECT DISTINCT $1::text, id, $3 "
-                                "FROM unnest($2::text[]) AS id "
-                                "ON CONFLICT (consumer, event_id) DO NOTHING",
-                            {kTextOid, kTextArrayOid, kTimestamptzOid}),
-        insert_marker("INSERT INTO " + log +
-                          " (consumer, event_id, ts) VALUES ($1, $2, $3) "
-                          "ON CONFLICT (consumer, event_id) DO NOTHING",
-                      {kTextOid, kTextOid, kTimestamptzOid}),
-        // One statement: the marker check, the claim itself (insert, or take over a claim whose
-        // lease passed — never a done one), and the row as this statement's snapshot saw it.
-        claim("WITH marker AS (SELECT 1 FROM " + log +
-                  " WHERE consumer = $1 AND event_id = $2), "
-                  "existing AS (SELECT lease_until, done_at FROM " +
-                  claims +
-                  " WHERE consumer = $1 AND event_id = $2), "
-                  "claimed AS (INSERT INTO " +
-                  claims +
-                  " AS c (consumer, event_id, token, lease_until) "
-                  "SELECT $1, $2, nextval('" +
-                  sequence +
-                  "'), $4 "
-                  "WHERE NOT EXISTS (SELECT 1 FROM marker) "
-                  "ON CONFLICT (consumer, event_id) DO UPDATE SET token = excluded.token, "
-                  "lease_until = excluded.lease_until, took_over = true "
-                  "WHERE c.done_at IS NULL AND c.lease_until <= $3 "
-                  "RETURNING token, lease_until, took_over) "
-                  "SELECT 'acquired'::text, token, lease_until, took_over FROM claimed "
-                  "UNION ALL SELECT 'processed', NULL, NULL, NULL FROM marker "
-                  "UNION ALL SELECT CASE WHEN done_at IS NULL THEN 'claimed' ELSE 'processed' END, "
-                  "NULL, lease_until, NULL FROM existing",
-              {kTextOid, kTextOid, kTimestamptzOid, kTimestamptzOid}),
-        // Read again with a fresh snapshot when the claim statement raced with another writer.
-        reread("SELECT EXISTS (SELECT 1 FROM " + log +
-                   " WHERE consumer = $1 AND event_id = $2), c.lease_until, c.done_at IS NOT NULL "
-                   "FROM (SELECT 1) AS one LEFT JOIN " +
-                   claims + " AS c ON c.consumer = $1 AND c.event_id = $2",
-               {kTextOid, kTextOid}),
-        // The claim stays, marked done, so a claim racing with this complete finds it (and
-        // waits for its row lock) instead of inserting a new claim next to the new marker.
-        complete("WITH done AS (UPDATE " + claims +
-                     " SET done_at = $4 WHERE consumer = $1 AND event_id = $2 AND token = $3 "
-                     "AND done_at IS NULL RETURNING 1), "
-                     "marked AS (INSERT INTO " +
-                     log +
-                     " (consumer, event_id, ts) SELECT $1, $2, $4 FROM done "
-                     "ON CONFLICT (consumer, event_id) DO NOTHING) "
-                     "SELECT count(*) FROM done",
-                 {kTextOid, kTextOid, kInt8Oid, kTimestamptzOid}),
-        release("DELETE FROM " + claims +
-                    " WHERE consumer = $1 AND event_id = $2 AND token = $3 AND done_at IS NULL",
-                {kTextOid, kTextOid, kInt8Oid}),
-        renew("UPDATE " + claims +
-                  " SET lease_until = $4 WHERE consumer = $1 AND event_id = $2 AND token = $3 "
-                  "AND done_at IS NULL",
-              {kTextOid, kTextOid, kInt8Oid, kTimestamptzOid}),
-        // Inside run_transactional's transaction: the marker, and a done claim that fences any
-        // exclusive-mode owner (a dead claim is replaced; a live one makes `fence` empty).
-        transactional_mark("WITH marker AS (INSERT INTO " + log +
-                               " (consumer, event_id, ts) VALUES ($1, $2, $3) "
-                               "ON CONFLICT (consumer, event_id) DO NOTHING RETURNING 1), "
-                               "fence AS (INSERT INTO " +
-                               claims +
-                               " AS c (consumer, event_id, token, lease_until, done_at) "
-                               "SELECT $1, $2, nextval('" +
-                               sequence +
-                               "'), $3, $3 FROM marker "
-                               "ON CONFLICT (consumer, event_id) DO UPDATE SET token = "
-                               "excluded.token, lease_until = excluded.lease_until, "
-                               "done_at = excluded.done_at, took_over = true "
-                               "WHERE c.done_at IS NULL AND c.lease_until <= $3 RETURNING 1) "
-                               "SELECT (SELECT count(*) FROM marker), (SELECT count(*) FROM fence)",
-                           {kTextOid, kTextOid, kTimestamptzOid}),
-        // One chunk of purge(): at most kPurgeChunkRows old markers after the key ($2, $3), in
-        // primary-key order (the walk resumes where the last chunk stopped, so every chunk reads
-        // only its part of the index); returns how many went and the chunk's last key. Planned
-        // per run, so a purge scheduled from a table's first day keeps using the index.
-        purge_chunk("WITH doomed AS (SELECT consumer, event_id FROM " + log +
-                        " WHERE (consumer, event_id) > ($2, $3) AND ts < $1 "
-                        "ORDER BY consumer, event_id LIMIT " +
-                        std::to_string(kPurgeChunkRows) + "), gone AS (DELETE FROM " + log +
-                        " AS l USING doomed AS d WHERE l.consumer = d.consumer AND "
-                        "l.event_id = d.event_id RETURNING 1) "
-                        "SELECT (SELECT count(*) FROM gone), consumer, event_id FROM doomed "
-                        "ORDER BY consumer DESC, event_id DESC LIMIT 1",
-                    {kTimestamptzOid, kTextOid, kTextOid}, detail::Planning::per_run),
-        purge_claims("DELETE FROM " + claims + " WHERE coalesce(done_at, lease_until) < $1",
-                     {kTimestamptzOid}),
-        count_old_markers("SELECT count(*) FROM " + log + " WHERE ts < $1", {kTimestamptzOid}),
-        count_markers("SELECT consumer, count(*) FROM " + log + " GROUP BY consumer", {}),
-        count_live_claims("SELECT consumer, count(*) FROM " + claims +
-                              " WHERE done_at IS NULL AND lease_until > $1 GROUP BY consumer",
-                          {kTimestamptzOid}),
-        inspect("SELECT (SELECT ts FROM " + log +
-                    " WHERE consumer = $1 AND event_id = $2), c.token, c.lease_until "
-                    "FROM (SELECT 1) AS one LEFT JOIN " +
-                    claims + " AS c ON c.consumer = $1 AND c.event_id = $2 AND c.done_at IS NULL",
-                {kTextOid, kTextOid}) {}
+      : RecorderSql(shared_pool->options()),
+        pool(std::move(shared_pool)),
+        clock(pool->options().clock ? pool->options().clock : system_clock()) {}
 
   void create_tables() {
     const PostgresOptions& options = pool->options();
@@ -212,27 +92,6 @@ class PostgresIdempotencyRecorder::Impl {
 
   std::shared_ptr<ConnectionPool> pool;
   std::shared_ptr<Clock> clock;
-  std::string schema;
-  std::string log;
-  std::string claims;
-  std::string sequence;
-
-  Statement select_marker;
-  Statement select_markers_many;
-  Statement insert_markers_many;
-  Statement insert_marker;
-  Statement claim;
-  Statement reread;
-  Statement complete;
-  Statement release;
-  Statement renew;
-  Statement transactional_mark;
-  Statement purge_chunk;
-  Statement purge_claims;
-  Statement count_old_markers;
-  Statement count_markers;
-  Statement count_live_claims;
-  Statement inspect;
 };
 
 PostgresIdempotencyRecorder::PostgresIdempotencyRecorder(PostgresOptions options)

@@ -21,6 +21,7 @@
 #include "idem/error.hpp"
 #include "record_decoder.hpp"
 #include "schema.hpp"
+#include "sql_text.hpp"
 
 namespace idem::postgres {
 
@@ -37,18 +38,13 @@ using State = IdempotencyRecord::State;
 using detail::kCompleted;
 using detail::kInProgress;
 
-// The columns every statement that reads a record returns, in this order (decode_record).
-constexpr const char* kRecordColumns =
-    "state, token, fingerprint, lease_until, took_over, completed_at, expires_at, value, report";
-// The claim statement returns (acquired, token, took_over) before them.
-constexpr int kClaimLeadingColumns = 3;
+using detail::kClaimLeadingColumns;
 
 // Like the recorder's claim: a claim loses a race twice in a row only under constant
 // claim/release churn on the same key.
 constexpr int kClaimRounds = 16;
 
-// Expired results deleted per transaction by purge_expired(): bounds its row locks and WAL.
-constexpr int kPurgeChunkRows = 1000;
+using detail::kStorePurgeChunkRows;
 
 // While the listener is not LISTENing, waiters poll with this backoff.
 constexpr auto kFirstPollDelay = std::chrono::milliseconds(2);
@@ -250,77 +246,12 @@ class Listener {
 
 // ---- Impl -----------------------------------------------------------------------------------
 
-class PostgresIdempotencyStore::Impl {
+class PostgresIdempotencyStore::Impl : public detail::StoreSql {
  public:
   explicit Impl(std::shared_ptr<ConnectionPool> shared_pool)
-      : pool(std::move(shared_pool)),
+      : StoreSql(shared_pool->options()),
+        pool(std::move(shared_pool)),
         clock(pool->options().clock ? pool->options().clock : system_clock()),
-        table(detail::quote_identifier(pool->options().schema) + "." +
-              detail::quote_identifier(pool->options().records_table)),
-        table_name(pool->options().schema + "." + pool->options().records_table),
-        sequence(detail::quote_identifier(pool->options().schema) + "." +
-                 detail::quote_identifier(pool->options().records_table + "_token_seq")),
-        channel(pool->options().notify_channel.empty()
-                    ? pool->options().schema + "_" + pool->options().records_table
-                    : pool->options().notify_channel),
-        // One statement: the claim (insert, or reclaim an expired result or an abandoned
-        // lease — never a live record), and the row as this statement's snapshot saw it, so a
-        // losing claim can answer completed / in_progress / mismatch without another round trip.
-        claim(std::string("WITH existing AS (SELECT ") + kRecordColumns + " FROM " + table +
-                  " WHERE key = $1), "
-                  "claimed AS (INSERT INTO " +
-                  table +
-                  " AS r (key, state, token, fingerprint, lease_until) "
-                  "VALUES ($1, 'in_progress', nextval('" +
-                  sequence +
-                  "'), $2, $4) "
-                  "ON CONFLICT (key) DO UPDATE SET state = 'in_progress', token = excluded.token, "
-                  "fingerprint = excluded.fingerprint, lease_until = excluded.lease_until, "
-                  "took_over = (r.state = 'in_progress'), completed_at = NULL, "
-                  "expires_at = NULL, value = NULL, report = NULL "
-                  "WHERE (r.state = 'completed' AND r.expires_at <= $3) "
-                  "OR (r.state = 'in_progress' AND r.lease_until <= $3) "
-                  "RETURNING token, took_over) "
-                  "SELECT true, token, took_over, NULL::text, NULL::bigint, NULL::text, "
-                  "NULL::timestamptz, NULL::boolean, NULL::timestamptz, NULL::timestamptz, "
-                  "NULL::bytea, NULL::text FROM claimed "
-                  "UNION ALL SELECT false, NULL, NULL, " +
-                  kRecordColumns + " FROM existing",
-              {kTextOid, kTextOid, kTimestamptzOid, kTimestamptzOid}),
-        lookup(std::string("SELECT ") + kRecordColumns + " FROM " + table + " WHERE key = $1",
-               {kTextOid}),
-        complete(
-            "WITH done AS (UPDATE " + table +
-                " SET state = 'completed', completed_at = $3, expires_at = $4, value = $5, "
-                "report = $6 WHERE key = $1 AND token = $2 AND state = 'in_progress' "
-                "RETURNING key) SELECT pg_notify($7, key) FROM done",
-            {kTextOid, kInt8Oid, kTimestamptzOid, kTimestamptzOid, kByteaOid, kTextOid, kTextOid}),
-        drop("WITH gone AS (DELETE FROM " + table +
-                 " WHERE key = $1 AND token = $2 AND state = 'in_progress' RETURNING key) "
-                 "SELECT pg_notify($3, key) FROM gone",
-             {kTextOid, kInt8Oid, kTextOid}),
-        renew("UPDATE " + table +
-                  " SET lease_until = $3 WHERE key = $1 AND token = $2 AND state = 'in_progress'",
-              {kTextOid, kInt8Oid, kTimestamptzOid}),
-        // One chunk of purge_expired(): the oldest expired results through the expires_at index
-        // (planned per run, so a plan made while the table was small is not kept).
-        // The outer condition is checked again on the row's latest version, so a key claimed
-        // anew since the inner select is never deleted.
-        purge_chunk("DELETE FROM " + table + " WHERE key IN (SELECT key FROM " + table +
-                        " WHERE state = 'completed' AND expires_at <= $1 ORDER BY expires_at "
-                        "LIMIT " +
-                        std::to_string(kPurgeChunkRows) +
-                        ") AND state = 'completed' AND expires_at <= $1",
-                    {kTimestamptzOid}, detail::Planning::per_run),
-        count_by_state(
-            "SELECT "
-            "count(*) FILTER (WHERE state = 'in_progress' AND lease_until > $1), "
-            "count(*) FILTER (WHERE state = 'in_progress' AND lease_until <= $1), "
-            "count(*) FILTER (WHERE state = 'completed' AND expires_at > $1), "
-            "count(*) FILTER (WHERE state = 'completed' AND expires_at <= $1) FROM " +
-                table,
-            {kTimestamptzOid}),
-        count("SELECT count(*) FROM " + table, {}),
         listener(pool, channel) {}
 
   void create_table() {
@@ -370,19 +301,6 @@ class PostgresIdempotencyStore::Impl {
 
   std::shared_ptr<ConnectionPool> pool;
   std::shared_ptr<Clock> clock;
-  std::string table;
-  std::string table_name;  // unquoted, for messages
-  std::string sequence;
-  std::string channel;
-
-  Statement claim;
-  Statement lookup;
-  Statement complete;
-  Statement drop;
-  Statement renew;
-  Statement purge_chunk;
-  Statement count_by_state;
-  Statement count;
 
   Listener listener;
   std::atomic<std::uint64_t> waits{0};
@@ -547,7 +465,7 @@ std::size_t PostgresIdempotencyStore::do_purge_expired(const PurgeProgress& prog
             .affected());
     purged += removed;
     if (removed > 0 && progress) progress(purged);
-    if (removed < static_cast<std::size_t>(kPurgeChunkRows)) return purged;
+    if (removed < static_cast<std::size_t>(kStorePurgeChunkRows)) return purged;
   }
 }
 

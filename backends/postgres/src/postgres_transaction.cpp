@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -16,41 +17,8 @@ namespace {
 
 constexpr std::string_view kCall = "PostgresTransaction";
 
-// Handler parameters go in text format without a type, so the server infers each from the
-// statement ($1 compared with an integer column is an integer), as it would for a literal.
 detail::Params to_params(std::initializer_list<PgParam> params) {
-  detail::Params out;
-  int index = 0;
-  for (const PgParam& param : params) {
-    ++index;
-    std::visit(
-        [&](const auto& v) {
-          using V = std::decay_t<decltype(v)>;
-          if constexpr (std::is_same_v<V, std::nullptr_t>) {
-            out.null(0);
-          } else if constexpr (std::is_same_v<V, bool>) {
-            out.untyped(v ? "true" : "false");
-          } else if constexpr (std::is_same_v<V, std::int64_t>) {
-            out.untyped(std::to_string(v));
-          } else if constexpr (std::is_same_v<V, double>) {
-            char buffer[64];
-            const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, v);
-            if (ec != std::errc()) throw InvalidArgument("SQL parameter: cannot format a double");
-            out.untyped(std::string_view(buffer, static_cast<std::size_t>(end - buffer)));
-          } else if constexpr (std::is_same_v<V, std::string_view>) {
-            if (v.find('\0') != std::string_view::npos) {
-              throw InvalidArgument("SQL parameter $" + std::to_string(index) +
-                                    " is text with a NUL byte, which PostgreSQL text cannot hold "
-                                    "(pass it with PgParam::bytea)");
-            }
-            out.untyped(v);
-          } else {
-            out.bytea(v.bytes);
-          }
-        },
-        param.value());
-  }
-  return out;
+  return detail::to_params(std::span<const PgParam>(params.begin(), params.size()));
 }
 
 }  // namespace
@@ -95,3 +63,44 @@ std::optional<std::int64_t> PostgresTransaction::query_int64(
 }
 
 }  // namespace idem::postgres
+
+namespace idem::postgres::detail {
+
+// Handler parameters go in text format without a type, so the server infers each from the
+// statement ($1 compared with an integer column is an integer), as it would for a literal.
+Params to_params(std::span<const SqlParam> params) {
+  Params out;
+  int index = 0;
+  for (const SqlParam& param : params) {
+    ++index;
+    std::visit(
+        [&](const auto& v) {
+          using V = std::decay_t<decltype(v)>;
+          if constexpr (std::is_same_v<V, std::nullptr_t>) {
+            out.null(0);
+          } else if constexpr (std::is_same_v<V, bool>) {
+            out.untyped(v ? "true" : "false");
+          } else if constexpr (std::is_same_v<V, std::int64_t>) {
+            out.untyped(std::to_string(v));
+          } else if constexpr (std::is_same_v<V, double>) {
+            char buffer[64];
+            const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, v);
+            if (ec != std::errc()) throw InvalidArgument("SQL parameter: cannot format a double");
+            out.untyped(std::string_view(buffer, static_cast<std::size_t>(end - buffer)));
+          } else if constexpr (std::is_same_v<V, std::string_view>) {
+            if (v.find('\0') != std::string_view::npos) {
+              throw InvalidArgument("SQL parameter $" + std::to_string(index) +
+                                    " is text with a NUL byte, which PostgreSQL text cannot hold "
+                                    "(pass it with PgParam::bytea)");
+            }
+            out.untyped(v);
+          } else {
+            out.bytea(v.bytes);
+          }
+        },
+        param.value());
+  }
+  return out;
+}
+
+}  // namespace idem::postgres::detail

@@ -1,0 +1,190 @@
+// PostgreSQL stopped and started again under the async recorder and store while dozens of calls
+// are in flight on one event loop: every call ends with its result or a classified StoreError
+// (none hangs, nothing else is thrown), nothing is reported processed that was not, and once
+// the server is back the pool reconnects and work resumes.
+//
+// The server comes from scripts/servers.sh (IDEM_TEST_PG_CTL_CMD, IDEM_TEST_SERVERS_DIR,
+// IDEM_TEST_POSTGRES_PORT).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <atomic>
+#include <cstdlib>
+#include <iostream>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../postgres_test_support.hpp"
+#include "../process/worker/child_process.hpp"
+#include "idem/error.hpp"
+#include "idem/postgres/async_postgres.hpp"
+
+namespace {
+
+IDEM_POSTGRES_TEST_ENVIRONMENT();
+
+using namespace std::chrono_literals;
+using idem::async::Task;
+namespace pg = idem::test::pg;
+
+std::string env(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? value : "";
+}
+
+// Stops and starts the test server the way scripts/servers.sh started it; starts it again on
+// destruction if a test left it stopped.
+class ServerControl {
+ public:
+  static bool available() {
+    return !env("IDEM_TEST_PG_CTL_CMD").empty() && !env("IDEM_TEST_SERVERS_DIR").empty() &&
+           !env("IDEM_TEST_POSTGRES_PORT").empty();
+  }
+  ServerControl() = default;
+  ServerControl(const ServerControl&) = delete;
+  ServerControl& operator=(const ServerControl&) = delete;
+  ~ServerControl() {
+    if (stopped_) start();
+  }
+  void stop() {
+    run({"stop", "-m", "fast", "-w"});
+    stopped_ = true;
+  }
+  void start() {
+    const std::string dir = env("IDEM_TEST_SERVERS_DIR");
+    run({"start", "-w", "-t", "60", "-l", dir + "/pg/postgres.log", "-o",
+         "-c listen_addresses=127.0.0.1 -p " + env("IDEM_TEST_POSTGRES_PORT") + " -k " + dir +
+             "/pg -c fsync=off -c max_connections=200"});
+    stopped_ = false;
+  }
+
+ private:
+  void run(const std::vector<std::string>& args) {
+    std::vector<std::string> argv;
+    if (::geteuid() == 0) argv = {"/usr/sbin/runuser", "-u", "postgres", "--"};
+    std::istringstream command(env("IDEM_TEST_PG_CTL_CMD"));
+    for (std::string word; command >> word;)
+      argv.push_back(word);
+    argv.insert(argv.end(), args.begin(), args.end());
+    idem::test::ChildProcess child(argv);
+    child.close_stdin();
+    const std::string output = child.read_all();
+    const int status = child.wait();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "pg_ctl " << args.front() << " failed (" << status << "): " << output;
+  }
+  bool stopped_ = false;
+};
+
+TEST(AsyncPostgresRestart, InFlightCallsEndClassifiedAndWorkResumes) {
+  if (!ServerControl::available()) {
+    if (pg::servers_required()) FAIL() << "IDEM_TEST_PG_CTL_CMD etc. not set: use servers.sh";
+    GTEST_SKIP() << "no server control: run through scripts/servers.sh";
+  }
+  pg::TempSchema schema;  // first: dropped last, with the server running again
+  ServerControl server;
+  asio::io_context io;
+  auto options = schema.options();
+  options.connect_timeout = 2s;
+  options.pool_size = 4;
+  auto pool = std::make_shared<idem::postgres::AsyncConnectionPool>(io.get_executor(), options);
+  idem::postgres::AsyncPostgresRecorder recorder(pool);
+  idem::postgres::AsyncPostgresStore store(pool);
+
+  std::atomic<bool> stopping{false};
+  std::atomic<long> successes{0};
+  std::atomic<long> store_errors{0};
+  std::atomic<long> other_errors{0};
+  std::mutex mutex;
+  std::set<std::string> marked;    // mark_processed returned
+  std::vector<std::string> wrong;  // reported processed but never marked, or similar
+  std::vector<std::string> unclassified;
+  constexpr int kCoroutines = 50;
+  std::atomic<int> running{kCoroutines};
+
+  for (int c = 0; c < kCoroutines; ++c) {
+    asio::co_spawn(
+        io,
+        [&, c]() -> Task<void> {
+          asio::steady_timer pause(co_await asio::this_coro::executor);
+          for (int i = 0; !stopping.load(); ++i) {
+            const std::string id = "c" + std::to_string(c) + "-" + std::to_string(i);
+            bool failed = false;
+            try {
+              if (co_await recorder.is_processed("restart", id)) {
+                std::lock_guard lock(mutex);
+                wrong.push_back(id + " processed before it was marked");
+              }
+              co_await recorder.mark_processed("restart", id);
+              {
+                std::lock_guard lock(mutex);
+                marked.insert(id);
+              }
+              const auto outcome = co_await store.claim(id, std::nullopt, 60s);
+              if (outcome.status == idem::ClaimOutcome::Status::acquired) {
+                (void)co_await store.release(id, outcome.token);
+              }
+              ++successes;
+            } catch (const idem::StoreError& e) {
+              failed = true;
+              ++store_errors;
+              if (!e.retryable() && !e.in_doubt()) {
+                std::lock_guard lock(mutex);
+                unclassified.push_back(e.what());
+              }
+            } catch (const std::exception& e) {
+              failed = true;
+              ++other_errors;
+              std::lock_guard lock(mutex);
+              unclassified.push_back(e.what());
+            }
+            if (failed) {
+              // The server is down: do not spin on connection refusals.
+              pause.expires_after(5ms);
+              co_await pause.async_wait(asio::use_awaitable);
+            }
+          }
+          --running;
+        },
+        [](std::exception_ptr e) {
+          if (e) std::rethrow_exception(e);
+        });
+  }
+  std::thread loop([&] { io.run(); });
+
+  ASSERT_TRUE(pg::eventually([&] { return successes.load() >= 200; }));
+  server.stop();
+  const long errors_before = store_errors.load();
+  ASSERT_TRUE(pg::eventually([&] { return store_errors.load() > errors_before + 50; }));
+  server.start();
+  const long after_restart = successes.load();
+  const bool resumed = pg::eventually([&] { return successes.load() >= after_restart + 500; });
+  stopping = true;
+  loop.join();  // every coroutine ended: none hangs
+  std::cout << successes.load() << " iterations succeeded, " << store_errors.load()
+            << " calls ended with a StoreError while the server was down\n";
+  EXPECT_TRUE(resumed);
+  EXPECT_EQ(running.load(), 0);
+  EXPECT_EQ(other_errors.load(), 0);
+  EXPECT_TRUE(unclassified.empty()) << unclassified.front();
+  EXPECT_TRUE(wrong.empty()) << wrong.front();
+  // Every marker a caller was told is written is in the table.
+  std::string ids = "{";
+  for (const std::string& id : marked)
+    ids += (ids.size() > 1 ? "," : "") + id;
+  ids += "}";
+  EXPECT_EQ(pg::query_int("SELECT count(*) FROM " + schema.table("processed_log") +
+                          " WHERE consumer = 'restart' AND event_id = ANY('" + ids + "')"),
+            static_cast<long long>(marked.size()));
+  EXPECT_GE(pool->stats().connects, 2u);
+}
+
+}  // namespace
