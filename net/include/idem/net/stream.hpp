@@ -112,9 +112,9 @@ bool wait_ready(int fd, IoStatus status, Deadline deadline);
 // std::system_error: the last address's failure, or ETIMEDOUT when the deadline passed.
 Stream connect(const std::vector<Address>& addresses, Deadline deadline);
 
-// Writes all of `data`, waiting as needed. Returns the bytes written before a failure or the
-// deadline; `sent` is set either way, so a caller can tell a cut-off write from one that reached
-// the kernel. Throws std::system_error (ETIMEDOUT at the deadline) after setting `sent`.
+// Writes all of `data`, waiting as needed. `sent` counts the bytes the kernel took, also when it
+// throws, so a caller can tell a cut-off write from one that reached the kernel. Throws
+// std::system_error (ETIMEDOUT at the deadline).
 void write_all(Stream& stream, std::span<const char> data, Deadline deadline, std::size_t& sent);
 
 // Reads at least one byte, waiting as needed. Returns 0 when the peer closed the stream. Throws

@@ -12,9 +12,10 @@
 // call whose command was written fails with a RedisError classified as the blocking face does
 // (redis_error.hpp: io/protocol, timed_out; in doubt for writes, retryable for reads and
 // idempotent writes); calls not yet written wait for the next connection. Reconnecting is on
-// demand: the first attempt after a drop is immediate; after a failed attempt the next waits a
-// backoff (50 ms doubling up to 1 s, reset by a success), and the calls queued meanwhile fail
-// with the attempt's connect error (retryable).
+// demand: the first attempt after a drop is immediate. A failed attempt fails the calls waiting
+// for it with a retryable connect error, and the next attempt (for calls made after it) waits a
+// backoff first (50 ms doubling up to 1 s, reset by a success). An idle connection the server
+// closed is noticed before writing and replaced without failing anyone.
 //
 // Cancellation (the awaiting coroutine's cancellation slot, e.g. a per-attempt timeout):
 //  * before its command is written, the call is withdrawn: nothing reaches the server and the
