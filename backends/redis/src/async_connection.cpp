@@ -630,38 +630,45 @@ AsyncConnection::~AsyncConnection() {
   state_->shut_down();
 }
 
+// command() and pipeline() are plain functions: they encode the arguments and copy `what` at
+// once, then return the coroutine that owns them (an awaitable starts only when awaited).
 async::Task<RedisReply> AsyncConnection::command(std::span<const std::string_view> args,
                                                  CommandKind kind, std::string_view what) {
   CommandBatch batch;
   batch.add(args);
-  Replies replies = co_await pipeline(std::move(batch), kind, what);
-  if (replies.size() != 1) {
-    throw RedisError(
-        RedisFailure::protocol,
-        "idem redis: " + std::string(what) + " on " + state_->endpoint + ": expected one reply",
-        false, false);
-  }
-  co_return std::move(replies.front());
+  return one(state_, std::move(batch), kind, std::string(what));
 }
 
 async::Task<RedisReply> AsyncConnection::command(std::initializer_list<std::string_view> args,
                                                  CommandKind kind, std::string_view what) {
-  CommandBatch batch;
-  batch.add(std::span<const std::string_view>(args.begin(), args.size()));
-  Replies replies = co_await pipeline(std::move(batch), kind, what);
-  co_return std::move(replies.at(0));
+  return command(std::span<const std::string_view>(args.begin(), args.size()), kind, what);
 }
 
 async::Task<Replies> AsyncConnection::pipeline(CommandBatch batch, CommandKind kind,
                                                std::string_view what) {
-  state_->process.use("this Redis async connection (of a recorder or store)");
+  return many(state_, std::move(batch), kind, std::string(what));
+}
+
+async::Task<RedisReply> AsyncConnection::one(std::shared_ptr<State> state, CommandBatch batch,
+                                             CommandKind kind, std::string what) {
+  Replies replies = co_await many(state, std::move(batch), kind, what);
+  if (replies.size() != 1) {
+    throw RedisError(RedisFailure::protocol,
+                     "idem redis: " + what + " on " + state->endpoint + ": expected one reply",
+                     /*retryable=*/false, /*in_doubt=*/false);
+  }
+  co_return std::move(replies.front());
+}
+
+async::Task<Replies> AsyncConnection::many(std::shared_ptr<State> state, CommandBatch batch,
+                                           CommandKind kind, std::string what) {
+  state->process.use("this Redis async connection (of a recorder or store)");
   if (batch.empty()) co_return Replies{};
   const std::size_t count = batch.size();
-  std::shared_ptr<State> state = state_;
   co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
                                           void(std::exception_ptr, Replies)>(
       [&](auto handler) {
-        state->start(std::move(handler), batch.take_bytes(), count, kind, std::string(what));
+        state->start(std::move(handler), batch.take_bytes(), count, kind, std::move(what));
       },
       asio::use_awaitable);
 }

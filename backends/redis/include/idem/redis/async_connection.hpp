@@ -33,8 +33,10 @@
 // Thread safety: every member may be called from any thread at once.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <initializer_list>
 #include <memory>
 #include <span>
 #include <string>
@@ -87,7 +89,9 @@ class AsyncConnection {
 
   // One command and its reply. An error reply (-ERR ...) is returned, not thrown; a failure of
   // the connection throws RedisError (see above). `what` names the operation in messages;
-  // `kind` classifies a lost reply.
+  // `kind` classifies a lost reply. The arguments are encoded (and `what` copied) when the call
+  // is made, before the awaitable starts: they need not outlive it (co_spawn(io, c.command({..}))
+  // is fine). The awaitable may outlive the connection (it then ends with operation_aborted).
   async::Task<RedisReply> command(std::span<const std::string_view> args,
                                   CommandKind kind = CommandKind::write,
                                   std::string_view what = "command");
@@ -108,6 +112,11 @@ class AsyncConnection {
   struct State;  // internal
 
  private:
+  static async::Task<RedisReply> one(std::shared_ptr<State> state, CommandBatch batch,
+                                     CommandKind kind, std::string what);
+  static async::Task<std::vector<RedisReply>> many(std::shared_ptr<State> state, CommandBatch batch,
+                                                   CommandKind kind, std::string what);
+
   std::shared_ptr<State> state_;
 };
 
