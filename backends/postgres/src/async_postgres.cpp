@@ -40,8 +40,8 @@ bool fits_token(std::uint64_t token) noexcept {
 }
 
 void validate(std::string_view consumer, std::string_view event_id) {
-  detail::validate_text_key("consumer", consumer);
-  detail::validate_text_key("event id", event_id);
+  detail::require_utf8_key("consumer", consumer);
+  detail::require_utf8_key("event id", event_id);
 }
 
 void check_fingerprint(std::optional<std::string_view> fingerprint) {
@@ -234,9 +234,9 @@ async::Task<void> AsyncPostgresRecorder::do_mark_processed(std::string_view cons
 
 async::Task<std::vector<bool>> AsyncPostgresRecorder::do_is_processed_many(
     std::string_view consumer, std::span<const std::string> event_ids) {
-  detail::validate_text_key("consumer", consumer);
+  detail::require_utf8_key("consumer", consumer);
   for (const std::string& event_id : event_ids)
-    detail::validate_text_key("event id", event_id);
+    detail::require_utf8_key("event id", event_id);
   std::vector<bool> processed(event_ids.size(), false);
   std::unordered_set<std::string_view> found;
   std::vector<Result> results;  // `found` points into their rows
@@ -258,9 +258,9 @@ async::Task<std::vector<bool>> AsyncPostgresRecorder::do_is_processed_many(
 
 async::Task<void> AsyncPostgresRecorder::do_mark_processed_many(
     std::string_view consumer, std::span<const std::string> event_ids) {
-  detail::validate_text_key("consumer", consumer);
+  detail::require_utf8_key("consumer", consumer);
   for (const std::string& event_id : event_ids)
-    detail::validate_text_key("event id", event_id);
+    detail::require_utf8_key("event id", event_id);
   const WallTime now = impl_->clock->wall_now();
   for (std::size_t offset = 0; offset < event_ids.size(); offset += kBatchChunk) {
     const auto chunk = event_ids.subspan(offset, std::min(kBatchChunk, event_ids.size() - offset));
@@ -489,7 +489,7 @@ const std::shared_ptr<AsyncConnectionPool>& AsyncPostgresStore::pool() const noe
 async::Task<ClaimOutcome> AsyncPostgresStore::do_claim(std::string_view key,
                                                        std::optional<std::string_view> fingerprint,
                                                        Millis lease) {
-  detail::validate_text_key("idempotency key", key);
+  detail::require_utf8_key("idempotency key", key);
   check_fingerprint(fingerprint);
   constexpr std::string_view kCall = "AsyncPostgresStore::claim";
   for (int round = 0; round < kClaimRounds; ++round) {
@@ -544,7 +544,7 @@ async::Task<ClaimOutcome> AsyncPostgresStore::do_claim(std::string_view key,
 async::Task<bool> AsyncPostgresStore::do_complete(std::string_view key, std::uint64_t token,
                                                   StoredValue value, const ExecutionReport& report,
                                                   Millis ttl) {
-  detail::validate_text_key("idempotency key", key);
+  detail::require_utf8_key("idempotency key", key);
   if (!value.bytes) {
     throw InvalidArgument(
         "AsyncPostgresStore keeps values as bytes: StoredValue::bytes must be set (the "
@@ -574,7 +574,7 @@ async::Task<bool> AsyncPostgresStore::do_complete(std::string_view key, std::uin
 }
 
 async::Task<bool> AsyncPostgresStore::do_release(std::string_view key, std::uint64_t token) {
-  detail::validate_text_key("idempotency key", key);
+  detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) co_return false;
   Params params;
   params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
@@ -585,7 +585,7 @@ async::Task<bool> AsyncPostgresStore::do_release(std::string_view key, std::uint
 
 async::Task<bool> AsyncPostgresStore::do_renew(std::string_view key, std::uint64_t token,
                                                Millis lease) {
-  detail::validate_text_key("idempotency key", key);
+  detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) co_return false;
   Params params;
   params.text(key)
@@ -597,7 +597,7 @@ async::Task<bool> AsyncPostgresStore::do_renew(std::string_view key, std::uint64
 }
 
 async::Task<std::optional<IdempotencyRecord>> AsyncPostgresStore::do_lookup(std::string_view key) {
-  detail::validate_text_key("idempotency key", key);
+  detail::require_utf8_key("idempotency key", key);
   Params params;
   params.text(key);
   const Result result =

@@ -1,149 +1,86 @@
 #include "idem/redis/connection_pool.hpp"
 
-#include <hiredis/hiredis.h>
 #include <poll.h>
-#include <sys/socket.h>
-#include <sys/time.h>
 
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cstring>
 #include <string>
+#include <system_error>
 #include <utility>
 
 #include "idem/error.hpp"
+#include "idem/net/stream.hpp"
 #include "idem/redis/redis_error.hpp"
+#include "resp.hpp"
 
 namespace idem::redis {
 namespace {
 
-timeval to_timeval(std::chrono::milliseconds d) {
-  timeval tv{};
-  tv.tv_sec = static_cast<decltype(tv.tv_sec)>(d.count() / 1000);
-  tv.tv_usec = static_cast<decltype(tv.tv_usec)>((d.count() % 1000) * 1000);
-  return tv;
-}
-
-RedisReply convert(const redisReply* raw) {
-  RedisReply reply;
-  switch (raw->type) {
-    case REDIS_REPLY_STATUS:
-      reply.type = RedisReply::Type::status;
-      reply.str.assign(raw->str, raw->len);
-      break;
-    case REDIS_REPLY_ERROR:
-      reply.type = RedisReply::Type::error;
-      reply.str.assign(raw->str, raw->len);
-      break;
-    case REDIS_REPLY_STRING:
-      reply.type = RedisReply::Type::string;
-      reply.str.assign(raw->str, raw->len);
-      break;
-    case REDIS_REPLY_INTEGER:
-      reply.type = RedisReply::Type::integer;
-      reply.integer = raw->integer;
-      break;
-    case REDIS_REPLY_ARRAY:
-      reply.type = RedisReply::Type::array;
-      reply.elements.reserve(raw->elements);
-      for (std::size_t i = 0; i < raw->elements; ++i)
-        reply.elements.push_back(convert(raw->element[i]));
-      break;
-    default:  // REDIS_REPLY_NIL
-      reply.type = RedisReply::Type::nil;
-      break;
-  }
-  return reply;
-}
-
-void append_decimal(std::string& out, std::size_t value) {
-  char buffer[24];
-  const auto [end, ec] = std::to_chars(buffer, buffer + sizeof buffer, value);
-  out.append(buffer, end);
-}
-
 bool is_timeout(int error_number) {
   return error_number == EAGAIN || error_number == EWOULDBLOCK || error_number == ETIMEDOUT;
+}
+
+std::chrono::steady_clock::time_point after(std::chrono::milliseconds d) {
+  return std::chrono::steady_clock::now() + d;
 }
 
 }  // namespace
 
 // ---- RedisConnection ------------------------------------------------------------------------
 
-RedisConnection::RedisConnection(const RedisOptions& options) : endpoint_(options.endpoint()) {
-  errno = 0;
-  context_ = redisConnectWithTimeout(options.host.c_str(), options.port,
-                                     to_timeval(options.connect_timeout));
-  if (context_ == nullptr) {
-    throw RedisError(RedisFailure::connect,
-                     "idem redis: connect to " + endpoint_ + ": cannot allocate a connection",
+RedisConnection::RedisConnection(const RedisOptions& options)
+    : command_timeout_(options.command_timeout),
+      reader_(std::make_unique<detail::ReplyReader>()),
+      endpoint_(options.endpoint()) {
+  std::vector<net::Address> addresses;
+  try {
+    addresses = net::resolve(options.host, options.port);
+  } catch (const std::system_error& e) {
+    throw RedisError(RedisFailure::connect, "idem redis: connect to " + endpoint_ + ": " + e.what(),
                      /*retryable=*/true, /*in_doubt=*/false);
   }
   try {
-    if (context_->err != 0) {
-      const int error_number = errno;
-      const std::string detail = context_->errstr;
-      const bool timed_out =
-          is_timeout(error_number) || detail.find("timed out") != std::string::npos;
-      std::string message = "idem redis: connect to " + endpoint_ + ": " + detail;
-      if (timed_out) {
-        message += " (no answer within connect_timeout " +
-                   std::to_string(options.connect_timeout.count()) + " ms)";
-      }
-      throw RedisError(RedisFailure::connect, message, /*retryable=*/true, /*in_doubt=*/false,
-                       timed_out);
+    stream_ =
+        std::make_unique<net::Stream>(net::connect(addresses, after(options.connect_timeout)));
+  } catch (const std::system_error& e) {
+    const bool timed_out = is_timeout(e.code().value());
+    std::string message = "idem redis: connect to " + endpoint_ + ": " + e.code().message();
+    if (timed_out) {
+      message += " (no answer within connect_timeout " +
+                 std::to_string(options.connect_timeout.count()) + " ms)";
     }
-    if (redisSetTimeout(context_, to_timeval(options.command_timeout)) != REDIS_OK) {
-      throw RedisError(RedisFailure::connect,
-                       "idem redis: connect to " + endpoint_ + ": " + context_->errstr,
-                       /*retryable=*/true, /*in_doubt=*/false);
+    throw RedisError(RedisFailure::connect, message, /*retryable=*/true, /*in_doubt=*/false,
+                     timed_out);
+  }
+  if (options.password) {
+    RedisReply reply =
+        options.username
+            ? command({"AUTH", *options.username, *options.password}, CommandKind::read, "AUTH")
+            : command({"AUTH", *options.password}, CommandKind::read, "AUTH");
+    if (reply.is_error()) {
+      throw RedisError(RedisFailure::auth,
+                       "idem redis: AUTH on " + endpoint_ + " refused: " + reply.str,
+                       /*retryable=*/false, /*in_doubt=*/false, /*timed_out=*/false,
+                       ErrorCode::store_open_failed);
     }
-    (void)redisEnableKeepAlive(context_);  // only helps notice dead peers; not essential
-    if (options.password) {
-      RedisReply reply =
-          options.username
-              ? command({"AUTH", *options.username, *options.password}, CommandKind::read, "AUTH")
-              : command({"AUTH", *options.password}, CommandKind::read, "AUTH");
-      if (reply.is_error()) {
-        throw RedisError(RedisFailure::auth,
-                         "idem redis: AUTH on " + endpoint_ + " refused: " + reply.str,
-                         /*retryable=*/false, /*in_doubt=*/false, /*timed_out=*/false,
-                         ErrorCode::store_open_failed);
-      }
+  }
+  if (options.db != 0) {
+    const std::string db = std::to_string(options.db);
+    RedisReply reply = command({"SELECT", db}, CommandKind::read, "SELECT");
+    if (reply.is_error()) {
+      throw RedisError(RedisFailure::auth,
+                       "idem redis: SELECT " + db + " on " + endpoint_ + " refused: " + reply.str,
+                       /*retryable=*/false, /*in_doubt=*/false, /*timed_out=*/false,
+                       ErrorCode::store_open_failed);
     }
-    if (options.db != 0) {
-      const std::string db = std::to_string(options.db);
-      RedisReply reply = command({"SELECT", db}, CommandKind::read, "SELECT");
-      if (reply.is_error()) {
-        throw RedisError(RedisFailure::auth,
-                         "idem redis: SELECT " + db + " on " + endpoint_ + " refused: " + reply.str,
-                         /*retryable=*/false, /*in_doubt=*/false, /*timed_out=*/false,
-                         ErrorCode::store_open_failed);
-      }
-    }
-  } catch (...) {
-    redisFree(context_);
-    context_ = nullptr;
-    throw;
   }
 }
 
-RedisConnection::~RedisConnection() {
-  if (context_ != nullptr) redisFree(context_);
-}
+RedisConnection::~RedisConnection() = default;
 
 void RedisConnection::append(std::span<const std::string_view> args) {
-  out_ += '*';
-  append_decimal(out_, args.size());
-  out_ += "\r\n";
-  for (std::string_view arg : args) {
-    out_ += '$';
-    append_decimal(out_, arg.size());
-    out_ += "\r\n";
-    out_.append(arg);
-    out_ += "\r\n";
-  }
+  detail::append_command(out_, args);
   boundaries_.push_back(out_.size());
   ++pending_;
 }
@@ -186,47 +123,57 @@ void RedisConnection::send_pending(CommandKind kind, std::string_view what) {
         /*retryable=*/true, /*in_doubt=*/false);
   }
   std::size_t sent = 0;
-  while (sent < out_.size()) {
-    // MSG_NOSIGNAL: a server that went away gives EPIPE here, never a SIGPIPE that would kill
-    // the process (hiredis's own write() would).
-    const ssize_t n = ::send(context_->fd, out_.data() + sent, out_.size() - sent, MSG_NOSIGNAL);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      const int error_number = errno;
-      // A command whose every byte reached the kernel may have run; a cut-off one cannot.
-      const bool whole_command_sent = !boundaries_.empty() && boundaries_.front() <= sent;
-      fail_io(what, error_number, whole_command_sent, kind, std::strerror(error_number));
-    }
-    sent += static_cast<std::size_t>(n);
+  try {
+    net::write_all(*stream_, out_, after(command_timeout_), sent);
+  } catch (const std::system_error& e) {
+    // A command whose every byte reached the kernel may have run; a cut-off one cannot.
+    const bool whole_command_sent = !boundaries_.empty() && boundaries_.front() <= sent;
+    fail_io(what, e.code().value(), whole_command_sent, kind, e.code().message());
   }
   out_.clear();
   boundaries_.clear();
 }
 
 RedisReply RedisConnection::read_one(CommandKind kind, std::string_view what, bool any_sent) {
-  void* raw = nullptr;
-  errno = 0;
-  if (redisGetReply(context_, &raw) != REDIS_OK || raw == nullptr) {
-    const int error_number = errno;
-    fail_io(what, error_number, any_sent, kind,
-            context_->errstr[0] != '\0' ? context_->errstr : "no reply");
+  const auto deadline = after(command_timeout_);
+  char buffer[16 * 1024];
+  for (;;) {
+    try {
+      if (auto reply = reader_->next()) {
+        --pending_;
+        return std::move(*reply);
+      }
+    } catch (const detail::ProtocolError& e) {
+      fail_io(what, 0, any_sent, kind, std::string("protocol error: ") + e.what(),
+              /*protocol=*/true);
+    }
+    std::size_t n = 0;
+    try {
+      n = net::read_some_blocking(*stream_, buffer, deadline);
+    } catch (const std::system_error& e) {
+      fail_io(what, e.code().value(), any_sent, kind, e.code().message());
+    }
+    if (n == 0) {
+      fail_io(what, 0, any_sent, kind, "Server closed the connection", false, /*eof=*/true);
+    }
+    try {
+      reader_->feed(buffer, n);
+    } catch (const detail::ProtocolError& e) {
+      fail_io(what, 0, any_sent, kind, std::string("protocol error: ") + e.what(),
+              /*protocol=*/true);
+    }
   }
-  RedisReply reply = convert(static_cast<const redisReply*>(raw));
-  freeReplyObject(raw);
-  --pending_;
-  return reply;
 }
 
 void RedisConnection::fail_io(std::string_view what, int error_number, bool sent, CommandKind kind,
-                              const std::string& detail) {
+                              const std::string& detail, bool protocol, bool eof) {
   broken_ = true;
-  const bool protocol = context_->err == REDIS_ERR_PROTOCOL;
   const bool timed_out = is_timeout(error_number);
   const bool in_doubt = sent && kind != CommandKind::read;
   const bool retryable = !in_doubt || kind == CommandKind::idempotent_write;
   std::string message = "idem redis: " + std::string(what) + " on " + endpoint_ + ": " + detail;
   if (timed_out) message += " (timed out: no answer within command_timeout)";
-  if (context_->err == REDIS_ERR_EOF) message += " (the server closed the connection)";
+  if (eof) message += " (the server closed the connection)";
   if (in_doubt) {
     message += "; the command was sent and its reply lost: it may or may not have been applied";
   }
@@ -235,11 +182,11 @@ void RedisConnection::fail_io(std::string_view what, int error_number, bool sent
 }
 
 bool RedisConnection::looks_dead() const noexcept {
-  if (broken_ || context_ == nullptr || context_->err != 0) return true;
+  if (broken_ || !stream_ || !stream_->is_open()) return true;
   // An idle connection has nothing to read. Readable means EOF (the server closed it, e.g. on
   // restart), a reset, or stray bytes — none of which a fresh command should meet.
   pollfd p{};
-  p.fd = context_->fd;
+  p.fd = stream_->fd();
   p.events = POLLIN | POLLRDHUP;
   const int ready = ::poll(&p, 1, 0);
   if (ready < 0) return errno != EINTR;

@@ -13,6 +13,7 @@ namespace {
 
 constexpr std::size_t kMaxPrefixLength = 128;
 constexpr std::size_t kMaxPoolSize = 10'000;
+constexpr std::size_t kMaxAsyncConnections = 64;
 
 [[noreturn]] void bad_url(const std::string& message) {
   throw ConfigError("redis URL: " + message);
@@ -77,6 +78,8 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
     options.key_prefix = value;
   } else if (name == "pool_size") {
     options.pool_size = parse_number<std::size_t>(value, part);
+  } else if (name == "async_connections") {
+    options.async_connections = parse_number<std::size_t>(value, part);
   } else if (name == "connect_timeout_ms") {
     options.connect_timeout = std::chrono::milliseconds(parse_number<long long>(value, part));
   } else if (name == "command_timeout_ms") {
@@ -90,9 +93,10 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
   } else if (name == "scan_count") {
     options.scan_count = parse_number<std::size_t>(value, part);
   } else {
-    bad_url("unknown parameter '" + std::string(name) +
-            "' (known: prefix, pool_size, connect_timeout_ms, command_timeout_ms, "
-            "wait_timeout_ms, marker_ttl_ms, expiry_slack_ms, scan_count)");
+    bad_url(
+        "unknown parameter '" + std::string(name) +
+        "' (known: prefix, pool_size, async_connections, connect_timeout_ms, command_timeout_ms, "
+        "wait_timeout_ms, marker_ttl_ms, expiry_slack_ms, scan_count)");
   }
 }
 
@@ -220,6 +224,11 @@ void RedisOptions::validate() const {
   if (pool_size < 1 || pool_size > kMaxPoolSize) {
     throw ConfigError("RedisOptions::pool_size must be 1.." + std::to_string(kMaxPoolSize) +
                       ", got " + std::to_string(pool_size));
+  }
+  if (async_connections < 1 || async_connections > kMaxAsyncConnections) {
+    throw ConfigError("RedisOptions::async_connections must be 1.." +
+                      std::to_string(kMaxAsyncConnections) + ", got " +
+                      std::to_string(async_connections));
   }
   if (key_prefix.size() > kMaxPrefixLength) {
     throw ConfigError("RedisOptions::key_prefix is too long (" + std::to_string(key_prefix.size()) +

@@ -13,6 +13,7 @@
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "internal.hpp"
+#include "operations.hpp"
 
 namespace idem::redis {
 namespace {
@@ -28,33 +29,22 @@ void ping(ConnectionPool& pool) {
   }
 }
 
-bool flag_reply(const RedisReply& reply, std::string_view what, const std::string& endpoint) {
-  if (reply.is_error()) detail::throw_reply_error(reply, what, endpoint);
-  return detail::reply_integer(reply, what, endpoint) == 1;
-}
+using detail::flag_reply;
 
 std::size_t mark_chunk(ConnectionPool& pool, std::string_view consumer,
                        std::span<const std::string_view> ids, const std::string& ts) {
   const RedisOptions& options = pool.options();
-  const std::string ttl = options.marker_ttl ? detail::span_arg(0, *options.marker_ttl) : "";
   auto connection = pool.lease();
-  std::vector<std::string> keys;
-  keys.reserve(ids.size());
   for (std::string_view id : ids) {
-    keys.push_back(detail::marker_key(options.key_prefix, consumer, id));
-    if (options.marker_ttl) {
-      connection->append({"SET", keys.back(), ts, "NX", "PX", ttl});
-    } else {
-      connection->append({"SET", keys.back(), ts, "NX"});
-    }
+    const auto args =
+        detail::mark_command(options, detail::marker_key(options.key_prefix, consumer, id), ts);
+    const std::vector<std::string_view> views(args.begin(), args.end());
+    connection->append(views);
   }
   const auto replies = connection->read_replies(CommandKind::idempotent_write, "mark_processed");
   std::size_t fresh = 0;
   for (const RedisReply& reply : replies) {
-    if (reply.is_error()) {
-      detail::throw_reply_error(reply, "mark_processed", connection->endpoint());
-    }
-    if (reply.type == RedisReply::Type::status) ++fresh;  // "OK"; nil: it already existed
+    if (detail::mark_reply(reply, connection->endpoint())) ++fresh;
   }
   return fresh;
 }
@@ -83,8 +73,7 @@ std::string RedisIdempotencyRecorder::claim_key(std::string_view consumer,
   return detail::claim_key(pool_->options().key_prefix, consumer, event_id);
 }
 
-bool RedisIdempotencyRecorder::do_is_processed(std::string_view consumer,
-                                               std::string_view event_id) {
+bool RedisIdempotencyRecorder::do_is_processed(std::string_view consumer, std::string_view event_id) {
   const std::string key = marker_key(consumer, event_id);
   auto connection = pool_->lease();
   const RedisReply reply = connection->command({"EXISTS", key}, CommandKind::read, "is_processed");
@@ -92,7 +81,7 @@ bool RedisIdempotencyRecorder::do_is_processed(std::string_view consumer,
 }
 
 void RedisIdempotencyRecorder::do_mark_processed(std::string_view consumer,
-                                                 std::string_view event_id) {
+                                              std::string_view event_id) {
   const std::array<std::string_view, 1> ids = {event_id};
   mark_chunk(*pool_, consumer, ids, std::to_string(detail::to_ms(clock_->wall_now())));
 }
@@ -151,101 +140,51 @@ std::size_t RedisIdempotencyRecorder::mark_processed_batch(std::string_view cons
   return mark_processed_batch(consumer, std::span<const std::string_view>(views));
 }
 
-Claim RedisIdempotencyRecorder::do_claim(std::string_view consumer, std::string_view event_id,
-                                         Millis lease) {
-  const RedisOptions& options = pool_->options();
-  const std::string marker = marker_key(consumer, event_id);
-  const std::string claim = claim_key(consumer, event_id);
-  const std::string counter = detail::token_counter_key(options.key_prefix);
-  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
-  const std::string now = std::to_string(now_ms);
-  const std::string lease_ms = detail::span_arg(now_ms, lease);
-  const std::string slack = detail::span_arg(0, options.expiry_slack);
-  const std::array<std::string_view, 3> keys = {marker, claim, counter};
-  const std::array<std::string_view, 3> args = {now, lease_ms, slack};
+namespace {
 
-  auto connection = pool_->lease();
-  const RedisReply reply = detail::run_script(*connection, detail::recorder_claim_script(), keys,
-                                              args, CommandKind::write, "claim");
-  const std::string& endpoint = connection->endpoint();
-  if (reply.is_error()) {
-    if (reply.str.rfind("IDEMCORRUPT", 0) == 0) {
-      throw StoreError(ErrorCode::store_corrupt_record,
-                       "idem redis: claim on " + endpoint + ": the claim of event '" +
-                           std::string(event_id) + "' for consumer '" + std::string(consumer) +
-                           "' (key " + claim + ") is corrupt: " + reply.str.substr(12) +
-                           "; delete the key to reset it");
-    }
-    detail::throw_reply_error(reply, "claim", endpoint);
-  }
-  if (reply.type != RedisReply::Type::array || reply.elements.empty()) {
-    detail::throw_unexpected_reply(reply, "claim", endpoint);
-  }
-  const auto& e = reply.elements;
-  Claim result;
-  switch (detail::reply_integer(e[0], "claim", endpoint)) {
-    case 1:
-      result.status = Claim::Status::processed;
-      return result;
-    case 2:
-      if (e.size() != 3) detail::throw_unexpected_reply(reply, "claim", endpoint);
-      result.status = Claim::Status::in_progress;
-      result.lease_until = detail::from_ms(detail::reply_integer(e[2], "claim", endpoint));
-      return result;
-    case 0:
-      if (e.size() != 4) detail::throw_unexpected_reply(reply, "claim", endpoint);
-      result.status = Claim::Status::acquired;
-      result.token = static_cast<std::uint64_t>(detail::reply_integer(e[1], "claim", endpoint));
-      result.lease_until = detail::from_ms(detail::reply_integer(e[2], "claim", endpoint));
-      result.took_over = detail::reply_integer(e[3], "claim", endpoint) == 1;
-      return result;
-    default:
-      detail::throw_unexpected_reply(reply, "claim", endpoint);
-  }
+RedisReply run(ConnectionPool& pool, const detail::ScriptInvocation& call, std::string_view what,
+               std::string* endpoint = nullptr) {
+  auto connection = pool.lease();
+  if (endpoint != nullptr) *endpoint = connection->endpoint();
+  return detail::run_script(*connection, *call.script, call.key_views(), call.arg_views(),
+                            CommandKind::write, what);
+}
+
+}  // namespace
+
+Claim RedisIdempotencyRecorder::do_claim(std::string_view consumer, std::string_view event_id,
+                                      Millis lease) {
+  const auto call = detail::recorder_claim_call(pool_->options(), detail::to_ms(clock_->wall_now()),
+                                                consumer, event_id, lease);
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "claim", &endpoint);
+  return detail::recorder_claim_reply(reply, consumer, event_id, call.keys[1], endpoint);
 }
 
 bool RedisIdempotencyRecorder::do_complete(std::string_view consumer, std::string_view event_id,
-                                           std::uint64_t token) {
-  const RedisOptions& options = pool_->options();
-  const std::string marker = marker_key(consumer, event_id);
-  const std::string claim = claim_key(consumer, event_id);
-  const std::string token_text = std::to_string(token);
-  const std::string now = std::to_string(detail::to_ms(clock_->wall_now()));
-  const std::string ttl = options.marker_ttl ? detail::span_arg(0, *options.marker_ttl) : "0";
-  const std::array<std::string_view, 2> keys = {marker, claim};
-  const std::array<std::string_view, 3> args = {token_text, now, ttl};
-  auto connection = pool_->lease();
-  const RedisReply reply = detail::run_script(*connection, detail::recorder_complete_script(), keys,
-                                              args, CommandKind::write, "complete");
-  return flag_reply(reply, "complete", connection->endpoint());
+                                        std::uint64_t token) {
+  const auto call = detail::recorder_complete_call(
+      pool_->options(), detail::to_ms(clock_->wall_now()), consumer, event_id, token);
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "complete", &endpoint);
+  return detail::flag_reply(reply, "complete", endpoint);
 }
 
 bool RedisIdempotencyRecorder::do_release(std::string_view consumer, std::string_view event_id,
-                                          std::uint64_t token) {
-  const std::string claim = claim_key(consumer, event_id);
-  const std::string token_text = std::to_string(token);
-  const std::array<std::string_view, 1> keys = {claim};
-  const std::array<std::string_view, 1> args = {token_text};
-  auto connection = pool_->lease();
-  const RedisReply reply = detail::run_script(*connection, detail::recorder_release_script(), keys,
-                                              args, CommandKind::write, "release");
-  return flag_reply(reply, "release", connection->endpoint());
+                                       std::uint64_t token) {
+  const auto call = detail::recorder_release_call(pool_->options(), consumer, event_id, token);
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "release", &endpoint);
+  return detail::flag_reply(reply, "release", endpoint);
 }
 
 bool RedisIdempotencyRecorder::do_renew(std::string_view consumer, std::string_view event_id,
-                                        std::uint64_t token, Millis lease) {
-  const std::string claim = claim_key(consumer, event_id);
-  const std::string token_text = std::to_string(token);
-  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
-  const std::string now = std::to_string(now_ms);
-  const std::string lease_ms = detail::span_arg(now_ms, lease);
-  const std::string slack = detail::span_arg(0, pool_->options().expiry_slack);
-  const std::array<std::string_view, 1> keys = {claim};
-  const std::array<std::string_view, 4> args = {token_text, now, lease_ms, slack};
-  auto connection = pool_->lease();
-  const RedisReply reply = detail::run_script(*connection, detail::recorder_renew_script(), keys,
-                                              args, CommandKind::write, "renew");
-  return flag_reply(reply, "renew", connection->endpoint());
+                                     std::uint64_t token, Millis lease) {
+  const auto call = detail::recorder_renew_call(pool_->options(), detail::to_ms(clock_->wall_now()),
+                                                consumer, event_id, token, lease);
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "renew", &endpoint);
+  return detail::flag_reply(reply, "renew", endpoint);
 }
 
 namespace {
@@ -295,7 +234,7 @@ std::optional<std::int64_t> parse_ms(const RedisReply& field) {
 }  // namespace
 
 std::size_t RedisIdempotencyRecorder::do_purge(std::chrono::system_clock::duration older_than,
-                                               const PurgeProgress& progress) {
+                                            const PurgeProgress& progress) {
   const RedisOptions& options = pool_->options();
   const std::int64_t cutoff_ms =
       detail::minus_ms(detail::to_ms(clock_->wall_now()),
@@ -403,7 +342,7 @@ std::vector<ConsumerCounts> RedisIdempotencyRecorder::do_consumer_counts() {
 }
 
 MarkerInspection RedisIdempotencyRecorder::do_inspect(std::string_view consumer,
-                                                      std::string_view event_id) {
+                                                   std::string_view event_id) {
   const RedisOptions& options = pool_->options();
   const std::string marker = detail::marker_key(options.key_prefix, consumer, event_id);
   const std::string claim = detail::claim_key(options.key_prefix, consumer, event_id);

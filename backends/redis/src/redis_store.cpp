@@ -12,15 +12,13 @@
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "internal.hpp"
+#include "operations.hpp"
 #include "record_decoder.hpp"
 
 namespace idem::redis {
 namespace {
 
-bool flag_reply(const RedisReply& reply, std::string_view what, const std::string& endpoint) {
-  if (reply.is_error()) detail::throw_reply_error(reply, what, endpoint);
-  return detail::reply_integer(reply, what, endpoint) == 1;
-}
+using detail::flag_reply;
 
 }  // namespace
 
@@ -45,119 +43,57 @@ std::string RedisIdempotencyStore::record_key(std::string_view key) const {
   return detail::record_key(pool_->options().key_prefix, key);
 }
 
-ClaimOutcome RedisIdempotencyStore::do_claim(std::string_view key,
-                                             std::optional<std::string_view> fingerprint,
-                                             Millis lease) {
-  const RedisOptions& options = pool_->options();
-  const std::string record = record_key(key);
-  const std::string counter = detail::token_counter_key(options.key_prefix);
-  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
-  const std::string now = std::to_string(now_ms);
-  const std::string lease_ms = detail::span_arg(now_ms, lease);
-  const std::string slack = detail::span_arg(0, options.expiry_slack);
-  const std::array<std::string_view, 2> keys = {record, counter};
-  const std::array<std::string_view, 5> args = {now, lease_ms, fingerprint ? "1" : "0",
-                                                fingerprint.value_or(""), slack};
-  auto connection = pool_->lease();
-  const std::string& endpoint = connection->endpoint();
-  const RedisReply reply = detail::run_script(*connection, detail::store_claim_script(), keys, args,
-                                              CommandKind::write, "claim");
-  if (reply.is_error()) detail::throw_reply_error(reply, "claim", endpoint);
-  if (reply.type != RedisReply::Type::array || reply.elements.empty() ||
-      reply.elements[0].type != RedisReply::Type::string) {
-    detail::throw_unexpected_reply(reply, "claim", endpoint);
-  }
-  const std::string& status = reply.elements[0].str;
-  ClaimOutcome outcome;
-  if (status == "acquired") {
-    if (reply.elements.size() != 3) detail::throw_unexpected_reply(reply, "claim", endpoint);
-    outcome.status = ClaimOutcome::Status::acquired;
-    outcome.token =
-        static_cast<std::uint64_t>(detail::reply_integer(reply.elements[1], "claim", endpoint));
-    outcome.took_over = detail::reply_integer(reply.elements[2], "claim", endpoint) == 1;
-    return outcome;
-  }
-  if (reply.elements.size() != 2) detail::throw_unexpected_reply(reply, "claim", endpoint);
-  IdempotencyRecord found = detail::RecordDecoder(key, record, reply.elements[1]).decode();
-  if (status == "corrupt") {
-    // The decoder found nothing wrong, but the script could not read the state's time either:
-    // report it rather than act on a record two readers disagree about.
-    throw StoreError(ErrorCode::store_corrupt_record,
-                     "idem redis: the record of idempotency key '" + std::string(key) +
-                         "' (redis key " + record + ") is corrupt; delete the key to reset it");
-  }
-  if (status == "completed") {
-    outcome.status = ClaimOutcome::Status::completed;
-  } else if (status == "in_progress") {
-    outcome.status = ClaimOutcome::Status::in_progress;
-  } else if (status == "mismatch") {
-    outcome.status = ClaimOutcome::Status::mismatch;
-  } else {
-    detail::throw_unexpected_reply(reply, "claim", endpoint);
-  }
-  outcome.record = std::move(found);
-  return outcome;
+namespace {
+
+RedisReply run(ConnectionPool& pool, const detail::ScriptInvocation& call, std::string_view what,
+               std::string& endpoint) {
+  auto connection = pool.lease();
+  endpoint = connection->endpoint();
+  return detail::run_script(*connection, *call.script, call.key_views(), call.arg_views(),
+                            CommandKind::write, what);
 }
 
-bool RedisIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
-                                        StoredValue value, const ExecutionReport& report,
-                                        Millis ttl) {
-  const RedisOptions& options = pool_->options();
-  const std::string record = record_key(key);
-  const std::string token_text = std::to_string(token);
-  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
-  const std::string now = std::to_string(now_ms);
-  const std::string ttl_ms = detail::span_arg(now_ms, ttl);
-  const std::string report_json = report.to_json();
-  const std::string slack = detail::span_arg(0, options.expiry_slack);
-  const std::string empty;
-  const std::array<std::string_view, 1> keys = {record};
-  const std::array<std::string_view, 6> args = {
-      token_text, now, ttl_ms, value.bytes ? *value.bytes : empty, report_json, slack};
-  auto connection = pool_->lease();
-  const RedisReply reply = detail::run_script(*connection, detail::store_complete_script(), keys,
-                                              args, CommandKind::write, "complete");
-  return flag_reply(reply, "complete", connection->endpoint());
+}  // namespace
+
+ClaimOutcome RedisIdempotencyStore::do_claim(std::string_view key,
+                                          std::optional<std::string_view> fingerprint,
+                                          Millis lease) {
+  const auto call = detail::store_claim_call(pool_->options(), detail::to_ms(clock_->wall_now()),
+                                             key, fingerprint, lease);
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "claim", endpoint);
+  return detail::store_claim_reply(reply, key, call.keys[0], endpoint);
+}
+
+bool RedisIdempotencyStore::do_complete(std::string_view key, std::uint64_t token, StoredValue value,
+                                     const ExecutionReport& report, Millis ttl) {
+  const auto call = detail::store_complete_call(pool_->options(), detail::to_ms(clock_->wall_now()),
+                                                key, token, value, report, ttl);
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "complete", endpoint);
+  return flag_reply(reply, "complete", endpoint);
 }
 
 bool RedisIdempotencyStore::do_release(std::string_view key, std::uint64_t token) {
-  const std::string record = record_key(key);
-  const std::string token_text = std::to_string(token);
-  const std::array<std::string_view, 1> keys = {record};
-  const std::array<std::string_view, 1> args = {token_text};
-  auto connection = pool_->lease();
-  const RedisReply reply = detail::run_script(*connection, detail::store_release_script(), keys,
-                                              args, CommandKind::write, "release");
-  return flag_reply(reply, "release", connection->endpoint());
+  const auto call = detail::store_release_call(pool_->options(), key, token);
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "release", endpoint);
+  return flag_reply(reply, "release", endpoint);
 }
 
 bool RedisIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
-  const std::string record = record_key(key);
-  const std::string token_text = std::to_string(token);
-  const std::int64_t now_ms = detail::to_ms(clock_->wall_now());
-  const std::string now = std::to_string(now_ms);
-  const std::string lease_ms = detail::span_arg(now_ms, lease);
-  const std::string slack = detail::span_arg(0, pool_->options().expiry_slack);
-  const std::array<std::string_view, 1> keys = {record};
-  const std::array<std::string_view, 4> args = {token_text, now, lease_ms, slack};
-  auto connection = pool_->lease();
-  const RedisReply reply = detail::run_script(*connection, detail::store_renew_script(), keys, args,
-                                              CommandKind::write, "renew");
-  return flag_reply(reply, "renew", connection->endpoint());
+  const auto call = detail::store_renew_call(pool_->options(), detail::to_ms(clock_->wall_now()),
+                                             key, token, lease);
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "renew", endpoint);
+  return flag_reply(reply, "renew", endpoint);
 }
 
 std::optional<IdempotencyRecord> RedisIdempotencyStore::do_lookup(std::string_view key) {
   const std::string record = record_key(key);
   auto connection = pool_->lease();
   const RedisReply reply = connection->command({"HGETALL", record}, CommandKind::read, "lookup");
-  if (reply.is_error()) detail::throw_reply_error(reply, "lookup", connection->endpoint());
-  if (reply.type == RedisReply::Type::array && reply.elements.empty()) return std::nullopt;
-  IdempotencyRecord found = detail::RecordDecoder(key, record, reply).decode();
-  if (found.state == IdempotencyRecord::State::completed &&
-      clock_->wall_now() >= found.expires_at) {
-    return std::nullopt;  // expired: reported absent; purge_expired() or Redis removes it
-  }
-  return found;
+  return detail::lookup_reply(reply, key, record, clock_->wall_now(), connection->endpoint());
 }
 
 namespace {

@@ -12,6 +12,7 @@
 
 #include "idem/fingerprint.hpp"
 #include "internal.hpp"
+#include "operations.hpp"
 
 namespace idem::redis::detail {
 namespace {
@@ -192,10 +193,6 @@ return 0
 
 Script make_script(std::string_view name, std::string_view source) {
   return Script{name, source, idem::detail::sha1_hex(source)};
-}
-
-bool is_noscript(const RedisReply& reply) {
-  return reply.is_error() && reply.str.rfind("NOSCRIPT", 0) == 0;
 }
 
 // EVALSHA/EVAL <sha|source> <numkeys> keys... args...

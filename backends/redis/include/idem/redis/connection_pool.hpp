@@ -14,15 +14,18 @@
 // (when a password is set) and SELECT (when db != 0) before it is lent out, and has
 // command_timeout applied to every send and receive.
 //
-// RedisConnection speaks RESP directly for requests (commands are formatted into one buffer and
-// sent with MSG_NOSIGNAL, so a dead server never raises SIGPIPE) and uses hiredis to read
-// replies. It supports pipelining: append() any number of commands, then read() their replies in
-// order — one write and one round trip for the batch.
+// RedisConnection speaks RESP over an idem::net::Stream, the byte stream the coroutine face
+// (async_connection.hpp) uses too: commands are formatted into one buffer and sent with
+// MSG_NOSIGNAL (a dead server never raises SIGPIPE), replies are parsed by hiredis's RESP reader;
+// every send and receive waits with poll() up to its deadline. It supports pipelining: append() any
+// number of commands, then read() their replies in order — one write and one round trip for the
+// batch.
 //
 // Thread-safety: ConnectionPool is safe to share between threads (lease(), stats()). A lease and
 // its RedisConnection belong to one thread at a time. The pool must outlive its leases.
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
@@ -37,7 +40,13 @@
 #include "idem/detail/fork.hpp"
 #include "idem/redis/redis_options.hpp"
 
-struct redisContext;  // hiredis; public headers never include <hiredis/hiredis.h>
+// Public headers never include <hiredis/hiredis.h> nor idem/net.
+namespace idem::net {
+class Stream;
+}
+namespace idem::redis::detail {
+class ReplyReader;
+}
 
 namespace idem::redis {
 
@@ -101,9 +110,11 @@ class RedisConnection {
   void send_pending(CommandKind kind, std::string_view what);
   RedisReply read_one(CommandKind kind, std::string_view what, bool any_sent);
   [[noreturn]] void fail_io(std::string_view what, int error_number, bool sent, CommandKind kind,
-                            const std::string& detail);
+                            const std::string& detail, bool protocol = false, bool eof = false);
 
-  redisContext* context_ = nullptr;
+  std::chrono::milliseconds command_timeout_;
+  std::unique_ptr<net::Stream> stream_;
+  std::unique_ptr<detail::ReplyReader> reader_;
   std::string endpoint_;
   std::string out_;                      // formatted commands not yet sent
   std::vector<std::size_t> boundaries_;  // end offset of each queued command in out_

@@ -8,7 +8,7 @@
 //
 // with these query parameters (each one sets the field of the same name):
 //   prefix=app:            key_prefix (percent-decoded, so prefix=%7Bapp%7D: gives "{app}:")
-//   pool_size=8            pool_size
+//   pool_size=8            pool_size              async_connections=1    async_connections
 //   connect_timeout_ms=N   connect_timeout        command_timeout_ms=N   command_timeout
 //   wait_timeout_ms=N      wait_timeout           marker_ttl_ms=N        marker_ttl
 //   expiry_slack_ms=N      expiry_slack           scan_count=N           scan_count
@@ -54,6 +54,11 @@ struct RedisOptions {
   // Connections the pool opens at most; a call holds one for its duration. Must be >= 1.
   // Default 8.
   std::size_t pool_size = 8;
+  // The coroutine face (AsyncConnectionPool): how many pipelined connections serve every
+  // coroutine of one async recorder or store. One connection carries any number of concurrent
+  // calls; a second helps only when one socket's bandwidth or the server's per-client work is the
+  // limit. 1..64. Default 1.
+  std::size_t async_connections = 1;
   // The longest a call waits for a connection when all pool_size are busy, before failing with
   // a retryable RedisError (pool_exhausted). Must be >= 0; 0 fails at once. Default 1 s.
   std::chrono::milliseconds wait_timeout = std::chrono::seconds(1);

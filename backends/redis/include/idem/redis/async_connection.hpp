@@ -1,0 +1,144 @@
+// AsyncConnection: one pipelined Redis connection that any number of coroutines share.
+//
+// Every call queues its command(s) and waits; one writer flushes everything queued in one write
+// (a batch), and one reader feeds the replies to hiredis's RESP reader and hands them to the
+// waiting calls in order (replies come back in the order the commands were written). So 1000
+// concurrent calls on one connection cost a handful of system calls, not 1000 round trips. A
+// call's commands are written contiguously: a pipeline() of n commands is n replies in a row.
+//
+// The connection opens on first use (TCP connect within RedisOptions::connect_timeout, then AUTH
+// and SELECT before any caller's command is written). When it drops — reset, EOF, a reply that
+// is not RESP, or command_timeout passing without a reply to the oldest written command — every
+// call whose command was written fails with a RedisError classified as the blocking face does
+// (redis_error.hpp: io/protocol, timed_out; in doubt for writes, retryable for reads and
+// idempotent writes); calls not yet written wait for the next connection. Reconnecting is on
+// demand: the first attempt after a drop is immediate. A failed attempt fails the calls waiting
+// for it with a retryable connect error, and the next attempt (for calls made after it) waits a
+// backoff first (50 ms doubling up to 1 s, reset by a success). An idle connection the server
+// closed is noticed before writing and replaced without failing anyone.
+//
+// Cancellation (the awaiting coroutine's cancellation slot, e.g. a per-attempt timeout):
+//  * before its command is written, the call is withdrawn: nothing reaches the server and the
+//    call ends with asio::system_error(operation_aborted);
+//  * after it is written, the call also ends with operation_aborted at once, but its reply is
+//    still read and dropped (the pipeline stays in sync). The command may or may not have run:
+//    for a write the outcome is in doubt, exactly like a lost reply — find out (lookup, the lease)
+//    before acting on it again.
+//
+// Executors: the connection does its I/O on a strand of the executor it was made with; a call
+// may come from any executor and resumes on its own (never on the connection's strand).
+// Destroying the connection fails the calls still waiting with operation_aborted and closes the
+// socket once no I/O is pending (work in flight keeps its state alive, never the owner).
+//
+// Thread safety: every member may be called from any thread at once.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <asio/any_io_executor.hpp>
+
+#include "idem/async/task.hpp"
+#include "idem/redis/connection_pool.hpp"
+#include "idem/redis/redis_options.hpp"
+
+namespace idem::redis {
+
+// Commands written together, in order (one call of AsyncConnection::pipeline).
+class CommandBatch {
+ public:
+  void add(std::span<const std::string_view> args);
+  void add(std::initializer_list<std::string_view> args) {
+    add(std::span<const std::string_view>(args.begin(), args.size()));
+  }
+  std::size_t size() const noexcept { return count_; }
+  bool empty() const noexcept { return count_ == 0; }
+  // The RESP bytes of every command added.
+  const std::string& bytes() const noexcept { return bytes_; }
+  std::string take_bytes() noexcept { return std::move(bytes_); }
+
+ private:
+  std::string bytes_;
+  std::size_t count_ = 0;
+};
+
+// Counters of one connection (for tests and monitoring).
+struct AsyncConnectionStats {
+  std::uint64_t connects = 0;          // connections established (AUTH/SELECT done)
+  std::uint64_t connect_failures = 0;  // attempts that failed
+  std::uint64_t drops = 0;             // established connections lost
+  std::uint64_t commands = 0;          // commands written
+  std::uint64_t writes = 0;            // batches flushed: commands / writes is the batching
+  std::uint64_t cancelled = 0;         // calls withdrawn or abandoned by cancellation
+};
+
+class AsyncConnection {
+ public:
+  // Validates the options (ConfigError); opens nothing yet. `executor`'s strand runs the I/O.
+  AsyncConnection(asio::any_io_executor executor, RedisOptions options);
+  ~AsyncConnection();
+  AsyncConnection(const AsyncConnection&) = delete;
+  AsyncConnection& operator=(const AsyncConnection&) = delete;
+
+  // One command and its reply. An error reply (-ERR ...) is returned, not thrown; a failure of
+  // the connection throws RedisError (see above). `what` names the operation in messages;
+  // `kind` classifies a lost reply. The arguments are encoded (and `what` copied) when the call
+  // is made, before the awaitable starts: they need not outlive it (co_spawn(io, c.command({..}))
+  // is fine). The awaitable may outlive the connection (it then ends with operation_aborted).
+  async::Task<RedisReply> command(std::span<const std::string_view> args,
+                                  CommandKind kind = CommandKind::write,
+                                  std::string_view what = "command");
+  async::Task<RedisReply> command(std::initializer_list<std::string_view> args,
+                                  CommandKind kind = CommandKind::write,
+                                  std::string_view what = "command");
+  // Every command of `batch`, written together; the replies in order. An empty batch returns
+  // no replies without touching the connection.
+  async::Task<std::vector<RedisReply>> pipeline(CommandBatch batch,
+                                                CommandKind kind = CommandKind::write,
+                                                std::string_view what = "pipeline");
+
+  AsyncConnectionStats stats() const;
+  const RedisOptions& options() const noexcept;
+  // "host:port/db", for messages.
+  const std::string& endpoint() const noexcept;
+
+  struct State;  // internal
+
+ private:
+  static async::Task<RedisReply> one(std::shared_ptr<State> state, CommandBatch batch,
+                                     CommandKind kind, std::string what);
+  static async::Task<std::vector<RedisReply>> many(std::shared_ptr<State> state, CommandBatch batch,
+                                                   CommandKind kind, std::string what);
+
+  std::shared_ptr<State> state_;
+};
+
+// A fixed set of AsyncConnections (RedisOptions::async_connections, default 1); each call goes
+// to the next one in turn. Thread safety: every member may be called from any thread at once.
+class AsyncConnectionPool {
+ public:
+  AsyncConnectionPool(asio::any_io_executor executor, RedisOptions options);
+  AsyncConnectionPool(const AsyncConnectionPool&) = delete;
+  AsyncConnectionPool& operator=(const AsyncConnectionPool&) = delete;
+
+  AsyncConnection& next() noexcept;
+  std::size_t size() const noexcept { return connections_.size(); }
+  AsyncConnection& at(std::size_t i) { return *connections_.at(i); }
+  const RedisOptions& options() const noexcept { return options_; }
+  // The sum over every connection.
+  AsyncConnectionStats stats() const;
+
+ private:
+  RedisOptions options_;
+  std::vector<std::unique_ptr<AsyncConnection>> connections_;
+  std::atomic<std::size_t> next_{0};
+};
+
+}  // namespace idem::redis

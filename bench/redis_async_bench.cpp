@@ -1,0 +1,271 @@
+// The coroutine face of the Redis store against the blocking one and against raw pipelined
+// hiredis, with 50 calls in flight:
+//   async     AsyncRedisStore, 50 coroutines on one thread, one pipelined connection
+//   blocking  RedisIdempotencyStore, 50 threads over its default pool (pool_size 8)
+//   raw       one hiredis connection sending the very same EVALSHA commands 50 at a time
+//             (append 50, read 50): the floor any client of these scripts pays
+// for new keys (claim, then complete: two round trips per call) and replays (claim of a
+// completed key, which returns the stored record: one round trip). Each mode runs 3 times; the
+// medians and the ratios of the same run are printed.
+//
+//   bench_redis_async --url=redis://127.0.0.1:6379/0 [--calls=N]
+//
+// The URL comes from --url, IDEM_BENCH_REDIS_URL or IDEM_TEST_REDIS_URL. Keys go under
+// "idem-bench-async:<pid>:" and are deleted at the end.
+#include <hiredis/hiredis.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/io_context.hpp>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../backends/redis/src/operations.hpp"  // the very commands the stores send
+#include "bench_flags.hpp"
+#include "idem/redis/async_redis_store.hpp"
+#include "idem/redis/redis_store.hpp"
+
+namespace {
+
+using Seconds = std::chrono::duration<double>;
+constexpr int kInFlight = 50;
+
+idem::redis::RedisOptions g_options;
+std::atomic<int> g_run{0};
+
+std::string key_of(int run, int i) {
+  return "k" + std::to_string(run) + ":" + std::to_string(i);
+}
+
+std::int64_t now_ms() {
+  return idem::redis::detail::to_ms(idem::system_clock()->wall_now());
+}
+
+// ---- async ----------------------------------------------------------------------------------
+
+double run_async(int calls, bool replay, int run) {
+  asio::io_context io;
+  idem::redis::AsyncRedisStore store(io.get_executor(), g_options);
+  const idem::ExecutionReport report;
+  idem::StoredValue value;
+  value.bytes = "result";
+  if (replay) {  // set up the completed keys first
+    std::atomic<int> next{0};
+    for (int w = 0; w < kInFlight; ++w) {
+      asio::co_spawn(
+          io,
+          [&]() -> idem::async::Task<void> {
+            for (int i = next++; i < calls; i = next++) {
+              const auto key = key_of(run, i);
+              auto claim = co_await store.claim(key, std::nullopt, std::chrono::seconds(60));
+              (void)co_await store.complete(key, claim.token, value, report,
+                                            std::chrono::minutes(10));
+            }
+          },
+          asio::detached);
+    }
+    io.run();
+    io.restart();
+  }
+  std::atomic<int> next{0};
+  const auto start = std::chrono::steady_clock::now();
+  for (int w = 0; w < kInFlight; ++w) {
+    asio::co_spawn(
+        io,
+        [&]() -> idem::async::Task<void> {
+          for (int i = next++; i < calls; i = next++) {
+            const auto key = key_of(run, i);
+            auto claim = co_await store.claim(key, std::nullopt, std::chrono::seconds(60));
+            if (!replay) {
+              (void)co_await store.complete(key, claim.token, value, report,
+                                            std::chrono::minutes(10));
+            } else if (claim.status != idem::ClaimOutcome::Status::completed) {
+              std::fprintf(stderr, "replay: key %s was not completed\n", key.c_str());
+              std::exit(1);
+            }
+          }
+        },
+        asio::detached);
+  }
+  io.run();
+  return calls / Seconds(std::chrono::steady_clock::now() - start).count();
+}
+
+// ---- blocking -------------------------------------------------------------------------------
+
+double run_blocking(int calls, bool replay, int run) {
+  idem::redis::RedisIdempotencyStore store(g_options);
+  const idem::ExecutionReport report;
+  idem::StoredValue value;
+  value.bytes = "result";
+  const auto in_threads = [&](auto body) {
+    std::atomic<int> next{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kInFlight; ++t) {
+      threads.emplace_back([&] {
+        for (int i = next++; i < calls; i = next++)
+          body(key_of(run, i));
+      });
+    }
+    for (auto& thread : threads)
+      thread.join();
+  };
+  const auto complete_new = [&](const std::string& key) {
+    auto claim = store.claim(key, std::nullopt, std::chrono::seconds(60));
+    (void)store.complete(key, claim.token, value, report, std::chrono::minutes(10));
+  };
+  if (replay) in_threads(complete_new);
+  const auto start = std::chrono::steady_clock::now();
+  if (replay) {
+    in_threads([&](const std::string& key) {
+      if (store.claim(key, std::nullopt, std::chrono::seconds(60)).status !=
+          idem::ClaimOutcome::Status::completed) {
+        std::fprintf(stderr, "replay: key %s was not completed\n", key.c_str());
+        std::exit(1);
+      }
+    });
+  } else {
+    in_threads(complete_new);
+  }
+  return calls / Seconds(std::chrono::steady_clock::now() - start).count();
+}
+
+// ---- raw pipelined hiredis ------------------------------------------------------------------
+
+void append(redisContext* context, const idem::redis::detail::ScriptInvocation& call) {
+  const std::string numkeys = std::to_string(call.keys.size());
+  const auto argv = idem::redis::detail::script_argv(call, numkeys, false);
+  std::vector<const char*> pointers;
+  std::vector<size_t> lengths;
+  for (auto arg : argv) {
+    pointers.push_back(arg.data());
+    lengths.push_back(arg.size());
+  }
+  redisAppendCommandArgv(context, static_cast<int>(argv.size()), pointers.data(), lengths.data());
+}
+
+redisReply* get(redisContext* context) {
+  void* reply = nullptr;
+  if (redisGetReply(context, &reply) != REDIS_OK || reply == nullptr) {
+    std::fprintf(stderr, "raw: %s\n", context->errstr);
+    std::exit(1);
+  }
+  auto* r = static_cast<redisReply*>(reply);
+  if (r->type == REDIS_REPLY_ERROR) {
+    std::fprintf(stderr, "raw: %s\n", r->str);
+    std::exit(1);
+  }
+  return r;
+}
+
+double run_raw(int calls, bool replay, int run) {
+  timeval timeout{10, 0};
+  redisContext* context = redisConnectWithTimeout(g_options.host.c_str(), g_options.port, timeout);
+  if (context == nullptr || context->err != 0) {
+    std::fprintf(stderr, "raw: cannot connect\n");
+    std::exit(1);
+  }
+  const idem::ExecutionReport report;
+  idem::StoredValue value;
+  value.bytes = "result";
+  const auto window = [&](int first, int n, bool complete) {
+    std::vector<std::uint64_t> tokens;
+    for (int i = first; i < first + n; ++i) {
+      append(context,
+             idem::redis::detail::store_claim_call(g_options, now_ms(), key_of(run, i),
+                                                   std::nullopt, std::chrono::seconds(60)));
+    }
+    for (int i = 0; i < n; ++i) {
+      redisReply* r = get(context);
+      tokens.push_back(r->elements == 3 ? static_cast<std::uint64_t>(r->element[1]->integer) : 0);
+      freeReplyObject(r);
+    }
+    if (!complete) return;
+    for (int i = 0; i < n; ++i) {
+      append(context, idem::redis::detail::store_complete_call(
+                          g_options, now_ms(), key_of(run, first + i), tokens[i], value, report,
+                          std::chrono::minutes(10)));
+    }
+    for (int i = 0; i < n; ++i)
+      freeReplyObject(get(context));
+  };
+  const auto all = [&](bool complete) {
+    for (int first = 0; first < calls; first += kInFlight)
+      window(first, std::min(kInFlight, calls - first), complete);
+  };
+  // The scripts are cached by the earlier modes' runs; SCRIPT LOAD makes sure.
+  for (const auto* script : {&idem::redis::detail::store_claim_script(),
+                             &idem::redis::detail::store_complete_script()}) {
+    const std::string source(script->source);
+    freeReplyObject(redisCommand(context, "SCRIPT LOAD %b", source.data(), source.size()));
+  }
+  if (replay) all(true);
+  const auto start = std::chrono::steady_clock::now();
+  all(!replay);
+  const double rate = calls / Seconds(std::chrono::steady_clock::now() - start).count();
+  redisFree(context);
+  return rate;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+void delete_prefix() {
+  idem::redis::ConnectionPool pool(g_options);
+  auto connection = pool.lease();
+  std::string cursor = "0";
+  const std::string pattern = g_options.key_prefix + "*";
+  do {
+    const auto page = connection->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "10000"});
+    cursor = page.elements.at(0).str;
+    for (const auto& key : page.elements.at(1).elements)
+      connection->append({"UNLINK", key.str});
+    if (connection->pending() > 0) (void)connection->read_replies();
+  } while (cursor != "0");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using idem::bench::take_flag;
+  std::string url = take_flag(argc, argv, "url");
+  const std::string calls_flag = take_flag(argc, argv, "calls");
+  for (const char* variable : {"IDEM_BENCH_REDIS_URL", "IDEM_TEST_REDIS_URL"}) {
+    if (url.empty() && std::getenv(variable) != nullptr) url = std::getenv(variable);
+  }
+  if (url.empty()) {
+    std::fprintf(stderr, "bench_redis_async: give --url=redis://HOST:PORT/DB\n");
+    return 2;
+  }
+  const int calls = calls_flag.empty() ? 20000 : std::stoi(calls_flag);
+  g_options = idem::redis::RedisOptions::from_url(url);
+  g_options.key_prefix = "idem-bench-async:" + std::to_string(::getpid()) + ":";
+  g_options.command_timeout = std::chrono::seconds(10);
+
+  std::printf("%d calls per run, %d in flight, medians of 3 (calls/s)\n", calls, kInFlight);
+  std::printf("%-9s %12s %12s %12s %16s %12s\n", "workload", "async", "blocking", "raw",
+              "async/blocking", "raw/async");
+  for (const bool replay : {false, true}) {
+    std::vector<double> async_rates, blocking_rates, raw_rates;
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      async_rates.push_back(run_async(calls, replay, g_run++));
+      blocking_rates.push_back(run_blocking(calls, replay, g_run++));
+      raw_rates.push_back(run_raw(calls, replay, g_run++));
+      delete_prefix();
+    }
+    const double a = median(async_rates), b = median(blocking_rates), r = median(raw_rates);
+    std::printf("%-9s %12.0f %12.0f %12.0f %15.2fx %11.2fx\n", replay ? "replay" : "new", a, b, r,
+                a / b, r / a);
+  }
+  delete_prefix();
+  return 0;
+}
