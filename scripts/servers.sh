@@ -25,7 +25,9 @@
 #                                idem_tls (scram-sha-256, password in IDEM_TEST_POSTGRES_TLS_PASSWORD
 #                                and in the file IDEM_TEST_TLS_DIR/pg-password), idem_mtls
 #                                (scram-sha-256 plus clientcert=verify-full: needs client.crt).
-#   IDEM_TEST_POSTGRES_TLS_PORT, IDEM_TEST_POSTGRES_TLS_ADMIN_URL (the idem superuser over TLS)
+#   IDEM_TEST_POSTGRES_TLS_PORT, IDEM_TEST_POSTGRES_TLS_ADMIN_URL (a libpq string: the idem
+#                                superuser over the unix socket, which works whatever certificate
+#                                the server presents; for test set-up only)
 #   IDEM_TEST_AMQPS_URL          amqps://guest:guest@localhost:PORT/?cacertfile=...&certfile=...
 #                                &keyfile=...: the broker's TLS listener (verify_peer and
 #                                fail_if_no_peer_cert, so every amqps client shows client.crt);
@@ -245,7 +247,7 @@ EOF
 export IDEM_TEST_POSTGRES_TLS_PORT=$pg_tls_port
 export IDEM_TEST_POSTGRES_TLS_PASSWORD=$pg_tls_password
 export IDEM_TEST_POSTGRES_TLS_URL="postgresql://idem_tls@localhost:${pg_tls_port}/idem_test?sslmode=verify-full&sslrootcert=$tls/ca.crt"
-export IDEM_TEST_POSTGRES_TLS_ADMIN_URL="postgresql://idem@localhost:${pg_tls_port}/idem_test?sslmode=verify-full&sslrootcert=$tls/ca.crt"
+export IDEM_TEST_POSTGRES_TLS_ADMIN_URL="host=$work/pg-tls port=$pg_tls_port user=idem dbname=idem_test"
 
 if ! $IDEM_TEST_RABBITMQCTL wait "$work/rabbitmq/rabbit.pid" --timeout 120 >/dev/null 2>&1; then
   echo "servers.sh: rabbitmq-server did not start" >&2

@@ -163,6 +163,19 @@ struct Statement {
 
 // ---- connection -----------------------------------------------------------------------------
 
+// The password and key passphrase a connect sends, from PostgresOptions' inline / _file / _env
+// fields (nullopt: none given there; libpq then uses the URL's, PGPASSWORD or ~/.pgpass).
+// Throws ConfigError when a file or variable cannot be read, or more than one source is set.
+struct ConnectionSecrets {
+  std::optional<std::string> password;
+  std::optional<std::string> sslpassword;
+};
+ConnectionSecrets connection_secrets(const PostgresOptions& options);
+
+// What went wrong in a failed TLS set-up, from libpq's message: "" when `message` is not about
+// TLS. Used to report it as a non-retryable "TLS: <cause>" error.
+std::string tls_failure_cause(std::string_view message);
+
 class Connection {
  public:
   // Opens and configures a connection (statement_timeout, notices silenced). `target` is the
