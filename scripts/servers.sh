@@ -24,7 +24,9 @@
 #                                hostssl. Roles: idem (superuser, trust; for test set-up only),
 #                                idem_tls (scram-sha-256, password in IDEM_TEST_POSTGRES_TLS_PASSWORD
 #                                and in the file IDEM_TEST_TLS_DIR/pg-password), idem_mtls
-#                                (scram-sha-256 plus clientcert=verify-full: needs client.crt).
+#                                (scram-sha-256 plus clientcert=verify-full: needs client.crt),
+#                                idem_plain (scram-sha-256 without TLS, the one plaintext rule:
+#                                bench/postgres_tls_bench.cpp's baseline on the same server).
 #   IDEM_TEST_POSTGRES_TLS_PORT, IDEM_TEST_POSTGRES_TLS_ADMIN_URL (a libpq string: the idem
 #                                superuser over the unix socket, which works whatever certificate
 #                                the server presents; for test set-up only)
@@ -224,6 +226,8 @@ hostssl all idem 127.0.0.1/32 trust
 hostssl all idem ::1/128 trust
 hostssl all idem_mtls 127.0.0.1/32 scram-sha-256 clientcert=verify-full
 hostssl all idem_mtls ::1/128 scram-sha-256 clientcert=verify-full
+hostnossl all idem_plain 127.0.0.1/32 scram-sha-256
+hostnossl all idem_plain ::1/128 scram-sha-256
 hostssl all all 127.0.0.1/32 scram-sha-256
 hostssl all all ::1/128 scram-sha-256
 EOF
@@ -241,8 +245,9 @@ as_pg "$pg_bin/psql" -q -v ON_ERROR_STOP=1 -h "$work/pg-tls" -p "$pg_tls_port" -
   -d postgres >/dev/null <<EOF
 CREATE ROLE idem_tls LOGIN PASSWORD '$pg_tls_password';
 CREATE ROLE idem_mtls LOGIN PASSWORD '$pg_tls_password';
+CREATE ROLE idem_plain LOGIN PASSWORD '$pg_tls_password';
 CREATE DATABASE idem_test OWNER idem_tls;
-GRANT CREATE ON DATABASE idem_test TO idem_mtls;
+GRANT CREATE ON DATABASE idem_test TO idem_mtls, idem_plain;
 EOF
 export IDEM_TEST_POSTGRES_TLS_PORT=$pg_tls_port
 export IDEM_TEST_POSTGRES_TLS_PASSWORD=$pg_tls_password
