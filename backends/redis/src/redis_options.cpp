@@ -92,7 +92,8 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
     options.scan_count = parse_number<std::size_t>(value, part);
   } else if (name == "password_file" || name == "password_env") {
     // The secret stays out of the URL; it is read here, once (RedisOptions holds the password).
-    if (options.password) {
+    // An ACL user is written "user:@host" (an empty password in the user info).
+    if (options.password && !options.password->empty()) {
       bad_url("give the password one way only: in the user info, password_file or password_env");
     }
     options.password = name == "password_file"

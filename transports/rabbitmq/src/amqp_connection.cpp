@@ -267,6 +267,16 @@ AmqpConnection::AmqpConnection(const ConnectionOptions& options)
                " (wrong user/password or vhost, or the broker is starting)",
            true);
     }
+    if (login.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+        login.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+      // connection.open refused, e.g. 530 NOT_ALLOWED: no access to the vhost. (The login's
+      // reply is not the connection's last RPC reply, so check_rpc would not see it.)
+      const auto* close = static_cast<const amqp_connection_close_t*>(login.reply.decoded);
+      fail("login to " + endpoint_,
+           "the broker refused: " + std::to_string(close->reply_code) + " " +
+               string_of(close->reply_text),
+           retryable_reply_code(close->reply_code));
+    }
     check_rpc("login to " + endpoint_);
   }
   amqp_channel_open(connection_, kChannel);
