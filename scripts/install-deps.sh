@@ -17,6 +17,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libssl-dev nlohmann-json3-dev libcli11-dev libfmt-dev libsqlite3-dev sqlite3 libasio-dev
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
+  openssl
   python3
 )
 # Extra groups: `format` adds clang-format (CI's check); `fuzz` adds clang, its libFuzzer

@@ -11,6 +11,31 @@
 # IDEM_TEST_AMQP_URL (amqp://guest:guest@127.0.0.1:PORT/) with IDEM_TEST_RABBITMQCTL (a command
 # line: append e.g. `stop_app` / `start_app` to restart the broker under a test).
 # A server whose binaries are missing is an error: CI must not silently skip its tests.
+#
+# TLS (a throwaway CA and certificates made by openssl in IDEM_TEST_TLS_DIR; EC P-256 keys, the
+# server certificate names DNS:localhost only, so connecting to 127.0.0.1 is a hostname mismatch):
+#   IDEM_TEST_TLS_DIR            ca.crt (the CA), server.crt/server.key (CN/SAN localhost),
+#                                server-expired.crt (same key, expired yesterday),
+#                                client.crt/client.key (CN idem_mtls, clientAuth),
+#                                other-ca.crt (a CA that signed nothing the servers present),
+#                                rogue-client.crt/rogue-client.key (a client cert by other-ca)
+#   IDEM_TEST_POSTGRES_TLS_URL   postgresql://idem_tls@localhost:PORT/idem_test?sslmode=verify-full
+#                                &sslrootcert=...: a second PostgreSQL whose every pg_hba rule is
+#                                hostssl. Roles: idem (superuser, trust; for test set-up only),
+#                                idem_tls (scram-sha-256, password in IDEM_TEST_POSTGRES_TLS_PASSWORD
+#                                and in the file IDEM_TEST_TLS_DIR/pg-password), idem_mtls
+#                                (scram-sha-256 plus clientcert=verify-full: needs client.crt),
+#                                idem_plain (scram-sha-256 without TLS, the one plaintext rule:
+#                                bench/postgres_tls_bench.cpp's baseline on the same server).
+#   IDEM_TEST_POSTGRES_TLS_PORT, IDEM_TEST_POSTGRES_TLS_ADMIN_URL (a libpq string: the idem
+#                                superuser over the unix socket, which works whatever certificate
+#                                the server presents; for test set-up only)
+#   IDEM_TEST_AMQPS_URL          amqps://guest:guest@localhost:PORT/?cacertfile=...&certfile=...
+#                                &keyfile=...: the broker's TLS listener (verify_peer and
+#                                fail_if_no_peer_cert, so every amqps client shows client.crt);
+#                                IDEM_TEST_AMQPS_PORT
+#   IDEM_TEST_REDIS_TLS_PORT     redis-server's --tls-port on the same instance as
+#                                IDEM_TEST_REDIS_PORT, --tls-auth-clients yes (client.crt needed)
 set -euo pipefail
 
 [ $# -gt 0 ] || { echo "usage: scripts/servers.sh COMMAND [ARGS...]" >&2; exit 2; }
@@ -44,6 +69,9 @@ cleanup() {
   if [ -n "${pg_data:-}" ] && [ -d "$pg_data" ]; then
     as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m immediate stop >/dev/null 2>&1
   fi
+  if [ -n "${pg_tls_data:-}" ] && [ -d "$pg_tls_data" ]; then
+    as_pg "$pg_bin/pg_ctl" -D "$pg_tls_data" -m immediate stop >/dev/null 2>&1
+  fi
   if [ -n "${IDEM_TEST_RABBITMQCTL:-}" ]; then
     $IDEM_TEST_RABBITMQCTL stop >/dev/null 2>&1
     [ "${epmd_was_running:-1}" = 0 ] && pkill -x epmd
@@ -53,16 +81,87 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
+# ---- TLS material ----------------------------------------------------------------------------
+command -v openssl >/dev/null || { echo "servers.sh: openssl is not installed" >&2; exit 1; }
+tls=$work/tls
+mkdir -p "$tls"
+make_tls() {
+  set -e
+  cd "$tls"
+  local ec=(-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes)
+  openssl req -x509 "${ec[@]}" -keyout ca.key -out ca.crt -days 30 -subj "/CN=idem test CA" \
+    -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign
+  openssl req -x509 "${ec[@]}" -keyout other-ca.key -out other-ca.crt -days 30 \
+    -subj "/CN=idem other CA" -addext basicConstraints=critical,CA:TRUE \
+    -addext keyUsage=critical,keyCertSign,cRLSign
+  cat >server.ext <<'EXT'
+basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:localhost
+EXT
+  cat >client.ext <<'EXT'
+basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth
+EXT
+  openssl req "${ec[@]}" -keyout server.key -out server.csr -subj "/CN=localhost"
+  openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+    -extfile server.ext -out server.crt
+  openssl req "${ec[@]}" -keyout client.key -out client.csr -subj "/CN=idem_mtls"
+  openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 30 \
+    -extfile client.ext -out client.crt
+  openssl req "${ec[@]}" -keyout rogue-client.key -out rogue-client.csr -subj "/CN=idem_mtls"
+  openssl x509 -req -in rogue-client.csr -CA other-ca.crt -CAkey other-ca.key -CAcreateserial \
+    -days 30 -extfile client.ext -out rogue-client.crt
+  # The expired certificate: `openssl ca` is the one front end that takes explicit dates.
+  mkdir -p ca-db && : >ca-db/index.txt && echo 01 >ca-db/serial
+  cat >ca.cnf <<CNF
+[ca]
+default_ca = idem
+[idem]
+dir = $tls/ca-db
+database = \$dir/index.txt
+serial = \$dir/serial
+new_certs_dir = \$dir
+certificate = $tls/ca.crt
+private_key = $tls/ca.key
+default_md = sha256
+policy = any
+copy_extensions = none
+[any]
+commonName = supplied
+CNF
+  openssl ca -batch -config ca.cnf -in server.csr -out server-expired.crt -notext \
+    -startdate "$(date -u -d '-3 days' +%Y%m%d%H%M%SZ)" \
+    -enddate "$(date -u -d '-1 day' +%Y%m%d%H%M%SZ)" -extfile server.ext
+  chmod 644 ./*.crt
+  chmod 600 ./*.key
+}
+if ! (make_tls) >"$tls/openssl.log" 2>&1; then
+  echo "servers.sh: making the test certificates failed:" >&2
+  cat "$tls/openssl.log" >&2
+  exit 1
+fi
+export IDEM_TEST_TLS_DIR=$tls
+
 # ---- RabbitMQ (started first: the Erlang VM takes several seconds to boot, so it comes up while
 # the other two are being set up) ---------------------------------------------------------------
 rmq_bin=/usr/lib/rabbitmq/bin
 [ -x "$rmq_bin/rabbitmq-server" ] || { echo "servers.sh: rabbitmq-server is not installed" >&2; exit 1; }
 amqp_port=$(free_port)
+amqps_port=$(free_port)
 rmq_dist_port=$(free_port)
 rmq_node=idem_$amqp_port@localhost
 mkdir -p "$work/rabbitmq"
 cat >"$work/rabbitmq/rabbitmq.conf" <<EOF
 listeners.tcp.1 = 127.0.0.1:$amqp_port
+listeners.ssl.1 = 127.0.0.1:$amqps_port
+ssl_options.cacertfile = $tls/ca.crt
+ssl_options.certfile = $tls/server.crt
+ssl_options.keyfile = $tls/server.key
+ssl_options.verify = verify_peer
+ssl_options.fail_if_no_peer_cert = true
 loopback_users = none
 log.console = false
 log.file.level = warning
@@ -82,8 +181,11 @@ export IDEM_TEST_RABBITMQCTL="env HOME=$work/rabbitmq $rmq_bin/rabbitmqctl -n $r
 # ---- Redis -----------------------------------------------------------------------------------
 command -v redis-server >/dev/null || { echo "servers.sh: redis-server is not installed" >&2; exit 1; }
 redis_port=$(free_port)
+redis_tls_port=$(free_port)
 mkdir -p "$work/redis"
 redis-server --bind 127.0.0.1 --port "$redis_port" --dir "$work/redis" --save "" \
+  --tls-port "$redis_tls_port" --tls-cert-file "$tls/server.crt" --tls-key-file "$tls/server.key" \
+  --tls-ca-cert-file "$tls/ca.crt" --tls-auth-clients yes \
   --appendonly no --daemonize yes --logfile "$work/redis/redis.log" \
   --pidfile "$work/redis/redis.pid" >/dev/null
 for _ in $(seq 1 100); do
@@ -93,6 +195,7 @@ done
 redis-cli -h 127.0.0.1 -p "$redis_port" ping >/dev/null || { cat "$work/redis/redis.log" >&2; exit 1; }
 export IDEM_TEST_REDIS_URL="redis://127.0.0.1:${redis_port}/0"
 export IDEM_TEST_REDIS_PORT=$redis_port
+export IDEM_TEST_REDIS_TLS_PORT=$redis_tls_port
 
 # ---- PostgreSQL ------------------------------------------------------------------------------
 [ -x "$pg_bin/initdb" ] || { echo "servers.sh: PostgreSQL server binaries not found" >&2; exit 1; }
@@ -109,6 +212,48 @@ export IDEM_TEST_POSTGRES_URL="postgresql://idem@127.0.0.1:${pg_port}/idem_test"
 export IDEM_TEST_POSTGRES_PORT=$pg_port
 export IDEM_TEST_PG_CTL_CMD="$pg_bin/pg_ctl -D $pg_data"
 
+# A second PostgreSQL that takes TLS connections only (every pg_hba rule is hostssl), so the
+# plain one above keeps libpq's default sslmode=prefer from encrypting the other tests.
+pg_tls_port=$(free_port)
+pg_tls_data=$work/pg-tls/data
+mkdir -p "$work/pg-tls"
+cp "$tls/server.crt" "$tls/server.key" "$tls/ca.crt" "$work/pg-tls/"
+if [ "$(id -u)" -eq 0 ]; then chown -R "$pg_user" "$work/pg-tls"; fi
+as_pg "$pg_bin/initdb" -D "$pg_tls_data" -U idem --auth=trust -E UTF8 --no-sync >/dev/null
+cat >"$work/pg-tls/pg_hba.conf" <<EOF
+local all all trust
+hostssl all idem 127.0.0.1/32 trust
+hostssl all idem ::1/128 trust
+hostssl all idem_mtls 127.0.0.1/32 scram-sha-256 clientcert=verify-full
+hostssl all idem_mtls ::1/128 scram-sha-256 clientcert=verify-full
+hostnossl all idem_plain 127.0.0.1/32 scram-sha-256
+hostnossl all idem_plain ::1/128 scram-sha-256
+hostssl all all 127.0.0.1/32 scram-sha-256
+hostssl all all ::1/128 scram-sha-256
+EOF
+if [ "$(id -u)" -eq 0 ]; then chown "$pg_user" "$work/pg-tls/pg_hba.conf"; fi
+as_pg "$pg_bin/pg_ctl" -D "$pg_tls_data" -l "$work/pg-tls/postgres.log" -w -t 60 \
+  -o "-c listen_addresses=127.0.0.1 -p $pg_tls_port -k $work/pg-tls -c fsync=off \
+      -c max_connections=100 -c ssl=on -c ssl_cert_file=$work/pg-tls/server.crt \
+      -c ssl_key_file=$work/pg-tls/server.key -c ssl_ca_file=$work/pg-tls/ca.crt \
+      -c hba_file=$work/pg-tls/pg_hba.conf -c password_encryption=scram-sha-256" \
+  start >/dev/null || { cat "$work/pg-tls/postgres.log" >&2; exit 1; }
+pg_tls_password=$(openssl rand -hex 16)
+printf '%s\n' "$pg_tls_password" >"$tls/pg-password"
+chmod 600 "$tls/pg-password"
+as_pg "$pg_bin/psql" -q -v ON_ERROR_STOP=1 -h "$work/pg-tls" -p "$pg_tls_port" -U idem \
+  -d postgres >/dev/null <<EOF
+CREATE ROLE idem_tls LOGIN PASSWORD '$pg_tls_password';
+CREATE ROLE idem_mtls LOGIN PASSWORD '$pg_tls_password';
+CREATE ROLE idem_plain LOGIN PASSWORD '$pg_tls_password';
+CREATE DATABASE idem_test OWNER idem_tls;
+GRANT CREATE ON DATABASE idem_test TO idem_mtls, idem_plain;
+EOF
+export IDEM_TEST_POSTGRES_TLS_PORT=$pg_tls_port
+export IDEM_TEST_POSTGRES_TLS_PASSWORD=$pg_tls_password
+export IDEM_TEST_POSTGRES_TLS_URL="postgresql://idem_tls@localhost:${pg_tls_port}/idem_test?sslmode=verify-full&sslrootcert=$tls/ca.crt"
+export IDEM_TEST_POSTGRES_TLS_ADMIN_URL="host=$work/pg-tls port=$pg_tls_port user=idem dbname=idem_test"
+
 if ! $IDEM_TEST_RABBITMQCTL wait "$work/rabbitmq/rabbit.pid" --timeout 120 >/dev/null 2>&1; then
   echo "servers.sh: rabbitmq-server did not start" >&2
   cat "$work/rabbitmq/server.out" "$work/rabbitmq/log/"*.log >&2 2>/dev/null
@@ -116,8 +261,11 @@ if ! $IDEM_TEST_RABBITMQCTL wait "$work/rabbitmq/rabbit.pid" --timeout 120 >/dev
 fi
 export IDEM_TEST_AMQP_URL="amqp://guest:guest@127.0.0.1:${amqp_port}/"
 export IDEM_TEST_AMQP_PORT=$amqp_port
+export IDEM_TEST_AMQPS_URL="amqps://guest:guest@localhost:${amqps_port}/?cacertfile=$tls/ca.crt&certfile=$tls/client.crt&keyfile=$tls/client.key"
+export IDEM_TEST_AMQPS_PORT=$amqps_port
 
-echo "servers.sh: redis on $redis_port, postgresql on $pg_port, rabbitmq on $amqp_port (dir $work)" >&2
+echo "servers.sh: redis on $redis_port (TLS $redis_tls_port), postgresql on $pg_port (TLS" \
+  "$pg_tls_port), rabbitmq on $amqp_port (TLS $amqps_port) (dir $work)" >&2
 set +e
 "$@"
 status=$?

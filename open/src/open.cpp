@@ -253,6 +253,14 @@ postgres::PostgresOptions postgres_options(const UrlContext& context, const deta
       options.records_table = parameter.value;
     } else if (name == "notify_channel") {
       options.notify_channel = parameter.value;
+    } else if (name == "password_file") {
+      options.password_file = parameter.value;
+    } else if (name == "password_env") {
+      options.password_env = parameter.value;
+    } else if (name == "sslpassword_file") {
+      options.sslpassword_file = parameter.value;
+    } else if (name == "sslpassword_env") {
+      options.sslpassword_env = parameter.value;
     } else {
       forwarded += (forwarded.empty() ? "" : "&") + std::string(parameter.raw);
     }

@@ -66,7 +66,7 @@ std::optional<std::pair<std::size_t, std::size_t>> password_span(std::string_vie
   return std::make_pair(start + colon + 1, start + at);
 }
 
-// [first, last) offsets of the values of `password=` query parameters.
+// [first, last) offsets of the values of `password=` and `sslpassword=` query parameters.
 std::vector<std::pair<std::size_t, std::size_t>> password_parameter_spans(std::string_view url) {
   std::vector<std::pair<std::size_t, std::size_t>> spans;
   const std::size_t question = url.find('?');
@@ -77,7 +77,8 @@ std::vector<std::pair<std::size_t, std::size_t>> password_parameter_spans(std::s
     const std::string_view pair = url.substr(position, end - position);
     const std::size_t eq = pair.find('=');
     if (eq != std::string_view::npos &&
-        equals_ignoring_case(lenient_decode(pair.substr(0, eq)), "password")) {
+        (equals_ignoring_case(lenient_decode(pair.substr(0, eq)), "password") ||
+         equals_ignoring_case(lenient_decode(pair.substr(0, eq)), "sslpassword"))) {
       spans.emplace_back(position + eq + 1, end);
     }
     if (end >= url.size() || url[end] == '#') break;

@@ -56,7 +56,8 @@ TEST(RabbitMqOptionsTest, DefaultsForMissingParts) {
 TEST(RabbitMqOptionsTest, BadUrlsNameThePartAndHideThePassword) {
   EXPECT_NE(config_error_of("http://h/").find("scheme"), std::string::npos);
   EXPECT_NE(config_error_of("").find("scheme"), std::string::npos);
-  EXPECT_NE(config_error_of("amqps://h/").find("amqps"), std::string::npos);
+  EXPECT_NE(config_error_of("amqps://h/?bogus=1").find("bogus"), std::string::npos);
+  EXPECT_NE(config_error_of("amqp://h/?cacertfile=x").find("amqps://"), std::string::npos);
   EXPECT_NE(config_error_of("amqp://").find("host"), std::string::npos);
   EXPECT_NE(config_error_of("amqp://u:p@:5672/").find("host"), std::string::npos);
   EXPECT_NE(config_error_of("amqp://h:abc/").find("port 'abc'"), std::string::npos);

@@ -1,6 +1,13 @@
 #include "connection.hpp"
 
+#include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -10,6 +17,7 @@
 #include <limits>
 #include <string>
 
+#include "idem/detail/secret.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 
@@ -91,7 +99,132 @@ std::string sqlstate_in(std::string_view message) {
   return {};
 }
 
+bool contains(std::string_view text, std::string_view part) noexcept {
+  return text.find(part) != std::string_view::npos;
+}
+
+struct SslCtxFree {
+  void operator()(SSL_CTX* ctx) const noexcept { SSL_CTX_free(ctx); }
+};
+struct SslFree {
+  void operator()(SSL* ssl) const noexcept { SSL_free(ssl); }
+};
+struct AddrinfoFree {
+  void operator()(addrinfo* info) const noexcept { freeaddrinfo(info); }
+};
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// Why OpenSSL did not trust the server's certificate ("certificate has expired", "unable to get
+// local issuer certificate"), or "" when it cannot be found out. libpq says only "certificate
+// verify failed" and frees its TLS session before returning, so this is a second handshake of
+// idem's own to the same address: TCP, PostgreSQL's SSLRequest, then OpenSSL verifying the
+// chain against the same sslrootcert. Bounded by `budget` (send/receive timeouts).
+std::string certificate_verify_reason(const std::string& host, const std::string& port,
+                                      const std::string& rootcert,
+                                      std::chrono::milliseconds budget) {
+  if (host.empty() || host.front() == '/' || rootcert.empty() || port.empty()) return {};
+  if (budget <= std::chrono::milliseconds::zero()) return {};
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  if (::getaddrinfo(host.c_str(), port.c_str(), &hints, &found) != 0) return {};
+  const std::unique_ptr<addrinfo, AddrinfoFree> addresses(found);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(budget.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((budget.count() % 1000) * 1000);
+  for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+    Fd sock{::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol)};
+    if (sock.fd < 0) continue;
+    ::setsockopt(sock.fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(sock.fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (::connect(sock.fd, a->ai_addr, a->ai_addrlen) != 0) continue;
+    // SSLRequest: length 8, code 80877103; the server answers 'S' when it speaks TLS.
+    const unsigned char request[8] = {0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f};
+    if (::send(sock.fd, request, sizeof request, MSG_NOSIGNAL) != sizeof request) return {};
+    char answer = 0;
+    if (::recv(sock.fd, &answer, 1, 0) != 1 || answer != 'S') return {};
+    const std::unique_ptr<SSL_CTX, SslCtxFree> ctx(SSL_CTX_new(TLS_client_method()));
+    if (!ctx || SSL_CTX_load_verify_locations(ctx.get(), rootcert.c_str(), nullptr) != 1) {
+      ERR_clear_error();
+      return {};
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER, nullptr);
+    const std::unique_ptr<SSL, SslFree> ssl(SSL_new(ctx.get()));
+    if (!ssl || SSL_set_fd(ssl.get(), sock.fd) != 1) return {};
+    SSL_set_tlsext_host_name(ssl.get(), host.c_str());
+    const int connected = SSL_connect(ssl.get());
+    const long result = SSL_get_verify_result(ssl.get());
+    ERR_clear_error();
+    if (connected == 1) SSL_shutdown(ssl.get());
+    ERR_clear_error();
+    if (result == X509_V_OK) return {};
+    return X509_verify_cert_error_string(result);
+  }
+  return {};
+}
+
+// A libpq connection option's value as the connect used it ("" when unset).
+std::string conninfo_value(PGconn* conn, std::string_view keyword) {
+  PQconninfoOption* options = PQconninfo(conn);
+  if (options == nullptr) return {};
+  std::string value;
+  for (const PQconninfoOption* o = options; o->keyword != nullptr; ++o) {
+    if (keyword == o->keyword && o->val != nullptr) value = o->val;
+  }
+  PQconninfoFree(options);
+  return value;
+}
+
 }  // namespace
+
+// ---- TLS and secrets ------------------------------------------------------------------------
+
+ConnectionSecrets connection_secrets(const PostgresOptions& options) {
+  ConnectionSecrets secrets;
+  secrets.password = ::idem::detail::resolve_secret("PostgresOptions::password", options.password,
+                                                    options.password_file, options.password_env);
+  secrets.sslpassword =
+      ::idem::detail::resolve_secret("PostgresOptions::sslpassword", options.sslpassword,
+                                     options.sslpassword_file, options.sslpassword_env);
+  return secrets;
+}
+
+std::string tls_failure_cause(std::string_view m) {
+  if (contains(m, "does not match host name")) {
+    return "host name mismatch: the server's certificate does not name the host connected to";
+  }
+  if (contains(m, "certificate verify failed")) {
+    return "the server's certificate is not trusted (sslrootcert)";
+  }
+  if (contains(m, "server does not support SSL")) {
+    return "the server does not offer TLS, but sslmode requires it";
+  }
+  if (contains(m, "root certificate file") || contains(m, "could not read root certificate")) {
+    return "the CA file (sslrootcert) cannot be used";
+  }
+  if (contains(m, "certificate file") || contains(m, "could not load SSL certificate")) {
+    return "the client certificate (sslcert) cannot be used";
+  }
+  if (contains(m, "private key")) return "the client key (sslkey) cannot be used";
+  if (contains(m, "requires a valid client certificate")) {
+    return "the server requires a client certificate signed by its CA (sslcert, sslkey)";
+  }
+  if (contains(m, "no pg_hba.conf entry") && contains(m, "no encryption")) {
+    return "the server takes this user only over TLS (set sslmode=verify-full)";
+  }
+  if (contains(m, "SSL error:") && contains(m, "alert")) {
+    return "the server refused the TLS handshake (its CA did not sign the client certificate, "
+           "or the certificate is expired)";
+  }
+  if (contains(m, "SSL error:")) return "the TLS handshake failed";
+  return {};
+}
 
 // ---- helpers --------------------------------------------------------------------------------
 
@@ -414,13 +547,34 @@ Statement::Statement(std::string sql_text, std::vector<Oid> param_types, Plannin
 
 // ---- connection -----------------------------------------------------------------------------
 
-PGconn* connect_start(const PostgresOptions& options) {
+PGconn* connect_start(const PostgresOptions& options, const std::string& target) {
+  ConnectionSecrets secrets;
+  try {
+    secrets = connection_secrets(options);
+  } catch (const ConfigError& e) {
+    // The file or variable was readable at construction: it went away since.
+    throw PostgresError(ErrorCode::store_open_failed,
+                        "could not connect to " + target + ": " + e.message(), "",
+                        /*retryable=*/false, false);
+  }
+  // Options after "dbname" override what the URL (expanded from dbname) says.
   std::vector<const char*> keys = {"dbname", "client_encoding"};
   std::vector<const char*> values = {options.url.c_str(), "UTF8"};
   if (!options.application_name.empty()) {
     keys.push_back("fallback_application_name");
     values.push_back(options.application_name.c_str());
   }
+  const auto add = [&](const char* key, const std::string& value) {
+    if (value.empty()) return;
+    keys.push_back(key);
+    values.push_back(value.c_str());
+  };
+  add("sslmode", options.sslmode);
+  add("sslrootcert", options.sslrootcert);
+  add("sslcert", options.sslcert);
+  add("sslkey", options.sslkey);
+  if (secrets.password) add("password", *secrets.password);
+  if (secrets.sslpassword) add("sslpassword", *secrets.sslpassword);
   keys.push_back(nullptr);
   values.push_back(nullptr);
   PGconn* conn = PQconnectStartParams(keys.data(), values.data(), /*expand_dbname=*/1);
@@ -431,12 +585,32 @@ PGconn* connect_start(const PostgresOptions& options) {
   return conn;
 }
 
-PostgresError connect_error(std::string_view why, const std::string& target) {
+PostgresError connect_error(std::string_view why, const std::string& target, PGconn* conn,
+                            std::chrono::milliseconds verify_budget) {
   const std::string message = flatten(why);
   const std::string sqlstate = sqlstate_in(why);
   ErrorClass cls =
       classify_error(sqlstate, /*connection_lost=*/sqlstate.empty(), StatementKind::read);
   if (sqlstate.empty()) cls = ErrorClass{ErrorCode::store_error, true, false};
+  std::string cause = tls_failure_cause(message);
+  if (!cause.empty() && (sqlstate.empty() || sqlstate.rfind("28", 0) == 0)) {
+    // TLS set-up failures say the same on every try: never retryable.
+    if (conn != nullptr && verify_budget > std::chrono::milliseconds::zero() &&
+        message.find("certificate verify failed") != std::string::npos) {
+      const char* addr = PQhostaddr(conn);
+      const char* host = PQhost(conn);
+      const char* port = PQport(conn);
+      const std::string reason = certificate_verify_reason(
+          addr != nullptr && *addr != '\0' ? addr : (host != nullptr ? host : ""),
+          port != nullptr ? port : "", conninfo_value(conn, "sslrootcert"),
+          std::min<std::chrono::milliseconds>(verify_budget, std::chrono::seconds(2)));
+      if (!reason.empty()) cause += ": " + reason;
+    }
+    return PostgresError(ErrorCode::store_open_failed,
+                         "could not connect to " + target + ": TLS: " + cause + " (" + message +
+                             ")",
+                         sqlstate, /*retryable=*/false, false);
+  }
   std::string text = "could not connect to " + target + ": " + message;
   return PostgresError(cls.code, text, sqlstate, cls.retryable, false);
 }
@@ -454,12 +628,16 @@ PostgresError connect_timeout_error(const PostgresOptions& options, const std::s
 std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
                                              const std::string& target) {
   constexpr std::string_view kCall = "connect";
-  PGconn* conn = connect_start(options);
+  PGconn* conn = connect_start(options, target);
   auto connection = std::unique_ptr<Connection>(new Connection(conn, target));
-  const auto fail = [&](std::string_view why) { return connect_error(why, target); };
+  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
+  const auto fail = [&](std::string_view why) {
+    return connect_error(why, target, conn,
+                         std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now()));
+  };
   if (PQstatus(conn) == CONNECTION_BAD) throw fail(PQerrorMessage(conn));
 
-  const auto deadline = std::chrono::steady_clock::now() + options.connect_timeout;
   PostgresPollingStatusType status = PGRES_POLLING_WRITING;
   while (status != PGRES_POLLING_OK) {
     if (status == PGRES_POLLING_FAILED) throw fail(PQerrorMessage(conn));

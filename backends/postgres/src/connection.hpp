@@ -167,14 +167,32 @@ struct Statement {
 
 // Starts a non-blocking connection attempt for `options` (PQconnectStartParams with idem's
 // settings, verbose errors until connected); the caller drives PQconnectPoll. Never null.
-PGconn* connect_start(const PostgresOptions& options);
-// The PostgresError for a connection attempt that failed with libpq's message `why`.
-PostgresError connect_error(std::string_view why, const std::string& target);
+// Throws PostgresError (store_open_failed) when a password file or variable cannot be read.
+PGconn* connect_start(const PostgresOptions& options, const std::string& target = "the server");
+// The PostgresError for a connection attempt that failed with libpq's message `why`. TLS set-up
+// failures are store_open_failed, not retryable, "TLS: <cause>"; with `conn` and a budget, an
+// unverified certificate's reason is asked of OpenSSL in one short handshake of its own.
+PostgresError connect_error(std::string_view why, const std::string& target,
+                            PGconn* conn = nullptr,
+                            std::chrono::milliseconds verify_budget = std::chrono::milliseconds(0));
 // The PostgresError for a connection attempt that took longer than options.connect_timeout.
 PostgresError connect_timeout_error(const PostgresOptions& options, const std::string& target);
 // A user's statement parameters (AsyncSqlTransaction, PostgresTransaction) as libpq parameters
 // in text format, untyped (the server infers the types); InvalidArgument for text with a NUL.
 Params to_params(std::span<const SqlParam> params);
+
+// The password and key passphrase a connect sends, from PostgresOptions' inline / _file / _env
+// fields (nullopt: none given there; libpq then uses the URL's, PGPASSWORD or ~/.pgpass).
+// Throws ConfigError when a file or variable cannot be read, or more than one source is set.
+struct ConnectionSecrets {
+  std::optional<std::string> password;
+  std::optional<std::string> sslpassword;
+};
+ConnectionSecrets connection_secrets(const PostgresOptions& options);
+
+// What went wrong in a failed TLS set-up, from libpq's message: "" when `message` is not about
+// TLS. Used to report it as a non-retryable "TLS: <cause>" error.
+std::string tls_failure_cause(std::string_view message);
 
 class Connection {
  public:

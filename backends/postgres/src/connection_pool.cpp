@@ -1,9 +1,13 @@
 #include "idem/postgres/connection_pool.hpp"
 
 #include <libpq-fe.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <condition_variable>
+#include <cstring>
+#include <iterator>
 #include <mutex>
 #include <utility>
 #include <vector>
@@ -118,6 +122,28 @@ void check_options(const PostgresOptions& options) {
   if (options.application_name.find('\0') != std::string::npos) {
     throw ConfigError("PostgresOptions::application_name contains a NUL byte");
   }
+  if (!options.sslmode.empty()) {
+    constexpr std::string_view kModes[] = {"disable", "allow",     "prefer",
+                                           "require", "verify-ca", "verify-full"};
+    if (std::find(std::begin(kModes), std::end(kModes), options.sslmode) == std::end(kModes)) {
+      throw ConfigError("PostgresOptions::sslmode '" + options.sslmode.substr(0, 32) +
+                        "' is not one of disable, allow, prefer, require, verify-ca, verify-full");
+    }
+  }
+  for (const auto& [name, path] :
+       {std::pair<const char*, const std::string&>{"sslrootcert", options.sslrootcert},
+        {"sslcert", options.sslcert},
+        {"sslkey", options.sslkey}}) {
+    if (path.empty()) continue;
+    if (path.find('\0') != std::string::npos)
+      throw ConfigError(std::string("PostgresOptions::") + name + " contains a NUL byte");
+    if (::access(path.c_str(), R_OK) != 0) {
+      throw ConfigError(std::string("PostgresOptions::") + name + ": cannot read '" + path +
+                        "': " + std::strerror(errno));
+    }
+  }
+  // Read once here so a missing file or variable is reported at construction.
+  (void)detail::connection_secrets(options);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <system_error>
 #include <type_traits>
 
+#include "idem/detail/secret.hpp"
 #include "idem/error.hpp"
 
 namespace idem::redis {
@@ -92,11 +93,20 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
     options.expiry_slack = std::chrono::milliseconds(parse_number<long long>(value, part));
   } else if (name == "scan_count") {
     options.scan_count = parse_number<std::size_t>(value, part);
+  } else if (name == "password_file" || name == "password_env") {
+    // The secret stays out of the URL; it is read here, once (RedisOptions holds the password).
+    // An ACL user is written "user:@host" (an empty password in the user info).
+    if (options.password && !options.password->empty()) {
+      bad_url("give the password one way only: in the user info, password_file or password_env");
+    }
+    options.password = name == "password_file"
+                           ? ::idem::detail::read_secret_file("RedisOptions password_file", value)
+                           : ::idem::detail::read_secret_env("RedisOptions password_env", value);
   } else {
-    bad_url(
-        "unknown parameter '" + std::string(name) +
-        "' (known: prefix, pool_size, async_connections, connect_timeout_ms, command_timeout_ms, "
-        "wait_timeout_ms, marker_ttl_ms, expiry_slack_ms, scan_count)");
+    bad_url("unknown parameter '" + std::string(name) +
+            "' (known: prefix, pool_size, async_connections, connect_timeout_ms, "
+            "command_timeout_ms, wait_timeout_ms, marker_ttl_ms, expiry_slack_ms, scan_count, "
+            "password_file, password_env)");
   }
 }
 

@@ -2,14 +2,22 @@
 
 #include <amqp.h>
 #include <amqp_framing.h>
+#include <amqp_ssl_socket.h>
 #include <amqp_tcp_socket.h>
+#include <netdb.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <limits>
+#include <memory>
 #include <vector>
 
 namespace idem::rabbitmq::detail {
@@ -85,6 +93,60 @@ void read_table(const amqp_table_t& table, std::map<std::string, std::string>& h
   }
 }
 
+// The first certificate error OpenSSL met while verifying the broker's chain during this
+// thread's current connect (X509_V_OK: none). librabbitmq reports only "SSL handshake failed";
+// this callback, on its SSL_CTX, keeps the reason.
+thread_local long tls_verify_error = X509_V_OK;
+
+int remember_verify_error(int preverify_ok, X509_STORE_CTX* store) {
+  if (preverify_ok == 0 && tls_verify_error == X509_V_OK)
+    tls_verify_error = X509_STORE_CTX_get_error(store);
+  return preverify_ok;
+}
+
+// OpenSSL's latest queued error as text ("" when none), clearing the queue.
+std::string take_openssl_error() {
+  unsigned long last = 0;
+  while (const unsigned long e = ERR_get_error())
+    last = e;
+  if (last == 0) return {};
+  const char* reason = ERR_reason_error_string(last);
+  return reason != nullptr ? reason : "";
+}
+
+// True when the listener at host:port answers an AMQP protocol header with a TLS alert record
+// (content type 21, version 3.x): it is a TLS port. A plain connect there fails at login with a
+// bare socket error, which would otherwise look like a broker that is starting.
+bool answers_with_tls_alert(const std::string& host, int port, Millis budget) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const std::string service = std::to_string(port);
+  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return false;
+  const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
+  const timeval tv = to_timeval(budget);
+  for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    bool alert = false;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+      static constexpr char kHeader[8] = {'A', 'M', 'Q', 'P', 0, 0, 9, 1};
+      unsigned char reply[2] = {0, 0};
+      if (::send(fd, kHeader, sizeof kHeader, MSG_NOSIGNAL) == sizeof kHeader &&
+          ::recv(fd, reply, sizeof reply, MSG_WAITALL) == sizeof reply) {
+        alert = reply[0] == 0x15 && reply[1] == 0x03;
+      }
+      ::close(fd);
+      return alert;
+    }
+    ::close(fd);
+  }
+  return false;
+}
+
 }  // namespace
 
 void read_message(const amqp_message_t& message, Delivery& delivery) {
@@ -104,13 +166,72 @@ AmqpConnection::AmqpConnection(const ConnectionOptions& options)
   state_.reset(amqp_new_connection());
   connection_ = state_.get();
   if (connection_ == nullptr) fail("connect to " + endpoint_, "out of memory", false);
-  amqp_socket_t* socket = amqp_tcp_socket_new(connection_);
-  if (socket == nullptr) fail("connect to " + endpoint_, "cannot create a TCP socket", true);
+  const std::string connect_to = "connect to " + endpoint_;
+  const auto tls_fail = [&](const std::string& cause) {
+    broken_ = true;
+    throw BrokerError("idem rabbitmq: " + connect_to + ": TLS: " + cause, /*retryable=*/false,
+                      false, ErrorCode::store_open_failed);
+  };
+  std::string password;
+  std::string key_password;
+  try {
+    password = options.resolved_password();
+    key_password = options.resolved_key_password();
+  } catch (const ConfigError& e) {
+    // Readable when the consumer or publisher was made: it went away since.
+    throw BrokerError("idem rabbitmq: " + connect_to + ": " + e.message(), false, false,
+                      ErrorCode::store_open_failed);
+  }
+  amqp_socket_t* socket = nullptr;
+  if (options.tls) {
+    socket = amqp_ssl_socket_new(connection_);
+    if (socket == nullptr) fail(connect_to, "cannot create a TLS socket", true);
+    if (!options.ca_cert_file.empty() &&
+        amqp_ssl_socket_set_cacert(socket, options.ca_cert_file.c_str()) != AMQP_STATUS_OK) {
+      tls_fail("the CA file (ca_cert_file) cannot be used: " + take_openssl_error());
+    }
+    if (!key_password.empty()) amqp_ssl_socket_set_key_passwd(socket, key_password.c_str());
+    if (!options.cert_file.empty() &&
+        amqp_ssl_socket_set_key(socket, options.cert_file.c_str(), options.key_file.c_str()) !=
+            AMQP_STATUS_OK) {
+      tls_fail("the client certificate or key (cert_file, key_file) cannot be used: " +
+               take_openssl_error());
+    }
+    amqp_ssl_socket_set_verify_peer(socket, options.verify_peer ? 1 : 0);
+    amqp_ssl_socket_set_verify_hostname(socket, options.verify_hostname ? 1 : 0);
+    auto* ctx = static_cast<SSL_CTX*>(amqp_ssl_socket_get_context(socket));
+    if (ctx != nullptr && options.verify_peer)
+      SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, &remember_verify_error);
+  } else {
+    socket = amqp_tcp_socket_new(connection_);
+    if (socket == nullptr) fail(connect_to, "cannot create a TCP socket", true);
+  }
   timeval timeout = to_timeval(options.connect_timeout);
   amqp_set_handshake_timeout(connection_, &timeout);
   amqp_set_rpc_timeout(connection_, &timeout);
+  ERR_clear_error();
+  tls_verify_error = X509_V_OK;
   const int status = amqp_socket_open_noblock(socket, options.host.c_str(), options.port, &timeout);
-  if (status != AMQP_STATUS_OK) fail("connect to " + endpoint_, amqp_error_string2(status), true);
+  const long verify_error = tls_verify_error;
+  tls_verify_error = X509_V_OK;
+  if (status != AMQP_STATUS_OK && options.tls) {
+    const std::string detail = take_openssl_error();
+    if (status == AMQP_STATUS_SSL_HOSTNAME_VERIFY_FAILED) {
+      tls_fail("host name mismatch: the broker's certificate does not name '" + options.host + "'");
+    }
+    if (verify_error != X509_V_OK) {
+      tls_fail(std::string("the broker's certificate is not trusted (ca_cert_file): ") +
+               X509_verify_cert_error_string(verify_error));
+    }
+    if (status == AMQP_STATUS_SSL_PEER_VERIFY_FAILED) {
+      tls_fail("the broker's certificate is not trusted (ca_cert_file)");
+    }
+    if (status == AMQP_STATUS_SSL_CONNECTION_FAILED || status == AMQP_STATUS_SSL_ERROR) {
+      tls_fail("the TLS handshake failed" + (detail.empty() ? "" : ": " + detail) +
+               " (is the port a TLS listener? does the broker accept the client certificate?)");
+    }
+  }
+  if (status != AMQP_STATUS_OK) fail(connect_to, amqp_error_string2(status), true);
 
   const auto heartbeat_ms = options.heartbeat.count();
   const int heartbeat_s = heartbeat_ms <= 0
@@ -119,14 +240,42 @@ AmqpConnection::AmqpConnection(const ConnectionOptions& options)
                                     1, (static_cast<long long>(heartbeat_ms) + 999) / 1000));
   const amqp_rpc_reply_t login =
       amqp_login(connection_, options.vhost.c_str(), 0, AMQP_DEFAULT_FRAME_SIZE, heartbeat_s,
-                 AMQP_SASL_METHOD_PLAIN, options.user.c_str(), options.password.c_str());
+                 AMQP_SASL_METHOD_PLAIN, options.user.c_str(), password.c_str());
   if (login.reply_type != AMQP_RESPONSE_NORMAL) {
+    if (login.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && options.tls &&
+        login.library_error == AMQP_STATUS_SSL_ERROR) {
+      // TLS 1.3 finishes the client's side of the handshake before the broker checks the client
+      // certificate: its refusal arrives as an alert on the first read.
+      const std::string detail = take_openssl_error();
+      tls_fail(std::string(options.cert_file.empty()
+                               ? "the broker requires a client certificate (cert_file, key_file)"
+                               : "the broker refused the client certificate (not signed by a CA "
+                                 "it trusts, or expired)") +
+               (detail.empty() ? "" : ": " + detail));
+    }
+    if (login.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && !options.tls &&
+        answers_with_tls_alert(
+            options.host, options.port,
+            std::min<Millis>(options.connect_timeout, std::chrono::seconds(2)))) {
+      tls_fail("the port speaks TLS: connect with amqps:// (" +
+               std::string(amqp_error_string2(login.library_error)) + ")");
+    }
     if (login.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
       // The broker answers bad credentials by closing the socket during the handshake.
       fail("login to " + endpoint_,
            std::string(amqp_error_string2(login.library_error)) +
                " (wrong user/password or vhost, or the broker is starting)",
            true);
+    }
+    if (login.reply_type == AMQP_RESPONSE_SERVER_EXCEPTION &&
+        login.reply.id == AMQP_CONNECTION_CLOSE_METHOD) {
+      // connection.open refused, e.g. 530 NOT_ALLOWED: no access to the vhost. (The login's
+      // reply is not the connection's last RPC reply, so check_rpc would not see it.)
+      const auto* close = static_cast<const amqp_connection_close_t*>(login.reply.decoded);
+      fail("login to " + endpoint_,
+           "the broker refused: " + std::to_string(close->reply_code) + " " +
+               string_of(close->reply_text),
+           retryable_reply_code(close->reply_code));
     }
     check_rpc("login to " + endpoint_);
   }

@@ -30,6 +30,7 @@ void validate_connection_options(const ConnectionOptions& options) {
   if (options.max_backoff < options.initial_backoff)
     bad("max_backoff is shorter than initial_backoff");
   if (options.max_reconnect_attempts < 0) bad("max_reconnect_attempts is negative");
+  options.validate();  // TLS files and secrets
 }
 
 void validate_amqp_name(std::string_view what, const std::string& name, bool allow_empty) {

@@ -38,7 +38,8 @@ struct PostgresOptions {
   // Where the database is: a URL "postgresql://user[:password]@host[:port]/dbname[?param=value]"
   // ("postgres://" too) or a libpq key/value string "host=... port=... dbname=...". Required.
   // Parsed by libpq; a value libpq rejects, another URL scheme or a non-numeric port throws
-  // ConfigError. Passwords never appear in idem's error messages. Default: empty (an error).
+  // ConfigError. Passwords never appear in idem's error messages; keep them out of the URL with
+  // password_file / password_env below. Default: empty (an error).
   std::string url;
 
   // The most connections the pool opens. Connections are opened on demand and kept for reuse.
@@ -100,6 +101,36 @@ struct PostgresOptions {
 
   // Reported to the server as application_name unless the URL sets one. Default: "idem".
   std::string application_name = "idem";
+
+  // ---- TLS (docs/postgres.md, "TLS and authentication") -------------------------------------
+  // Each one given here overrides the URL's parameter of the same name; empty leaves the URL's
+  // (or libpq's default) in place. Production: sslmode = "verify-full" with sslrootcert, so
+  // the server must show a certificate signed by that CA for the host name connected to.
+  // A TLS failure (untrusted or expired certificate, host name mismatch, a server without TLS,
+  // an unreadable key) is a non-retryable PostgresError, code store_open_failed, whose message
+  // starts "TLS: " and names the cause.
+
+  // disable, allow, prefer, require, verify-ca or verify-full (ConfigError otherwise).
+  std::string sslmode;
+  // The CA certificate(s) the server's chain must lead to (PEM file).
+  std::string sslrootcert;
+  // A client certificate and its private key (PEM files), for servers that require one
+  // (pg_hba clientcert=verify-full, or the cert method).
+  std::string sslcert;
+  std::string sslkey;
+
+  // ---- secrets: given inline, from a file or from an environment variable ------------------
+  // At most one of each triple (ConfigError otherwise); they override a password in the URL.
+  // A file is read at every connect (rotation needs no restart): its content minus one trailing
+  // newline. Unreadable or empty: ConfigError at construction, store_open_failed on a later
+  // connect. Never printed.
+  std::string password;
+  std::string password_file;
+  std::string password_env;
+  // The passphrase of an encrypted sslkey.
+  std::string sslpassword;
+  std::string sslpassword_file;
+  std::string sslpassword_env;
 };
 
 }  // namespace idem::postgres

@@ -15,11 +15,17 @@
 //   PRECONDITION_FAILED: an existing queue or
 //   exchange with other settings, 403, 404, ...)
 //
+//   TLS set-up failed (untrusted or expired          no         no    code store_open_failed
+//   certificate, host name mismatch, refused client
+//   certificate, amqps:// to a plain port, a plain
+//   amqp:// to a TLS port)
+//
 // (*) RabbitMQ answers bad credentials by closing the socket during the handshake, which looks
 //     the same as a broker that is still starting, so a refused login is retryable too: a
 //     consumer with a wrong password retries until max_reconnect_attempts (0: forever).
-// The code is always store_error (the transport is where the events are kept). Messages name the
-// operation and the endpoint (never the password), e.g.
+// The code is store_error (the transport is where the events are kept), except for TLS failures
+// (store_open_failed, message "... TLS: <cause>"). Messages name the operation and the endpoint
+// (never the password), e.g.
 //   "idem rabbitmq: connect to amqp://guest@127.0.0.1:5672/: a socket error occurred".
 //
 // Thread-safety: immutable after construction.
@@ -33,8 +39,9 @@ namespace idem::rabbitmq {
 
 class BrokerError : public Error {
  public:
-  BrokerError(const std::string& message, bool retryable, bool in_doubt = false)
-      : Error(ErrorCode::store_error, message, retryable, in_doubt) {}
+  BrokerError(const std::string& message, bool retryable, bool in_doubt = false,
+              ErrorCode code = ErrorCode::store_error)
+      : Error(code, message, retryable, in_doubt) {}
 };
 
 }  // namespace idem::rabbitmq

@@ -2,8 +2,13 @@
 //
 // ConnectionOptions::from_url() reads `amqp://user:password@host:port/vhost` (rabbitmq-c's URL
 // rules: user, password, port and vhost may be left out; percent-escapes are decoded; a missing
-// or empty vhost is "/"). A URL that cannot be used throws ConfigError naming the part that is
-// wrong; the password never appears in a message (redact_amqp_url()).
+// or empty vhost is "/") and `amqps://...` (TLS, default port 5671), with optional query
+// parameters (RabbitMQ's URI spelling where it has one):
+//   cacertfile=PATH  certfile=PATH  keyfile=PATH  verify=verify_peer|verify_none
+//   server_name_indication=disable (no host name check; the default checks the URL's host)
+//   password_file=PATH  password_env=NAME  key_password_file=PATH  key_password_env=NAME
+// A URL that cannot be used throws ConfigError naming the part that is wrong; the password never
+// appears in a message (redact_amqp_url()).
 //
 // Thread-safety: plain values.
 #pragma once
@@ -40,11 +45,52 @@ struct ConnectionOptions {
   // Backoff waits go through clock->sleep_for. Default (null): idem::system_clock().
   std::shared_ptr<Clock> clock = nullptr;
 
-  // Parses an amqp:// URL. Throws ConfigError naming the bad part (scheme, host, port, ...).
+  // ---- TLS (amqps://; docs/rabbitmq.md "TLS") ------------------------------------------------
+  // Connect with TLS (librabbitmq's OpenSSL socket). Every reconnect of a Consumer or
+  // Publisher uses the same settings. A TLS failure (untrusted or expired certificate, host
+  // name mismatch, a refused client certificate, a plain broker port) throws a non-retryable
+  // BrokerError, code store_open_failed, whose message says "TLS: <cause>". Default false.
+  bool tls = false;
+  // The CA certificate(s) (PEM) the broker's chain must lead to. Required when verify_peer.
+  std::string ca_cert_file;
+  // A client certificate and its key (PEM), for brokers with fail_if_no_peer_cert; both or
+  // neither.
+  std::string cert_file;
+  std::string key_file;
+  // Check the broker's chain against ca_cert_file. Default true; false only for tests.
+  bool verify_peer = true;
+  // Check that the certificate names `host`. Default true.
+  bool verify_hostname = true;
+
+  // ---- secrets --------------------------------------------------------------------------------
+  // The password from a file (its content minus one trailing newline; read at every connect,
+  // so rotation needs no restart) or an environment variable; either overrides `password`.
+  // At most one of the two. Never printed.
+  std::string password_file;
+  std::string password_env;
+  // The passphrase of an encrypted key_file: inline, from a file or from the environment (at
+  // most one).
+  std::string key_password;
+  std::string key_password_file;
+  std::string key_password_env;
+
+  // Parses an amqp:// or amqps:// URL. Throws ConfigError naming the bad part (scheme, host,
+  // port, a query parameter, ...).
   static ConnectionOptions from_url(std::string_view url);
 
-  // "amqp://user@host:port/vhost" — for logs and messages; never contains the password.
+  // "amqp://user@host:port/vhost" (amqps:// with TLS) — for logs and messages; never contains
+  // the password.
   std::string describe() const;
+
+  // Throws ConfigError for settings that cannot work (TLS verification without a CA file, a
+  // certificate without its key, two sources of one secret, a secret file that cannot be
+  // read). The Consumer and Publisher call it at construction.
+  void validate() const;
+
+  // The password a connect sends (password_file / password_env / password) and the key
+  // passphrase (empty: none). Throws ConfigError when a file or variable cannot be read.
+  std::string resolved_password() const;
+  std::string resolved_key_password() const;
 };
 
 // The URL with any password replaced by "***" ("amqp://guest:***@host:5672/").
