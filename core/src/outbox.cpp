@@ -135,7 +135,7 @@ std::size_t OutboxRelay::drain(std::size_t max_passes) {
   for (std::size_t pass = 0; pass < max_passes; ++pass) {
     const RelayBatchResult result = run_once();
     published += result.published;
-    if (result.taken == 0) break;
+    if (result.taken == 0 || result.deferred > 0) break;
   }
   return published;
 }
@@ -171,7 +171,7 @@ void OutboxRelay::loop(std::stop_token stop) {
       const auto result =
           outbox_->relay_batch(*publisher_, options_.batch_size, options_.max_attempts);
       count(result);
-      more = result.taken > 0 && !result.busy;
+      more = result.taken > 0 && !result.busy && result.deferred == 0;
     } catch (const std::exception& e) {
       {
         std::lock_guard lock(mutex_);

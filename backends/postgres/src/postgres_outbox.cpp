@@ -213,6 +213,10 @@ RelayBatchResult PostgresOutbox::relay_batch(OutboxPublisher& publisher, std::si
   for (std::size_t i = 0; i < rows.size(); ++i) {
     Params params;
     params.int8(rows[i].seq);
+    if (!verdicts[i].confirmed && verdicts[i].refusal.empty()) {
+      ++result.deferred;  // outcome unknown: it goes out again in a later pass
+      continue;
+    }
     if (verdicts[i].confirmed) {
       connection.run(impl_->delete_row, params, kCall, StatementKind::read);
       ++result.published;

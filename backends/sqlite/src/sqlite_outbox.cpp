@@ -201,6 +201,10 @@ RelayBatchResult SqliteOutbox::relay_batch(OutboxPublisher& publisher, std::size
   WriteTransaction tx(connection);
   const std::int64_t now = to_ms(std::chrono::system_clock::now());
   for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (!verdicts[i].confirmed && verdicts[i].refusal.empty()) {
+      ++result.deferred;  // outcome unknown: it goes out again in a later pass
+      continue;
+    }
     if (verdicts[i].confirmed) {
       Statement drop = connection.prepare("DELETE FROM idem_outbox WHERE seq = ?1");
       drop.bind(1, rows[i].seq);

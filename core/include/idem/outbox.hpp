@@ -60,7 +60,9 @@ struct OutboxRow {
   WallTime created_at{};        // when the transaction wrote it (the database's clock)
 };
 
-// What a publisher did with one row.
+// What a publisher did with one row: confirmed; refused (with a reason); or neither — not
+// sent or its outcome unknown (a failure part way through a batch): the row stays as it is and
+// goes out again in a later pass, not counted as a refusal.
 struct PublishVerdict {
   bool confirmed = false;  // the broker took responsibility: the row may go
   std::string refusal;     // not confirmed: why (counted as an attempt; parked past the limit)
@@ -93,6 +95,7 @@ struct RelayBatchResult {
   std::size_t published = 0;  // confirmed and deleted
   std::size_t refused = 0;    // refused (attempts + 1), still queued
   std::size_t parked = 0;     // refused for the max_attempts-th time: parked with their reason
+  std::size_t deferred = 0;   // neither confirmed nor refused: left for a later pass
   bool busy = false;          // another relay held the outbox (SQLite) or every ready consumer
 };
 
