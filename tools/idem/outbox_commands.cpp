@@ -120,8 +120,12 @@ int run_relay(const RelayArgs& args) {
     options.batch_size = args.batch;
     options.poll_interval = std::chrono::milliseconds(args.poll_ms);
     options.max_attempts = args.max_attempts;
-    options.on_failure = [](const std::exception& e) {
-      std::cerr << "idem relay: publishing failed, retrying: " << describe(e) << "\n";
+    // One line per kind of failure in a row, not one per pass: a broker restart is one message.
+    options.on_failure = [last = std::string()](const std::exception& e) mutable {
+      std::string message = describe(e);
+      if (message == last) return;
+      std::cerr << "idem relay: publishing failed, retrying: " << message << "\n";
+      last = std::move(message);
     };
     std::shared_ptr<rabbitmq::Publisher> publisher;
     // The broker may be down when the relay starts: wait for it as for a restart.
