@@ -5,7 +5,8 @@
 //   * the relay process is killed after the broker confirmed, before the delete: `idem relay`
 //     publishes the rows again, and the downstream consumer drops every repeat by id;
 //   * the broker is stopped and started under a running `idem relay`: rows committed meanwhile
-//     wait in the outbox and go out after the restart.
+//     wait in the outbox and go out after the restart;
+//   * `idem relay --once` on a PostgreSQL outbox publishes its rows once.
 // In every case each follow-up reaches the downstream consumer and takes effect exactly once.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -28,6 +29,12 @@
 #include "idem/sqlite/sqlite_outbox.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "worker/child_process.hpp"
+#if __has_include("idem/postgres/postgres_outbox.hpp")
+#define IDEM_OUTBOX_TEST_POSTGRES 1
+#include "../postgres_test_support.hpp"
+#include "idem/postgres/postgres_outbox.hpp"
+#include "idem/postgres/postgres_recorder.hpp"
+#endif
 
 IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
@@ -247,5 +254,38 @@ TEST_F(RabbitMqOutbox, BrokerRestartUnderTheRelayLosesNothing) {
   EXPECT_EQ(downstream.distinct(), 30u);
   EXPECT_EQ(downstream.max_effects(), 1);
 }
+
+#if IDEM_OUTBOX_TEST_POSTGRES
+// The same relay command on a PostgreSQL outbox (built with the PostgreSQL backend only).
+TEST_F(RabbitMqOutbox, IdemRelayPublishesPostgresRowsOnce) {
+  if (!idem::test::pg::server_url()) GTEST_SKIP() << "IDEM_TEST_POSTGRES_URL is not set";
+  idem::test::pg::TempSchema schema;
+  auto pool = std::make_shared<idem::postgres::ConnectionPool>(schema.options());
+  idem::test::OutboxFixture f{std::make_shared<idem::postgres::PostgresIdempotencyRecorder>(pool),
+                              std::make_shared<idem::postgres::PostgresOutbox>(pool)};
+  idem::CollectingBusProxy proxy("billing");
+  auto handler = idem::test::charging_handler(f, "billing", 2);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_EQ((*handler)(idem::test::incoming("pg" + std::to_string(i)), proxy),
+              idem::HandleResult::processed);
+  }
+  const std::string url =
+      *idem::test::pg::server_url() +
+      (idem::test::pg::server_url()->find('?') == std::string::npos ? "?" : "&") +
+      "schema=" + schema.name();
+  ChildProcess relay({IDEM_CLI, "relay", "--once", "--store", url, "--broker",
+                      idem::test::amqp_url(), "--exchange", topology.exchange()});
+  const std::string out = relay.read_all();
+  const int status = relay.wait();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << out;
+  EXPECT_NE(out.find("10 published"), std::string::npos) << out;
+  EXPECT_EQ(f.outbox->stats().depth, 0u);
+  Downstream downstream(topology.consumer("shipping"));
+  consume(downstream, 10);
+  EXPECT_EQ(downstream.distinct(), 10u);
+  EXPECT_EQ(downstream.max_effects(), 1);
+}
+
+#endif
 
 }  // namespace
