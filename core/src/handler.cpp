@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "idem/key.hpp"
+#include "idem/outbox.hpp"
+#include "idem/sql.hpp"
 
 namespace idem {
 
@@ -203,6 +205,49 @@ class TransactionalProxy final : public BusProxy {
   std::vector<Event> held_;
 };
 
+// Transactional mode with an outbox: published events become outbox rows of the transaction.
+class OutboxProxy final : public BusProxy {
+ public:
+  OutboxProxy(BusProxy& outer, Transaction& tx, Outbox& outbox, const std::string& consumer,
+              const std::string& source_event_id)
+      : outer_(outer),
+        tx_(tx),
+        sql_(dynamic_cast<SqlTransaction*>(&tx)),
+        outbox_(outbox),
+        consumer_(consumer),
+        source_event_id_(source_event_id) {
+    if (sql_ == nullptr) {
+      throw NotSupported(
+          "HandlerOptions::outbox needs a SQL recorder (its transaction is not an "
+          "idem::SqlTransaction)");
+    }
+  }
+  void publish(Event event) override {
+    if (event.id.empty()) event.id = follow_up_id(consumer_, source_event_id_, sequence_);
+    ++sequence_;
+    validate_key("event id", event.id);
+    if (event.type.empty()) {
+      throw InvalidArgument("publish: follow-up event " + event.id + " has no type");
+    }
+    if (event.timestamp == WallTime{}) event.timestamp = std::chrono::system_clock::now();
+    outbox_.append(*sql_, consumer_, source_event_id_, event);
+    ++appended_;
+  }
+  std::string_view consumer() const override { return outer_.consumer(); }
+  Transaction* transaction() noexcept override { return &tx_; }
+  std::size_t appended() const noexcept { return appended_; }
+
+ private:
+  BusProxy& outer_;
+  Transaction& tx_;
+  SqlTransaction* sql_;
+  Outbox& outbox_;
+  const std::string& consumer_;
+  const std::string& source_event_id_;
+  std::uint64_t sequence_ = 0;
+  std::size_t appended_ = 0;
+};
+
 HandlerMode resolve_mode(HandlerMode requested, const IdempotencyRecorder& recorder) {
   if (requested == HandlerMode::automatic) {
     return recorder.supports_claims() ? HandlerMode::exclusive : HandlerMode::check_then_mark;
@@ -218,7 +263,8 @@ HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecord
       recorder_(std::move(recorder)),
       mode_(HandlerMode::check_then_mark),
       lease_(options.lease),
-      clock_(options.clock ? std::move(options.clock) : system_clock()) {
+      clock_(options.clock ? std::move(options.clock) : system_clock()),
+      outbox_(std::move(options.outbox)) {
   validate_key("consumer", consumer_);
   if (!recorder_) throw InvalidArgument("IdempotentHandler needs a recorder (got null)");
   mode_ = resolve_mode(options.mode, *recorder_);
@@ -234,6 +280,10 @@ HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecord
   if (mode_ == HandlerMode::transactional && !recorder_->supports_transactions()) {
     throw NotSupported(
         "transactional mode needs a recorder that supports transactions (a SQL backend)");
+  }
+  if (outbox_ && mode_ != HandlerMode::transactional) {
+    throw ConfigError("HandlerOptions::outbox needs HandlerMode::transactional (got " +
+                      std::string(to_string(mode_)) + ")");
   }
 }
 
@@ -395,6 +445,17 @@ HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
 
 HandleResult HandlerCore::run_transactional(const Event& event, BusProxy& bus,
                                             const std::function<void(BusProxy&)>& invoke) {
+  if (outbox_) {
+    std::size_t appended = 0;
+    const bool ran = recorder_->run_transactional(consumer_, event.id, [&](Transaction& tx) {
+      OutboxProxy proxy(bus, tx, *outbox_, consumer_, event.id);
+      invoke(proxy);
+      appended = proxy.appended();
+    });
+    if (!ran) return HandleResult::duplicate;
+    if (appended > 0) outbox_->notify_committed();  // committed: wake this process's relays
+    return HandleResult::processed;
+  }
   std::vector<Event> held;
   const bool ran = recorder_->run_transactional(consumer_, event.id, [&](Transaction& tx) {
     TransactionalProxy proxy(bus, tx);

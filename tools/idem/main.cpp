@@ -8,6 +8,7 @@
 
 #include "demo.hpp"
 #include "exit_codes.hpp"
+#include "outbox_commands.hpp"
 #include "store_commands.hpp"
 
 namespace {
@@ -76,8 +77,9 @@ int main(int argc, char** argv) {
   consumer_cmd->add_option("--stall-at", consumer.stall_at);
   consumer_cmd->add_option("--notify-fd", consumer.notify_fd);
 
-  idem::cli::add_store_commands(app);  // stats, purge, inspect (run from their callbacks)
-  app.allow_extras();                  // an unknown command or option: named below
+  idem::cli::add_store_commands(app);   // stats, purge, inspect (run from their callbacks)
+  idem::cli::add_outbox_commands(app);  // relay (run from its callback)
+  app.allow_extras();                   // an unknown command or option: named below
   // Every usage error exits with kUsage and one line (CLI11's own exit codes, 104-114, would
   // leak otherwise); the store commands end the parse from their callbacks with
   // CLI::RuntimeError(their exit code), after printing their own message.
@@ -100,13 +102,13 @@ int main(int argc, char** argv) {
   if (app.get_subcommands().empty()) {
     const std::vector<std::string> extras = app.remaining();
     if (extras.empty()) {
-      std::cerr
-          << "idem: a command is required: demo, stats, purge or inspect (see 'idem --help')\n";
+      std::cerr << "idem: a command is required: demo, stats, purge, inspect or relay (see 'idem "
+                   "--help')\n";
     } else if (extras.front().rfind('-', 0) == 0) {
       std::cerr << "idem: unknown option '" << extras.front() << "' (see 'idem --help')\n";
     } else {
       std::cerr << "idem: unknown command '" << extras.front()
-                << "': expected demo, stats, purge or inspect (see 'idem --help')\n";
+                << "': expected demo, stats, purge, inspect or relay (see 'idem --help')\n";
     }
     return cli::kUsage;
   }

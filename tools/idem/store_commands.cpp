@@ -21,6 +21,7 @@
 #include "idem/idempotency_store.hpp"
 #include "idem/open.hpp"
 #include "idem/recorder.hpp"
+#include "outbox_commands.hpp"
 #include "progress.hpp"
 
 namespace idem::cli {
@@ -248,6 +249,10 @@ int run_stats(const StatsArgs& args) {
   std::optional<StoreCounts> records;
   if (faces.recorder) consumers = faces.recorder->consumer_counts();
   if (faces.store) records = faces.store->counts();
+  std::optional<OutboxStats> outbox;  // the recorder database's outbox, when it has one
+  if (faces.recorder) {
+    if (auto box = outbox_of(faces.recorder, /*look_only=*/true)) outbox = box->stats();
+  }
 
   std::uint64_t processed = 0;
   std::uint64_t in_progress = 0;
@@ -278,6 +283,15 @@ int run_stats(const StatsArgs& args) {
                       {"expired", records->expired}};
     } else {
       out["store"] = nullptr;
+    }
+    if (outbox) {
+      out["outbox"] = {
+          {"depth", outbox->depth},
+          {"parked", outbox->parked},
+          {"oldest_age_ms", outbox->oldest_age ? nlohmann::json(outbox->oldest_age->count())
+                                               : nlohmann::json(nullptr)}};
+    } else {
+      out["outbox"] = nullptr;
     }
     print_json(out);
     return kOk;
@@ -321,6 +335,16 @@ int run_stats(const StatsArgs& args) {
                 static_cast<unsigned long long>(records->expired));
   } else {
     std::printf("store: none\n");
+  }
+  if (outbox) {
+    std::printf("outbox: %llu waiting, %llu parked", static_cast<unsigned long long>(outbox->depth),
+                static_cast<unsigned long long>(outbox->parked));
+    if (outbox->oldest_age) {
+      std::printf(", oldest %.3f s", static_cast<double>(outbox->oldest_age->count()) / 1000.0);
+    }
+    std::printf("\n");
+  } else {
+    std::printf("outbox: none\n");
   }
   std::fflush(stdout);
   return kOk;

@@ -25,6 +25,9 @@
 //                    only after the commit (dropped on rollback), so a rolled-back handler never
 //                    leaks follow-up events. (The other modes publish at once: a handler that
 //                    publishes and then throws has published.)
+//                    With HandlerOptions::outbox, published events are instead written to the
+//                    outbox table in that same transaction (idem/outbox.hpp): they commit with
+//                    the marker and an OutboxRelay publishes them after, with confirms.
 //   automatic        exclusive when recorder->supports_claims(), else check_then_mark.
 //
 // Payloads are decoded with idem::Codec<Payload> (codec.hpp); a payload that does not decode
@@ -65,6 +68,8 @@
 
 namespace idem {
 
+class Outbox;
+
 enum class HandlerMode {
   automatic,        // exclusive when recorder->supports_claims(), else check_then_mark
   check_then_mark,  // is_processed → drop; else handle; success → mark_processed
@@ -83,6 +88,12 @@ struct HandlerOptions {
   // Time for the heartbeat schedule. Default (null): idem::system_clock(). (Lease deadlines
   // themselves are computed by the recorder with its own clock.)
   std::shared_ptr<Clock> clock = nullptr;
+  // Transactional mode only (ConfigError otherwise): events the handler publishes are written to
+  // this outbox, on the recorder's database, in the handler's transaction, and relayed after the
+  // commit by an OutboxRelay (idem/outbox.hpp). An event published with an empty id gets
+  // follow_up_id(consumer, incoming event id, n), n counting the run's publishes from 0. Default
+  // (null): held back and handed to the caller's BusProxy after the commit.
+  std::shared_ptr<Outbox> outbox = nullptr;
 };
 
 // What one call did.
@@ -200,6 +211,7 @@ class HandlerCore {
   HandlerMode mode_;
   Millis lease_;
   std::shared_ptr<Clock> clock_;
+  std::shared_ptr<Outbox> outbox_;
   std::once_flag keeper_once_;
   std::unique_ptr<LeaseKeeper> keeper_;
 };

@@ -1,0 +1,316 @@
+#include "idem/postgres/postgres_outbox.hpp"
+
+#include <libpq-fe.h>
+#include <poll.h>
+
+#include <algorithm>
+#include <mutex>
+#include <nlohmann/json.hpp>
+
+#include "connection.hpp"
+#include "idem/postgres/postgres_error.hpp"
+#include "schema.hpp"
+
+namespace idem::postgres {
+
+using detail::kInt8Oid;
+using detail::kTextOid;
+using detail::kTimestamptzOid;
+using detail::Params;
+using detail::Result;
+using detail::Statement;
+
+namespace {
+
+constexpr std::string_view kColumns =
+    "seq, consumer, source_event_id, event_id, event_type, payload, headers, event_ts, "
+    "created_at, attempts, last_error";
+
+std::map<std::string, std::string> decode_headers(std::string_view text) {
+  try {
+    return nlohmann::json::parse(text).get<std::map<std::string, std::string>>();
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+OutboxRow read_row(const Result& r, int i) {
+  OutboxRow row;
+  row.seq = r.int8(i, 0);
+  row.consumer = r.bytes(i, 1);
+  row.source_event_id = r.bytes(i, 2);
+  row.event.id = r.bytes(i, 3);
+  row.event.type = r.bytes(i, 4);
+  row.event.payload = r.bytes(i, 5);
+  row.event.headers = decode_headers(r.bytes(i, 6));
+  row.event.timestamp = r.timestamptz(i, 7);
+  row.created_at = r.timestamptz(i, 8);
+  row.attempts = static_cast<int>(r.int4(i, 9));
+  if (!r.is_null(i, 10)) row.last_error = r.bytes(i, 10);
+  return row;
+}
+
+}  // namespace
+
+class PostgresOutbox::Impl {
+ public:
+  Impl(std::shared_ptr<ConnectionPool> p, PostgresOutboxOptions o)
+      : pool(std::move(p)),
+        options(std::move(o)),
+        table(detail::quote_identifier(pool->options().schema) + "." +
+              detail::quote_identifier(options.table)),
+        channel(options.table),
+        insert("WITH ins AS (INSERT INTO " + table +
+               " (consumer, source_event_id, event_id, event_type, payload, headers, event_ts)"
+               " VALUES ($1, $2, $3, $4, $5, $6, to_timestamp($7::bigint / 1000000.0)) "
+               "RETURNING 1) "
+               "SELECT pg_notify($8, '') FROM ins"),
+        lock_consumers("SELECT consumer FROM (SELECT DISTINCT consumer FROM " + table +
+                           " WHERE parked_at IS NULL) AS waiting "
+                           "WHERE pg_try_advisory_xact_lock(hashtext($1), hashtext(consumer))",
+                       {kTextOid}),
+        select_rows("SELECT " + std::string(kColumns) + " FROM " + table +
+                        " WHERE parked_at IS NULL AND consumer = ANY($1) ORDER BY seq LIMIT $2 "
+                        "FOR UPDATE SKIP LOCKED",
+                    {detail::kTextArrayOid, kInt8Oid}, detail::Planning::per_run),
+        delete_row("DELETE FROM " + table + " WHERE seq = $1", {kInt8Oid}),
+        refuse_row("UPDATE " + table +
+                       " SET attempts = attempts + 1, last_error = $2, "
+                       "parked_at = CASE WHEN attempts + 1 >= $3 THEN now() END WHERE seq = $1",
+                   {kInt8Oid, kTextOid, kInt8Oid}),
+        stats_query(
+            "SELECT count(*) FILTER (WHERE parked_at IS NULL), "
+            "count(*) FILTER (WHERE parked_at IS NOT NULL), "
+            "(extract(epoch FROM now() - min(created_at) FILTER (WHERE parked_at IS "
+            "NULL)) * 1000)::bigint FROM " +
+                table,
+            {}),
+        parked_rows("SELECT " + std::string(kColumns) + " FROM " + table +
+                        " WHERE parked_at IS NOT NULL ORDER BY seq LIMIT $1",
+                    {kInt8Oid}),
+        unpark_rows(
+            "UPDATE " + table + " SET parked_at = NULL, attempts = 0 WHERE parked_at IS NOT NULL",
+            {}) {
+    if (options.table.empty()) throw ConfigError("PostgresOutboxOptions::table must be non-empty");
+    const std::vector<std::string> steps = {
+        "CREATE TABLE IF NOT EXISTS " + table +
+            " (seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, consumer text NOT NULL, "
+            "source_event_id text NOT NULL, event_id text NOT NULL, event_type text NOT NULL, "
+            "payload bytea NOT NULL, headers text NOT NULL, event_ts timestamptz NOT NULL, "
+            "created_at timestamptz NOT NULL DEFAULT now(), attempts integer NOT NULL DEFAULT 0, "
+            "last_error text, parked_at timestamptz); "
+            "CREATE INDEX IF NOT EXISTS " +
+            detail::quote_identifier(options.table + "_waiting") + " ON " + table +
+            " (consumer, seq) WHERE parked_at IS NULL",
+    };
+    ConnectionPool::Lease lease = pool->acquire();
+    try {
+      detail::prepare_schema(lease.connection(), pool->options(), "outbox:" + options.table, steps,
+                             "PostgresOutbox: create or migrate the table");
+    } catch (...) {
+      lease.mark_broken();
+      throw;
+    }
+  }
+
+  std::shared_ptr<ConnectionPool> pool;
+  PostgresOutboxOptions options;
+  std::string table;
+  std::string channel;
+  std::string insert;
+  Statement lock_consumers;
+  Statement select_rows;
+  Statement delete_row;
+  Statement refuse_row;
+  Statement stats_query;
+  Statement parked_rows;
+  Statement unpark_rows;
+
+  std::mutex listen_mutex;
+  std::unique_ptr<detail::Connection> listener;  // guarded by listen_mutex
+};
+
+PostgresOutbox::PostgresOutbox(PostgresOptions options, PostgresOutboxOptions outbox)
+    : PostgresOutbox(std::make_shared<ConnectionPool>(std::move(options)), std::move(outbox)) {}
+
+PostgresOutbox::PostgresOutbox(std::shared_ptr<ConnectionPool> pool, PostgresOutboxOptions outbox) {
+  if (!pool) throw InvalidArgument("PostgresOutbox needs a connection pool (got null)");
+  impl_ = std::make_unique<Impl>(std::move(pool), std::move(outbox));
+}
+
+PostgresOutbox::~PostgresOutbox() = default;
+
+void PostgresOutbox::append(SqlTransaction& tx, std::string_view consumer,
+                            std::string_view source_event_id, const Event& event) {
+  const std::string headers = nlohmann::json(event.headers).dump();
+  // The event's time as text the server parses: microseconds since the epoch.
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(event.timestamp.time_since_epoch())
+          .count();
+  const std::string ts = std::to_string(micros);
+  // to_timestamp takes seconds as double precision: exact to the microsecond for today's dates.
+  tx.exec(impl_->insert, {consumer, source_event_id, event.id, event.type,
+                          SqlParam::blob(event.payload), headers, ts, impl_->channel});
+}
+
+RelayBatchResult PostgresOutbox::relay_batch(OutboxPublisher& publisher, std::size_t max_rows,
+                                             int max_attempts) {
+  constexpr std::string_view kCall = "PostgresOutbox::relay_batch";
+  RelayBatchResult result;
+  ConnectionPool::Lease lease = impl_->pool->acquire();
+  detail::Connection& connection = lease.connection();
+  struct Rollback {
+    ConnectionPool::Lease& lease;
+    bool armed = true;
+    ~Rollback() {
+      if (!armed) return;
+      PGconn* conn = lease.get();
+      if (PQstatus(conn) != CONNECTION_OK) {
+        lease.mark_broken();
+        return;
+      }
+      if (PQtransactionStatus(conn) == PQTRANS_IDLE) return;
+      PGresult* r = PQexec(conn, "ROLLBACK");
+      const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
+      PQclear(r);
+      if (!ok || PQtransactionStatus(conn) != PQTRANS_IDLE) lease.mark_broken();
+    }
+  } rollback{lease};
+
+  connection.exec("BEGIN", kCall, StatementKind::read);
+  Params lock_params;
+  lock_params.text(impl_->table);
+  const Result locked =
+      connection.run(impl_->lock_consumers, lock_params, kCall, StatementKind::read);
+  std::vector<std::string> consumers;
+  for (int i = 0; i < locked.rows(); ++i)
+    consumers.emplace_back(locked.bytes(i, 0));
+  if (consumers.empty()) {
+    connection.exec("ROLLBACK", kCall, StatementKind::read);
+    rollback.armed = false;
+    return result;
+  }
+  Params select_params;
+  select_params.text_array(consumers).int8(static_cast<std::int64_t>(max_rows));
+  const Result selected =
+      connection.run(impl_->select_rows, select_params, kCall, StatementKind::read);
+  std::vector<OutboxRow> rows;
+  rows.reserve(static_cast<std::size_t>(selected.rows()));
+  for (int i = 0; i < selected.rows(); ++i)
+    rows.push_back(read_row(selected, i));
+  result.taken = rows.size();
+  if (rows.empty()) {
+    connection.exec("ROLLBACK", kCall, StatementKind::read);
+    rollback.armed = false;
+    return result;
+  }
+
+  const std::vector<PublishVerdict> verdicts = publisher.publish(rows);
+  if (verdicts.size() != rows.size()) {
+    throw InvalidArgument("OutboxPublisher::publish returned " + std::to_string(verdicts.size()) +
+                          " verdicts for " + std::to_string(rows.size()) + " rows");
+  }
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Params params;
+    params.int8(rows[i].seq);
+    if (!verdicts[i].confirmed && verdicts[i].refusal.empty()) {
+      ++result.deferred;  // outcome unknown: it goes out again in a later pass
+      continue;
+    }
+    if (verdicts[i].confirmed) {
+      connection.run(impl_->delete_row, params, kCall, StatementKind::read);
+      ++result.published;
+      continue;
+    }
+    params.text(verdicts[i].refusal).int8(max_attempts);
+    connection.run(impl_->refuse_row, params, kCall, StatementKind::read);
+    if (rows[i].attempts + 1 >= max_attempts) {
+      ++result.parked;
+    } else {
+      ++result.refused;
+    }
+  }
+  connection.exec("COMMIT", kCall, StatementKind::commit);
+  rollback.armed = false;
+  return result;
+}
+
+bool PostgresOutbox::wait_for_rows(std::chrono::milliseconds timeout) {
+  constexpr std::string_view kCall = "PostgresOutbox::wait_for_rows";
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::unique_lock lock(impl_->listen_mutex);
+  try {
+    if (!impl_->listener || PQstatus(impl_->listener->raw()) != CONNECTION_OK) {
+      impl_->listener = impl_->pool->open_dedicated();
+      impl_->listener->exec("LISTEN " + detail::quote_identifier(impl_->channel), kCall,
+                            StatementKind::read);
+    }
+  } catch (const std::exception&) {
+    impl_->listener.reset();
+    lock.unlock();
+    return Outbox::wait_for_rows(timeout);  // poll
+  }
+  PGconn* conn = impl_->listener->raw();
+  const auto drain_notifies = [conn] {
+    bool any = false;
+    while (PGnotify* n = PQnotifies(conn)) {
+      any = true;
+      PQfreemem(n);
+    }
+    return any;
+  };
+  for (;;) {
+    if (PQconsumeInput(conn) == 0) {
+      impl_->listener.reset();  // reopened on the next wait
+      return Outbox::wait_for_rows(std::chrono::milliseconds(0));
+    }
+    if (drain_notifies()) return true;
+    // A commit in this process (or stop()) arrives without the server: check between slices.
+    if (Outbox::wait_for_rows(std::chrono::milliseconds(0))) return true;
+    const auto now = std::chrono::steady_clock::now();
+    if (now >= deadline) return false;
+    const auto slice = std::min<std::chrono::steady_clock::duration>(deadline - now,
+                                                                     std::chrono::milliseconds(20));
+    pollfd fd{PQsocket(conn), POLLIN, 0};
+    ::poll(
+        &fd, 1,
+        static_cast<int>(std::chrono::duration_cast<std::chrono::milliseconds>(slice).count()) + 1);
+  }
+}
+
+OutboxStats PostgresOutbox::stats() {
+  constexpr std::string_view kCall = "PostgresOutbox::stats";
+  ConnectionPool::Lease lease = impl_->pool->acquire();
+  const Result r = lease.connection().run(impl_->stats_query, Params{}, kCall, StatementKind::read);
+  OutboxStats stats;
+  stats.depth = static_cast<std::uint64_t>(r.int8(0, 0));
+  stats.parked = static_cast<std::uint64_t>(r.int8(0, 1));
+  if (!r.is_null(0, 2)) {
+    stats.oldest_age = std::chrono::milliseconds(std::max<std::int64_t>(r.int8(0, 2), 0));
+  }
+  return stats;
+}
+
+std::vector<OutboxRow> PostgresOutbox::parked(std::size_t limit) {
+  constexpr std::string_view kCall = "PostgresOutbox::parked";
+  ConnectionPool::Lease lease = impl_->pool->acquire();
+  Params params;
+  params.int8(static_cast<std::int64_t>(limit));
+  const Result r = lease.connection().run(impl_->parked_rows, params, kCall, StatementKind::read);
+  std::vector<OutboxRow> rows;
+  for (int i = 0; i < r.rows(); ++i)
+    rows.push_back(read_row(r, i));
+  return rows;
+}
+
+std::size_t PostgresOutbox::unpark() {
+  constexpr std::string_view kCall = "PostgresOutbox::unpark";
+  ConnectionPool::Lease lease = impl_->pool->acquire();
+  const Result r =
+      lease.connection().run(impl_->unpark_rows, Params{}, kCall, StatementKind::write);
+  const auto changed = static_cast<std::size_t>(r.affected());
+  if (changed > 0) notify_committed();
+  return changed;
+}
+
+}  // namespace idem::postgres

@@ -1,0 +1,113 @@
+// `idem stats` and `idem purge` on a SQLite file with an outbox: stats shows the depth, parked
+// rows and the oldest row's age; purge deletes old markers and leaves unsent rows; a file
+// without an outbox shows `outbox: none` and gets no table from stats.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../outbox_case.hpp"
+#include "../temp_dir.hpp"
+#include "idem/sqlite/sqlite_outbox.hpp"
+#include "idem/sqlite/sqlite_recorder.hpp"
+#include "worker/child_process.hpp"
+
+#ifndef IDEM_CLI
+#define IDEM_CLI ""
+#endif
+
+namespace {
+
+struct CliRun {
+  int status = 0;
+  std::string out;
+};
+
+CliRun cli(std::vector<std::string> args) {
+  args.insert(args.begin(), IDEM_CLI);
+  idem::test::ChildProcess child(args);
+  CliRun run;
+  run.out = child.read_all();
+  run.status = child.wait();
+  return run;
+}
+
+bool has_outbox_table(const std::string& path) {
+  sqlite3* db = nullptr;
+  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+  sqlite3_stmt* stmt = nullptr;
+  sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE name = 'idem_outbox'", -1, &stmt,
+                     nullptr);
+  const bool found = sqlite3_step(stmt) == SQLITE_ROW;
+  sqlite3_finalize(stmt);
+  sqlite3_close(db);
+  return found;
+}
+
+class CliOutbox : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::string_view(IDEM_CLI).empty()) GTEST_SKIP() << "built without the idem CLI";
+  }
+  idem::test::TempDir dir;
+  std::string db = dir.file("billing.db");
+  std::string url = "sqlite:" + db;
+};
+
+TEST_F(CliOutbox, StatsShowsDepthAndPurgeLeavesUnsentRows) {
+  {
+    idem::test::OutboxFixture f{std::make_shared<idem::sqlite::SqliteIdempotencyRecorder>(db),
+                                std::make_shared<idem::sqlite::SqliteOutbox>(db)};
+    idem::CollectingBusProxy proxy("billing");
+    auto handler = idem::test::charging_handler(f, "billing", 2);
+    ASSERT_EQ((*handler)(idem::test::incoming("e1"), proxy), idem::HandleResult::processed);
+    // One row parked, to show it apart.
+    auto refusing = std::make_shared<idem::test::RecordingPublisher>();
+    refusing->refuse_type = "order.charged";
+    idem::OutboxRelayOptions options;
+    options.max_attempts = 1;
+    options.batch_size = 1;
+    idem::OutboxRelay(f.outbox, refusing, options).run_once();
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  const CliRun text = cli({"stats", url});
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("outbox: 1 waiting, 1 parked, oldest "), std::string::npos) << text.out;
+  const CliRun json = cli({"stats", url, "--json"});
+  ASSERT_EQ(json.status, 0) << json.out;
+  const auto stats = nlohmann::json::parse(json.out);
+  EXPECT_EQ(stats["outbox"]["depth"], 1);
+  EXPECT_EQ(stats["outbox"]["parked"], 1);
+  EXPECT_GE(stats["outbox"]["oldest_age_ms"].get<long long>(), 0);
+
+  const CliRun purge = cli({"purge", url, "--older-than", "1ms", "--recorder-only"});
+  ASSERT_EQ(purge.status, 0) << purge.out;
+  EXPECT_NE(purge.out.find("purged 1 marker"), std::string::npos) << purge.out;
+  const auto after = nlohmann::json::parse(cli({"stats", url, "--json"}).out);
+  EXPECT_EQ(after["recorder"]["processed"], 0);
+  EXPECT_EQ(after["outbox"]["depth"], 1);  // unsent rows are not the purge's
+  EXPECT_EQ(after["outbox"]["parked"], 1);
+}
+
+TEST_F(CliOutbox, AFileWithoutAnOutboxShowsNoneAndGetsNoTable) {
+  {
+    idem::sqlite::SqliteIdempotencyRecorder recorder(db);
+    recorder.mark_processed("billing", "e1");
+  }
+  const CliRun text = cli({"stats", url});
+  ASSERT_EQ(text.status, 0) << text.out;
+  EXPECT_NE(text.out.find("outbox: none"), std::string::npos) << text.out;
+  EXPECT_TRUE(nlohmann::json::parse(cli({"stats", url, "--json"}).out)["outbox"].is_null());
+  EXPECT_FALSE(has_outbox_table(db));
+}
+
+TEST_F(CliOutbox, RelayNeedsStoreAndBroker) {
+  EXPECT_EQ(WEXITSTATUS(cli({"relay", "--broker", "amqp://127.0.0.1:1/"}).status), 2);
+  EXPECT_EQ(WEXITSTATUS(cli({"relay", "--store", url}).status), 2);
+  EXPECT_EQ(WEXITSTATUS(cli({"relay", "--store", url, "--broker", "http://x"}).status), 2);
+}
+
+}  // namespace
