@@ -338,6 +338,21 @@ struct Flight {
   std::uint64_t next_callback = 0;
 };
 
+// A caller about to join a running flight: same arguments, same value type (flight->mutex held).
+void check_joinable(const Flight& flight, const IdempotentCall& call) {
+  if (fingerprints_differ(flight.fingerprint, call.fingerprint)) {
+    throw KeyReuseError(call.key, "idempotency key " + quoted(call.key) +
+                                      " is being executed with different arguments (fingerprint "
+                                      "mismatch); this call did not run");
+  }
+  if (call.type && flight.type && *call.type != *flight.type) {
+    // Handing over the leader's object would give this caller a value of the wrong type.
+    throw DecodeError("idempotency key " + quoted(call.key) + " is being executed for a " +
+                      type_name(*flight.type) + " result but this call expects a " +
+                      type_name(*call.type) + " (is the key shared by two operations?)");
+  }
+}
+
 // The outcome a waiter of `flight` gets now (flight->mutex held).
 FlightOutcome outcome_for(const Flight& flight, bool joining) {
   FlightOutcome outcome;
@@ -413,30 +428,6 @@ class ReleaseGuard {
   std::shared_ptr<Flight> flight_;
   std::shared_ptr<Heartbeat::Claim> claim_;
   std::atomic<bool> armed_{true};
-};
-
-class Hold final : public ClaimHold {
- public:
-  explicit Hold(std::shared_ptr<ReleaseGuard> guard) : guard_(std::move(guard)) {}
-  std::shared_ptr<void> retain() override {
-    std::lock_guard lock(mutex_);
-    if (!guard_) {
-      throw ConfigError("ClaimHold::retain() called after the execution finished");
-    }
-    return guard_;
-  }
-  // The owner lets go of its own reference once execute() has returned or thrown.
-  void drop() {
-    std::shared_ptr<ReleaseGuard> guard;
-    {
-      std::lock_guard lock(mutex_);
-      guard = std::move(guard_);
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::shared_ptr<ReleaseGuard> guard_;
 };
 
 // ---- the coordinator --------------------------------------------------------------------------
@@ -614,17 +605,7 @@ CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
   // A flight found running is joined: its outcome is ours. A failed one still holding its key
   // is waited out: then we start over and execute (never beside the lingering work).
   const bool joining = flight->phase == Flight::Phase::running;
-  if (joining && fingerprints_differ(flight->fingerprint, call.fingerprint)) {
-    throw KeyReuseError(call.key, "idempotency key " + quoted(call.key) +
-                                      " is being executed with different arguments (fingerprint "
-                                      "mismatch); this call did not run");
-  }
-  if (joining && call.type && flight->type && *call.type != *flight->type) {
-    // Handing over the leader's object would give this caller a value of the wrong type.
-    throw DecodeError("idempotency key " + quoted(call.key) + " is being executed for a " +
-                      type_name(*flight->type) + " result but this call expects a " +
-                      type_name(*call.type) + " (is the key shared by two operations?)");
-  }
+  if (joining) check_joinable(*flight, call);
   auto ready = [&] {
     return joining ? flight->phase != Flight::Phase::running
                    : flight->phase != Flight::Phase::lingering;
@@ -822,7 +803,7 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
     fail(flight, std::current_exception());
   }
   ReleaseGuard& release_guard = *guard;
-  Hold hold(std::move(guard));  // the owner's reference; tokens from retain() are the others
+  SharedClaimHold hold(std::move(guard));  // the owner's reference; retain() gives the others
 
   Execution execution;
   try {
@@ -946,16 +927,7 @@ FlightEntry Coordinator::enter(const IdempotentCall& call, FlightCallback on_don
   {
     std::lock_guard lock(flight->mutex);
     const bool joining = flight->phase == Flight::Phase::running;
-    if (joining && fingerprints_differ(flight->fingerprint, call.fingerprint)) {
-      throw KeyReuseError(call.key, "idempotency key " + quoted(call.key) +
-                                        " is being executed with different arguments "
-                                        "(fingerprint mismatch); this call did not run");
-    }
-    if (joining && call.type && flight->type && *call.type != *flight->type) {
-      throw DecodeError("idempotency key " + quoted(call.key) + " is being executed for a " +
-                        type_name(*flight->type) + " result but this call expects a " +
-                        type_name(*call.type) + " (is the key shared by two operations?)");
-    }
+    if (joining) check_joinable(*flight, call);
     const std::uint64_t id = flight->next_callback++;
     flight->callbacks.push_back({id, joining, std::move(on_done)});
     ++flight->waiting;
@@ -1020,6 +992,18 @@ std::shared_ptr<IdempotencyCoordinator> IdempotencyCoordinator::for_store(
   auto coordinator = std::make_shared<Coordinator>(store, /*hold_store=*/false);
   r.entries[store.get()] = Registry::Entry{store, coordinator};
   return coordinator;
+}
+
+std::shared_ptr<void> SharedClaimHold::retain() {
+  std::lock_guard lock(mutex_);
+  if (!owner_) throw ConfigError("ClaimHold::retain() called after the execution finished");
+  return owner_;
+}
+
+void SharedClaimHold::drop() {
+  std::shared_ptr<void> owner;
+  std::lock_guard lock(mutex_);
+  owner = std::move(owner_);
 }
 
 std::shared_ptr<IdempotencyCoordinator> make_in_process_coordinator() {

@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stop_token>
 #include <string>
@@ -106,6 +107,19 @@ class ClaimHold {
  public:
   virtual ~ClaimHold() = default;
   virtual std::shared_ptr<void> retain() = 0;
+};
+
+// The ClaimHold an owner hands to execute(): retain() shares `owner` (whose destructor releases
+// the key when the execution failed) until drop(), the owner's own let-go once execute() ended.
+class SharedClaimHold final : public ClaimHold {
+ public:
+  explicit SharedClaimHold(std::shared_ptr<void> owner) : owner_(std::move(owner)) {}
+  std::shared_ptr<void> retain() override;
+  void drop();
+
+ private:
+  std::mutex mutex_;
+  std::shared_ptr<void> owner_;
 };
 
 // Per-call parameters.
