@@ -15,6 +15,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -31,12 +32,20 @@ namespace {
 using namespace std::chrono_literals;
 using idem::async::Task;
 
+// Runs `task` to its end; its outcome is taken on the io_context's thread (asio::use_future
+// would complete on Asio's system executor threads).
 template <class T>
 T run(asio::io_context& io, Task<T> task) {
-  auto future = asio::co_spawn(io, std::move(task), asio::use_future);
+  std::optional<T> value;
+  std::exception_ptr error;
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T v) {
+    error = e;
+    if (!e) value.emplace(std::move(v));
+  });
   io.restart();
   io.run();
-  return future.get();
+  if (error) std::rethrow_exception(error);
+  return std::move(*value);
 }
 
 Task<void> nap(std::chrono::milliseconds duration) {
