@@ -327,7 +327,81 @@ struct Flight {
   IdempotencyStatus status = IdempotencyStatus::executed;
   bool recorded = true;
   std::exception_ptr error;
+
+  // Waiters that entered through enter(): called when their wait ends (see ready_callbacks()).
+  struct Callback {
+    std::uint64_t id;
+    bool joining;  // found the flight running (else: waits for a failed owner's release)
+    FlightCallback call;
+  };
+  std::vector<Callback> callbacks;
+  std::uint64_t next_callback = 0;
 };
+
+// A caller about to join a running flight: same arguments, same value type (flight->mutex held).
+void check_joinable(const Flight& flight, const IdempotentCall& call) {
+  if (fingerprints_differ(flight.fingerprint, call.fingerprint)) {
+    throw KeyReuseError(call.key, "idempotency key " + quoted(call.key) +
+                                      " is being executed with different arguments (fingerprint "
+                                      "mismatch); this call did not run");
+  }
+  if (call.type && flight.type && *call.type != *flight.type) {
+    // Handing over the leader's object would give this caller a value of the wrong type.
+    throw DecodeError("idempotency key " + quoted(call.key) + " is being executed for a " +
+                      type_name(*flight.type) + " result but this call expects a " +
+                      type_name(*call.type) + " (is the key shared by two operations?)");
+  }
+}
+
+// The outcome a waiter of `flight` gets now (flight->mutex held).
+FlightOutcome outcome_for(const Flight& flight, bool joining) {
+  FlightOutcome outcome;
+  if (!joining) return outcome;  // a released key: start over
+  if (flight.error) {
+    outcome.kind = FlightOutcome::Kind::error;
+    outcome.error = flight.error;
+  } else if (flight.has_value) {
+    const IdempotencyStatus status = flight.status == IdempotencyStatus::replayed
+                                         ? IdempotencyStatus::replayed
+                                         : IdempotencyStatus::joined;
+    outcome.kind = FlightOutcome::Kind::result;
+    outcome.result.value = flight.value;
+    outcome.result.status = status;
+    outcome.result.recorded = flight.recorded;
+    outcome.result.report = *flight.report;  // metadata merged by the caller, outside the lock
+  }
+  return outcome;
+}
+
+// Takes the callbacks whose wait has ended (flight->mutex held); call them after unlocking.
+std::vector<std::pair<FlightCallback, FlightOutcome>> ready_callbacks(Flight& flight) {
+  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
+  if (flight.callbacks.empty()) return ready;
+  std::erase_if(flight.callbacks, [&](Flight::Callback& callback) {
+    const bool done = callback.joining ? flight.phase != Flight::Phase::running
+                                       : flight.phase != Flight::Phase::lingering;
+    if (!done) return false;
+    ready.emplace_back(std::move(callback.call), outcome_for(flight, callback.joining));
+    --flight.waiting;
+    return true;
+  });
+  return ready;
+}
+
+void run_callbacks(std::vector<std::pair<FlightCallback, FlightOutcome>> ready,
+                   const std::string& key) {
+  for (auto& [call, outcome] : ready) {
+    if (outcome.kind == FlightOutcome::Kind::result) {
+      outcome.result.report = with_metadata(std::move(outcome.result.report), key,
+                                            outcome.result.status, outcome.result.recorded);
+    }
+    try {
+      call(std::move(outcome));
+    } catch (...) {
+      // A callback must not throw (it posts); one that does loses only its own wake-up.
+    }
+  }
+}
 
 class Coordinator;
 
@@ -354,30 +428,6 @@ class ReleaseGuard {
   std::shared_ptr<Flight> flight_;
   std::shared_ptr<Heartbeat::Claim> claim_;
   std::atomic<bool> armed_{true};
-};
-
-class Hold final : public ClaimHold {
- public:
-  explicit Hold(std::shared_ptr<ReleaseGuard> guard) : guard_(std::move(guard)) {}
-  std::shared_ptr<void> retain() override {
-    std::lock_guard lock(mutex_);
-    if (!guard_) {
-      throw ConfigError("ClaimHold::retain() called after the execution finished");
-    }
-    return guard_;
-  }
-  // The owner lets go of its own reference once execute() has returned or thrown.
-  void drop() {
-    std::shared_ptr<ReleaseGuard> guard;
-    {
-      std::lock_guard lock(mutex_);
-      guard = std::move(guard_);
-    }
-  }
-
- private:
-  std::mutex mutex_;
-  std::shared_ptr<ReleaseGuard> guard_;
 };
 
 // ---- the coordinator --------------------------------------------------------------------------
@@ -414,6 +464,22 @@ class Coordinator final : public IdempotencyCoordinator,
 
   void forget_claim(const std::shared_ptr<Heartbeat::Claim>& claim) { heartbeat_.remove(claim); }
 
+  FlightEntry enter(const IdempotentCall& call, FlightCallback on_done) override;
+
+  // Ends a flight that did not execute (replay, rejection, store error, or start over).
+  void finish(const std::shared_ptr<Flight>& flight, std::exception_ptr error,
+              const CoordinatedResult* result);
+  // A completed record's replay for the leader of `flight` (and, through finish, its joiners).
+  CoordinatedResult replay(const std::shared_ptr<Flight>& flight, const IdempotentCall& call,
+                           IdempotencyRecord record);
+  // The owner's success: hand it to the joiners.
+  CoordinatedResult executed(const std::shared_ptr<Flight>& flight, Execution execution,
+                             bool recorded, bool took_over);
+  // The owner failed: joiners share `error` at once; the flight stays until released().
+  static void linger(Flight& flight, std::exception_ptr error);
+  // The failed owner's claim is gone: the flight leaves the table, its waiters start over.
+  void released(const std::shared_ptr<Flight>& flight);
+
  private:
   struct KeyHash {
     using is_transparent = void;
@@ -426,7 +492,11 @@ class Coordinator final : public IdempotencyCoordinator,
     heartbeat_.check_process();  // in a child of fork(): ConfigError before the store is touched
     if (store_strong_) return store_strong_;
     auto store = store_weak_.lock();
-    if (!store) throw ConfigError("the idempotency store of this coordinator was destroyed");
+    if (!store) {
+      throw ConfigError(
+          "the idempotency store of this coordinator was destroyed (or it has none: an "
+          "in-process coordinator only joins through enter())");
+    }
     return store;
   }
 
@@ -439,9 +509,6 @@ class Coordinator final : public IdempotencyCoordinator,
                                   const ClaimOutcome& claim, const IdempotencyPolicy& policy,
                                   const IdempotentCall& call,
                                   const std::function<Execution(ClaimHold&)>& execute);
-  // Ends a flight that did not execute (replay, rejection, store error, or start over).
-  void finish(const std::shared_ptr<Flight>& flight, std::exception_ptr error,
-              const CoordinatedResult* result);
   [[noreturn]] void fail(const std::shared_ptr<Flight>& flight, std::exception_ptr error) {
     finish(flight, error, nullptr);
     std::rethrow_exception(error);
@@ -465,10 +532,31 @@ ReleaseGuard::~ReleaseGuard() {
     // destructor.
   }
   coordinator_->forget_claim(claim_);
-  coordinator_->erase(flight_);
-  std::lock_guard lock(flight_->mutex);
-  flight_->phase = Flight::Phase::released;
-  flight_->changed.notify_all();
+  coordinator_->released(flight_);
+}
+
+void Coordinator::released(const std::shared_ptr<Flight>& flight) {
+  erase(flight);
+  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
+  {
+    std::lock_guard lock(flight->mutex);
+    flight->phase = Flight::Phase::released;
+    flight->changed.notify_all();
+    ready = ready_callbacks(*flight);
+  }
+  run_callbacks(std::move(ready), flight->key);
+}
+
+void Coordinator::linger(Flight& flight, std::exception_ptr error) {
+  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
+  {
+    std::lock_guard lock(flight.mutex);
+    flight.phase = Flight::Phase::lingering;
+    flight.error = std::move(error);
+    flight.changed.notify_all();
+    ready = ready_callbacks(flight);
+  }
+  run_callbacks(std::move(ready), flight.key);
 }
 
 CoordinatedResult Coordinator::run(const IdempotencyPolicy& policy, const IdempotentCall& call,
@@ -518,17 +606,7 @@ CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
   // A flight found running is joined: its outcome is ours. A failed one still holding its key
   // is waited out: then we start over and execute (never beside the lingering work).
   const bool joining = flight->phase == Flight::Phase::running;
-  if (joining && fingerprints_differ(flight->fingerprint, call.fingerprint)) {
-    throw KeyReuseError(call.key, "idempotency key " + quoted(call.key) +
-                                      " is being executed with different arguments (fingerprint "
-                                      "mismatch); this call did not run");
-  }
-  if (joining && call.type && flight->type && *call.type != *flight->type) {
-    // Handing over the leader's object would give this caller a value of the wrong type.
-    throw DecodeError("idempotency key " + quoted(call.key) + " is being executed for a " +
-                      type_name(*flight->type) + " result but this call expects a " +
-                      type_name(*call.type) + " (is the key shared by two operations?)");
-  }
+  if (joining) check_joinable(*flight, call);
   auto ready = [&] {
     return joining ? flight->phase != Flight::Phase::running
                    : flight->phase != Flight::Phase::lingering;
@@ -579,18 +657,57 @@ CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
 void Coordinator::finish(const std::shared_ptr<Flight>& flight, std::exception_ptr error,
                          const CoordinatedResult* result) {
   if (erase(flight) == 0) return;  // nobody joined: nothing to hand over
-  std::lock_guard lock(flight->mutex);
-  flight->phase = Flight::Phase::done;
-  if (error) {
-    flight->error = std::move(error);
-  } else if (result != nullptr) {
-    flight->has_value = true;
-    flight->value = result->value;
-    flight->report = std::make_shared<const ExecutionReport>(result->report);
-    flight->status = result->status;
-    flight->recorded = result->recorded;
+  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
+  {
+    std::lock_guard lock(flight->mutex);
+    flight->phase = Flight::Phase::done;
+    if (error) {
+      flight->error = std::move(error);
+    } else if (result != nullptr) {
+      flight->has_value = true;
+      flight->value = result->value;
+      flight->report = std::make_shared<const ExecutionReport>(result->report);
+      flight->status = result->status;
+      flight->recorded = result->recorded;
+    }
+    flight->changed.notify_all();
+    ready = ready_callbacks(*flight);
   }
-  flight->changed.notify_all();
+  run_callbacks(std::move(ready), flight->key);
+}
+
+CoordinatedResult Coordinator::replay(const std::shared_ptr<Flight>& flight,
+                                      const IdempotentCall& call, IdempotencyRecord record) {
+  CoordinatedResult result;
+  try {
+    result.value = replayed_value(record, call);
+  } catch (...) {
+    fail(flight, std::current_exception());
+  }
+  result.status = IdempotencyStatus::replayed;
+  if (record.report) {
+    result.report = std::move(*record.report);
+  } else {
+    result.report.operation = call.operation;
+  }
+  finish(flight, nullptr, &result);
+  result.report =
+      with_metadata(std::move(result.report), call.key, IdempotencyStatus::replayed, true);
+  return result;
+}
+
+CoordinatedResult Coordinator::executed(const std::shared_ptr<Flight>& flight, Execution execution,
+                                        bool recorded, bool took_over) {
+  CoordinatedResult result;
+  result.value = std::move(execution.value);
+  result.status = IdempotencyStatus::executed;
+  result.took_over = took_over;
+  result.recorded = recorded;
+  result.report = std::move(execution.report);
+  finish(flight, nullptr, &result);
+  result.report =
+      with_metadata(std::move(result.report), flight->key, IdempotencyStatus::executed, recorded);
+  return result;
 }
 
 CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_ptr<Flight>& flight,
@@ -615,22 +732,7 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
                            StoreError("the idempotency store answered 'completed' for key " +
                                       quoted(call.key) + " without the record")));
         }
-        CoordinatedResult result;
-        try {
-          result.value = replayed_value(*claim.record, call);
-        } catch (...) {
-          fail(flight, std::current_exception());
-        }
-        result.status = IdempotencyStatus::replayed;
-        if (claim.record->report) {
-          result.report = std::move(*claim.record->report);
-        } else {
-          result.report.operation = call.operation;
-        }
-        finish(flight, nullptr, &result);
-        result.report =
-            with_metadata(std::move(result.report), call.key, IdempotencyStatus::replayed, true);
-        return result;
+        return replay(flight, call, std::move(*claim.record));
       }
 
       case ClaimOutcome::Status::mismatch:
@@ -703,7 +805,7 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
     fail(flight, std::current_exception());
   }
   ReleaseGuard& release_guard = *guard;
-  Hold hold(std::move(guard));  // the owner's reference; tokens from retain() are the others
+  SharedClaimHold hold(std::move(guard));  // the owner's reference; retain() gives the others
 
   Execution execution;
   try {
@@ -712,14 +814,9 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
     execution = execute(hold);
   } catch (...) {
     const std::exception_ptr error = std::current_exception();
-    {
-      // Joiners share the failure at once; the flight stays in the table (new callers wait)
-      // until the guard releases the key — now, or when the last ClaimHold token goes.
-      std::lock_guard lock(flight->mutex);
-      flight->phase = Flight::Phase::lingering;
-      flight->error = error;
-      flight->changed.notify_all();
-    }
+    // Joiners share the failure at once; the flight stays in the table (new callers wait)
+    // until the guard releases the key — now, or when the last ClaimHold token goes.
+    linger(*flight, error);
     hold.drop();
     std::rethrow_exception(error);
   }
@@ -745,17 +842,102 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
     }
   }
   heartbeat_.remove(renewal);
+  return executed(flight, std::move(execution), recorded, claim.took_over);
+}
 
-  CoordinatedResult result;
-  result.value = std::move(execution.value);
-  result.status = IdempotencyStatus::executed;
-  result.took_over = claim.took_over;
-  result.recorded = recorded;
-  result.report = std::move(execution.report);
-  finish(flight, nullptr, &result);
-  result.report =
-      with_metadata(std::move(result.report), call.key, IdempotencyStatus::executed, recorded);
-  return result;
+// ---- the non-blocking entry -------------------------------------------------------------------
+
+class AsyncLead final : public FlightLead {
+ public:
+  AsyncLead(std::shared_ptr<Coordinator> coordinator, std::shared_ptr<Flight> flight,
+            IdempotentCall call)
+      : coordinator_(std::move(coordinator)), flight_(std::move(flight)), call_(std::move(call)) {}
+  ~AsyncLead() override {
+    // A leader that vanished without a word (its coroutine was destroyed): its waiters start
+    // over rather than wait forever.
+    if (!ended_) coordinator_->finish(flight_, nullptr, nullptr);
+  }
+
+  CoordinatedResult replay(IdempotencyRecord record) override {
+    ended_ = true;
+    return coordinator_->replay(flight_, call_, std::move(record));
+  }
+  void abandon(std::exception_ptr error) override {
+    ended_ = true;
+    coordinator_->finish(flight_, std::move(error), nullptr);
+  }
+  CoordinatedResult succeeded(Execution execution, bool recorded, bool took_over) override {
+    ended_ = true;
+    return coordinator_->executed(flight_, std::move(execution), recorded, took_over);
+  }
+  void failed(std::exception_ptr error) override {
+    Coordinator::linger(*flight_, std::move(error));
+  }
+  void released() override {
+    ended_ = true;
+    coordinator_->released(flight_);
+  }
+
+ private:
+  std::shared_ptr<Coordinator> coordinator_;
+  std::shared_ptr<Flight> flight_;
+  IdempotentCall call_;
+  bool ended_ = false;
+};
+
+class AsyncWait final : public FlightWait {
+ public:
+  AsyncWait(std::shared_ptr<Flight> flight, std::uint64_t id)
+      : flight_(std::move(flight)), id_(id) {}
+  void detach() override {
+    std::lock_guard lock(flight_->mutex);
+    const auto removed = std::erase_if(
+        flight_->callbacks, [&](const Flight::Callback& callback) { return callback.id == id_; });
+    flight_->waiting -= removed;
+  }
+
+ private:
+  std::shared_ptr<Flight> flight_;
+  std::uint64_t id_;
+};
+
+FlightEntry Coordinator::enter(const IdempotentCall& call, FlightCallback on_done) {
+  validate_key("idempotency key", call.key);
+  heartbeat_.check_process();
+  if (t_owned_keys && t_owned_keys->contains(identity_, call.key)) {
+    throw ReentryError(call.key, "idempotency key " + quoted(call.key) +
+                                     " is already being executed by this caller" +
+                                     (call.operation.empty() ? "" : " (" + call.operation + ")") +
+                                     "; a nested call with the same key would wait for itself");
+  }
+  std::shared_ptr<Flight> flight;
+  {
+    std::lock_guard lock(table_mutex_);
+    auto it = table_.find(call.key);
+    if (it == table_.end()) {
+      flight = std::make_shared<Flight>(call.key, call.fingerprint, call.type);
+      table_.emplace(flight->key, flight);
+      FlightEntry entry;
+      entry.lead = std::make_shared<AsyncLead>(shared_from_this(), flight, call);
+      return entry;
+    }
+    flight = it->second;
+    ++flight->attached;
+  }
+  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
+  FlightEntry entry;
+  {
+    std::lock_guard lock(flight->mutex);
+    const bool joining = flight->phase == Flight::Phase::running;
+    if (joining) check_joinable(*flight, call);
+    const std::uint64_t id = flight->next_callback++;
+    flight->callbacks.push_back({id, joining, std::move(on_done)});
+    ++flight->waiting;
+    entry.wait = std::make_shared<AsyncWait>(flight, id);
+    ready = ready_callbacks(*flight);  // the flight may have ended since the table lookup
+  }
+  run_callbacks(std::move(ready), call.key);
+  return entry;
 }
 
 // ---- registry ---------------------------------------------------------------------------------
@@ -812,6 +994,27 @@ std::shared_ptr<IdempotencyCoordinator> IdempotencyCoordinator::for_store(
   auto coordinator = std::make_shared<Coordinator>(store, /*hold_store=*/false);
   r.entries[store.get()] = Registry::Entry{store, coordinator};
   return coordinator;
+}
+
+std::shared_ptr<void> SharedClaimHold::retain() {
+  std::lock_guard lock(mutex_);
+  if (!owner_) throw ConfigError("ClaimHold::retain() called after the execution finished");
+  return owner_;
+}
+
+void SharedClaimHold::drop() {
+  std::shared_ptr<void> owner;
+  std::lock_guard lock(mutex_);
+  owner = std::move(owner_);
+}
+
+std::shared_ptr<IdempotencyCoordinator> make_in_process_coordinator() {
+  return std::make_shared<Coordinator>(nullptr, /*hold_store=*/true);
+}
+
+FlightEntry IdempotencyCoordinator::enter(const IdempotentCall& /*call*/,
+                                          FlightCallback /*on_done*/) {
+  throw NotSupported("this idempotency coordinator has no non-blocking entry (enter())");
 }
 
 std::shared_ptr<IdempotencyCoordinator> make_idempotency_coordinator(

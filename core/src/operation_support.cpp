@@ -1,5 +1,7 @@
 #include "idem/detail/operation_support.hpp"
 
+#include "idem/detail/operation_engine.hpp"
+
 #include <cxxabi.h>
 
 #include <atomic>
@@ -161,6 +163,40 @@ std::string scoped_key_for(const std::string& operation, const std::string& scop
         " bytes of scope prefix, at most " + std::to_string(kMaxKeyLength) + " together");
   }
   return scoped;
+}
+
+void rethrow_idempotency_rejection(const PolicyCore& core, const std::string& user_key) {
+  try {
+    throw;
+  } catch (const AlreadyInProgress&) {
+    emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "already_in_progress");
+    throw;
+  } catch (const KeyReuseError& e) {
+    emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "key_reuse");
+    // key(): the caller's key, not the scoped one.
+    throw KeyReuseError(user_key, message_of(e));
+  } catch (const ReentryError& e) {
+    emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "reentry");
+    throw ReentryError(user_key, message_of(e));
+  }
+}
+
+void note_idempotent_outcome(const PolicyCore& core, CoordinatedResult& outcome,
+                             const std::string& user_key, const std::string& scope,
+                             const std::string& stored_key) {
+  if (outcome.took_over) {
+    // This caller executed after an owner whose lease ran out; that owner's work may have run.
+    emit_idempotency_event(core, EventType::idempotency_takeover, user_key, {});
+  }
+  if (outcome.status == IdempotencyStatus::joined) {
+    emit_idempotency_event(core, EventType::idempotency_joined, user_key, {});
+  } else if (outcome.status == IdempotencyStatus::replayed) {
+    emit_idempotency_event(core, EventType::idempotency_replayed, user_key, {});
+  }
+  // The report speaks of the caller's key; the store holds it scoped.
+  outcome.report.metadata["idempotency_key"] = user_key;
+  outcome.report.metadata["idempotency_scope"] = scope;
+  outcome.report.metadata["idempotency_stored_key"] = stored_key;
 }
 
 std::string demangle(const char* mangled) {
@@ -378,6 +414,39 @@ void Lifecycle::attempt_succeeded(int attempt, CircuitBreaker::Permit& permit) {
 
 bool Lifecycle::attempt_failed(int attempt, CircuitBreaker::Permit& permit,
                                std::exception_ptr error) {
+  const auto delay = retry_delay_after(attempt, permit, std::move(error));
+  if (!delay) return false;
+  core_.clock->sleep_for(*delay);
+  return true;
+}
+
+void Lifecycle::cancelled(int attempt, CircuitBreaker::Permit* permit, std::exception_ptr error) {
+  cancelled_ = true;
+  final_error_ = error;
+  if (attempt <= 0) return;
+  if (permit != nullptr) permit->ignore();
+  FailureInfo info = describe_failure(error, nullptr);
+  info.status = AttemptStatus::cancelled;
+  note_validation(info);
+  record_failure(attempt, "primary", info);
+  ++primary_attempts_;
+  last_error_ = error;
+  last_type_ = info.type;
+  last_message_ = info.message;
+  if (core_.events.enabled()) {
+    emit(EventType::attempt_failed, attempt,
+         {{"source", "primary"},
+          {"status", std::string(to_string(info.status))},
+          {"error_type", info.type},
+          {"error", info.message},
+          {"retryable", "false"},
+          {"rate_limited", "false"}});
+  }
+}
+
+std::optional<std::chrono::nanoseconds> Lifecycle::retry_delay_after(int attempt,
+                                                                     CircuitBreaker::Permit& permit,
+                                                                     std::exception_ptr error) {
   FailureInfo info = describe_failure(error, &core_.retry);
   bool recorded_by_breaker = info.counts_for_breaker;
   if (recorded_by_breaker && core_.breaker) {
@@ -435,7 +504,7 @@ bool Lifecycle::attempt_failed(int attempt, CircuitBreaker::Permit& permit,
   }
   const bool last_attempt = attempt >= core_.retry.max_attempts;
   if (rate_limited) return rate_limited_retry(attempt, error, last_attempt);
-  if (!info.retryable || last_attempt) return false;
+  if (!info.retryable || last_attempt) return std::nullopt;
   const auto delay = core_.retry.backoff.delay(attempt, core_.draw());
   if (core_.events.enabled()) {
     emit(EventType::retry_scheduled, attempt,
@@ -446,12 +515,11 @@ bool Lifecycle::attempt_failed(int attempt, CircuitBreaker::Permit& permit,
           {"rate_limited", "false"},
           {"next_attempt", std::to_string(attempt + 1)}});
   }
-  core_.clock->sleep_for(delay);
-  return true;
+  return delay;
 }
 
-bool Lifecycle::rate_limited_retry(int attempt, const std::exception_ptr& error,
-                                   bool last_attempt) {
+std::optional<std::chrono::nanoseconds> Lifecycle::rate_limited_retry(
+    int attempt, const std::exception_ptr& error, bool last_attempt) {
   rate_limit_encountered_ = true;
   auto& metadata = report_.attempts.back().metadata;
   metadata["rate_limited"] = "true";
@@ -492,7 +560,7 @@ bool Lifecycle::rate_limited_retry(int attempt, const std::exception_ptr& error,
       if (core_.events.enabled()) {
         emit(EventType::rate_limit_detected, attempt, {{"extraction_failed", "true"}});
       }
-      return false;
+      return std::nullopt;
     }
   }
   if (retry_after) metadata["rate_limit_retry_after_seconds"] = seconds_text(*retry_after);
@@ -503,7 +571,7 @@ bool Lifecycle::rate_limited_retry(int attempt, const std::exception_ptr& error,
   }
   if (last_attempt) {
     report_.attempts.back().retryable = false;
-    return false;
+    return std::nullopt;
   }
   const DelaySource source = retry_after ? DelaySource::provider : DelaySource::backoff;
   const auto delay = retry_after ? *retry_after : core_.retry.backoff.delay(attempt, core_.draw());
@@ -526,7 +594,7 @@ bool Lifecycle::rate_limited_retry(int attempt, const std::exception_ptr& error,
             ") is longer than max_rate_limit_wait (" + seconds_text(core_.rate_limit.max_wait) +
             " s): " + last_message_,
         delay, core_.rate_limit.max_wait, error));
-    return false;
+    return std::nullopt;
   }
   metadata["rate_limit_wait_exceeded"] = "false";
   rate_limit_wait_ += delay;
@@ -540,8 +608,7 @@ bool Lifecycle::rate_limited_retry(int attempt, const std::exception_ptr& error,
     if (retry_after) fields.emplace("retry_after_seconds", seconds_text(*retry_after));
     emit(EventType::retry_scheduled, attempt, std::move(fields));
   }
-  core_.clock->sleep_for(delay);
-  return true;
+  return delay;
 }
 
 bool Lifecycle::falls_back() const {
@@ -690,6 +757,7 @@ void Lifecycle::finish_metadata() {
 }
 
 OperationStatus Lifecycle::final_status() const {
+  if (cancelled_) return OperationStatus::cancelled;
   if (report_.attempts.empty()) return OperationStatus::failed;
   switch (report_.attempts.back().status) {
     case AttemptStatus::timed_out:

@@ -155,7 +155,8 @@ template <class Signature, class F>
 Operation<Signature> operation(std::string name, F fn) {
   ResilientOptions<Signature> options;
   options.name = std::move(name);
-  return Operation<Signature>(detail::make_spec(std::move(fn), std::move(options)));
+  return Operation<Signature>(
+      detail::make_spec<typename Operation<Signature>::Spec>(std::move(fn), std::move(options)));
 }
 
 // The signature deduced from fn, as for idem::resilient.

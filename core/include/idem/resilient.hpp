@@ -61,13 +61,15 @@
 
 namespace idem {
 
-template <class Signature>
-struct ResilientOptions;
+// The options of both faces: `Value` is what a call produces (R without cv/ref for the blocking
+// face, T of Task<T> for the async face) and `Store` the idempotency store protocol of the face.
+template <class Signature, class Value, class Store>
+struct BasicResilientOptions;
 
 // Designated initialisers must follow this field order.
-template <class R, class... Params>
-struct ResilientOptions<R(Params...)> {
-  using Value = std::remove_cvref_t<R>;
+template <class R, class... Params, class V, class Store>
+struct BasicResilientOptions<R(Params...), V, Store> {
+  using Value = V;
 
   // Name in reports, events and errors. Not empty. Default "operation".
   std::string name = "operation";
@@ -126,7 +128,7 @@ struct ResilientOptions<R(Params...)> {
   // How long a success is replayed, from completion. Positive. Default (unset): 1 h.
   std::optional<Millis> idempotency_ttl{};
   // Where records live. Default (null): the process-wide in-memory store.
-  std::shared_ptr<IdempotencyStore> idempotency_store{};
+  std::shared_ptr<Store> idempotency_store{};
   // `true` or a function of the arguments: detect a key reused with other arguments. Default off.
   IdempotencyFingerprint<R(Params...)> idempotency_fingerprint{};
   // A key in progress in another process: wait or reject. Default (unset): wait.
@@ -142,6 +144,19 @@ struct ResilientOptions<R(Params...)> {
   // Jitter draws in [0, 1); called under a lock. Default: a thread-local PRNG.
   RandomSource random{};
 };
+
+namespace detail {
+template <class Signature>
+struct BlockingOptions;
+template <class R, class... Params>
+struct BlockingOptions<R(Params...)> {
+  using type = BasicResilientOptions<R(Params...), std::remove_cvref_t<R>, IdempotencyStore>;
+};
+}  // namespace detail
+
+// The options of idem::resilient / idem::operation for a function R(Params...).
+template <class Signature>
+using ResilientOptions = typename detail::BlockingOptions<Signature>::type;
 
 template <class Signature>
 class Resilient;
@@ -181,11 +196,11 @@ namespace detail {
 // operation_support.cpp).
 std::string next_anonymous_scope();
 
-template <class R, class... Params, class F>
-std::shared_ptr<const OperationSpec<R, Params...>> make_spec(
-    F fn, ResilientOptions<R(Params...)>&& options) {
-  auto spec = std::make_shared<OperationSpec<R, Params...>>();
-  spec->primary = OperationSpec<R, Params...>::wrap(std::move(fn));
+// A resolved Spec (either face's) from a function and its options.
+template <class Spec, class F, class Options>
+std::shared_ptr<const Spec> make_spec(F fn, Options&& options) {
+  auto spec = std::make_shared<Spec>();
+  spec->primary = Spec::wrap(std::move(fn));
   spec->core.name = std::move(options.name);
   if (options.retries < 0) {
     throw ConfigError("operation '" + spec->core.name + "': retries must be >= 0, got " +
@@ -230,7 +245,8 @@ std::shared_ptr<const OperationSpec<R, Params...>> make_spec(
 // With the signature named (needed for generic lambdas): resilient<R(Params...)>(fn, {...}).
 template <class Signature, class F>
 Resilient<Signature> resilient(F fn, ResilientOptions<Signature> options = {}) {
-  return Resilient<Signature>(detail::make_spec(std::move(fn), std::move(options)));
+  return Resilient<Signature>(
+      detail::make_spec<typename Resilient<Signature>::Spec>(std::move(fn), std::move(options)));
 }
 
 // The signature deduced from fn (a function, function pointer, or lambda / function object with

@@ -89,9 +89,25 @@ constexpr bool fingerprintable() {
 template <class... Args>
 concept DefaultFingerprintable = (fingerprintable<Args>() && ...);
 
-template <class R, class... Params>
-struct OperationSpec {
-  using Value = std::remove_cvref_t<R>;
+// What tells the two faces' specs apart: the value a call produces, the store protocol, and how
+// an operation finds its coordinator. The async face has its own (idem/async/resilient.hpp).
+struct BlockingFace {
+  template <class R>
+  using value_t = std::remove_cvref_t<R>;
+  using Store = IdempotencyStore;
+  // The blocking store the coordinator's policy names (null: the default store).
+  static std::shared_ptr<IdempotencyStore> policy_store(const std::shared_ptr<Store>& store) {
+    return store;
+  }
+  static std::shared_ptr<IdempotencyCoordinator> coordinator_for(
+      const std::shared_ptr<Store>& store) {
+    return IdempotencyCoordinator::for_store(store);
+  }
+};
+
+template <class Face, class R, class... Params>
+struct BasicOperationSpec {
+  using Value = typename Face::template value_t<R>;
   using Signature = R(Params...);
   using Primary = std::function<R(AttemptContext&, ArgRef<Params>...)>;
   using KeyFunction = std::function<std::string(ConstArg<Params>...)>;
@@ -117,7 +133,7 @@ struct OperationSpec {
   std::optional<std::string> scope;  // as configured
   std::string anonymous_scope;       // "operation#<n>" for an unnamed operation, else empty
   std::optional<Millis> ttl;
-  std::shared_ptr<IdempotencyStore> store;
+  std::shared_ptr<typename Face::Store> store;
   IdempotencyFingerprint<Signature> fingerprint;
   std::optional<InProgressPolicy> in_progress;
   std::optional<Millis> max_wait;
@@ -194,7 +210,7 @@ struct OperationSpec {
     resolved_scope =
         resolve_scope(who, core.name, scope, anonymous_scope, store && store->needs_bytes());
     policy = IdempotencyPolicy{};
-    policy.store = store;
+    policy.store = Face::policy_store(store);
     if (ttl) policy.ttl = *ttl;
     if (lease) policy.lease = *lease;
     if (in_progress) policy.in_progress = *in_progress;
@@ -219,7 +235,7 @@ struct OperationSpec {
                           "nlohmann-json to_json/from_json)");
       }
     }
-    coordinator = IdempotencyCoordinator::for_store(store);
+    coordinator = Face::coordinator_for(store);
   }
 
   template <class F>
@@ -245,6 +261,9 @@ struct OperationSpec {
   }
 };
 
+template <class R, class... Params>
+using OperationSpec = BasicOperationSpec<BlockingFace, R, Params...>;
+
 template <class Value>
 struct Validation {
   template <class Validators, class... V>
@@ -263,6 +282,67 @@ inline std::string message_of(const Error& error) {
   const std::string prefix = "idem: " + std::string(error.code_name()) + ": ";
   if (text.substr(0, prefix.size()) == prefix) text.remove_prefix(prefix.size());
   return std::string(text);
+}
+
+// ---- the idempotency layer's pieces shared by both faces ----
+
+// Called inside a catch block around the coordinator: the rejections (AlreadyInProgress,
+// KeyReuseError, ReentryError) emit idempotency.rejected and name the caller's key, not the
+// scoped one; anything else is rethrown as is. Defined in operation_support.cpp.
+[[noreturn]] void rethrow_idempotency_rejection(const PolicyCore& core,
+                                                const std::string& user_key);
+// Emits joined/replayed/takeover events and writes the caller's key, the scope and the stored
+// key into the report. Defined in operation_support.cpp.
+void note_idempotent_outcome(const PolicyCore& core, CoordinatedResult& outcome,
+                             const std::string& user_key, const std::string& scope,
+                             const std::string& stored_key);
+
+// The coordinator's request for one keyed call (without the caller's stop/deadline).
+template <class Spec, class... A>
+IdempotentCall idempotent_request(const Spec& s, const std::string& user_key, const A&... args) {
+  using Value = typename Spec::Value;
+  IdempotentCall request;
+  request.key = scoped_key_for(s.core.name, s.resolved_scope, user_key);
+  if (s.fingerprint.function()) {
+    request.fingerprint = s.fingerprint.function()(args...);
+  } else if (s.fingerprint.uses_default()) {
+    if constexpr (DefaultFingerprintable<std::remove_cvref_t<A>...>) {
+      request.fingerprint = idem::fingerprint(args...);
+    }
+  }
+  request.codec = s.codec ? &*s.codec : nullptr;
+  request.type = std::type_index(typeid(Value));
+  request.operation = s.core.name;
+  return request;
+}
+
+// An owner's successful OperationResult as the coordinator's Execution.
+template <class Value, class Result>
+Execution execution_of(Result&& result) {
+  if constexpr (std::is_void_v<Value>) {
+    return Execution{nullptr, std::move(result.report)};
+  } else {
+    return Execution{std::make_shared<const Value>(std::move(result.value)),
+                     std::move(result.report)};
+  }
+}
+
+// The coordinated outcome as the caller's OperationResult.
+template <class Value, class Spec>
+OperationResult<Value> idempotent_result(const Spec& s, CoordinatedResult&& outcome,
+                                         const std::string& user_key,
+                                         const std::string& stored_key) {
+  note_idempotent_outcome(s.core, outcome, user_key, s.resolved_scope, stored_key);
+  if constexpr (std::is_void_v<Value>) {
+    return OperationResult<Value>{std::move(outcome.report)};
+  } else {
+    if (!outcome.value) {
+      throw DecodeError("idempotency key '" + stored_key + "' of operation '" + s.core.name +
+                        "' produced no value");
+    }
+    return OperationResult<Value>{*static_cast<const Value*>(outcome.value.get()),
+                                  std::move(outcome.report)};
+  }
 }
 
 template <class R, class... Params>
@@ -287,21 +367,10 @@ class Engine {
   static Result call_idempotent(const std::shared_ptr<const Spec>& spec, const CallOptions& options,
                                 ArgRef<Params>... args) {
     const Spec& s = *spec;
-    IdempotentCall request;
     const std::string user_key = s.key(args...);
-    request.key = scoped_key_for(s.core.name, s.resolved_scope, user_key);
-    if (s.fingerprint.function()) {
-      request.fingerprint = s.fingerprint.function()(args...);
-    } else if (s.fingerprint.uses_default()) {
-      if constexpr (DefaultFingerprintable<std::remove_cvref_t<Params>...>) {
-        request.fingerprint = idem::fingerprint(args...);
-      }
-    }
-    request.codec = s.codec ? &*s.codec : nullptr;
-    request.type = std::type_index(typeid(Value));
+    IdempotentCall request = idempotent_request(s, user_key, args...);
     request.stop = options.stop;
     request.wait_deadline = options.wait_deadline;
-    request.operation = s.core.name;
 
     // Captured through one pointer, so std::function keeps the lambda in its inline buffer.
     struct Frame {
@@ -311,54 +380,18 @@ class Engine {
     } frame{spec, user_key, {args...}};
     auto execute = [&frame](ClaimHold& hold) -> Execution {
       emit_idempotency_event(frame.spec->core, EventType::idempotency_executed, frame.key, {});
-      auto result =
+      return execution_of<Value>(
           std::apply([&](ArgRef<Params>... a) { return run_lifecycle(frame.spec, &hold, a...); },
-                     frame.arguments);
-      if constexpr (std::is_void_v<Value>) {
-        return Execution{nullptr, std::move(result.report)};
-      } else {
-        return Execution{std::make_shared<const Value>(std::move(result.value)),
-                         std::move(result.report)};
-      }
+                     frame.arguments));
     };
 
     CoordinatedResult outcome;
     try {
       outcome = s.coordinator->run(s.policy, request, execute);
-    } catch (const AlreadyInProgress&) {
-      emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key,
-                             "already_in_progress");
-      throw;
-    } catch (const KeyReuseError& e) {
-      emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key, "key_reuse");
-      // key(): the caller's key, not the scoped one.
-      throw KeyReuseError(user_key, message_of(e));
-    } catch (const ReentryError& e) {
-      emit_idempotency_event(s.core, EventType::idempotency_rejected, user_key, "reentry");
-      throw ReentryError(user_key, message_of(e));
+    } catch (...) {
+      rethrow_idempotency_rejection(s.core, user_key);
     }
-    if (outcome.took_over) {
-      // This caller executed after an owner whose lease ran out; that owner's work may have run.
-      emit_idempotency_event(s.core, EventType::idempotency_takeover, user_key, {});
-    }
-    if (outcome.status == IdempotencyStatus::joined) {
-      emit_idempotency_event(s.core, EventType::idempotency_joined, user_key, {});
-    } else if (outcome.status == IdempotencyStatus::replayed) {
-      emit_idempotency_event(s.core, EventType::idempotency_replayed, user_key, {});
-    }
-    // The report speaks of the caller's key; the store holds it scoped.
-    outcome.report.metadata["idempotency_key"] = user_key;
-    outcome.report.metadata["idempotency_scope"] = s.resolved_scope;
-    outcome.report.metadata["idempotency_stored_key"] = request.key;
-    if constexpr (std::is_void_v<Value>) {
-      return Result{std::move(outcome.report)};
-    } else {
-      if (!outcome.value) {
-        throw DecodeError("idempotency key '" + request.key + "' of operation '" + s.core.name +
-                          "' produced no value");
-      }
-      return Result{*static_cast<const Value*>(outcome.value.get()), std::move(outcome.report)};
-    }
+    return idempotent_result<Value>(s, std::move(outcome), user_key, request.key);
   }
 
   static Result run_lifecycle(const std::shared_ptr<const Spec>& spec, ClaimHold* hold,

@@ -84,8 +84,20 @@ class Lifecycle {
   // recorded) and the primary gives up.
   bool start_attempt(int attempt, CircuitBreaker::Permit& permit);
   void attempt_succeeded(int attempt, CircuitBreaker::Permit& permit);
-  // Records the failure; when it is retried (true) the backoff has already been waited out.
+  // Records the failure; when it is retried (true) the backoff has already been waited out
+  // (clock->sleep_for).
   bool attempt_failed(int attempt, CircuitBreaker::Permit& permit, std::exception_ptr error);
+  // The same record and decision, without the wait: the delay to wait before the retry, or
+  // nullopt when the primary gives up. For callers that wait on their own (the async face's
+  // timers).
+  std::optional<std::chrono::nanoseconds> retry_delay_after(int attempt,
+                                                            CircuitBreaker::Permit& permit,
+                                                            std::exception_ptr error);
+  // The caller cancelled the call (the async face: its cancellation slot fired). `attempt` > 0:
+  // that attempt was running and is recorded as cancelled (the breaker ignores it); 0: the call
+  // was between attempts. No retry and no fallback follows; fail() then reports `cancelled`
+  // with `error` as the cause.
+  void cancelled(int attempt, CircuitBreaker::Permit* permit, std::exception_ptr error);
 
   // Whether the primary's last failure starts the fallback chain (fallback_on).
   bool falls_back() const;
@@ -109,7 +121,9 @@ class Lifecycle {
   void note_validation(const FailureInfo& info);
   // Rate-limit handling of a failed primary attempt: true = retry after the wait (already
   // waited), false = the retries end (the cause may be replaced by final_error_).
-  bool rate_limited_retry(int attempt, const std::exception_ptr& error, bool last_attempt);
+  std::optional<std::chrono::nanoseconds> rate_limited_retry(int attempt,
+                                                             const std::exception_ptr& error,
+                                                             bool last_attempt);
   // Report metadata shared by succeed() and fail().
   void finish_metadata();
   // The status of a finished call from its last attempt.
@@ -132,6 +146,7 @@ class Lifecycle {
   std::string validator_{};  // the validator that rejected the last failed result
   std::string validation_reason_{};
   bool breaker_rejected_ = false;  // the last primary failure was a breaker rejection
+  bool cancelled_ = false;         // the caller cancelled the call (cancelled())
   bool rate_limit_encountered_ = false;
   bool rate_limit_wait_exceeded_ = false;
   std::chrono::nanoseconds rate_limit_wait_{0};

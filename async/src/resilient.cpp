@@ -1,0 +1,435 @@
+// The non-template half of idem::async::resilient: the latch joiners and timed attempts await,
+// timer waits, and the idempotency layer (join / replay / execute over an AsyncStore).
+
+#include "idem/async/resilient.hpp"
+
+#include <algorithm>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/detached.hpp>
+#include <asio/execution/outstanding_work.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/post.hpp>
+#include <asio/prefer.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <atomic>
+#include <unordered_map>
+
+#include "idem/async/memory_store.hpp"
+#include "idem/error.hpp"
+#include "idem/memory_store.hpp"
+
+namespace idem::async::detail {
+
+// ---- Latch ------------------------------------------------------------------------------------
+
+// The waiter's completion, type-erased (handlers are move-only).
+struct PendingWake {
+  virtual ~PendingWake() = default;
+  virtual void complete(bool set) = 0;  // posts the handler to its executor
+};
+
+template <class Handler>
+struct PendingWakeImpl final : PendingWake {
+  explicit PendingWakeImpl(Handler&& h)
+      : handler(std::move(h)),
+        work(asio::prefer(asio::get_associated_executor(handler),
+                          asio::execution::outstanding_work.tracked)) {}
+  void complete(bool set) override {
+    auto executor = asio::get_associated_executor(handler);
+    asio::post(executor, [h = std::move(handler), set, w = std::move(work)]() mutable {
+      asio::get_associated_cancellation_slot(h).clear();
+      std::move(h)(set);
+    });
+  }
+  Handler handler;
+  decltype(asio::prefer(std::declval<asio::associated_executor_t<Handler>>(),
+                        asio::execution::outstanding_work.tracked)) work;
+};
+
+struct Latch::State {
+  std::mutex mutex;
+  bool set = false;
+  std::unique_ptr<PendingWake> waiter;
+};
+
+Latch::Latch() : state_(std::make_shared<State>()) {}
+Latch::~Latch() = default;
+
+void Latch::set() {
+  std::unique_ptr<PendingWake> waiter;
+  {
+    std::lock_guard lock(state_->mutex);
+    if (state_->set) return;
+    state_->set = true;
+    waiter = std::move(state_->waiter);
+  }
+  if (waiter) waiter->complete(true);
+}
+
+bool Latch::is_set() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->set;
+}
+
+namespace {
+
+// Completes with true when the latch is set, false when the awaiting coroutine's slot fires.
+Task<bool> await_latch(std::shared_ptr<Latch::State> state) {
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(bool)>(
+      [state](auto handler) {
+        using Handler = decltype(handler);
+        auto slot = asio::get_associated_cancellation_slot(handler);
+        std::unique_lock lock(state->mutex);
+        if (state->set) {
+          lock.unlock();
+          PendingWakeImpl<Handler>(std::move(handler)).complete(true);
+          return;
+        }
+        if (slot.is_connected()) {
+          slot.assign([state](asio::cancellation_type) {
+            std::unique_ptr<PendingWake> waiter;
+            {
+              std::lock_guard inner(state->mutex);
+              waiter = std::move(state->waiter);
+            }
+            if (waiter) waiter->complete(false);
+          });
+        }
+        state->waiter = std::make_unique<PendingWakeImpl<Handler>>(std::move(handler));
+      },
+      asio::use_awaitable);
+}
+
+Task<bool> await_timer(asio::steady_timer& timer) {
+  asio::error_code ec;
+  co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+  co_return !ec;
+}
+
+}  // namespace
+
+Task<bool> Latch::wait(std::optional<std::chrono::nanoseconds> limit) {
+  using namespace asio::experimental::awaitable_operators;
+  if (!limit) co_return co_await await_latch(state_);
+  asio::steady_timer timer(co_await asio::this_coro::executor,
+                           std::chrono::duration_cast<asio::steady_timer::duration>(*limit));
+  auto which = co_await (await_latch(state_) || await_timer(timer));
+  co_return which.index() == 0 && std::get<0>(which);
+}
+
+// ---- waits ------------------------------------------------------------------------------------
+
+Task<bool> caller_cancelled() {
+  asio::cancellation_state state = co_await asio::this_coro::cancellation_state;
+  co_return state.cancelled() != asio::cancellation_type::none;
+}
+
+Task<bool> wait_delay(std::chrono::nanoseconds delay, std::shared_ptr<Clock> clock) {
+  if (clock && clock != system_clock()) {
+    // An injected clock owns time: a ManualClock advances at once. Then yield, so a loop of
+    // retries does not starve the executor.
+    clock->sleep_for(delay);
+    co_await asio::post(co_await asio::this_coro::executor, asio::use_awaitable);
+    co_return !co_await caller_cancelled();
+  }
+  asio::steady_timer timer(co_await asio::this_coro::executor,
+                           std::chrono::duration_cast<asio::steady_timer::duration>(delay));
+  const bool waited = co_await await_timer(timer);
+  co_return waited && !co_await caller_cancelled();
+}
+
+std::exception_ptr attempt_timeout_error(const std::string& operation, int attempt,
+                                         std::chrono::nanoseconds timeout,
+                                         std::shared_ptr<const Latch> done) {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count();
+  return std::make_exception_ptr(TimeoutError(
+      "operation '" + operation + "', attempt " + std::to_string(attempt) + ": timed out after " +
+          std::to_string(ms) + " ms (the attempt was cancelled)",
+      timeout, std::move(done),
+      [](const void* latch) { return static_cast<const Latch*>(latch)->is_set(); }));
+}
+
+// ---- store and coordinator --------------------------------------------------------------------
+
+namespace {
+
+std::shared_ptr<AsyncStore> default_async_store() {
+  static const std::shared_ptr<AsyncStore> store = std::make_shared<AsyncMemoryStore>(
+      std::dynamic_pointer_cast<InMemoryIdempotencyStore>(default_idempotency_store()));
+  return store;
+}
+
+// One in-process coordinator per AsyncStore without a blocking twin (weakly held stores).
+struct InProcessRegistry {
+  struct Entry {
+    std::weak_ptr<AsyncStore> store;
+    std::shared_ptr<IdempotencyCoordinator> coordinator;
+  };
+  std::mutex mutex;
+  std::unordered_map<const AsyncStore*, Entry> entries;
+};
+
+std::string quote_key(std::string_view key) {
+  return "'" + std::string(key) + "'";
+}
+
+}  // namespace
+
+std::shared_ptr<AsyncStore> store_or_default(const std::shared_ptr<AsyncStore>& store) {
+  return store ? store : default_async_store();
+}
+
+std::shared_ptr<IdempotencyStore> AsyncFace::policy_store(
+    const std::shared_ptr<AsyncStore>& store) {
+  return store ? store->blocking_store() : nullptr;
+}
+
+std::shared_ptr<IdempotencyCoordinator> AsyncFace::coordinator_for(
+    const std::shared_ptr<AsyncStore>& store) {
+  if (!store) return IdempotencyCoordinator::for_store(nullptr);
+  if (auto blocking = store->blocking_store()) return IdempotencyCoordinator::for_store(blocking);
+  static auto* registry = new InProcessRegistry();  // never destroyed, like core's registry
+  std::lock_guard lock(registry->mutex);
+  auto it = registry->entries.find(store.get());
+  if (it != registry->entries.end() && !it->second.store.expired()) return it->second.coordinator;
+  std::erase_if(registry->entries, [](const auto& entry) { return entry.second.store.expired(); });
+  auto coordinator = make_in_process_coordinator();
+  registry->entries[store.get()] = {store, coordinator};
+  return coordinator;
+}
+
+namespace {
+
+// Renews an owner's lease every lease/3 until cancelled (on its own strand).
+Task<void> renew_lease(std::shared_ptr<AsyncStore> store, std::string key, std::uint64_t token,
+                       Millis lease) {
+  const auto period = std::max<std::chrono::nanoseconds>(lease / 3, std::chrono::milliseconds(1));
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    timer.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(period));
+    if (!co_await await_timer(timer)) co_return;
+    try {
+      if (!co_await store->renew(key, token, lease)) co_return;  // fenced off: another owner
+    } catch (const asio::system_error&) {
+      co_return;  // cancelled mid-renewal
+    } catch (...) {
+      // A store hiccup is not a lost claim: try again next period.
+    }
+  }
+}
+
+// The owner's claim: lease renewal while it lives, release when a failed owner's last
+// reference (its own or a ClaimHold token of a timed-out attempt) goes.
+struct OwnedClaim {
+  OwnedClaim(asio::any_io_executor executor, std::shared_ptr<AsyncStore> s,
+             std::shared_ptr<FlightLead> l, std::string k, std::uint64_t t, Millis lease)
+      : strand(asio::make_strand(executor)),
+        store(std::move(s)),
+        lead(std::move(l)),
+        key(std::move(k)),
+        token(t) {
+    // The signal holds the coroutine's cancellation state: the completion keeps it alive until
+    // the coroutine is gone.
+    asio::co_spawn(strand, renew_lease(store, key, token, lease),
+                   asio::bind_cancellation_slot(
+                       renewal.slot(), [keeper = signal_keeper](const std::exception_ptr&) {}));
+  }
+  ~OwnedClaim() {
+    stop_renewal();
+    if (!armed) return;
+    // Released on the owner's executor, detached from any caller's cancellation; the flight's
+    // waiters start over once the key is free.
+    asio::co_spawn(
+        strand,
+        [store = store, lead = lead, key = key, token = token]() -> Task<void> {
+          try {
+            (void)co_await store->release(key, token);
+          } catch (...) {
+            // The claim then lapses with its lease.
+          }
+          lead->released();
+        },
+        asio::detached);
+  }
+  void stop_renewal() {
+    if (renewing.exchange(false)) {
+      asio::post(strand,
+                 [signal = signal_keeper] { signal->emit(asio::cancellation_type::terminal); });
+    }
+  }
+
+  asio::strand<asio::any_io_executor> strand;
+  std::shared_ptr<asio::cancellation_signal> signal_keeper =
+      std::make_shared<asio::cancellation_signal>();
+  asio::cancellation_signal& renewal = *signal_keeper;
+  std::shared_ptr<AsyncStore> store;
+  std::shared_ptr<FlightLead> lead;
+  std::string key;
+  std::uint64_t token;
+  std::atomic<bool> renewing{true};
+  std::atomic<bool> armed{true};
+};
+
+Task<CoordinatedResult> execute_owned(std::shared_ptr<AsyncStore> store,
+                                      std::shared_ptr<FlightLead> lead, ClaimOutcome claim,
+                                      const IdempotencyPolicy& policy, const IdempotentCall& call,
+                                      const AsyncExecute& execute) {
+  auto owned = std::make_shared<OwnedClaim>(co_await asio::this_coro::executor, store, lead,
+                                            call.key, claim.token, policy.lease);
+  OwnedClaim& owned_claim = *owned;
+  SharedClaimHold hold(std::move(owned));
+  Execution execution;
+  std::exception_ptr error;
+  try {
+    execution = co_await execute(hold);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  if (error) {
+    // Joiners share the failure now; the key is released when the last reference goes (at
+    // once, or when a timed-out attempt still running ends).
+    lead->failed(error);
+    hold.drop();
+    std::rethrow_exception(error);
+  }
+  owned_claim.armed = false;
+  owned_claim.stop_renewal();
+  hold.drop();
+  bool recorded = false;
+  bool release = false;
+  try {
+    StoredValue stored;
+    stored.object = execution.value;
+    stored.type = call.type;
+    if (store->needs_bytes()) stored.bytes = call.codec->encode(execution.value.get());
+    recorded = co_await store->complete(call.key, claim.token, std::move(stored), execution.report,
+                                        policy.ttl);
+  } catch (...) {
+    // The value is real; only the record is missing (recorded == false). Free the key.
+    release = true;
+  }
+  if (release) {
+    try {
+      (void)co_await store->release(call.key, claim.token);
+    } catch (...) {
+    }
+  }
+  co_return lead->succeeded(std::move(execution), recorded, claim.took_over);
+}
+
+Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
+                                    std::shared_ptr<FlightLead> lead,
+                                    const IdempotencyPolicy& policy, const IdempotentCall& call,
+                                    const AsyncExecute& execute) {
+  const auto clock = policy.clock ? policy.clock : system_clock();
+  std::optional<SteadyTime> until;
+  std::chrono::nanoseconds poll = std::chrono::milliseconds(5);
+  for (;;) {
+    ClaimOutcome claim;
+    std::exception_ptr error;
+    try {
+      claim = co_await store->claim(call.key, call.fingerprint, policy.lease);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    if (error) {
+      const bool cancelled = co_await caller_cancelled();
+      lead->abandon(cancelled ? nullptr : error);
+      std::rethrow_exception(error);
+    }
+    switch (claim.status) {
+      case ClaimOutcome::Status::acquired:
+        co_return co_await execute_owned(store, lead, std::move(claim), policy, call, execute);
+      case ClaimOutcome::Status::completed: {
+        if (!claim.record) {
+          auto missing = std::make_exception_ptr(
+              StoreError("the idempotency store answered 'completed' for key " +
+                         quote_key(call.key) + " without the record"));
+          lead->abandon(missing);
+          std::rethrow_exception(missing);
+        }
+        co_return lead->replay(std::move(*claim.record));
+      }
+      case ClaimOutcome::Status::mismatch: {
+        auto reuse = std::make_exception_ptr(KeyReuseError(
+            call.key, "idempotency key " + quote_key(call.key) +
+                          " was first used with different arguments (fingerprint mismatch); "
+                          "this call did not run"));
+        lead->abandon(reuse);
+        std::rethrow_exception(reuse);
+      }
+      case ClaimOutcome::Status::in_progress: {
+        if (policy.in_progress == InProgressPolicy::reject) {
+          auto busy = std::make_exception_ptr(
+              AlreadyInProgress("idempotency key " + quote_key(call.key) +
+                                " is in progress elsewhere (another process holds its claim)"));
+          lead->abandon(busy);
+          std::rethrow_exception(busy);
+        }
+        const SteadyTime now = clock->steady_now();
+        if (!until) until = now + policy.max_wait;
+        if (now >= *until) {
+          auto busy = std::make_exception_ptr(AlreadyInProgress(
+              "idempotency key " + quote_key(call.key) + " is still in progress elsewhere after " +
+              "waiting " + std::to_string(policy.max_wait.count()) + " ms"));
+          lead->abandon(busy);
+          std::rethrow_exception(busy);
+        }
+        // Poll with capped exponential backoff: claim again decides (completed -> replay,
+        // absent or abandoned -> execute).
+        const auto wait = std::min<std::chrono::nanoseconds>(poll, *until - now);
+        poll = std::min<std::chrono::nanoseconds>(poll * 2, std::chrono::milliseconds(250));
+        if (!co_await wait_delay(wait, clock)) {
+          lead->abandon(nullptr);  // its joiners start over without it
+          throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
+                          " (in progress in another process)");
+        }
+        continue;
+      }
+    }
+  }
+}
+
+}  // namespace
+
+Task<CoordinatedResult> coordinate(std::shared_ptr<IdempotencyCoordinator> coordinator,
+                                   std::shared_ptr<AsyncStore> store, IdempotencyPolicy policy,
+                                   IdempotentCall call, AsyncExecute execute) {
+  if (store->needs_bytes() &&
+      (call.codec == nullptr || !call.codec->encode || !call.codec->decode)) {
+    throw ConfigError("idempotency key " + quote_key(call.key) +
+                      ": the store keeps results as bytes, so the call needs a codec");
+  }
+  for (;;) {
+    struct Shared {
+      Latch latch;
+      FlightOutcome outcome;
+    };
+    auto shared = std::make_shared<Shared>();
+    FlightEntry entry = coordinator->enter(call, [shared](FlightOutcome outcome) {
+      shared->outcome = std::move(outcome);
+      shared->latch.set();
+    });
+    if (entry.lead) {
+      co_return co_await lead_flight(store, std::move(entry.lead), policy, call, execute);
+    }
+    if (!co_await shared->latch.wait()) {
+      entry.wait->detach();
+      throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
+                      " (the execution it waited for goes on)");
+    }
+    switch (shared->outcome.kind) {
+      case FlightOutcome::Kind::result:
+        co_return std::move(shared->outcome.result);
+      case FlightOutcome::Kind::error:
+        std::rethrow_exception(shared->outcome.error);
+      case FlightOutcome::Kind::start_over:
+        continue;
+    }
+  }
+}
+
+}  // namespace idem::async::detail

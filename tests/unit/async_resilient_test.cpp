@@ -1,0 +1,336 @@
+// idem::async::resilient: the blocking face's policies as coroutines — retries and backoff on
+// timers, a timeout that cancels its attempt, the caller's cancellation, breaker, fallback,
+// validation and rate limits, with the blocking face's report.
+#include <gtest/gtest.h>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "idem/async/resilient.hpp"
+#include "idem/testing/manual_clock.hpp"
+
+namespace {
+
+using namespace std::chrono_literals;
+using idem::async::Task;
+
+// Runs `task` to its end; its outcome is taken on the io_context's thread (asio::use_future
+// would complete on Asio's system executor threads).
+template <class T>
+T run(asio::io_context& io, Task<T> task) {
+  std::optional<T> value;
+  std::exception_ptr error;
+  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T v) {
+    error = e;
+    if (!e) value.emplace(std::move(v));
+  });
+  io.restart();
+  io.run();
+  if (error) std::rethrow_exception(error);
+  return std::move(*value);
+}
+
+// Sleeps on a timer of the awaiting coroutine's executor.
+Task<void> nap(std::chrono::milliseconds duration) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, duration);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+const idem::Backoff kFast{.base = 1ms, .multiplier = 1.0, .cap = 1ms, .jitter = 0.0};
+
+struct Flaky : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+struct TooManyRequests : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+TEST(AsyncResilient, PlainCallReturnsValueAndReport) {
+  asio::io_context io;
+  auto twice = idem::async::resilient([](int x) -> Task<int> { co_return x * 2; });
+  auto result = run(io, twice(21));
+  EXPECT_EQ(result.value, 42);
+  EXPECT_EQ(result.report.status, idem::OperationStatus::succeeded);
+  ASSERT_EQ(result.report.attempts.size(), 1u);
+}
+
+TEST(AsyncResilient, VoidOperationAndNamedSignature) {
+  asio::io_context io;
+  int calls = 0;
+  auto touch = idem::async::resilient<Task<void>(const std::string&)>(
+      [&](const std::string& who) -> Task<void> {
+        calls += static_cast<int>(who.size());
+        co_return;
+      });
+  auto result = run(io, touch(std::string("abc")));
+  EXPECT_EQ(calls, 3);
+  EXPECT_EQ(result.report.status, idem::OperationStatus::succeeded);
+}
+
+TEST(AsyncResilient, RetriesWithBackoffOnTimers) {
+  asio::io_context io;
+  int calls = 0;
+  auto flaky = idem::async::resilient(
+      [&](idem::AttemptContext& context) -> Task<int> {
+        ++calls;
+        if (context.attempt < 3) throw Flaky("not yet");
+        co_return context.attempt;
+      },
+      {.retries = 3, .backoff = kFast});
+  auto result = run(io, flaky());
+  EXPECT_EQ(result.value, 3);
+  EXPECT_EQ(calls, 3);
+  ASSERT_EQ(result.report.attempts.size(), 3u);
+  EXPECT_EQ(result.report.attempts[0].status, idem::AttemptStatus::failed);
+}
+
+TEST(AsyncResilient, ManualClockBackoffAdvancesTheClockWithoutWaiting) {
+  asio::io_context io;
+  auto clock = std::make_shared<idem::testing::ManualClock>();
+  const auto before = clock->steady_now();
+  auto flaky = idem::async::resilient(
+      [&](idem::AttemptContext& context) -> Task<int> {
+        if (context.attempt < 3) throw Flaky("not yet");
+        co_return 7;
+      },
+      {.retries = 2,
+       .backoff = {.base = 1h, .multiplier = 1.0, .cap = 1h, .jitter = 0.0},
+       .clock = clock});
+  EXPECT_EQ(run(io, flaky()).value, 7);
+  EXPECT_EQ(clock->steady_now() - before, 2h);
+}
+
+TEST(AsyncResilient, FailureThrowsOperationErrorWithReport) {
+  asio::io_context io;
+  auto failing = idem::async::resilient(
+      []() -> Task<int> {
+        throw Flaky("down");
+        co_return 0;
+      },
+      {.name = "failing", .retries = 1, .backoff = kFast});
+  try {
+    run(io, failing());
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().status, idem::OperationStatus::failed);
+    EXPECT_EQ(e.report().attempts.size(), 2u);
+    EXPECT_EQ(e.report().operation, "failing");
+  }
+}
+
+TEST(AsyncResilient, TimeoutCancelsTheAttemptSoItsLaterEffectNeverHappens) {
+  asio::io_context io;
+  std::atomic<int> effects{0};
+  auto slow = idem::async::resilient(
+      [&]() -> Task<int> {
+        co_await nap(2s);
+        ++effects;  // never reached: the timeout cancels the nap
+        co_return 1;
+      },
+      {.timeout = 20ms});
+  try {
+    run(io, slow());
+    FAIL() << "expected a timeout";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().status, idem::OperationStatus::timed_out);
+    ASSERT_EQ(e.report().attempts.size(), 1u);
+    EXPECT_EQ(e.report().attempts[0].status, idem::AttemptStatus::timed_out);
+  }
+  io.restart();
+  io.run();  // whatever the attempt left behind runs to its end
+  EXPECT_EQ(effects.load(), 0);
+}
+
+TEST(AsyncResilient, TimedOutAttemptsAreRetriedAndAFastOneWins) {
+  asio::io_context io;
+  int calls = 0;
+  auto sometimes_slow = idem::async::resilient(
+      [&]() -> Task<int> {
+        if (++calls == 1) co_await nap(2s);
+        co_return calls;
+      },
+      {.retries = 1, .backoff = kFast, .timeout = 50ms, .timeout_grace = 20ms});
+  auto result = run(io, sometimes_slow());
+  EXPECT_EQ(result.value, 2);
+  ASSERT_EQ(result.report.attempts.size(), 2u);
+  EXPECT_EQ(result.report.attempts[0].status, idem::AttemptStatus::timed_out);
+  // Within its grace the cancelled attempt ended.
+  EXPECT_EQ(result.report.attempts[0].metadata.at("attempt_stopped"), "true");
+}
+
+TEST(AsyncResilient, CallerCancellationStopsRetriesAndFallbacks) {
+  asio::io_context io;
+  int calls = 0;
+  int fallbacks = 0;
+  auto op = idem::async::resilient(
+      [&]() -> Task<int> {
+        ++calls;
+        co_await nap(5s);
+        co_return 1;
+      },
+      {.retries = 5, .backoff = kFast, .fallback = [&]() -> Task<int> {
+         ++fallbacks;
+         co_return 2;
+       }});
+  asio::cancellation_signal cancel;
+  auto future =
+      asio::co_spawn(io, op(), asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
+  asio::steady_timer later(io, 20ms);
+  later.async_wait([&](asio::error_code) { cancel.emit(asio::cancellation_type::terminal); });
+  io.run();
+  try {
+    future.get();
+    FAIL() << "expected a cancelled OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().status, idem::OperationStatus::cancelled);
+    ASSERT_EQ(e.report().attempts.size(), 1u);
+    EXPECT_EQ(e.report().attempts[0].status, idem::AttemptStatus::cancelled);
+  }
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(fallbacks, 0);
+}
+
+TEST(AsyncResilient, CallerCancellationDuringBackoff) {
+  asio::io_context io;
+  int calls = 0;
+  auto op = idem::async::resilient(
+      [&]() -> Task<int> {
+        ++calls;
+        throw Flaky("again");
+        co_return 0;
+      },
+      {.retries = 5, .backoff = {.base = 10s, .multiplier = 1.0, .cap = 10s, .jitter = 0.0}});
+  asio::cancellation_signal cancel;
+  auto future =
+      asio::co_spawn(io, op(), asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
+  asio::steady_timer later(io, 20ms);
+  later.async_wait([&](asio::error_code) { cancel.emit(asio::cancellation_type::terminal); });
+  io.run();
+  try {
+    future.get();
+    FAIL() << "expected a cancelled OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().status, idem::OperationStatus::cancelled);
+  }
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(AsyncResilient, CircuitBreakerRejectsOnceOpen) {
+  asio::io_context io;
+  auto breaker = std::make_shared<idem::CircuitBreaker>(
+      idem::CircuitBreakerOptions{.name = "dep", .failure_threshold = 2});
+  int calls = 0;
+  auto op = idem::async::resilient(
+      [&]() -> Task<int> {
+        ++calls;
+        throw Flaky("down");
+        co_return 0;
+      },
+      {.retries = 4, .backoff = kFast, .circuit_breaker = breaker});
+  EXPECT_THROW(run(io, op()), idem::OperationError);
+  EXPECT_EQ(calls, 2);  // the third attempt was rejected by the open breaker
+  EXPECT_EQ(breaker->state(), idem::CircuitState::open);
+}
+
+TEST(AsyncResilient, FallbackAfterThePrimaryGivesUp) {
+  asio::io_context io;
+  auto op = idem::async::resilient(
+      [](int x) -> Task<int> {
+        throw Flaky("down");
+        co_return x;
+      },
+      {.fallback = {"cache", [](const idem::FallbackContext& why, int x) -> Task<int> {
+                      EXPECT_EQ(why.primary_attempts, 1);
+                      co_return x + 100;
+                    }}});
+  auto result = run(io, op(1));
+  EXPECT_EQ(result.value, 101);
+  EXPECT_TRUE(result.report.fallback_used);
+  EXPECT_EQ(result.report.fallback_source, "fallback:cache");
+}
+
+TEST(AsyncResilient, ValidationRejectsAndRetries) {
+  asio::io_context io;
+  int calls = 0;
+  auto op =
+      idem::async::resilient([&]() -> Task<int> { co_return ++calls; },
+                             {.retries = 3,
+                              .backoff = kFast,
+                              .validate = {{"at_least_3", [](const int& v) { return v >= 3; }}}});
+  auto result = run(io, op());
+  EXPECT_EQ(result.value, 3);
+  EXPECT_EQ(result.report.metadata.at("valid"), "true");
+}
+
+TEST(AsyncResilient, RateLimitWaitsTheProviderDelayOrGivesUp) {
+  asio::io_context io;
+  int calls = 0;
+  auto op = idem::async::resilient(
+      [&]() -> Task<int> {
+        if (++calls == 1) throw TooManyRequests("429");
+        co_return calls;
+      },
+      {.retries = 2,
+       .rate_limit_on = idem::failures_of<TooManyRequests>(),
+       .retry_after = [](const std::exception&) -> std::optional<std::chrono::nanoseconds> {
+         return 5ms;
+       }});
+  auto result = run(io, op());
+  EXPECT_EQ(result.value, 2);
+  EXPECT_EQ(result.report.metadata.at("rate_limit_encountered"), "true");
+
+  auto patient = idem::async::resilient(
+      []() -> Task<int> {
+        throw TooManyRequests("429");
+        co_return 0;
+      },
+      {.retries = 2,
+       .rate_limit_on = idem::failures_of<TooManyRequests>(),
+       .retry_after = [](const std::exception&) -> std::optional<std::chrono::nanoseconds> {
+         return 1h;
+       },
+       .max_rate_limit_wait = 1s});
+  try {
+    run(io, patient());
+    FAIL() << "expected RateLimitWaitExceeded";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().metadata.at("rate_limit_wait_exceeded"), "true");
+    EXPECT_EQ(e.report().attempts.size(), 1u);
+  }
+}
+
+TEST(AsyncResilient, EventsAreTheBlockingFacesEvents) {
+  asio::io_context io;
+  auto sink = std::make_shared<idem::InMemoryEventSink>();
+  auto op = idem::async::resilient(
+      [](idem::AttemptContext& context) -> Task<int> {
+        if (context.attempt == 1) throw Flaky("once");
+        co_return 1;
+      },
+      {.name = "evented", .retries = 1, .backoff = kFast, .events = {sink}});
+  run(io, op());
+  const auto events = sink->events();
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().type, idem::EventType::operation_succeeded);
+}
+
+TEST(AsyncResilient, RejectsContradictoryOptions) {
+  EXPECT_THROW(idem::async::resilient([]() -> Task<int> { co_return 1; }, {.retries = -1}),
+               idem::ConfigError);
+  EXPECT_THROW(idem::async::resilient([]() -> Task<int> { co_return 1; },
+                                      {.idempotency_ttl = idem::Millis(5)}),
+               idem::ConfigError);
+}
+
+}  // namespace
