@@ -457,34 +457,39 @@ class ScratchTable {
   explicit ScratchTable(idem::async::AsyncRecorder& r)
       : recorder_(r), name_("idem_async_cases_" + idem::new_event_id().substr(0, 16)) {}
   const std::string& name() const { return name_; }
+  // (No temporaries inside a co_await expression: g++ 12 may destroy them twice.)
   idem::async::Task<void> create() {
     const std::string sql = "CREATE TABLE " + name_ + " (k TEXT PRIMARY KEY, v BIGINT NOT NULL)";
-    co_await recorder_.run_transactional(
-        "idem-cases-setup", idem::new_event_id(),
-        [sql](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
-          co_await tx.exec(sql);
-        });
+    co_await exec(sql);
   }
   idem::async::Task<void> drop() {
     const std::string sql = "DROP TABLE " + name_;
-    co_await recorder_.run_transactional(
-        "idem-cases-setup", idem::new_event_id(),
-        [sql](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
-          co_await tx.exec(sql);
-        });
+    co_await exec(sql);
   }
   // The number of rows, read in a transaction of its own.
   idem::async::Task<std::int64_t> count() {
     const std::string sql = "SELECT COUNT(*) FROM " + name_;
+    const std::string id = idem::new_event_id();
     std::int64_t n = -1;
-    co_await recorder_.run_transactional(
-        "idem-cases-setup", idem::new_event_id(),
-        [sql, &n](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
-          n = co_await tx.query_int64(sql);
-        });
+    idem::async::AsyncRecorder::TransactionalFn fn =
+        [&sql, &n](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+      n = co_await tx.query_int64(sql);
+    };
+    co_await recorder_.run_transactional("idem-cases-setup", id, std::move(fn));
     co_return n;
   }
 
+ private:
+  idem::async::Task<void> exec(const std::string& sql) {
+    const std::string id = idem::new_event_id();
+    idem::async::AsyncRecorder::TransactionalFn fn =
+        [&sql](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+      co_await tx.exec(sql);
+    };
+    co_await recorder_.run_transactional("idem-cases-setup", id, std::move(fn));
+  }
+
+ public:
  private:
   idem::async::AsyncRecorder& recorder_;
   std::string name_;
@@ -583,12 +588,12 @@ TYPED_TEST_P(IdemAsyncRecorderCases, RaceRunTransactionalOncePerId) {
     auto task = [](idem::async::AsyncRecorder& rec, const std::string& event_id,
                    std::atomic<int>& ran_fn, std::atomic<int>& commits,
                    std::atomic<int>& dups) -> idem::async::Task<void> {
-      const bool ran = co_await rec.run_transactional(
-          "billing", event_id,
+      idem::async::AsyncRecorder::TransactionalFn fn =
           [&ran_fn](idem::async::AsyncSqlTransaction&) -> idem::async::Task<void> {
-            ran_fn.fetch_add(1);
-            co_return;
-          });
+        ran_fn.fetch_add(1);
+        co_return;
+      };
+      const bool ran = co_await rec.run_transactional("billing", event_id, std::move(fn));
       (ran ? commits : dups).fetch_add(1);
     };
     asio::co_spawn(io, task(r, id, runs, committed, duplicates), [&](std::exception_ptr e) {
