@@ -293,7 +293,8 @@ TYPED_TEST_P(IdemAsyncRecorderCases, RaceMarksOnTwoThreads) {
     auto task = [](idem::async::AsyncRecorder& rec,
                    const std::string& id) -> idem::async::Task<void> {
       co_await rec.mark_processed("billing", id);
-      if (!co_await rec.is_processed("billing", id)) throw std::logic_error("not processed");
+      const bool processed = co_await rec.is_processed("billing", id);
+      if (!processed) throw std::logic_error("not processed");
     };
     asio::co_spawn(io, task(r, ids[static_cast<std::size_t>(i)]), [&](std::exception_ptr e) {
       if (e) errors.fetch_add(1);

@@ -72,10 +72,12 @@ class WorkerPool {
 struct Unit {};
 
 // `queue` is anything with submit(std::function<void()>) that runs the job on another thread
-// (a WorkerPool, or the statement queue of a transaction's thread).
+// (a WorkerPool, or the statement queue of a transaction's thread). `withdrawable` false: the
+// job is never withdrawn (a release, which a cancelled caller's cleanup needs).
 template <class T, class Queue>
 idem::async::Task<T> offload(Queue& queue, std::function<T()> work,
-                             std::function<void(asio::cancellation_type)> on_cancel_running = {});
+                             std::function<void(asio::cancellation_type)> on_cancel_running = {},
+                             bool withdrawable = true);
 
 namespace offload_detail {
 
@@ -115,14 +117,15 @@ struct Initiation {
 
   template <class Handler>
   void operator()(Handler handler, std::function<T()> work,
-                  std::function<void(asio::cancellation_type)> on_cancel_running) const {
+                  std::function<void(asio::cancellation_type)> on_cancel_running,
+                  bool withdrawable) const {
     auto slot = asio::get_associated_cancellation_slot(handler);
     auto executor = asio::prefer(asio::get_associated_executor(handler),
                                  asio::execution::outstanding_work.tracked);
     using S = State<T, Handler, decltype(executor)>;
     auto state = std::make_shared<S>(std::move(handler), std::move(executor), std::move(work),
                                      std::move(on_cancel_running));
-    if (slot.is_connected()) {
+    if (withdrawable && slot.is_connected()) {
       state->slot = slot;
       slot.assign([state](asio::cancellation_type type) {
         if (type == asio::cancellation_type::none) return;
@@ -154,11 +157,12 @@ struct Initiation {
 
 template <class T, class Queue>
 idem::async::Task<T> offload(Queue& queue, std::function<T()> work,
-                             std::function<void(asio::cancellation_type)> on_cancel_running) {
+                             std::function<void(asio::cancellation_type)> on_cancel_running,
+                             bool withdrawable) {
   co_return co_await asio::async_initiate<const asio::use_awaitable_t<>,
                                           void(std::exception_ptr, T)>(
       offload_detail::Initiation<T, Queue>{&queue}, asio::use_awaitable, std::move(work),
-      std::move(on_cancel_running));
+      std::move(on_cancel_running), withdrawable);
 }
 
 }  // namespace idem::sqlite::detail

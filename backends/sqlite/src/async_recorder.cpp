@@ -166,10 +166,10 @@ Task<bool> AsyncSqliteRecorder::do_complete(std::string_view consumer, std::stri
 Task<bool> AsyncSqliteRecorder::do_release(std::string_view consumer, std::string_view event_id,
                                            std::uint64_t token) {
   // Never withdrawn: a cancelled handler's cleanup must still give its claim back.
-  co_await asio::this_coro::reset_cancellation_state(asio::disable_cancellation());
-  co_return co_await offload<bool>(*pool_, [this, consumer, event_id, token] {
-    return recorder_->release(consumer, event_id, token);
-  });
+  co_return co_await offload<bool>(
+      *pool_,
+      [this, consumer, event_id, token] { return recorder_->release(consumer, event_id, token); },
+      {}, /*withdrawable=*/false);
 }
 
 Task<bool> AsyncSqliteRecorder::do_renew(std::string_view consumer, std::string_view event_id,

@@ -23,9 +23,10 @@
 // Cancellation (the awaiting coroutine's slot): a call still waiting for a pool thread is
 // withdrawn and ends with operation_aborted, having done nothing; a call a thread has started
 // finishes and reports its real outcome (a commit SQLite began is never abandoned, so it is
-// neither hidden nor in doubt). release() is never withdrawn (the cleanup of a cancelled
-// handler). run_transactional's callback sees the cancellation in its next statement
-// (operation_aborted), so the transaction rolls back.
+// neither hidden nor in doubt). release() is never withdrawn once called (the cleanup
+// of a cancelled handler, which resets its cancellation state to make the call).
+// run_transactional's callback sees the cancellation in its next statement (operation_aborted), so
+// the transaction rolls back.
 //
 // Thread safety: any number of coroutines on any executors may share one AsyncSqliteRecorder.
 // Destroy it only after every call has completed; the destructor runs the queued calls and joins
@@ -55,7 +56,8 @@ struct AsyncSqliteOptions {
 
 class AsyncSqliteRecorder final : public idem::async::AsyncRecorder {
  public:
-  // Opens the database like SqliteIdempotencyRecorder(path, options).
+  // Opens the database like SqliteIdempotencyRecorder(path, options) — blocking, on the calling
+  // thread: construct it before the event loop runs (or on a thread of its own).
   explicit AsyncSqliteRecorder(std::string path, SqliteOptions options = {},
                                AsyncSqliteOptions async_options = {});
   // Serves coroutines from an existing recorder (not null: InvalidArgument), shared with its
