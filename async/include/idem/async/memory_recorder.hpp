@@ -9,9 +9,11 @@
 // Guarantees: those of InMemoryIdempotencyRecorder (memory_recorder.hpp), call for call; claims
 // yes, transactions no (capabilities() == {.claims = true, .transactions = false}).
 //
-// Cancellation: a call whose awaiting coroutine's cancellation slot has already been triggered
-// ends with asio::system_error(operation_aborted) and does nothing; once started, a call
-// finishes (it never suspends, so there is no point at which it could stop half-way).
+// Cancellation: a call whose awaiting coroutine has already been cancelled ends with
+// asio::system_error(operation_aborted) and does nothing (Asio's throw_if_cancelled; a caller
+// that must still clean up — AsyncIdempotentHandler releasing its claim — first resets its
+// cancellation state); once started, a call finishes (it never suspends, so there is no point
+// at which it could stop half-way).
 //
 // Thread safety: any number of coroutines on any executors (and blocking users of the wrapped
 // recorder) may use one AsyncMemoryRecorder at once.
