@@ -74,10 +74,14 @@ struct Unit {};
 // `queue` is anything with submit(std::function<void()>) that runs the job on another thread
 // (a WorkerPool, or the statement queue of a transaction's thread). `withdrawable` false: the
 // job is never withdrawn (a release, which a cancelled caller's cleanup needs).
+//
+// Callers pass `work` (and `on_cancel_running`) as named objects, never as a lambda converted in
+// the co_await expression: g++ 12 destroys such temporaries twice.
 template <class T, class Queue>
-idem::async::Task<T> offload(Queue& queue, std::function<T()> work,
-                             std::function<void(asio::cancellation_type)> on_cancel_running = {},
-                             bool withdrawable = true);
+idem::async::Task<T> offload(
+    Queue& queue, const std::function<T()>& work,
+    const std::function<void(asio::cancellation_type)>* on_cancel_running = nullptr,
+    bool withdrawable = true);
 
 namespace offload_detail {
 
@@ -156,13 +160,15 @@ struct Initiation {
 }  // namespace offload_detail
 
 template <class T, class Queue>
-idem::async::Task<T> offload(Queue& queue, std::function<T()> work,
-                             std::function<void(asio::cancellation_type)> on_cancel_running,
+idem::async::Task<T> offload(Queue& queue, const std::function<T()>& work,
+                             const std::function<void(asio::cancellation_type)>* on_cancel_running,
                              bool withdrawable) {
-  co_return co_await asio::async_initiate<const asio::use_awaitable_t<>,
-                                          void(std::exception_ptr, T)>(
-      offload_detail::Initiation<T, Queue>{&queue}, asio::use_awaitable, std::move(work),
-      std::move(on_cancel_running), withdrawable);
+  // Not a coroutine itself: async_initiate makes the awaitable.
+  std::function<void(asio::cancellation_type)> forward;
+  if (on_cancel_running != nullptr) forward = *on_cancel_running;
+  return asio::async_initiate<const asio::use_awaitable_t<>, void(std::exception_ptr, T)>(
+      offload_detail::Initiation<T, Queue>{&queue}, asio::use_awaitable, work, std::move(forward),
+      withdrawable);
 }
 
 }  // namespace idem::sqlite::detail

@@ -6,6 +6,7 @@
 #include <asio/this_coro.hpp>
 #include <condition_variable>
 #include <deque>
+#include <functional>
 #include <mutex>
 #include <utility>
 
@@ -72,15 +73,18 @@ class AsyncSqliteTransaction final : public idem::async::AsyncSqlTransaction {
   std::string_view event_id() const noexcept override { return tx_.event_id(); }
 
   Task<void> exec(std::string_view sql, std::span<const SqlParam> params) override {
-    co_await offload<Unit>(queue_, [this, sql, params] {
+    const std::function<Unit()> work = [this, sql, params] {
       tx_.exec_params(sql, params);
       return Unit{};
-    });
+    };
+    co_await offload<Unit>(queue_, work);
   }
 
   Task<std::int64_t> query_int64(std::string_view sql, std::span<const SqlParam> params) override {
-    const auto value = co_await offload<std::optional<std::int64_t>>(
-        queue_, [this, sql, params] { return tx_.query_int64_params(sql, params); });
+    const std::function<std::optional<std::int64_t>()> work = [this, sql, params] {
+      return tx_.query_int64_params(sql, params);
+    };
+    const auto value = co_await offload<std::optional<std::int64_t>>(queue_, work);
     if (!value) {
       throw StoreError("query_int64: the query returned no row (or NULL): " +
                        std::string(sql.substr(0, 80)));
@@ -90,8 +94,10 @@ class AsyncSqliteTransaction final : public idem::async::AsyncSqlTransaction {
 
   Task<std::optional<std::string>> query_text(std::string_view sql,
                                               std::span<const SqlParam> params) override {
-    co_return co_await offload<std::optional<std::string>>(
-        queue_, [this, sql, params] { return tx_.query_text_params(sql, params); });
+    const std::function<std::optional<std::string>()> work = [this, sql, params] {
+      return tx_.query_text_params(sql, params);
+    };
+    co_return co_await offload<std::optional<std::string>>(queue_, work);
   }
 
  private:
@@ -122,61 +128,69 @@ AsyncSqliteRecorder::~AsyncSqliteRecorder() = default;
 
 Task<bool> AsyncSqliteRecorder::do_is_processed(std::string_view consumer,
                                                 std::string_view event_id) {
-  co_return co_await offload<bool>(
-      *pool_, [this, consumer, event_id] { return recorder_->is_processed(consumer, event_id); });
+  const std::function<bool()> work = [this, consumer, event_id] {
+    return recorder_->is_processed(consumer, event_id);
+  };
+  co_return co_await offload<bool>(*pool_, work);
 }
 
 Task<void> AsyncSqliteRecorder::do_mark_processed(std::string_view consumer,
                                                   std::string_view event_id) {
-  co_await offload<Unit>(*pool_, [this, consumer, event_id] {
+  const std::function<Unit()> work = [this, consumer, event_id] {
     recorder_->mark_processed(consumer, event_id);
     return Unit{};
-  });
+  };
+  co_await offload<Unit>(*pool_, work);
 }
 
 Task<std::vector<bool>> AsyncSqliteRecorder::do_is_processed_many(
     std::string_view consumer, std::span<const std::string> event_ids) {
-  co_return co_await offload<std::vector<bool>>(*pool_, [this, consumer, event_ids] {
+  const std::function<std::vector<bool>()> work = [this, consumer, event_ids] {
     return recorder_->is_processed_many(consumer, event_ids);
-  });
+  };
+  co_return co_await offload<std::vector<bool>>(*pool_, work);
 }
 
 Task<void> AsyncSqliteRecorder::do_mark_processed_many(std::string_view consumer,
                                                        std::span<const std::string> event_ids) {
-  co_await offload<Unit>(*pool_, [this, consumer, event_ids] {
+  const std::function<Unit()> work = [this, consumer, event_ids] {
     recorder_->mark_processed_many(consumer, event_ids);
     return Unit{};
-  });
+  };
+  co_await offload<Unit>(*pool_, work);
 }
 
 Task<Claim> AsyncSqliteRecorder::do_claim(std::string_view consumer, std::string_view event_id,
                                           Millis lease) {
-  co_return co_await offload<Claim>(*pool_, [this, consumer, event_id, lease] {
+  const std::function<Claim()> work = [this, consumer, event_id, lease] {
     return recorder_->claim(consumer, event_id, lease);
-  });
+  };
+  co_return co_await offload<Claim>(*pool_, work);
 }
 
 Task<bool> AsyncSqliteRecorder::do_complete(std::string_view consumer, std::string_view event_id,
                                             std::uint64_t token) {
-  co_return co_await offload<bool>(*pool_, [this, consumer, event_id, token] {
+  const std::function<bool()> work = [this, consumer, event_id, token] {
     return recorder_->complete(consumer, event_id, token);
-  });
+  };
+  co_return co_await offload<bool>(*pool_, work);
 }
 
 Task<bool> AsyncSqliteRecorder::do_release(std::string_view consumer, std::string_view event_id,
                                            std::uint64_t token) {
   // Never withdrawn: a cancelled handler's cleanup must still give its claim back.
-  co_return co_await offload<bool>(
-      *pool_,
-      [this, consumer, event_id, token] { return recorder_->release(consumer, event_id, token); },
-      {}, /*withdrawable=*/false);
+  const std::function<bool()> work = [this, consumer, event_id, token] {
+    return recorder_->release(consumer, event_id, token);
+  };
+  co_return co_await offload<bool>(*pool_, work, nullptr, /*withdrawable=*/false);
 }
 
 Task<bool> AsyncSqliteRecorder::do_renew(std::string_view consumer, std::string_view event_id,
                                          std::uint64_t token, Millis lease) {
-  co_return co_await offload<bool>(*pool_, [this, consumer, event_id, token, lease] {
+  const std::function<bool()> work = [this, consumer, event_id, token, lease] {
     return recorder_->renew(consumer, event_id, token, lease);
-  });
+  };
+  co_return co_await offload<bool>(*pool_, work);
 }
 
 Task<bool> AsyncSqliteRecorder::do_run_transactional(std::string_view consumer,
@@ -185,21 +199,22 @@ Task<bool> AsyncSqliteRecorder::do_run_transactional(std::string_view consumer,
   auto executor = co_await asio::this_coro::executor;
   // The callback's own cancellation: the caller's, forwarded while the transaction runs.
   auto cancel = std::make_shared<asio::cancellation_signal>();
-  co_return co_await offload<bool>(
-      *pool_,
-      [this, consumer, event_id, &fn, executor, cancel] {
-        return recorder_->run_transactional(consumer, event_id, [&](Transaction& tx) {
-          StatementQueue queue;
-          AsyncSqliteTransaction async_tx(static_cast<SqliteTransaction&>(tx), queue);
-          auto callback = [](TransactionalFn& f,
-                             idem::async::AsyncSqlTransaction& t) -> Task<void> { co_await f(t); };
-          asio::co_spawn(executor, callback(fn, async_tx),
-                         asio::bind_cancellation_slot(
-                             cancel->slot(), [&queue](std::exception_ptr e) { queue.finish(e); }));
-          if (auto error = queue.serve()) std::rethrow_exception(error);  // rolls back
-        });
-      },
-      [cancel](asio::cancellation_type type) { cancel->emit(type); });
+  const std::function<void(asio::cancellation_type)> forward =
+      [cancel](asio::cancellation_type type) { cancel->emit(type); };
+  const std::function<bool()> work = [this, consumer, event_id, &fn, executor, cancel] {
+    return recorder_->run_transactional(consumer, event_id, [&](Transaction& tx) {
+      StatementQueue queue;
+      AsyncSqliteTransaction async_tx(static_cast<SqliteTransaction&>(tx), queue);
+      auto callback = [](TransactionalFn& f, idem::async::AsyncSqlTransaction& t) -> Task<void> {
+        co_await f(t);
+      };
+      asio::co_spawn(executor, callback(fn, async_tx),
+                     asio::bind_cancellation_slot(
+                         cancel->slot(), [&queue](std::exception_ptr e) { queue.finish(e); }));
+      if (auto error = queue.serve()) std::rethrow_exception(error);  // rolls back
+    });
+  };
+  co_return co_await offload<bool>(*pool_, work, &forward);
 }
 
 }  // namespace idem::sqlite

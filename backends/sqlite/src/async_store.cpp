@@ -1,5 +1,6 @@
 #include "idem/sqlite/async_store.hpp"
 
+#include <functional>
 #include <utility>
 
 #include "async_offload.hpp"
@@ -36,32 +37,38 @@ AsyncSqliteStore::~AsyncSqliteStore() = default;
 Task<ClaimOutcome> AsyncSqliteStore::do_claim(std::string_view key,
                                               std::optional<std::string_view> fingerprint,
                                               Millis lease) {
-  co_return co_await offload<ClaimOutcome>(
-      *pool_, [this, key, fingerprint, lease] { return store_->claim(key, fingerprint, lease); });
+  const std::function<ClaimOutcome()> work = [this, key, fingerprint, lease] {
+    return store_->claim(key, fingerprint, lease);
+  };
+  co_return co_await offload<ClaimOutcome>(*pool_, work);
 }
 
 Task<bool> AsyncSqliteStore::do_complete(std::string_view key, std::uint64_t token,
                                          StoredValue value, const ExecutionReport& report,
                                          Millis ttl) {
-  co_return co_await offload<bool>(*pool_, [this, key, token, &value, &report, ttl] {
+  const std::function<bool()> work = [this, key, token, &value, &report, ttl] {
     return store_->complete(key, token, std::move(value), report, ttl);
-  });
+  };
+  co_return co_await offload<bool>(*pool_, work);
 }
 
 Task<bool> AsyncSqliteStore::do_release(std::string_view key, std::uint64_t token) {
-  co_return co_await offload<bool>(
-      *pool_, [this, key, token] { return store_->release(key, token); }, {},
-      /*withdrawable=*/false);
+  const std::function<bool()> work = [this, key, token] { return store_->release(key, token); };
+  co_return co_await offload<bool>(*pool_, work, nullptr, /*withdrawable=*/false);
 }
 
 Task<bool> AsyncSqliteStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
-  co_return co_await offload<bool>(
-      *pool_, [this, key, token, lease] { return store_->renew(key, token, lease); });
+  const std::function<bool()> work = [this, key, token, lease] {
+    return store_->renew(key, token, lease);
+  };
+  co_return co_await offload<bool>(*pool_, work);
 }
 
 Task<std::optional<IdempotencyRecord>> AsyncSqliteStore::do_lookup(std::string_view key) {
-  co_return co_await offload<std::optional<IdempotencyRecord>>(
-      *pool_, [this, key] { return store_->lookup(key); });
+  const std::function<std::optional<IdempotencyRecord>()> work = [this, key] {
+    return store_->lookup(key);
+  };
+  co_return co_await offload<std::optional<IdempotencyRecord>>(*pool_, work);
 }
 
 }  // namespace idem::sqlite
