@@ -8,6 +8,7 @@
 #include <stop_token>
 #include <thread>
 
+#include "idem/detail/handler_logic.hpp"
 #include "idem/key.hpp"
 #include "idem/outbox.hpp"
 #include "idem/sql.hpp"
@@ -76,6 +77,95 @@ void throw_payload_decode_error(const Event& event, std::string_view consumer,
                     event.id + " (type '" + event.type + "'): " + std::string(reason));
 }
 
+HandlerMode resolve_handler_mode(HandlerMode requested, bool claims, bool transactions,
+                                 Millis lease) {
+  const HandlerMode mode = requested != HandlerMode::automatic ? requested
+                           : claims                            ? HandlerMode::exclusive
+                                                               : HandlerMode::check_then_mark;
+  if (mode == HandlerMode::exclusive) {
+    if (!claims) throw NotSupported("exclusive mode needs a recorder that supports claims");
+    if (lease <= Millis::zero()) {
+      throw ConfigError("HandlerOptions::lease must be positive (got " +
+                        std::to_string(lease.count()) + " ms)");
+    }
+  }
+  if (mode == HandlerMode::transactional && !transactions) {
+    throw NotSupported(
+        "transactional mode needs a recorder that supports transactions (a SQL backend)");
+  }
+  return mode;
+}
+
+bool claim_says_run(const Claim& claim, std::string_view consumer, std::string_view event_id) {
+  switch (claim.status) {
+    case Claim::Status::processed:
+      return false;
+    case Claim::Status::in_progress:
+      throw AlreadyInProgress("consumer '" + std::string(consumer) + "': event " +
+                              std::string(event_id) +
+                              " is being handled by another delivery; deliver it again later");
+    case Claim::Status::acquired:
+      break;
+  }
+  return true;
+}
+
+void throw_lease_lost(std::string_view consumer, std::string_view event_id) {
+  throw LeaseLost("consumer '" + std::string(consumer) + "': event " + std::string(event_id) +
+                  " was handled, but its claim had been taken over by another delivery (the "
+                  "lease lapsed); the side effect may run twice");
+}
+
+std::chrono::nanoseconds renewal_interval(Millis lease) {
+  return std::max(std::chrono::nanoseconds(lease) / 3, std::chrono::nanoseconds(1));
+}
+
+CheckMarkWindow::CheckMarkWindow(std::span<const Event> events)
+    : events_(events), outcomes_(events.size()) {
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    try {
+      validate_key("event id", events[i].id);
+      ids_.push_back(events[i].id);
+      positions_.push_back(i);
+    } catch (...) {
+      outcomes_[i].error = std::current_exception();
+    }
+  }
+}
+
+void CheckMarkWindow::fail_checked() {
+  for (std::size_t i : positions_)
+    outcomes_[i].error = std::current_exception();
+}
+
+bool CheckMarkWindow::should_run(std::size_t k, const std::vector<bool>& processed) {
+  if (processed[k] || handled_.count(ids_[k]) > 0) {
+    outcomes_[positions_[k]].result = HandleResult::duplicate;
+    return false;
+  }
+  return true;
+}
+
+void CheckMarkWindow::succeeded(std::size_t k) {
+  handled_.insert(ids_[k]);
+  to_mark_.push_back(ids_[k]);
+  marked_positions_.push_back(positions_[k]);
+}
+
+void CheckMarkWindow::failed(std::size_t k, std::exception_ptr error) {
+  outcomes_[positions_[k]].error = std::move(error);
+}
+
+void CheckMarkWindow::marked() {
+  for (std::size_t i : marked_positions_)
+    outcomes_[i].result = HandleResult::processed;
+}
+
+void CheckMarkWindow::mark_failed() {
+  for (std::size_t i : marked_positions_)
+    outcomes_[i].error = std::current_exception();
+}
+
 // The exclusive mode's heartbeat: one thread per handler renews the lease of every claim the
 // handler holds, lease/3 after the claim and after each renewal, until the claim is dropped.
 //
@@ -91,7 +181,7 @@ class LeaseKeeper {
         clock_(std::move(clock)),
         consumer_(consumer),
         lease_(lease),
-        interval_(std::max(std::chrono::nanoseconds(lease) / 3, std::chrono::nanoseconds(1))),
+        interval_(renewal_interval(lease)),
         poll_(dynamic_cast<SystemClock*>(clock_.get()) == nullptr),
         thread_([this](std::stop_token stop) { loop(stop); }) {}
 
@@ -248,13 +338,6 @@ class OutboxProxy final : public BusProxy {
   std::size_t appended_ = 0;
 };
 
-HandlerMode resolve_mode(HandlerMode requested, const IdempotencyRecorder& recorder) {
-  if (requested == HandlerMode::automatic) {
-    return recorder.supports_claims() ? HandlerMode::exclusive : HandlerMode::check_then_mark;
-  }
-  return requested;
-}
-
 }  // namespace
 
 HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecorder> recorder,
@@ -267,20 +350,8 @@ HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecord
       outbox_(std::move(options.outbox)) {
   validate_key("consumer", consumer_);
   if (!recorder_) throw InvalidArgument("IdempotentHandler needs a recorder (got null)");
-  mode_ = resolve_mode(options.mode, *recorder_);
-  if (mode_ == HandlerMode::exclusive) {
-    if (!recorder_->supports_claims()) {
-      throw NotSupported("exclusive mode needs a recorder that supports claims");
-    }
-    if (lease_ <= Millis::zero()) {
-      throw ConfigError("HandlerOptions::lease must be positive (got " +
-                        std::to_string(lease_.count()) + " ms)");
-    }
-  }
-  if (mode_ == HandlerMode::transactional && !recorder_->supports_transactions()) {
-    throw NotSupported(
-        "transactional mode needs a recorder that supports transactions (a SQL backend)");
-  }
+  mode_ = resolve_handler_mode(options.mode, recorder_->supports_claims(),
+                               recorder_->supports_transactions(), lease_);
   if (outbox_ && mode_ != HandlerMode::transactional) {
     throw ConfigError("HandlerOptions::outbox needs HandlerMode::transactional (got " +
                       std::string(to_string(mode_)) + ")");
@@ -338,61 +409,31 @@ std::vector<HandleOutcome> HandlerCore::run_batch(
     return outcomes;
   }
 
-  // Ids that are valid keys, and where they sit in `events`; an invalid one fails alone.
-  std::vector<std::string> ids;
-  std::vector<std::size_t> positions;
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    try {
-      validate_key("event id", events[i].id);
-      ids.push_back(events[i].id);
-      positions.push_back(i);
-    } catch (...) {
-      outcomes[i].error = std::current_exception();
-    }
-  }
-  const auto fail_all = [&](const std::vector<std::size_t>& which) {
-    for (std::size_t i : which)
-      outcomes[i].error = std::current_exception();
-  };
-
+  CheckMarkWindow window(events);
   std::vector<bool> processed;
   try {
-    processed = recorder_->is_processed_many(consumer_, ids);
+    processed = recorder_->is_processed_many(consumer_, window.ids());
   } catch (...) {
-    fail_all(positions);  // nothing ran: every event is redelivered and checked again
-    return outcomes;
+    window.fail_checked();  // nothing ran: every event is redelivered and checked again
+    return window.take();
   }
-
-  std::set<std::string_view> handled;  // ids that succeeded earlier in this window
-  std::vector<std::string> to_mark;
-  std::vector<std::size_t> marked_positions;
-  for (std::size_t k = 0; k < ids.size(); ++k) {
-    const std::size_t i = positions[k];
-    if (processed[k] || handled.count(ids[k]) > 0) {
-      outcomes[i].result = HandleResult::duplicate;
-      continue;
-    }
+  for (std::size_t k = 0; k < window.ids().size(); ++k) {
+    if (!window.should_run(k, processed)) continue;
     try {
-      invoke(events[i], bus);
-      handled.insert(ids[k]);
-      to_mark.push_back(ids[k]);
-      marked_positions.push_back(i);
+      invoke(window.event(k), bus);
+      window.succeeded(k);
     } catch (...) {
-      outcomes[i].error = std::current_exception();
+      window.failed(k);
     }
   }
-
   try {
-    recorder_->mark_processed_many(consumer_, to_mark);
+    recorder_->mark_processed_many(consumer_, window.to_mark());
   } catch (...) {
-    // Their side effects ran but are not (all) marked: report each as failed, so the transport
-    // redelivers them and runs them again — check_then_mark's crash-before-mark window.
-    fail_all(marked_positions);
-    return outcomes;
+    window.mark_failed();
+    return window.take();
   }
-  for (std::size_t i : marked_positions)
-    outcomes[i].result = HandleResult::processed;
-  return outcomes;
+  window.marked();
+  return window.take();
 }
 
 HandleResult HandlerCore::run_check_then_mark(const Event& event, BusProxy& bus,
@@ -406,15 +447,7 @@ HandleResult HandlerCore::run_check_then_mark(const Event& event, BusProxy& bus,
 HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
                                         const std::function<void(BusProxy&)>& invoke) {
   const Claim claim = recorder_->claim(consumer_, event.id, lease_);
-  switch (claim.status) {
-    case Claim::Status::processed:
-      return HandleResult::duplicate;
-    case Claim::Status::in_progress:
-      throw AlreadyInProgress("consumer '" + consumer_ + "': event " + event.id +
-                              " is being handled by another delivery; deliver it again later");
-    case Claim::Status::acquired:
-      break;
-  }
+  if (!claim_says_run(claim, consumer_, event.id)) return HandleResult::duplicate;
 
   LeaseKeeper* heartbeat = nullptr;
   std::optional<std::uint64_t> registration;
@@ -435,11 +468,7 @@ HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
     throw;
   }
   heartbeat->remove(*registration);
-  if (!recorder_->complete(consumer_, event.id, claim.token)) {
-    throw LeaseLost("consumer '" + consumer_ + "': event " + event.id +
-                    " was handled, but its claim had been taken over by another delivery (the "
-                    "lease lapsed); the side effect may run twice");
-  }
+  if (!recorder_->complete(consumer_, event.id, claim.token)) throw_lease_lost(consumer_, event.id);
   return HandleResult::processed;
 }
 

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -66,6 +67,14 @@ class SqliteTransaction final : public SqlTransaction {
                                           std::initializer_list<SqlParam> params) override;
   std::optional<std::string> query_text(std::string_view sql,
                                         std::initializer_list<SqlParam> params) override;
+
+  // The same three calls with the parameters in a span (for callers that build the list at run
+  // time, e.g. idem::sqlite_async's AsyncSqlTransaction).
+  std::int64_t exec_params(std::string_view sql, std::span<const SqlParam> params);
+  std::optional<std::int64_t> query_int64_params(std::string_view sql,
+                                                 std::span<const SqlParam> params);
+  std::optional<std::string> query_text_params(std::string_view sql,
+                                               std::span<const SqlParam> params);
 
   // The consumer and event the transaction is recording.
   std::string_view consumer() const noexcept override { return consumer_; }

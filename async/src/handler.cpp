@@ -1,0 +1,232 @@
+#include "idem/async/handler.hpp"
+
+#include <asio/error.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <exception>
+#include <system_error>
+#include <variant>
+
+#include "idem/detail/handler_logic.hpp"
+#include "idem/key.hpp"
+
+namespace idem::async {
+
+namespace detail {
+
+// Transactional mode: handle sees the transaction; its published events wait for the commit.
+class AsyncTransactionalProxy final : public BusProxy {
+ public:
+  AsyncTransactionalProxy(BusProxy& outer, AsyncSqlTransaction& tx) : outer_(outer), tx_(tx) {}
+  void publish(Event event) override { held_.push_back(std::move(event)); }
+  std::string_view consumer() const override { return outer_.consumer(); }
+  AsyncSqlTransaction& async_transaction() noexcept { return tx_; }
+  std::vector<Event> take() { return std::exchange(held_, {}); }
+
+ private:
+  BusProxy& outer_;
+  AsyncSqlTransaction& tx_;
+  std::vector<Event> held_;
+};
+
+}  // namespace detail
+
+AsyncSqlTransaction* transaction_of(BusProxy& bus) noexcept {
+  auto* proxy = dynamic_cast<detail::AsyncTransactionalProxy*>(&bus);
+  return proxy ? &proxy->async_transaction() : nullptr;
+}
+
+Task<std::vector<HandleOutcome>> AsyncEventHandler::handle_batch(std::span<const Event> events,
+                                                                 BusProxy& bus) {
+  std::vector<HandleOutcome> outcomes(events.size());
+  for (std::size_t i = 0; i < events.size(); ++i) {
+    try {
+      outcomes[i].result = co_await handle_event(events[i], bus);
+    } catch (...) {
+      outcomes[i].error = std::current_exception();
+    }
+  }
+  co_return outcomes;
+}
+
+namespace detail {
+
+AsyncHandlerCore::AsyncHandlerCore(std::string consumer, std::shared_ptr<AsyncRecorder> recorder,
+                                   HandlerOptions options)
+    : consumer_(std::move(consumer)),
+      recorder_(std::move(recorder)),
+      mode_(HandlerMode::check_then_mark),
+      lease_(options.lease) {
+  validate_key("consumer", consumer_);
+  if (!recorder_) throw InvalidArgument("AsyncIdempotentHandler needs a recorder (got null)");
+  const auto caps = recorder_->capabilities();
+  mode_ = idem::detail::resolve_handler_mode(options.mode, caps.claims, caps.transactions, lease_);
+}
+
+Task<HandleResult> AsyncHandlerCore::run(const Event& event, BusProxy& bus, Invoke invoke) {
+  validate_key("event id", event.id);
+  switch (mode_) {
+    case HandlerMode::check_then_mark:
+      co_return co_await run_check_then_mark(event, bus, invoke);
+    case HandlerMode::exclusive:
+      co_return co_await run_exclusive(event, bus, invoke);
+    case HandlerMode::transactional:
+      co_return co_await run_transactional(event, bus, invoke);
+    case HandlerMode::automatic:
+      break;  // resolved at construction
+  }
+  throw InvalidArgument("AsyncIdempotentHandler: unresolved mode");
+}
+
+Task<std::vector<HandleOutcome>> AsyncHandlerCore::run_batch(std::span<const Event> events,
+                                                             BusProxy& bus, Invoke invoke) {
+  if (mode_ != HandlerMode::check_then_mark) {
+    std::vector<HandleOutcome> outcomes(events.size());
+    for (std::size_t i = 0; i < events.size(); ++i) {
+      try {
+        outcomes[i].result = co_await run(events[i], bus, invoke);
+      } catch (...) {
+        outcomes[i].error = std::current_exception();
+      }
+    }
+    co_return outcomes;
+  }
+
+  idem::detail::CheckMarkWindow window(events);
+  std::vector<bool> processed;
+  bool checked = true;
+  try {
+    processed = co_await recorder_->is_processed_many(consumer_, window.ids());
+  } catch (...) {
+    window.fail_checked();  // nothing ran: every event is redelivered and checked again
+    checked = false;
+  }
+  if (!checked) co_return window.take();
+  for (std::size_t k = 0; k < window.ids().size(); ++k) {
+    if (!window.should_run(k, processed)) continue;
+    try {
+      co_await invoke(window.event(k), bus);
+      window.succeeded(k);
+    } catch (...) {
+      window.failed(k);
+    }
+  }
+  try {
+    co_await recorder_->mark_processed_many(consumer_, window.to_mark());
+    window.marked();
+  } catch (...) {
+    window.mark_failed();
+  }
+  co_return window.take();
+}
+
+Task<HandleResult> AsyncHandlerCore::run_check_then_mark(const Event& event, BusProxy& bus,
+                                                         const Invoke& invoke) {
+  const bool processed = co_await recorder_->is_processed(consumer_, event.id);
+  if (processed) co_return HandleResult::duplicate;
+  auto work = invoke(event, bus);
+  co_await std::move(work);
+  co_await recorder_->mark_processed(consumer_, event.id);
+  co_return HandleResult::processed;
+}
+
+Task<void> AsyncHandlerCore::keep_lease(std::string_view event_id, std::uint64_t token) {
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  const auto interval = idem::detail::renewal_interval(lease_);
+  for (;;) {
+    timer.expires_after(interval);
+    co_await timer.async_wait(asio::use_awaitable);  // throws operation_aborted when cancelled
+    bool renewed = true;
+    bool aborted = false;
+    try {
+      renewed = co_await recorder_->renew(consumer_, event_id, token, lease_);
+    } catch (const std::system_error& e) {
+      aborted = e.code() == asio::error::operation_aborted;
+    } catch (...) {
+      // A failed renewal (busy store, lost connection) is tried again next interval; the lease
+      // has room for two more before it lapses.
+    }
+    if (aborted) throw std::system_error(asio::error::operation_aborted);  // never ends normally
+    if (!renewed) {
+      // Fenced off: someone took the claim over. Stop renewing (complete() will report it) and
+      // wait to be cancelled when handle ends.
+      timer.expires_at(asio::steady_timer::time_point::max());
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+  }
+}
+
+namespace {
+
+// invoke's outcome as a value: null on success, else what it threw.
+Task<std::exception_ptr> guarded(const AsyncHandlerCore::Invoke& invoke, const Event& event,
+                                 BusProxy& bus) {
+  std::exception_ptr failure;
+  try {
+    auto work = invoke(event, bus);
+    co_await std::move(work);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  co_return failure;
+}
+
+}  // namespace
+
+Task<HandleResult> AsyncHandlerCore::run_exclusive(const Event& event, BusProxy& bus,
+                                                   const Invoke& invoke) {
+  using namespace asio::experimental::awaitable_operators;
+  const Claim claim = co_await recorder_->claim(consumer_, event.id, lease_);
+  if (!idem::detail::claim_says_run(claim, consumer_, event.id)) co_return HandleResult::duplicate;
+
+  // handle and the lease renewal side by side. `||` yields the first operand that completes
+  // without an exception and cancels the other: handle's outcome is therefore passed as a value
+  // (it always "succeeds"), and the renewal only ever ends by throwing (when it is cancelled),
+  // so the result is always handle's. Cancelling the caller reaches both.
+  std::exception_ptr failure;
+  try {
+    auto work = guarded(invoke, event, bus);
+    auto renewal = keep_lease(event.id, claim.token);
+    auto both = std::move(work) || std::move(renewal);
+    auto outcome = co_await std::move(both);
+    failure = std::get<0>(outcome);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (failure) {
+    // A cancelled caller still gives its claim back: without this, every co_await from here on
+    // would end with operation_aborted (Asio's throw_if_cancelled). Only this call is affected:
+    // the handler's error is rethrown right after.
+    co_await asio::this_coro::reset_cancellation_state(asio::disable_cancellation());
+    try {
+      co_await recorder_->release(consumer_, event.id, claim.token);
+    } catch (...) {
+      // The handler's own error matters more; an unreleased claim is taken over after its lease.
+    }
+    std::rethrow_exception(failure);
+  }
+  const bool completed = co_await recorder_->complete(consumer_, event.id, claim.token);
+  if (!completed) idem::detail::throw_lease_lost(consumer_, event.id);
+  co_return HandleResult::processed;
+}
+
+Task<HandleResult> AsyncHandlerCore::run_transactional(const Event& event, BusProxy& bus,
+                                                       const Invoke& invoke) {
+  std::vector<Event> held;
+  AsyncRecorder::TransactionalFn fn = [&](AsyncSqlTransaction& tx) -> Task<void> {
+    AsyncTransactionalProxy proxy(bus, tx);
+    co_await invoke(event, proxy);
+    held = proxy.take();
+  };
+  const bool ran = co_await recorder_->run_transactional(consumer_, event.id, std::move(fn));
+  if (!ran) co_return HandleResult::duplicate;
+  // Committed: now the follow-up events may leave.
+  for (auto& follow_up : held)
+    bus.publish(std::move(follow_up));
+  co_return HandleResult::processed;
+}
+
+}  // namespace detail
+}  // namespace idem::async

@@ -1,0 +1,641 @@
+// The AsyncRecorder conformance cases: what every async recorder backend must do, as a GoogleTest
+// typed suite that any backend instantiates with a factory.
+//
+// It checks the contract of idem/async/recorder.hpp and the rules of idem/async/task.hpp:
+// check/mark (single and in batches), consumer isolation, key validation before the backend,
+// claims with leases and fencing tokens (takeover after a short real lease), run_transactional
+// through AsyncSqlTransaction, every call resuming on the awaiting coroutine's thread, many
+// coroutines on one io_context and on a 2-thread io_context, and cancellation (an aborted call
+// wrote nothing; a call that went through is visible; an in-doubt one says so).
+//
+// How to use it — a factory type and one macro, in a test file linked with gtest_main:
+//
+//   #include "../async_recorder_cases.hpp"
+//
+//   struct MyAsyncFactory {
+//     // What the recorder must report from capabilities().
+//     static constexpr idem::async::RecorderCapabilities kCapabilities{.claims = true,
+//                                                                     .transactions = false};
+//     // Called once per test. make() may be static or not.
+//     std::shared_ptr<idem::async::AsyncRecorder> make();
+//     // Optional: the lease the takeover test lets lapse (default 50 ms), and how many
+//     // coroutines the race tests start (default 64).
+//     // static constexpr idem::Millis kShortLease{50};
+//     // static constexpr int kCoroutines = 64;
+//   };
+//   INSTANTIATE_ASYNC_RECORDER_CASES(MyBackend, MyAsyncFactory);
+//
+// The factory is default-constructed once per test and destroyed after the recorder, so it can
+// own a temporary database or a server connection string. Instantiate the macro once per
+// configuration with different prefixes. The transactional cases create (and drop) their own
+// table, named idem_async_cases_<random>, with portable SQL ($1 parameters, TEXT and BIGINT
+// columns), so they run unchanged on SQLite and PostgreSQL.
+//
+// Capabilities: claim and run_transactional cases are skipped with GTEST_SKIP, naming the
+// capability, when the factory declares the recorder lacks it; ReportsDeclaredCapabilities
+// checks the recorder reports exactly what the factory declares.
+//
+// Thread safety: the Race* cases run coroutines on a 2-thread io_context; run the suite under
+// ThreadSanitizer to check a backend's locking.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <asio/use_future.hpp>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
+
+#include "idem/async/recorder.hpp"
+#include "idem/error.hpp"
+#include "idem/event.hpp"
+#include "idem/key.hpp"
+
+namespace idem::test::async_cases {
+
+template <class Factory>
+constexpr idem::Millis short_lease() {
+  if constexpr (requires { Factory::kShortLease; }) {
+    return Factory::kShortLease;
+  } else {
+    return idem::Millis(50);
+  }
+}
+
+template <class Factory>
+constexpr int coroutines() {
+  if constexpr (requires { Factory::kCoroutines; }) {
+    return Factory::kCoroutines;
+  } else {
+    return 64;
+  }
+}
+
+inline std::vector<std::string> invalid_keys() {
+  return {std::string(), std::string("   "), std::string("a\0b", 3), std::string("line\nbreak"),
+          std::string(idem::kMaxKeyLength + 1, 'x')};
+}
+
+inline std::vector<std::string> unusual_valid_keys() {
+  return {"it's",
+          "x'; DROP TABLE processed_log; --",
+          "100%_match",
+          "back\\slash",
+          "caf\xc3\xa9-\xe6\x97\xa5\xe6\x9c\xac",
+          "colon:separated:key",
+          std::string(idem::kMaxKeyLength, 'k')};
+}
+
+// How a cancelled call ended.
+enum class Outcome { completed, aborted, in_doubt };
+
+}  // namespace idem::test::async_cases
+
+template <class Factory>
+class IdemAsyncRecorderCases : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    recorder_ = factory_.make();
+    ASSERT_NE(recorder_, nullptr) << "the factory returned no recorder";
+  }
+
+  // Runs `task` to completion on io_ on this thread and returns its result (or rethrows). Checks
+  // that the coroutine resumed on this thread (the io_context's only runner) after the call.
+  template <class T>
+  T run(idem::async::Task<T> task) {
+    const auto loop_thread = std::this_thread::get_id();
+    auto checked = [](idem::async::Task<T> inner, std::thread::id loop) -> idem::async::Task<T> {
+      if constexpr (std::is_void_v<T>) {
+        co_await std::move(inner);
+        EXPECT_EQ(std::this_thread::get_id(), loop) << "resumed off the caller's executor";
+      } else {
+        T value = co_await std::move(inner);
+        EXPECT_EQ(std::this_thread::get_id(), loop) << "resumed off the caller's executor";
+        co_return value;
+      }
+    };
+    auto future = asio::co_spawn(io_, checked(std::move(task), loop_thread), asio::use_future);
+    io_.restart();
+    io_.run();
+    if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
+      throw std::runtime_error("the async call did not complete (no work kept the loop alive?)");
+    return future.get();
+  }
+
+  // Starts `task` with a cancellation slot, runs `steps` handlers of io_, emits a terminal
+  // cancellation, then runs to completion and says how the call ended.
+  template <class T>
+  idem::test::async_cases::Outcome run_cancelled(idem::async::Task<T> task, int steps) {
+    using idem::test::async_cases::Outcome;
+    asio::cancellation_signal signal;
+    auto future = asio::co_spawn(io_, std::move(task),
+                                 asio::bind_cancellation_slot(signal.slot(), asio::use_future));
+    io_.restart();
+    for (int i = 0; i < steps; ++i)
+      io_.poll_one();
+    signal.emit(asio::cancellation_type::terminal);
+    io_.run();
+    if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
+      throw std::runtime_error("the cancelled call did not complete");
+    try {
+      future.get();
+      return Outcome::completed;
+    } catch (const asio::system_error& e) {
+      EXPECT_EQ(e.code(), asio::error::operation_aborted) << e.what();
+      return Outcome::aborted;
+    } catch (const idem::StoreError& e) {
+      EXPECT_TRUE(e.in_doubt()) << "a cancelled call failed without being in doubt: " << e.what();
+      return Outcome::in_doubt;
+    }
+  }
+
+  Factory factory_;  // declared first: destroyed after the recorder
+  std::shared_ptr<idem::async::AsyncRecorder> recorder_;
+  asio::io_context io_;  // declared last: pending coroutines go before the recorder
+};
+
+#define IDEM_ASYNC_CASES_REQUIRE_CLAIMS()                                                  \
+  do {                                                                                     \
+    if (!TypeParam::kCapabilities.claims)                                                  \
+      GTEST_SKIP() << "capability: the recorder does not support claims (exclusive mode)"; \
+  } while (false)
+
+#define IDEM_ASYNC_CASES_REQUIRE_TRANSACTIONS()                                      \
+  do {                                                                               \
+    if (!TypeParam::kCapabilities.transactions)                                      \
+      GTEST_SKIP() << "capability: the recorder does not support run_transactional " \
+                      "(transactional mode)";                                        \
+  } while (false)
+
+TYPED_TEST_SUITE_P(IdemAsyncRecorderCases);
+
+TYPED_TEST_P(IdemAsyncRecorderCases, ReportsDeclaredCapabilities) {
+  const auto caps = this->recorder_->capabilities();
+  EXPECT_EQ(caps.claims, TypeParam::kCapabilities.claims);
+  EXPECT_EQ(caps.transactions, TypeParam::kCapabilities.transactions);
+}
+
+// ---- check / mark -------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemAsyncRecorderCases, MarkThenProcessed) {
+  auto& r = *this->recorder_;
+  const std::string id = idem::new_event_id();
+  EXPECT_FALSE(this->run(r.is_processed("billing", id)));
+  this->run(r.mark_processed("billing", id));
+  EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+  EXPECT_FALSE(this->run(r.is_processed("billing", idem::new_event_id())));
+  // A repeat is harmless.
+  EXPECT_NO_THROW(this->run(r.mark_processed("billing", id)));
+  EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, ConsumersAndKeysAreIsolated) {
+  auto& r = *this->recorder_;
+  const std::string id = idem::new_event_id();
+  this->run(r.mark_processed("billing", id));
+  EXPECT_FALSE(this->run(r.is_processed("shipping", id)));
+  EXPECT_FALSE(this->run(r.is_processed("Billing", id))) << "consumer names are exact";
+  const std::string a = "a" + idem::new_event_id();
+  this->run(r.mark_processed(a, "bc"));
+  EXPECT_FALSE(this->run(r.is_processed(a + "b", "c")));
+  EXPECT_FALSE(this->run(r.is_processed(a + ":b", "c")));
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, UnusualValidKeysRoundTrip) {
+  auto& r = *this->recorder_;
+  const std::string consumer = "c" + idem::new_event_id();
+  for (const auto& key : idem::test::async_cases::unusual_valid_keys()) {
+    EXPECT_FALSE(this->run(r.is_processed(consumer, key))) << key;
+    this->run(r.mark_processed(consumer, key));
+    EXPECT_TRUE(this->run(r.is_processed(consumer, key))) << key;
+  }
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, InvalidKeysThrowAndMarkNothing) {
+  auto& r = *this->recorder_;
+  const std::string good = idem::new_event_id();
+  for (const auto& bad : idem::test::async_cases::invalid_keys()) {
+    EXPECT_THROW(this->run(r.is_processed(bad, good)), idem::InvalidKey);
+    EXPECT_THROW(this->run(r.mark_processed("billing", bad)), idem::InvalidKey);
+    EXPECT_THROW(this->run(r.mark_processed(bad, good)), idem::InvalidKey);
+    std::vector<std::string> batch{good, bad};
+    EXPECT_THROW(this->run(r.mark_processed_many("billing", batch)), idem::InvalidKey);
+  }
+  EXPECT_FALSE(this->run(r.is_processed("billing", good))) << "a rejected batch marked an id";
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, BatchesKeepOrderAndAllowRepeats) {
+  auto& r = *this->recorder_;
+  std::vector<std::string> ids;
+  for (int i = 0; i < 6; ++i)
+    ids.push_back(idem::new_event_id());
+  this->run(r.mark_processed("billing", ids[1]));
+  this->run(r.mark_processed("billing", ids[4]));
+  EXPECT_EQ(this->run(r.is_processed_many("billing", ids)),
+            (std::vector<bool>{false, true, false, false, true, false}));
+  std::vector<std::string> marks{ids[0], ids[1], ids[0], ids[5]};
+  this->run(r.mark_processed_many("billing", marks));
+  EXPECT_EQ(this->run(r.is_processed_many("billing", ids)),
+            (std::vector<bool>{true, true, false, false, true, true}));
+  EXPECT_EQ(this->run(r.is_processed_many("shipping", ids)), std::vector<bool>(ids.size(), false));
+  std::vector<std::string> none;
+  EXPECT_TRUE(this->run(r.is_processed_many("billing", none)).empty());
+  EXPECT_NO_THROW(this->run(r.mark_processed_many("billing", none)));
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, ManyCoroutinesOnOneLoop) {
+  auto& r = *this->recorder_;
+  const int n = idem::test::async_cases::coroutines<TypeParam>();
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i)
+    ids.push_back(idem::new_event_id());
+  std::atomic<int> errors{0};
+  for (int i = 0; i < n; ++i) {
+    // Every id marked twice, by two coroutines in flight at once.
+    for (int copy = 0; copy < 2; ++copy) {
+      asio::co_spawn(this->io_, r.mark_processed("billing", ids[static_cast<std::size_t>(i)]),
+                     [&](std::exception_ptr e) {
+                       if (e) errors.fetch_add(1);
+                     });
+    }
+  }
+  this->io_.restart();
+  this->io_.run();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(this->run(r.is_processed_many("billing", ids)), std::vector<bool>(ids.size(), true));
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, RaceMarksOnTwoThreads) {
+  auto& r = *this->recorder_;
+  const int n = idem::test::async_cases::coroutines<TypeParam>();
+  std::vector<std::string> ids;
+  for (int i = 0; i < n; ++i)
+    ids.push_back(idem::new_event_id());
+  asio::io_context io(2);
+  std::atomic<int> errors{0};
+  for (int i = 0; i < n; ++i) {
+    // Captureless: a coroutine lambda's captures die with the lambda, its parameters do not.
+    auto task = [](idem::async::AsyncRecorder& rec,
+                   const std::string& id) -> idem::async::Task<void> {
+      co_await rec.mark_processed("billing", id);
+      const bool processed = co_await rec.is_processed("billing", id);
+      if (!processed) throw std::logic_error("not processed");
+    };
+    asio::co_spawn(io, task(r, ids[static_cast<std::size_t>(i)]), [&](std::exception_ptr e) {
+      if (e) errors.fetch_add(1);
+    });
+  }
+  std::thread other([&] { io.run(); });
+  io.run();
+  other.join();
+  EXPECT_EQ(errors.load(), 0);
+}
+
+// ---- cancellation -------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemAsyncRecorderCases, CancelledMarkIsAbortedOrDone) {
+  using idem::test::async_cases::Outcome;
+  auto& r = *this->recorder_;
+  for (int steps = 0; steps < 6; ++steps) {
+    const std::string id = idem::new_event_id();
+    const auto outcome = this->run_cancelled(r.mark_processed("billing", id), steps);
+    const bool processed = this->run(r.is_processed("billing", id));
+    if (outcome == Outcome::completed) {
+      EXPECT_TRUE(processed) << "steps " << steps;
+    } else if (outcome == Outcome::aborted) {
+      EXPECT_FALSE(processed) << "an aborted mark wrote its marker (steps " << steps << ")";
+    }
+    // The recorder stays usable either way.
+    this->run(r.mark_processed("billing", id));
+    EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+  }
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, CancelledClaimLeavesNoLiveClaim) {
+  IDEM_ASYNC_CASES_REQUIRE_CLAIMS();
+  using idem::test::async_cases::Outcome;
+  auto& r = *this->recorder_;
+  for (int steps = 0; steps < 6; ++steps) {
+    const std::string id = idem::new_event_id();
+    const auto outcome =
+        this->run_cancelled(r.claim("billing", id, std::chrono::minutes(10)), steps);
+    if (outcome != Outcome::aborted) continue;  // completed or in doubt: a claim may exist
+    const auto again = this->run(r.claim("billing", id, std::chrono::minutes(10)));
+    EXPECT_EQ(again.status, idem::Claim::Status::acquired)
+        << "an aborted claim left a live claim (steps " << steps << ")";
+  }
+}
+
+// ---- claims -------------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemAsyncRecorderCases, ClaimCompleteMarks) {
+  IDEM_ASYNC_CASES_REQUIRE_CLAIMS();
+  auto& r = *this->recorder_;
+  const std::string id = idem::new_event_id();
+  const auto first = this->run(r.claim("billing", id, std::chrono::minutes(1)));
+  ASSERT_EQ(first.status, idem::Claim::Status::acquired);
+  EXPECT_FALSE(first.took_over);
+  const auto second = this->run(r.claim("billing", id, std::chrono::minutes(1)));
+  EXPECT_EQ(second.status, idem::Claim::Status::in_progress);
+  EXPECT_FALSE(this->run(r.is_processed("billing", id)));
+  EXPECT_TRUE(this->run(r.renew("billing", id, first.token, std::chrono::minutes(1))));
+  EXPECT_TRUE(this->run(r.complete("billing", id, first.token)));
+  EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+  EXPECT_EQ(this->run(r.claim("billing", id, std::chrono::minutes(1))).status,
+            idem::Claim::Status::processed);
+  // Another consumer claims the same event for itself.
+  EXPECT_EQ(this->run(r.claim("shipping", id, std::chrono::minutes(1))).status,
+            idem::Claim::Status::acquired);
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, ReleaseAllowsAnotherClaimAndFencesTheOldToken) {
+  IDEM_ASYNC_CASES_REQUIRE_CLAIMS();
+  auto& r = *this->recorder_;
+  const std::string id = idem::new_event_id();
+  const auto first = this->run(r.claim("billing", id, std::chrono::minutes(1)));
+  ASSERT_EQ(first.status, idem::Claim::Status::acquired);
+  EXPECT_FALSE(this->run(r.release("billing", id, first.token + 1000))) << "a foreign token";
+  EXPECT_TRUE(this->run(r.release("billing", id, first.token)));
+  EXPECT_FALSE(this->run(r.is_processed("billing", id))) << "release must not mark";
+  const auto second = this->run(r.claim("billing", id, std::chrono::minutes(1)));
+  ASSERT_EQ(second.status, idem::Claim::Status::acquired);
+  EXPECT_GT(second.token, first.token) << "tokens only grow";
+  EXPECT_FALSE(this->run(r.complete("billing", id, first.token)));
+  EXPECT_FALSE(this->run(r.renew("billing", id, first.token, std::chrono::minutes(1))));
+  EXPECT_FALSE(this->run(r.release("billing", id, first.token)));
+  EXPECT_FALSE(this->run(r.is_processed("billing", id)));
+  EXPECT_TRUE(this->run(r.complete("billing", id, second.token)));
+  EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, LapsedLeaseIsTakenOver) {
+  IDEM_ASYNC_CASES_REQUIRE_CLAIMS();
+  auto& r = *this->recorder_;
+  const std::string id = idem::new_event_id();
+  const auto lease = idem::test::async_cases::short_lease<TypeParam>();
+  const auto first = this->run(r.claim("billing", id, lease));
+  ASSERT_EQ(first.status, idem::Claim::Status::acquired);
+  // Poll (bounded) until the lease has lapsed and another claim takes over.
+  auto poll = [&]() -> idem::async::Task<idem::Claim> {
+    asio::steady_timer timer(co_await asio::this_coro::executor);
+    for (int i = 0; i < 400; ++i) {
+      auto c = co_await r.claim("billing", id, std::chrono::minutes(1));
+      if (c.status == idem::Claim::Status::acquired) co_return c;
+      if (c.status != idem::Claim::Status::in_progress) throw std::logic_error("unexpected");
+      timer.expires_after(lease / 2 + std::chrono::milliseconds(1));
+      co_await timer.async_wait(asio::use_awaitable);
+    }
+    throw std::runtime_error("the lapsed lease was never taken over");
+  };
+  const auto second = this->run(poll());
+  EXPECT_TRUE(second.took_over);
+  EXPECT_GT(second.token, first.token);
+  EXPECT_FALSE(this->run(r.complete("billing", id, first.token))) << "the old owner is fenced";
+  EXPECT_FALSE(this->run(r.is_processed("billing", id)));
+  EXPECT_TRUE(this->run(r.complete("billing", id, second.token)));
+  EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, RaceClaimsOnTwoThreadsOneWinner) {
+  IDEM_ASYNC_CASES_REQUIRE_CLAIMS();
+  auto& r = *this->recorder_;
+  const int n = idem::test::async_cases::coroutines<TypeParam>();
+  for (int round = 0; round < 4; ++round) {
+    const std::string id = idem::new_event_id();
+    asio::io_context io(2);
+    std::atomic<int> acquired{0};
+    std::atomic<int> in_progress{0};
+    std::atomic<int> errors{0};
+    for (int i = 0; i < n; ++i) {
+      asio::co_spawn(io, r.claim("billing", id, std::chrono::minutes(1)),
+                     [&](std::exception_ptr e, idem::Claim c) {
+                       if (e) {
+                         errors.fetch_add(1);
+                       } else if (c.status == idem::Claim::Status::acquired) {
+                         acquired.fetch_add(1);
+                       } else if (c.status == idem::Claim::Status::in_progress) {
+                         in_progress.fetch_add(1);
+                       }
+                     });
+    }
+    std::thread other([&] { io.run(); });
+    io.run();
+    other.join();
+    EXPECT_EQ(errors.load(), 0);
+    EXPECT_EQ(acquired.load(), 1) << "exactly one coroutine may own the claim";
+    EXPECT_EQ(in_progress.load(), n - 1);
+  }
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, ClaimsNotSupportedThrow) {
+  if (TypeParam::kCapabilities.claims) GTEST_SKIP() << "the recorder supports claims";
+  EXPECT_THROW(this->run(this->recorder_->claim("billing", "e1", std::chrono::seconds(1))),
+               idem::NotSupported);
+}
+
+// ---- transactions -------------------------------------------------------------------------
+
+namespace idem::test::async_cases {
+
+// A table of its own for one test, created and dropped through run_transactional.
+class ScratchTable {
+ public:
+  explicit ScratchTable(idem::async::AsyncRecorder& r)
+      : recorder_(r), name_("idem_async_cases_" + idem::new_event_id().substr(0, 16)) {}
+  const std::string& name() const { return name_; }
+  // (No temporaries inside a co_await expression: g++ 12 may destroy them twice.)
+  idem::async::Task<void> create() {
+    const std::string sql = "CREATE TABLE " + name_ + " (k TEXT PRIMARY KEY, v BIGINT NOT NULL)";
+    co_await exec(sql);
+  }
+  idem::async::Task<void> drop() {
+    const std::string sql = "DROP TABLE " + name_;
+    co_await exec(sql);
+  }
+  // The number of rows, read in a transaction of its own.
+  idem::async::Task<std::int64_t> count() {
+    const std::string sql = "SELECT COUNT(*) FROM " + name_;
+    const std::string id = idem::new_event_id();
+    std::int64_t n = -1;
+    idem::async::AsyncRecorder::TransactionalFn fn =
+        [&sql, &n](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+      n = co_await tx.query_int64(sql);
+    };
+    co_await recorder_.run_transactional("idem-cases-setup", id, std::move(fn));
+    co_return n;
+  }
+
+ private:
+  idem::async::Task<void> exec(const std::string& sql) {
+    const std::string id = idem::new_event_id();
+    idem::async::AsyncRecorder::TransactionalFn fn =
+        [&sql](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+      co_await tx.exec(sql);
+    };
+    co_await recorder_.run_transactional("idem-cases-setup", id, std::move(fn));
+  }
+
+ public:
+ private:
+  idem::async::AsyncRecorder& recorder_;
+  std::string name_;
+};
+
+}  // namespace idem::test::async_cases
+
+TYPED_TEST_P(IdemAsyncRecorderCases, RunTransactionalCommitsWritesWithTheMarker) {
+  IDEM_ASYNC_CASES_REQUIRE_TRANSACTIONS();
+  auto& r = *this->recorder_;
+  idem::test::async_cases::ScratchTable table(r);
+  this->run(table.create());
+  const std::string id = idem::new_event_id();
+  const std::string insert = "INSERT INTO " + table.name() + " (k, v) VALUES ($1, $2)";
+  const std::string select_v = "SELECT v FROM " + table.name() + " WHERE k = $1";
+  const std::string select_k = "SELECT k FROM " + table.name() + " WHERE k = $1";
+  int runs = 0;
+  auto fn = [&](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+    ++runs;
+    EXPECT_EQ(tx.consumer(), "billing");
+    EXPECT_EQ(tx.event_id(), id);
+    const idem::SqlParam params[] = {std::string_view(id), std::int64_t{42}};
+    co_await tx.exec(insert, params);
+    const idem::SqlParam key[] = {std::string_view(id)};
+    EXPECT_EQ(co_await tx.query_int64(select_v, key), 42);
+    EXPECT_EQ(co_await tx.query_text(select_k, key), std::optional<std::string>(id));
+    const idem::SqlParam missing[] = {std::string_view("absent")};
+    EXPECT_EQ(co_await tx.query_text(select_k, missing), std::nullopt);
+  };
+  EXPECT_TRUE(this->run(r.run_transactional("billing", id, fn)));
+  EXPECT_EQ(runs, 1);
+  EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+  EXPECT_EQ(this->run(table.count()), 1);
+  // The duplicate neither runs nor writes.
+  EXPECT_FALSE(this->run(r.run_transactional("billing", id, fn)));
+  EXPECT_EQ(runs, 1);
+  // A marker from mark_processed counts too.
+  const std::string marked = idem::new_event_id();
+  this->run(r.mark_processed("billing", marked));
+  EXPECT_FALSE(this->run(r.run_transactional("billing", marked, fn)));
+  EXPECT_EQ(runs, 1);
+  this->run(table.drop());
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, RunTransactionalThrowRollsBack) {
+  IDEM_ASYNC_CASES_REQUIRE_TRANSACTIONS();
+  struct HandlerFailed : std::runtime_error {
+    HandlerFailed() : std::runtime_error("handler failed") {}
+  };
+  auto& r = *this->recorder_;
+  idem::test::async_cases::ScratchTable table(r);
+  this->run(table.create());
+  const std::string id = idem::new_event_id();
+  const std::string insert = "INSERT INTO " + table.name() + " (k, v) VALUES ($1, $2)";
+  int runs = 0;
+  auto failing = [&](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+    ++runs;
+    const idem::SqlParam params[] = {std::string_view(id), std::int64_t{1}};
+    co_await tx.exec(insert, params);
+    throw HandlerFailed();
+  };
+  EXPECT_THROW(this->run(r.run_transactional("billing", id, failing)), HandlerFailed);
+  EXPECT_EQ(runs, 1);
+  EXPECT_FALSE(this->run(r.is_processed("billing", id))) << "a failed handler was marked";
+  EXPECT_EQ(this->run(table.count()), 0) << "a failed handler's write was committed";
+  // A bad statement fails the call and rolls back too.
+  auto bad_sql = [&](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+    co_await tx.exec("THIS IS NOT SQL");
+  };
+  EXPECT_THROW(this->run(r.run_transactional("billing", id, bad_sql)), idem::StoreError);
+  EXPECT_FALSE(this->run(r.is_processed("billing", id)));
+  // The redelivery runs again and commits.
+  auto ok = [&](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+    ++runs;
+    const idem::SqlParam params[] = {std::string_view(id), std::int64_t{2}};
+    co_await tx.exec(insert, params);
+  };
+  EXPECT_TRUE(this->run(r.run_transactional("billing", id, ok)));
+  EXPECT_EQ(runs, 2);
+  EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+  EXPECT_EQ(this->run(table.count()), 1);
+  this->run(table.drop());
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, RaceRunTransactionalOncePerId) {
+  IDEM_ASYNC_CASES_REQUIRE_TRANSACTIONS();
+  auto& r = *this->recorder_;
+  const int n = std::min(idem::test::async_cases::coroutines<TypeParam>(), 16);
+  const std::string id = idem::new_event_id();
+  asio::io_context io(2);
+  std::atomic<int> runs{0};
+  std::atomic<int> committed{0};
+  std::atomic<int> duplicates{0};
+  std::atomic<int> errors{0};
+  for (int i = 0; i < n; ++i) {
+    auto task = [](idem::async::AsyncRecorder& rec, const std::string& event_id,
+                   std::atomic<int>& ran_fn, std::atomic<int>& commits,
+                   std::atomic<int>& dups) -> idem::async::Task<void> {
+      idem::async::AsyncRecorder::TransactionalFn fn =
+          [&ran_fn](idem::async::AsyncSqlTransaction&) -> idem::async::Task<void> {
+        ran_fn.fetch_add(1);
+        co_return;
+      };
+      const bool ran = co_await rec.run_transactional("billing", event_id, std::move(fn));
+      (ran ? commits : dups).fetch_add(1);
+    };
+    asio::co_spawn(io, task(r, id, runs, committed, duplicates), [&](std::exception_ptr e) {
+      if (!e) return;
+      // A backend may refuse a conflicting transaction with a retryable StoreError.
+      try {
+        std::rethrow_exception(e);
+      } catch (const idem::StoreError& err) {
+        if (!err.retryable()) errors.fetch_add(1);
+      } catch (...) {
+        errors.fetch_add(1);
+      }
+    });
+  }
+  std::thread other([&] { io.run(); });
+  io.run();
+  other.join();
+  EXPECT_EQ(errors.load(), 0);
+  EXPECT_EQ(committed.load(), 1) << "exactly one transaction may commit the marker";
+  EXPECT_LE(runs.load(), n);
+  EXPECT_TRUE(this->run(r.is_processed("billing", id)));
+}
+
+TYPED_TEST_P(IdemAsyncRecorderCases, TransactionsNotSupportedThrow) {
+  if (TypeParam::kCapabilities.transactions) GTEST_SKIP() << "the recorder supports transactions";
+  auto fn = [](idem::async::AsyncSqlTransaction&) -> idem::async::Task<void> { co_return; };
+  EXPECT_THROW(this->run(this->recorder_->run_transactional("billing", "e1", fn)),
+               idem::NotSupported);
+}
+
+REGISTER_TYPED_TEST_SUITE_P(IdemAsyncRecorderCases, ReportsDeclaredCapabilities, MarkThenProcessed,
+                            ConsumersAndKeysAreIsolated, UnusualValidKeysRoundTrip,
+                            InvalidKeysThrowAndMarkNothing, BatchesKeepOrderAndAllowRepeats,
+                            ManyCoroutinesOnOneLoop, RaceMarksOnTwoThreads,
+                            CancelledMarkIsAbortedOrDone, CancelledClaimLeavesNoLiveClaim,
+                            ClaimCompleteMarks, ReleaseAllowsAnotherClaimAndFencesTheOldToken,
+                            LapsedLeaseIsTakenOver, RaceClaimsOnTwoThreadsOneWinner,
+                            ClaimsNotSupportedThrow, RunTransactionalCommitsWritesWithTheMarker,
+                            RunTransactionalThrowRollsBack, RaceRunTransactionalOncePerId,
+                            TransactionsNotSupportedThrow);
+
+// One instantiation per backend configuration: INSTANTIATE_ASYNC_RECORDER_CASES(Prefix, Factory).
+#define INSTANTIATE_ASYNC_RECORDER_CASES(Prefix, Factory) \
+  INSTANTIATE_TYPED_TEST_SUITE_P(Prefix, IdemAsyncRecorderCases, ::testing::Types<Factory>)
