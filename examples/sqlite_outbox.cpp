@@ -53,10 +53,11 @@ int main(int argc, char** argv) {
                                      : argv[1];
   auto recorder = std::make_shared<idem::sqlite::SqliteIdempotencyRecorder>(path);
   auto outbox = std::make_shared<idem::sqlite::SqliteOutbox>(path);  // the recorder's file
-  recorder->run_transactional("setup", "schema", [](idem::Transaction& t) {
+  // False on a later run: the setup marker says the table is there.
+  static_cast<void>(recorder->run_transactional("setup", "schema", [](idem::Transaction& t) {
     dynamic_cast<idem::SqlTransaction&>(t).exec(
         "CREATE TABLE IF NOT EXISTS charges(order_no TEXT PRIMARY KEY)");
-  });
+  }));
 
   // Downstream: shipping, an idempotent consumer of order.charged on the Bus.
   idem::Bus bus;

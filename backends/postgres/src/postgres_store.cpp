@@ -499,7 +499,7 @@ std::optional<IdempotencyRecord> PostgresIdempotencyStore::do_wait(std::string_v
                                                                    std::stop_token stop) {
   detail::require_utf8_key("idempotency key", key);
   if (impl_->pool->options().wait_strategy == WaitStrategy::poll) {
-    return IdempotencyStore::wait(key, deadline, stop);
+    return IdempotencyStore::do_wait(key, deadline, stop);
   }
   Impl& impl = *impl_;
   impl.listener.start();

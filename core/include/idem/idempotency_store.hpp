@@ -142,7 +142,7 @@ class IdempotencyStore {
   // The clock used by wait()'s default polling. Stores set it from their options.
   std::shared_ptr<Clock> wait_clock_ = system_clock();
 
- private:
+  // What a backend implements (protected, so that an override can call the base's default).
   // StoreWrapper forwards to the wrapped store's do_* (arguments checked once, by the outermost
   // store).
   friend class StoreWrapper;

@@ -177,7 +177,8 @@ class IdempotencyRecorder {
   // Default: throws NotSupported.
   [[nodiscard]] MarkerInspection inspect(std::string_view consumer, std::string_view event_id);
 
- private:
+ protected:
+  // What a backend implements (protected, so that an override can call the base's default).
   // RecorderWrapper forwards to the wrapped recorder's do_* (arguments checked once, by the
   // outermost recorder).
   friend class RecorderWrapper;

@@ -78,7 +78,8 @@ class AsyncRecorder {
   Task<bool> run_transactional(std::string_view consumer, std::string_view event_id,
                                TransactionalFn fn);
 
- private:
+ protected:
+  // What a backend implements (protected, so that an override can call the base's default).
   virtual Task<bool> do_is_processed(std::string_view consumer, std::string_view event_id) = 0;
   virtual Task<void> do_mark_processed(std::string_view consumer, std::string_view event_id) = 0;
   // Defaults: one call per id, in order.

@@ -44,7 +44,8 @@ class AsyncStore {
   Task<bool> renew(std::string_view key, std::uint64_t token, Millis lease);
   Task<std::optional<IdempotencyRecord>> lookup(std::string_view key);
 
- private:
+ protected:
+  // What a backend implements (protected, so that an override can call the base's default).
   virtual bool do_needs_bytes() const noexcept = 0;
   virtual std::shared_ptr<IdempotencyStore> do_blocking_store() const noexcept { return nullptr; }
   virtual Task<ClaimOutcome> do_claim(std::string_view key,

@@ -13,8 +13,11 @@
 //    ends with asio::system_error(asio::error::operation_aborted) where it can still stop;
 //    a call whose effect may already have happened (a write that reached the server) reports
 //    that as the blocking face does (StoreError, in doubt), never as "nothing happened".
-//  * String views it takes must stay valid until the awaitable completes (like Asio's buffers).
-//    `co_await f(args...)` in one expression always satisfies this.
+//  * String views and references it takes must stay valid until the awaitable completes (like
+//    Asio's buffers). Pass named objects: g++ 12 can destroy a temporary created inside a
+//    co_await expression (`co_await store.complete(key, t, v, ExecutionReport{}, ttl)`, a
+//    lambda turned into a std::function argument) before the coroutine reads it, or twice
+//    (GCC bugs 100611 and 101367); a named local in the awaiting coroutine is always safe.
 //  * Argument errors (InvalidKey, InvalidArgument) are thrown from the co_await, like every
 //    other error, before the backend is reached.
 #pragma once
