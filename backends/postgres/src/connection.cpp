@@ -606,10 +606,10 @@ PostgresError connect_error(std::string_view why, const std::string& target, PGc
           std::min<std::chrono::milliseconds>(verify_budget, std::chrono::seconds(2)));
       if (!reason.empty()) cause += ": " + reason;
     }
-    return PostgresError(ErrorCode::store_open_failed,
-                         "could not connect to " + target + ": TLS: " + cause + " (" + message +
-                             ")",
-                         sqlstate, /*retryable=*/false, false);
+    return PostgresError(
+        ErrorCode::store_open_failed,
+        "could not connect to " + target + ": TLS: " + cause + " (" + message + ")", sqlstate,
+        /*retryable=*/false, false);
   }
   std::string text = "could not connect to " + target + ": " + message;
   return PostgresError(cls.code, text, sqlstate, cls.retryable, false);

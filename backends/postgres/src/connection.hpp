@@ -172,8 +172,7 @@ PGconn* connect_start(const PostgresOptions& options, const std::string& target 
 // The PostgresError for a connection attempt that failed with libpq's message `why`. TLS set-up
 // failures are store_open_failed, not retryable, "TLS: <cause>"; with `conn` and a budget, an
 // unverified certificate's reason is asked of OpenSSL in one short handshake of its own.
-PostgresError connect_error(std::string_view why, const std::string& target,
-                            PGconn* conn = nullptr,
+PostgresError connect_error(std::string_view why, const std::string& target, PGconn* conn = nullptr,
                             std::chrono::milliseconds verify_budget = std::chrono::milliseconds(0));
 // The PostgresError for a connection attempt that took longer than options.connect_timeout.
 PostgresError connect_timeout_error(const PostgresOptions& options, const std::string& target);

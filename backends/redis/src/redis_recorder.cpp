@@ -73,7 +73,8 @@ std::string RedisIdempotencyRecorder::claim_key(std::string_view consumer,
   return detail::claim_key(pool_->options().key_prefix, consumer, event_id);
 }
 
-bool RedisIdempotencyRecorder::do_is_processed(std::string_view consumer, std::string_view event_id) {
+bool RedisIdempotencyRecorder::do_is_processed(std::string_view consumer,
+                                               std::string_view event_id) {
   const std::string key = marker_key(consumer, event_id);
   auto connection = pool_->lease();
   const RedisReply reply = connection->command({"EXISTS", key}, CommandKind::read, "is_processed");
@@ -81,7 +82,7 @@ bool RedisIdempotencyRecorder::do_is_processed(std::string_view consumer, std::s
 }
 
 void RedisIdempotencyRecorder::do_mark_processed(std::string_view consumer,
-                                              std::string_view event_id) {
+                                                 std::string_view event_id) {
   const std::array<std::string_view, 1> ids = {event_id};
   mark_chunk(*pool_, consumer, ids, std::to_string(detail::to_ms(clock_->wall_now())));
 }
@@ -153,7 +154,7 @@ RedisReply run(ConnectionPool& pool, const detail::ScriptInvocation& call, std::
 }  // namespace
 
 Claim RedisIdempotencyRecorder::do_claim(std::string_view consumer, std::string_view event_id,
-                                      Millis lease) {
+                                         Millis lease) {
   const auto call = detail::recorder_claim_call(pool_->options(), detail::to_ms(clock_->wall_now()),
                                                 consumer, event_id, lease);
   std::string endpoint;
@@ -162,7 +163,7 @@ Claim RedisIdempotencyRecorder::do_claim(std::string_view consumer, std::string_
 }
 
 bool RedisIdempotencyRecorder::do_complete(std::string_view consumer, std::string_view event_id,
-                                        std::uint64_t token) {
+                                           std::uint64_t token) {
   const auto call = detail::recorder_complete_call(
       pool_->options(), detail::to_ms(clock_->wall_now()), consumer, event_id, token);
   std::string endpoint;
@@ -171,7 +172,7 @@ bool RedisIdempotencyRecorder::do_complete(std::string_view consumer, std::strin
 }
 
 bool RedisIdempotencyRecorder::do_release(std::string_view consumer, std::string_view event_id,
-                                       std::uint64_t token) {
+                                          std::uint64_t token) {
   const auto call = detail::recorder_release_call(pool_->options(), consumer, event_id, token);
   std::string endpoint;
   const RedisReply reply = run(*pool_, call, "release", &endpoint);
@@ -179,7 +180,7 @@ bool RedisIdempotencyRecorder::do_release(std::string_view consumer, std::string
 }
 
 bool RedisIdempotencyRecorder::do_renew(std::string_view consumer, std::string_view event_id,
-                                     std::uint64_t token, Millis lease) {
+                                        std::uint64_t token, Millis lease) {
   const auto call = detail::recorder_renew_call(pool_->options(), detail::to_ms(clock_->wall_now()),
                                                 consumer, event_id, token, lease);
   std::string endpoint;
@@ -234,7 +235,7 @@ std::optional<std::int64_t> parse_ms(const RedisReply& field) {
 }  // namespace
 
 std::size_t RedisIdempotencyRecorder::do_purge(std::chrono::system_clock::duration older_than,
-                                            const PurgeProgress& progress) {
+                                               const PurgeProgress& progress) {
   const RedisOptions& options = pool_->options();
   const std::int64_t cutoff_ms =
       detail::minus_ms(detail::to_ms(clock_->wall_now()),
@@ -342,7 +343,7 @@ std::vector<ConsumerCounts> RedisIdempotencyRecorder::do_consumer_counts() {
 }
 
 MarkerInspection RedisIdempotencyRecorder::do_inspect(std::string_view consumer,
-                                                   std::string_view event_id) {
+                                                      std::string_view event_id) {
   const RedisOptions& options = pool_->options();
   const std::string marker = detail::marker_key(options.key_prefix, consumer, event_id);
   const std::string claim = detail::claim_key(options.key_prefix, consumer, event_id);

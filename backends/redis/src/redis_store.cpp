@@ -56,8 +56,8 @@ RedisReply run(ConnectionPool& pool, const detail::ScriptInvocation& call, std::
 }  // namespace
 
 ClaimOutcome RedisIdempotencyStore::do_claim(std::string_view key,
-                                          std::optional<std::string_view> fingerprint,
-                                          Millis lease) {
+                                             std::optional<std::string_view> fingerprint,
+                                             Millis lease) {
   const auto call = detail::store_claim_call(pool_->options(), detail::to_ms(clock_->wall_now()),
                                              key, fingerprint, lease);
   std::string endpoint;
@@ -65,8 +65,9 @@ ClaimOutcome RedisIdempotencyStore::do_claim(std::string_view key,
   return detail::store_claim_reply(reply, key, call.keys[0], endpoint);
 }
 
-bool RedisIdempotencyStore::do_complete(std::string_view key, std::uint64_t token, StoredValue value,
-                                     const ExecutionReport& report, Millis ttl) {
+bool RedisIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
+                                        StoredValue value, const ExecutionReport& report,
+                                        Millis ttl) {
   const auto call = detail::store_complete_call(pool_->options(), detail::to_ms(clock_->wall_now()),
                                                 key, token, value, report, ttl);
   std::string endpoint;
