@@ -14,6 +14,9 @@
 #include <amqp_tcp_socket.h>
 #include <gtest/gtest.h>
 
+#include <stdio.h>  // popen, pclose
+
+#include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
@@ -154,8 +157,20 @@ inline std::string rabbitmqctl() {
 }
 
 // Runs `rabbitmqctl <verb>` (e.g. stop_app, start_app) on the test broker; true on success.
+// Runs `rabbitmqctl VERB`; on failure prints what it said, so a failed set-up step explains
+// itself in the test log.
 inline bool broker_command(const std::string& verb) {
-  return std::system((rabbitmqctl() + " " + verb + " >/dev/null 2>&1").c_str()) == 0;
+  std::string output;
+  FILE* pipe = ::popen((rabbitmqctl() + " " + verb + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return false;
+  char buffer[512];
+  while (std::fgets(buffer, sizeof buffer, pipe) != nullptr)
+    output += buffer;
+  const int status = ::pclose(pipe);
+  if (status == 0) return true;
+  std::fprintf(stderr, "rabbitmqctl %s failed (status %d):\n%s\n", verb.c_str(), status,
+               output.c_str());
+  return false;
 }
 
 // Starts the broker application again if a failed assertion left it stopped.

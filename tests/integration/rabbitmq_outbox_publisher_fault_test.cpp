@@ -1,6 +1,7 @@
 // RabbitMqOutboxPublisher on a real broker: valid rows are confirmed in one batch, an event the
 // Publisher would refuse (a type longer than an AMQP routing key) is refused with its reason and
-// the rows around it still go; with the broker unreachable it throws and refuses nothing.
+// the rows around it still go; with the broker unreachable it throws and refuses nothing. The
+// last case stops the shared broker, so this is a *_fault_test: nothing runs beside it.
 #include <gtest/gtest.h>
 
 #include <string>
