@@ -7,7 +7,9 @@
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/execution.hpp>
 #include <asio/execution/outstanding_work.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
@@ -203,6 +205,72 @@ std::shared_ptr<IdempotencyCoordinator> AsyncFace::coordinator_for(
 
 namespace {
 
+// ---- re-entrancy ------------------------------------------------------------------------------
+
+// An executor that runs every function it is given with an owner's execution context current
+// (OwnedKeysScope), on the executor it wraps. An owner's execution is a coroutine of its own on
+// it, so each of its handlers — the first resumption and every one after an await, in this
+// coroutine and in those it awaits or spawns on `co_await this_coro::executor` — sees the keys
+// it owns, and a nested call with one of them throws ReentryError instead of waiting for itself.
+// (Code the execution resumes through another executor, e.g. a strand made from a plain one,
+// runs without the context.)
+class OwnedKeysExecutor {
+ public:
+  OwnedKeysExecutor(asio::any_io_executor inner, std::shared_ptr<const OwnedKeys> keys) noexcept
+      : inner_(std::move(inner)), keys_(std::move(keys)) {}
+
+  template <class F>
+  void execute(F&& f) const {
+    inner_.execute([keys = keys_, f = std::forward<F>(f)]() mutable {
+      OwnedKeysScope scope(keys);
+      std::move(f)();
+    });
+  }
+
+  asio::execution_context& query(
+      asio::execution::context_as_t<asio::execution_context&> property) const noexcept {
+    return asio::query(inner_, property);
+  }
+  template <class Property>
+  requires asio::can_query<const asio::any_io_executor&, Property>::value auto query(
+      const Property& property) const {
+    return asio::query(inner_, property);
+  }
+  OwnedKeysExecutor require(asio::execution::blocking_t::never_t property) const {
+    return {asio::require(inner_, property), keys_};
+  }
+  template <class Property>
+  requires asio::can_prefer<const asio::any_io_executor&, Property>::value OwnedKeysExecutor
+  prefer(const Property& property)
+  const { return {asio::prefer(inner_, property), keys_}; }
+
+  friend bool operator==(const OwnedKeysExecutor& a, const OwnedKeysExecutor& b) noexcept {
+    return a.inner_ == b.inner_ && a.keys_ == b.keys_;
+  }
+  friend bool operator!=(const OwnedKeysExecutor& a, const OwnedKeysExecutor& b) noexcept {
+    return !(a == b);
+  }
+
+ private:
+  asio::any_io_executor inner_;
+  std::shared_ptr<const OwnedKeys> keys_;
+};
+
+// The owner's execution, as a coroutine of its own on an OwnedKeysExecutor over the caller's
+// executor (the caller's cancellation reaches it through co_spawn's slot, and it reports a
+// cancellation itself, as the caller's coroutine does).
+Task<Execution> run_as_owner(std::shared_ptr<const OwnedKeys> keys, const AsyncExecute& execute,
+                             ClaimHold& hold) {
+  if (!keys) co_return co_await execute(hold);
+  const asio::any_io_executor executor(
+      OwnedKeysExecutor(co_await asio::this_coro::executor, std::move(keys)));
+  auto body = [&]() -> Task<Execution> {
+    co_await asio::this_coro::throw_if_cancelled(false);
+    co_return co_await execute(hold);
+  };
+  co_return co_await asio::co_spawn(executor, std::move(body), asio::use_awaitable);
+}
+
 // Renews an owner's lease every lease/3 until cancelled (on its own strand).
 Task<void> renew_lease(std::shared_ptr<AsyncStore> store, std::string key, std::uint64_t token,
                        Millis lease) {
@@ -284,7 +352,8 @@ Task<CoordinatedResult> execute_owned(std::shared_ptr<AsyncStore> store,
   Execution execution;
   std::exception_ptr error;
   try {
-    execution = co_await execute(hold);
+    const std::shared_ptr<const OwnedKeys> keys = lead->owned_keys();
+    execution = co_await run_as_owner(keys, execute, hold);
   } catch (...) {
     error = std::current_exception();
   }

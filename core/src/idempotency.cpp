@@ -56,10 +56,10 @@ std::string_view to_string(IdempotencyStatus status) noexcept {
 // a context can be handed to another thread by sharing the pointer.
 class OwnedKeys {
  public:
-  OwnedKeys(const IdempotencyStore* store, std::string key, std::shared_ptr<const OwnedKeys> parent)
+  OwnedKeys(const void* store, std::string key, std::shared_ptr<const OwnedKeys> parent)
       : store_(store), key_(std::move(key)), parent_(std::move(parent)) {}
 
-  bool contains(const IdempotencyStore* store, std::string_view key) const {
+  bool contains(const void* store, std::string_view key) const {
     for (const OwnedKeys* link = this; link != nullptr; link = link->parent_.get()) {
       if (link->store_ == store && link->key_ == key) return true;
     }
@@ -67,7 +67,7 @@ class OwnedKeys {
   }
 
  private:
-  const IdempotencyStore* store_;  // identity only, never dereferenced
+  const void* store_;  // the coordinator's identity, never dereferenced
   std::string key_;
   std::shared_ptr<const OwnedKeys> parent_;
 };
@@ -440,7 +440,8 @@ class Coordinator final : public IdempotencyCoordinator,
   Coordinator(std::shared_ptr<IdempotencyStore> store, bool hold_store)
       : store_weak_(store),
         store_strong_(hold_store ? store : nullptr),
-        identity_(store.get()),
+        // An in-process coordinator (no store) is its own identity.
+        identity_(store ? static_cast<const void*>(store.get()) : static_cast<const void*>(this)),
         heartbeat_(store) {}
 
   CoordinatedResult run(const IdempotencyPolicy& policy, const IdempotentCall& call,
@@ -516,7 +517,7 @@ class Coordinator final : public IdempotencyCoordinator,
 
   std::weak_ptr<IdempotencyStore> store_weak_;
   std::shared_ptr<IdempotencyStore> store_strong_;
-  const IdempotencyStore* identity_;
+  const void* identity_;  // of the keys this coordinator's owners own (OwnedKeys)
   mutable std::mutex table_mutex_;
   std::unordered_map<std::string_view, std::shared_ptr<Flight>, KeyHash, std::equal_to<>> table_;
   Heartbeat heartbeat_;  // last: its thread stops before the table goes
@@ -850,8 +851,11 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
 class AsyncLead final : public FlightLead {
  public:
   AsyncLead(std::shared_ptr<Coordinator> coordinator, std::shared_ptr<Flight> flight,
-            IdempotentCall call)
-      : coordinator_(std::move(coordinator)), flight_(std::move(flight)), call_(std::move(call)) {}
+            IdempotentCall call, std::shared_ptr<const OwnedKeys> owned)
+      : coordinator_(std::move(coordinator)),
+        flight_(std::move(flight)),
+        call_(std::move(call)),
+        owned_(std::move(owned)) {}
   ~AsyncLead() override {
     // A leader that vanished without a word (its coroutine was destroyed): its waiters start
     // over rather than wait forever.
@@ -877,11 +881,13 @@ class AsyncLead final : public FlightLead {
     ended_ = true;
     coordinator_->released(flight_);
   }
+  std::shared_ptr<const OwnedKeys> owned_keys() const override { return owned_; }
 
  private:
   std::shared_ptr<Coordinator> coordinator_;
   std::shared_ptr<Flight> flight_;
   IdempotentCall call_;
+  std::shared_ptr<const OwnedKeys> owned_;
   bool ended_ = false;
 };
 
@@ -918,7 +924,9 @@ FlightEntry Coordinator::enter(const IdempotentCall& call, FlightCallback on_don
       flight = std::make_shared<Flight>(call.key, call.fingerprint, call.type);
       table_.emplace(flight->key, flight);
       FlightEntry entry;
-      entry.lead = std::make_shared<AsyncLead>(shared_from_this(), flight, call);
+      entry.lead = std::make_shared<AsyncLead>(
+          shared_from_this(), flight, call,
+          std::make_shared<const OwnedKeys>(identity_, call.key, current_owned_keys()));
       return entry;
     }
     flight = it->second;

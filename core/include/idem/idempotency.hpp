@@ -133,6 +133,24 @@ struct IdempotentCall {
   std::string operation{};                    // operation name, for messages and events
 };
 
+// Re-entrancy is detected per execution context: the keys owned by the current thread. Work
+// that an owner moves to another thread (an attempt run under a timeout) carries the context
+// along with these two calls, so a nested call with the same key from there is caught too. The
+// async face makes every handler of an owner's coroutine run with its context current
+// (FlightLead::owned_keys()).
+class OwnedKeys;
+std::shared_ptr<const OwnedKeys> current_owned_keys();
+class OwnedKeysScope {
+ public:
+  explicit OwnedKeysScope(std::shared_ptr<const OwnedKeys> keys);
+  ~OwnedKeysScope();
+  OwnedKeysScope(const OwnedKeysScope&) = delete;
+  OwnedKeysScope& operator=(const OwnedKeysScope&) = delete;
+
+ private:
+  std::shared_ptr<const OwnedKeys> previous_;
+};
+
 // ---- the non-blocking entry (used by the async face) ---------------------------------------
 //
 // enter() never blocks and never touches a store: it only places the caller in the key's
@@ -177,6 +195,10 @@ class FlightLead {
   // The failed owner's claim is released in the store (or given up on): waiting callers start
   // over.
   virtual void released() = 0;
+  // The execution context of this leader's execution: the keys owned where enter() was called,
+  // plus this key. Code of the execution that runs with it current (OwnedKeysScope) and calls
+  // the same key again gets ReentryError instead of waiting for itself.
+  virtual std::shared_ptr<const OwnedKeys> owned_keys() const { return nullptr; }
 };
 
 // A waiter's registration. detach() withdraws it (the caller stopped waiting); after detach()
@@ -231,21 +253,5 @@ std::shared_ptr<IdempotencyCoordinator> make_in_process_coordinator();
 // and for isolating a subsystem.
 std::shared_ptr<IdempotencyCoordinator> make_idempotency_coordinator(
     std::shared_ptr<IdempotencyStore> store);
-
-// Re-entrancy is detected per execution context: the keys owned by the current thread. Work
-// that an owner moves to another thread (an attempt run under a timeout) carries the context
-// along with these two calls, so a nested call with the same key from there is caught too.
-class OwnedKeys;
-std::shared_ptr<const OwnedKeys> current_owned_keys();
-class OwnedKeysScope {
- public:
-  explicit OwnedKeysScope(std::shared_ptr<const OwnedKeys> keys);
-  ~OwnedKeysScope();
-  OwnedKeysScope(const OwnedKeysScope&) = delete;
-  OwnedKeysScope& operator=(const OwnedKeysScope&) = delete;
-
- private:
-  std::shared_ptr<const OwnedKeys> previous_;
-};
 
 }  // namespace idem
