@@ -1,16 +1,14 @@
 // idem::testing crash points: plan parsing (strings and environment, bad values name what was
 // wrong), the throw_ action at every point of every handler mode and of the operation face
-// (where it fires, what the protocol then leaves behind), SIGKILL of a forked child, and that the
-// decorators forward every other call unchanged. The kill action across real backends is the
-// crash matrix's job (tests/process/crash_matrix_test.cpp).
+// (where it fires, what the protocol then leaves behind), and that the decorators forward every
+// other call unchanged. The kill action in a child process is in
+// tests/process/sqlite_child_process_test.cpp; across real backends it is the crash matrix's job
+// (tests/process/crash_matrix_test.cpp).
 #include "idem/testing/crash_points.hpp"
 #include "idem/operation_idempotency.hpp"
 
 #include <gtest/gtest.h>
-#include <signal.h>
 #include <stdlib.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
 #include <barrier>
@@ -179,21 +177,6 @@ TEST(CrashPointFunction, InjectedCrashIsNotAnIdemError) {
   } catch (const std::runtime_error&) {
     SUCCEED();
   }
-}
-
-TEST(CrashPointFunction, KillEndsTheWholeProcessWithSigkill) {
-  // fork() without exec is fine here: the child calls only crash_point() (kill + _Exit).
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    idem::testing::crash_point(CrashPoint::during_complete,
-                               CrashPlan{CrashPoint::during_complete, CrashAction::kill});
-    ::_exit(0);  // reached only if the kill did nothing
-  }
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
 }
 
 // ---- CrashingRecorder in every handler mode (throw_) -----------------------------------------

@@ -1,8 +1,6 @@
 #include "idem/event.hpp"
 
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <set>
 #include <thread>
@@ -38,27 +36,6 @@ TEST(NewEventId, UniqueAcrossThreads) {
   for (auto& v : ids)
     all.insert(v.begin(), v.end());
   EXPECT_EQ(all.size(), static_cast<std::size_t>(kThreads * kPerThread));
-}
-
-TEST(NewEventId, ChildAfterForkDoesNotRepeatParent) {
-  (void)idem::new_event_id();  // fill this thread's buffer before forking
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const std::string id = idem::new_event_id();
-    (void)!write(fds[1], id.data(), id.size());
-    _exit(0);
-  }
-  close(fds[1]);
-  const std::string parent_id = idem::new_event_id();
-  char buf[32];
-  ASSERT_EQ(read(fds[0], buf, sizeof buf), 32);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_NE(std::string(buf, 32), parent_id);
 }
 
 TEST(IsUuid4Hex, RejectsOtherShapes) {

@@ -4,8 +4,6 @@
 // (file-wide tokens, purge of dead claims) and the transactional inbox's SqliteTransaction.
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -599,55 +597,6 @@ TEST(SqliteRecorderBadInput, ReadOnlyOptionReadsButRefusesWrites) {
   ASSERT_TRUE(missing);
   EXPECT_EQ(missing->code(), ErrorCode::store_open_failed);
   EXPECT_FALSE(std::filesystem::exists(dir.file("absent.db")));
-}
-
-// The file itself is read-only for the process (chmod 0444). root may write anyway, so as root
-// the check runs in a forked child that drops to the "nobody" user first.
-TEST(SqliteRecorderBadInput, ReadOnlyFileReadsButFailsOnTheFirstWrite) {
-  TempDir dir;
-  std::filesystem::permissions(dir.path(), std::filesystem::perms::all);  // nobody may enter
-  const std::string path = dir.file("ro-file.db");
-  { SqliteIdempotencyRecorder(path).mark_processed("billing", "old"); }
-  std::filesystem::permissions(path, std::filesystem::perms::owner_read |
-                                         std::filesystem::perms::group_read |
-                                         std::filesystem::perms::others_read);
-  int pipe_fds[2];
-  ASSERT_EQ(::pipe(pipe_fds), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(pipe_fds[0]);
-    std::string report;
-    if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) {
-      report = "setuid failed";
-    } else {
-      try {
-        SqliteIdempotencyRecorder recorder(path);
-        report += recorder.is_processed("billing", "old") ? "read:ok;" : "read:missing;";
-        try {
-          recorder.mark_processed("billing", "new");
-          report += "write:succeeded;";
-        } catch (const idem::Error& e) {
-          report += "write:" + std::string(e.code_name()) + ";";
-        }
-        report += recorder.is_processed("billing", "new") ? "new:marked" : "new:absent";
-      } catch (const std::exception& e) {
-        report = std::string("open:") + e.what();
-      }
-    }
-    (void)!::write(pipe_fds[1], report.data(), report.size());
-    ::_exit(0);
-  }
-  ::close(pipe_fds[1]);
-  std::string report;
-  char buffer[512];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) {
-    report.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  EXPECT_EQ(report, "read:ok;write:store_read_only;new:absent");
 }
 
 TEST(SqliteRecorderErrors, ResultCodesMapInOnePlace) {
