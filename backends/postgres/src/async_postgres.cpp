@@ -13,6 +13,7 @@
 
 #include "async_connection.hpp"
 #include "async_pool.hpp"
+#include "claim_logic.hpp"
 #include "connection.hpp"
 #include "idem/error.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
@@ -31,31 +32,27 @@ using detail::Result;
 using detail::Statement;
 using State = IdempotencyRecord::State;
 
-// As in the blocking recorder and store.
-constexpr int kClaimRounds = 16;
+using detail::check_fingerprint;
+using detail::fits_token;
+using detail::is_live;
+using detail::kClaimRounds;
+using detail::require_utf8_marker;
+
+// The coroutine classes use the blocking ones' tables: constructing the blocking class (on the
+// pool's blocking side) creates or migrates them (a store's listener thread starts only on
+// wait(), which this never calls); its connections are then let go, as the coroutine face
+// talks through its own.
+template <typename Blocking>
+std::shared_ptr<AsyncConnectionPool> with_tables(std::shared_ptr<AsyncConnectionPool> pool,
+                                                 const char* who) {
+  if (!pool) throw InvalidArgument(std::string(who) + " needs a connection pool (got null)");
+  { Blocking tables(pool->blocking_pool()); }
+  pool->blocking_pool()->drop_idle();
+  return pool;
+}
+
+// As in the blocking recorder.
 constexpr std::size_t kBatchChunk = 1000;
-
-bool fits_token(std::uint64_t token) noexcept {
-  return token <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-}
-
-void validate(std::string_view consumer, std::string_view event_id) {
-  detail::require_utf8_key("consumer", consumer);
-  detail::require_utf8_key("event id", event_id);
-}
-
-void check_fingerprint(std::optional<std::string_view> fingerprint) {
-  if (!fingerprint) return;
-  if (fingerprint->find('\0') != std::string_view::npos || !detail::is_utf8(*fingerprint)) {
-    throw InvalidArgument(
-        "an idempotency fingerprint stored in PostgreSQL must be UTF-8 text without NUL bytes "
-        "(idem::fingerprint() gives hex)");
-  }
-}
-
-bool is_live(const IdempotencyRecord& record, WallTime now) {
-  return record.state == State::completed ? now < record.expires_at : now < record.lease_until;
-}
 
 async::Task<Result> run_on(detail::AsyncConnection& connection, const Query& query) {
   co_return co_await connection.run(query, asio::use_awaitable);
@@ -196,15 +193,10 @@ AsyncPostgresRecorder::AsyncPostgresRecorder(asio::any_io_executor executor,
     : AsyncPostgresRecorder(
           std::make_shared<AsyncConnectionPool>(std::move(executor), std::move(options))) {}
 
-AsyncPostgresRecorder::AsyncPostgresRecorder(std::shared_ptr<AsyncConnectionPool> pool) {
-  if (!pool) throw InvalidArgument("AsyncPostgresRecorder needs a connection pool (got null)");
+AsyncPostgresRecorder::AsyncPostgresRecorder(std::shared_ptr<AsyncConnectionPool> pool)
+    : impl_(std::make_unique<Impl>(
+          with_tables<PostgresIdempotencyRecorder>(std::move(pool), "AsyncPostgresRecorder"))) {
   static_assert(kSchemaVersion == PostgresIdempotencyRecorder::kSchemaVersion);
-  {
-    // The blocking recorder's construction creates or migrates the very same tables.
-    PostgresIdempotencyRecorder tables(pool->blocking_pool());
-  }
-  pool->blocking_pool()->drop_idle();
-  impl_ = std::make_unique<Impl>(std::move(pool));
 }
 
 AsyncPostgresRecorder::~AsyncPostgresRecorder() = default;
@@ -215,7 +207,7 @@ const std::shared_ptr<AsyncConnectionPool>& AsyncPostgresRecorder::pool() const 
 
 async::Task<bool> AsyncPostgresRecorder::do_is_processed(std::string_view consumer,
                                                          std::string_view event_id) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   Params params;
   params.text(consumer).text(event_id);
   const Result result = co_await impl_->run(
@@ -225,7 +217,7 @@ async::Task<bool> AsyncPostgresRecorder::do_is_processed(std::string_view consum
 
 async::Task<void> AsyncPostgresRecorder::do_mark_processed(std::string_view consumer,
                                                            std::string_view event_id) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   Params params;
   params.text(consumer).text(event_id).timestamptz(impl_->clock->wall_now());
   (void)co_await impl_->run(impl_->insert_marker, params, "AsyncPostgresRecorder::mark_processed",
@@ -273,7 +265,7 @@ async::Task<void> AsyncPostgresRecorder::do_mark_processed_many(
 
 async::Task<Claim> AsyncPostgresRecorder::do_claim(std::string_view consumer,
                                                    std::string_view event_id, Millis lease) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   constexpr std::string_view kCall = "AsyncPostgresRecorder::claim";
   for (int round = 0; round < kClaimRounds; ++round) {
     const WallTime now = impl_->clock->wall_now();
@@ -281,57 +273,21 @@ async::Task<Claim> AsyncPostgresRecorder::do_claim(std::string_view consumer,
     Params params;
     params.text(consumer).text(event_id).timestamptz(now).timestamptz(lease_until);
     const Result result = co_await impl_->run(impl_->claim, params, kCall, StatementKind::write);
-    // Rows come in no particular order: an acquisition wins, then a marker, then a live claim.
-    bool processed = false;
-    bool seen_live = false;
-    WallTime seen_lease_until{};
-    for (int row = 0; row < result.rows(); ++row) {
-      const std::string_view kind = result.bytes(row, 0);
-      if (kind == "acquired") {
-        Claim acquired{Claim::Status::acquired};
-        acquired.token = static_cast<std::uint64_t>(result.int8(row, 1));
-        acquired.lease_until = result.timestamptz(row, 2);
-        acquired.took_over = result.boolean(row, 3);
-        co_return acquired;
-      }
-      if (kind == "processed") processed = true;
-      if (kind == "claimed" && result.timestamptz(row, 2) > now) {
-        seen_live = true;
-        seen_lease_until = result.timestamptz(row, 2);
-      }
-    }
-    if (processed) co_return Claim{Claim::Status::processed};
-    if (seen_live) {
-      Claim busy{Claim::Status::in_progress};
-      busy.lease_until = seen_lease_until;
-      co_return busy;
-    }
+    if (auto decided = detail::recorder_claim_decision(result, now)) co_return *decided;
     // Another writer got there first: look again with a fresh snapshot.
     Params key;
     key.text(consumer).text(event_id);
     const Result again = co_await impl_->run(impl_->reread, key, kCall, StatementKind::read);
-    if (again.boolean(0, 0)) co_return Claim{Claim::Status::processed};
-    if (!again.is_null(0, 1)) {
-      if (again.boolean(0, 2)) co_return Claim{Claim::Status::processed};
-      if (again.timestamptz(0, 1) > now) {
-        Claim busy{Claim::Status::in_progress};
-        busy.lease_until = again.timestamptz(0, 1);
-        co_return busy;
-      }
-    }
+    if (auto decided = detail::recorder_reread_decision(again, now)) co_return *decided;
+    // Released (or its lease passed) in between: claim again.
   }
-  throw PostgresError(ErrorCode::store_busy,
-                      std::string(kCall) + " on " + impl_->pool->target() + ": (" +
-                          std::string(consumer) + ", " + std::string(event_id) +
-                          ") kept changing under " + std::to_string(kClaimRounds) +
-                          " claim attempts",
-                      "", /*retryable=*/true, false);
+  detail::throw_recorder_claim_busy(kCall, impl_->pool->target(), consumer, event_id);
 }
 
 async::Task<bool> AsyncPostgresRecorder::do_complete(std::string_view consumer,
                                                      std::string_view event_id,
                                                      std::uint64_t token) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) co_return false;
   Params params;
   params.text(consumer)
@@ -346,7 +302,7 @@ async::Task<bool> AsyncPostgresRecorder::do_complete(std::string_view consumer,
 async::Task<bool> AsyncPostgresRecorder::do_release(std::string_view consumer,
                                                     std::string_view event_id,
                                                     std::uint64_t token) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) co_return false;
   Params params;
   params.text(consumer).text(event_id).int8(static_cast<std::int64_t>(token));
@@ -358,7 +314,7 @@ async::Task<bool> AsyncPostgresRecorder::do_release(std::string_view consumer,
 async::Task<bool> AsyncPostgresRecorder::do_renew(std::string_view consumer,
                                                   std::string_view event_id, std::uint64_t token,
                                                   Millis lease) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) co_return false;
   Params params;
   params.text(consumer)
@@ -373,7 +329,7 @@ async::Task<bool> AsyncPostgresRecorder::do_renew(std::string_view consumer,
 async::Task<bool> AsyncPostgresRecorder::do_run_transactional(std::string_view consumer,
                                                               std::string_view event_id,
                                                               TransactionalFn fn) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   constexpr std::string_view kCall = "AsyncPostgresRecorder::run_transactional";
   detail::AsyncPool& pool = impl_->pool->core();
   detail::AsyncPool::Exclusive lease = co_await pool.exclusive(kCall);
@@ -468,16 +424,10 @@ AsyncPostgresStore::AsyncPostgresStore(asio::any_io_executor executor, PostgresO
     : AsyncPostgresStore(
           std::make_shared<AsyncConnectionPool>(std::move(executor), std::move(options))) {}
 
-AsyncPostgresStore::AsyncPostgresStore(std::shared_ptr<AsyncConnectionPool> pool) {
-  if (!pool) throw InvalidArgument("AsyncPostgresStore needs a connection pool (got null)");
+AsyncPostgresStore::AsyncPostgresStore(std::shared_ptr<AsyncConnectionPool> pool)
+    : impl_(std::make_unique<Impl>(
+          with_tables<PostgresIdempotencyStore>(std::move(pool), "AsyncPostgresStore"))) {
   static_assert(kSchemaVersion == PostgresIdempotencyStore::kSchemaVersion);
-  {
-    // The blocking store's construction creates or migrates the very same table (its listener
-    // thread starts only on wait(), which this never calls).
-    PostgresIdempotencyStore tables(pool->blocking_pool());
-  }
-  pool->blocking_pool()->drop_idle();
-  impl_ = std::make_unique<Impl>(std::move(pool));
 }
 
 AsyncPostgresStore::~AsyncPostgresStore() = default;
@@ -494,24 +444,9 @@ async::Task<ClaimOutcome> AsyncPostgresStore::do_claim(std::string_view key,
   constexpr std::string_view kCall = "AsyncPostgresStore::claim";
   for (int round = 0; round < kClaimRounds; ++round) {
     const WallTime now = impl_->clock->wall_now();
-    Params params;
-    params.text(key);
-    if (fingerprint) {
-      params.text(*fingerprint);
-    } else {
-      params.null(kTextOid);
-    }
-    params.timestamptz(now).timestamptz(detail::add_saturating(now, lease));
+    const Params params = detail::store_claim_params(key, fingerprint, now, lease);
     const Result result = co_await impl_->run(impl_->claim, params, kCall, StatementKind::write);
-    for (int row = 0; row < result.rows(); ++row) {
-      if (result.boolean(row, 0)) {
-        ClaimOutcome outcome;
-        outcome.status = ClaimOutcome::Status::acquired;
-        outcome.token = static_cast<std::uint64_t>(result.int8(row, 1));
-        outcome.took_over = result.boolean(row, 2);
-        co_return outcome;
-      }
-    }
+    if (auto acquired = detail::store_acquired(result)) co_return *acquired;
     std::optional<IdempotencyRecord> record;
     if (result.rows() > 0) record = impl_->decode(key, result, 0, detail::kClaimLeadingColumns);
     if (!record || !is_live(*record, now)) {
@@ -523,22 +458,9 @@ async::Task<ClaimOutcome> AsyncPostgresStore::do_claim(std::string_view key,
       if (fresh.rows() > 0) record = impl_->decode(key, fresh, 0, 0);
       if (!record || !is_live(*record, now)) continue;  // gone or dead again: claim again
     }
-    ClaimOutcome outcome;
-    if (fingerprint && record->fingerprint && *fingerprint != *record->fingerprint) {
-      outcome.status = ClaimOutcome::Status::mismatch;
-    } else if (record->state == State::completed) {
-      outcome.status = ClaimOutcome::Status::completed;
-    } else {
-      outcome.status = ClaimOutcome::Status::in_progress;
-    }
-    outcome.record = std::move(record);
-    co_return outcome;
+    co_return detail::store_outcome(fingerprint, std::move(*record));
   }
-  throw PostgresError(ErrorCode::store_busy,
-                      std::string(kCall) + " on " + impl_->pool->target() + ": key '" +
-                          std::string(key) + "' kept changing under " +
-                          std::to_string(kClaimRounds) + " claim attempts",
-                      "", /*retryable=*/true, false);
+  detail::throw_store_claim_busy(kCall, impl_->pool->target(), key);
 }
 
 async::Task<bool> AsyncPostgresStore::do_complete(std::string_view key, std::uint64_t token,

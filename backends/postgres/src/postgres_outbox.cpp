@@ -9,6 +9,7 @@
 
 #include "connection.hpp"
 #include "idem/postgres/postgres_error.hpp"
+#include "rollback_guard.hpp"
 #include "schema.hpp"
 
 namespace idem::postgres {
@@ -159,23 +160,7 @@ RelayBatchResult PostgresOutbox::relay_batch(OutboxPublisher& publisher, std::si
   RelayBatchResult result;
   ConnectionPool::Lease lease = impl_->pool->acquire();
   detail::Connection& connection = lease.connection();
-  struct Rollback {
-    ConnectionPool::Lease& lease;
-    bool armed = true;
-    ~Rollback() {
-      if (!armed) return;
-      PGconn* conn = lease.get();
-      if (PQstatus(conn) != CONNECTION_OK) {
-        lease.mark_broken();
-        return;
-      }
-      if (PQtransactionStatus(conn) == PQTRANS_IDLE) return;
-      PGresult* r = PQexec(conn, "ROLLBACK");
-      const bool ok = r != nullptr && PQresultStatus(r) == PGRES_COMMAND_OK;
-      PQclear(r);
-      if (!ok || PQtransactionStatus(conn) != PQTRANS_IDLE) lease.mark_broken();
-    }
-  } rollback{lease};
+  detail::RollbackGuard rollback(lease);
 
   connection.exec("BEGIN", kCall, StatementKind::read);
   Params lock_params;
@@ -187,7 +172,7 @@ RelayBatchResult PostgresOutbox::relay_batch(OutboxPublisher& publisher, std::si
     consumers.emplace_back(locked.bytes(i, 0));
   if (consumers.empty()) {
     connection.exec("ROLLBACK", kCall, StatementKind::read);
-    rollback.armed = false;
+    rollback.disarm();
     return result;
   }
   Params select_params;
@@ -201,7 +186,7 @@ RelayBatchResult PostgresOutbox::relay_batch(OutboxPublisher& publisher, std::si
   result.taken = rows.size();
   if (rows.empty()) {
     connection.exec("ROLLBACK", kCall, StatementKind::read);
-    rollback.armed = false;
+    rollback.disarm();
     return result;
   }
 
@@ -231,7 +216,7 @@ RelayBatchResult PostgresOutbox::relay_batch(OutboxPublisher& publisher, std::si
     }
   }
   connection.exec("COMMIT", kCall, StatementKind::commit);
-  rollback.armed = false;
+  rollback.disarm();
   return result;
 }
 

@@ -10,8 +10,10 @@
 #include <utility>
 #include <vector>
 
+#include "claim_logic.hpp"
 #include "connection.hpp"
 #include "idem/error.hpp"
+#include "rollback_guard.hpp"
 #include "schema.hpp"
 #include "sql_text.hpp"
 
@@ -26,20 +28,9 @@ using detail::kTimestamptzOid;
 using detail::Params;
 using detail::Statement;
 
-// The base class has checked the keys; PostgreSQL also needs them as UTF-8 text.
-void validate(std::string_view consumer, std::string_view event_id) {
-  detail::require_utf8_key("consumer", consumer);
-  detail::require_utf8_key("event id", event_id);
-}
-
-// Tokens are bigint in the database; a larger one was never issued.
-bool fits_token(std::uint64_t token) noexcept {
-  return token <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-}
-
-// A claim statement can lose a race twice in a row only when other callers keep claiming and
-// releasing the same event; after this many rounds the caller gets a retryable error.
-constexpr int kClaimRounds = 16;
+using detail::fits_token;
+using detail::kClaimRounds;
+using detail::require_utf8_marker;
 
 // Ids per statement of is_processed_many() / mark_processed_many(): bounds one statement's
 // parameter and result size (a window of deliveries is far smaller).
@@ -112,7 +103,7 @@ const std::shared_ptr<ConnectionPool>& PostgresIdempotencyRecorder::pool() const
 
 bool PostgresIdempotencyRecorder::do_is_processed(std::string_view consumer,
                                                   std::string_view event_id) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   Params params;
   params.text(consumer).text(event_id);
   return impl_
@@ -123,7 +114,7 @@ bool PostgresIdempotencyRecorder::do_is_processed(std::string_view consumer,
 
 void PostgresIdempotencyRecorder::do_mark_processed(std::string_view consumer,
                                                     std::string_view event_id) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   Params params;
   params.text(consumer).text(event_id).timestamptz(impl_->clock->wall_now());
   impl_->run(impl_->insert_marker, params, "PostgresIdempotencyRecorder::mark_processed",
@@ -176,7 +167,7 @@ void PostgresIdempotencyRecorder::do_mark_processed_many(std::string_view consum
 
 Claim PostgresIdempotencyRecorder::do_claim(std::string_view consumer, std::string_view event_id,
                                             Millis lease) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   constexpr std::string_view kCall = "PostgresIdempotencyRecorder::claim";
   ConnectionPool::Lease connection = impl_->pool->acquire();
   for (int round = 0; round < kClaimRounds; ++round) {
@@ -186,59 +177,21 @@ Claim PostgresIdempotencyRecorder::do_claim(std::string_view consumer, std::stri
     params.text(consumer).text(event_id).timestamptz(now).timestamptz(lease_until);
     const detail::Result result =
         connection.connection().run(impl_->claim, params, kCall, StatementKind::write);
-    // Rows come in no particular order: an acquisition wins, then a marker, then a live claim.
-    bool processed = false;
-    bool seen_live = false;
-    WallTime seen_lease_until{};
-    for (int row = 0; row < result.rows(); ++row) {
-      const std::string_view kind = result.bytes(row, 0);
-      if (kind == "acquired") {
-        Claim acquired{Claim::Status::acquired};
-        acquired.token = static_cast<std::uint64_t>(result.int8(row, 1));
-        acquired.lease_until = result.timestamptz(row, 2);
-        acquired.took_over = result.boolean(row, 3);
-        return acquired;
-      }
-      if (kind == "processed") processed = true;
-      if (kind == "claimed" && result.timestamptz(row, 2) > now) {
-        seen_live = true;
-        seen_lease_until = result.timestamptz(row, 2);
-      }
-    }
-    if (processed) return Claim{Claim::Status::processed};
-    if (seen_live) {
-      Claim busy{Claim::Status::in_progress};
-      busy.lease_until = seen_lease_until;
-      return busy;
-    }
-    // The statement's snapshot saw no claim, or one whose lease had passed, and yet could not
-    // claim: another writer got there first. Look again with a fresh snapshot.
+    if (auto decided = detail::recorder_claim_decision(result, now)) return *decided;
+    // Another writer got there first: look again with a fresh snapshot.
     Params key;
     key.text(consumer).text(event_id);
     const detail::Result again =
         connection.connection().run(impl_->reread, key, kCall, StatementKind::read);
-    if (again.boolean(0, 0)) return Claim{Claim::Status::processed};
-    if (!again.is_null(0, 1)) {
-      if (again.boolean(0, 2)) return Claim{Claim::Status::processed};
-      if (again.timestamptz(0, 1) > now) {
-        Claim busy{Claim::Status::in_progress};
-        busy.lease_until = again.timestamptz(0, 1);
-        return busy;
-      }
-    }
+    if (auto decided = detail::recorder_reread_decision(again, now)) return *decided;
     // Released (or its lease passed) in between: claim again.
   }
-  throw PostgresError(ErrorCode::store_busy,
-                      std::string(kCall) + " on " + impl_->pool->target() + ": (" +
-                          std::string(consumer) + ", " + std::string(event_id) +
-                          ") kept changing under " + std::to_string(kClaimRounds) +
-                          " claim attempts",
-                      "", /*retryable=*/true, false);
+  detail::throw_recorder_claim_busy(kCall, impl_->pool->target(), consumer, event_id);
 }
 
 bool PostgresIdempotencyRecorder::do_complete(std::string_view consumer, std::string_view event_id,
                                               std::uint64_t token) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) return false;
   Params params;
   params.text(consumer)
@@ -252,7 +205,7 @@ bool PostgresIdempotencyRecorder::do_complete(std::string_view consumer, std::st
 
 bool PostgresIdempotencyRecorder::do_release(std::string_view consumer, std::string_view event_id,
                                              std::uint64_t token) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) return false;
   Params params;
   params.text(consumer).text(event_id).int8(static_cast<std::int64_t>(token));
@@ -264,7 +217,7 @@ bool PostgresIdempotencyRecorder::do_release(std::string_view consumer, std::str
 
 bool PostgresIdempotencyRecorder::do_renew(std::string_view consumer, std::string_view event_id,
                                            std::uint64_t token, Millis lease) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) return false;
   Params params;
   params.text(consumer)
@@ -279,29 +232,11 @@ bool PostgresIdempotencyRecorder::do_renew(std::string_view consumer, std::strin
 bool PostgresIdempotencyRecorder::do_run_transactional(
     std::string_view consumer, std::string_view event_id,
     const std::function<void(Transaction&)>& fn) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   constexpr std::string_view kCall = "PostgresIdempotencyRecorder::run_transactional";
   ConnectionPool::Lease lease = impl_->pool->acquire();
   detail::Connection& connection = lease.connection();
-  // Until COMMIT succeeds, any way out rolls back; a connection that cannot be rolled back
-  // (lost, or in an unknown state) is dropped, which makes the server roll back.
-  struct Rollback {
-    ConnectionPool::Lease& lease;
-    bool armed = true;
-    ~Rollback() {
-      if (!armed) return;
-      PGconn* conn = lease.get();
-      if (PQstatus(conn) != CONNECTION_OK) {
-        lease.mark_broken();
-        return;
-      }
-      if (PQtransactionStatus(conn) == PQTRANS_IDLE) return;
-      PGresult* result = PQexec(conn, "ROLLBACK");
-      const bool ok = result != nullptr && PQresultStatus(result) == PGRES_COMMAND_OK;
-      PQclear(result);
-      if (!ok || PQtransactionStatus(conn) != PQTRANS_IDLE) lease.mark_broken();
-    }
-  } rollback{lease};
+  detail::RollbackGuard rollback(lease);
 
   connection.exec("BEGIN", kCall, StatementKind::read);
   Params params;
@@ -334,7 +269,7 @@ bool PostgresIdempotencyRecorder::do_run_transactional(
                               "(nothing was marked)",
                           "25P02", /*retryable=*/false, false);
     default:
-      rollback.armed = false;
+      rollback.disarm();
       lease.mark_broken();
       throw PostgresError(ErrorCode::store_error,
                           std::string(kCall) + " on " + connection.target() +
@@ -353,7 +288,7 @@ bool PostgresIdempotencyRecorder::do_run_transactional(
                             ": the server rolled the transaction back at COMMIT",
                         "", /*retryable=*/true, false);
   }
-  rollback.armed = false;
+  rollback.disarm();
   return true;
 }
 
@@ -434,7 +369,7 @@ std::vector<ConsumerCounts> PostgresIdempotencyRecorder::do_consumer_counts() {
 
 MarkerInspection PostgresIdempotencyRecorder::do_inspect(std::string_view consumer,
                                                          std::string_view event_id) {
-  validate(consumer, event_id);
+  require_utf8_marker(consumer, event_id);
   Params params;
   params.text(consumer).text(event_id);
   const detail::Result row = impl_->run(

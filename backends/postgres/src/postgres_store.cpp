@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "claim_logic.hpp"
 #include "connection.hpp"
 #include "idem/error.hpp"
 #include "record_decoder.hpp"
@@ -40,9 +41,10 @@ using detail::kInProgress;
 
 using detail::kClaimLeadingColumns;
 
-// Like the recorder's claim: a claim loses a race twice in a row only under constant
-// claim/release churn on the same key.
-constexpr int kClaimRounds = 16;
+using detail::check_fingerprint;
+using detail::fits_token;
+using detail::is_live;
+using detail::kClaimRounds;
 
 using detail::kStorePurgeChunkRows;
 
@@ -52,23 +54,6 @@ constexpr auto kMaxPollDelay = std::chrono::milliseconds(200);
 // The listener reconnects with this backoff after losing its connection.
 constexpr auto kFirstReconnectDelay = std::chrono::milliseconds(50);
 constexpr auto kMaxReconnectDelay = std::chrono::seconds(2);
-
-void check_fingerprint(std::optional<std::string_view> fingerprint) {
-  if (!fingerprint) return;
-  if (fingerprint->find('\0') != std::string_view::npos || !detail::is_utf8(*fingerprint)) {
-    throw InvalidArgument(
-        "an idempotency fingerprint stored in PostgreSQL must be UTF-8 text without NUL bytes "
-        "(idem::fingerprint() gives hex)");
-  }
-}
-
-bool fits_token(std::uint64_t token) noexcept {
-  return token <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-}
-
-bool is_live(const IdempotencyRecord& record, WallTime now) {
-  return record.state == State::completed ? now < record.expires_at : now < record.lease_until;
-}
 
 // ---- the listener ---------------------------------------------------------------------------
 
@@ -336,25 +321,10 @@ ClaimOutcome PostgresIdempotencyStore::do_claim(std::string_view key,
   ConnectionPool::Lease connection = impl_->pool->acquire();
   for (int round = 0; round < kClaimRounds; ++round) {
     const WallTime now = impl_->clock->wall_now();
-    Params params;
-    params.text(key);
-    if (fingerprint) {
-      params.text(*fingerprint);
-    } else {
-      params.null(kTextOid);
-    }
-    params.timestamptz(now).timestamptz(detail::add_saturating(now, lease));
+    const Params params = detail::store_claim_params(key, fingerprint, now, lease);
     const detail::Result result =
         connection.connection().run(impl_->claim, params, kCall, StatementKind::write);
-    for (int row = 0; row < result.rows(); ++row) {
-      if (result.boolean(row, 0)) {
-        ClaimOutcome outcome;
-        outcome.status = ClaimOutcome::Status::acquired;
-        outcome.token = static_cast<std::uint64_t>(result.int8(row, 1));
-        outcome.took_over = result.boolean(row, 2);
-        return outcome;
-      }
-    }
+    if (auto acquired = detail::store_acquired(result)) return *acquired;
     std::optional<IdempotencyRecord> record;
     if (result.rows() > 0) record = impl_->decode(key, result, 0, kClaimLeadingColumns);
     if (!record || !is_live(*record, now)) {
@@ -368,22 +338,9 @@ ClaimOutcome PostgresIdempotencyStore::do_claim(std::string_view key,
       if (fresh.rows() > 0) record = impl_->decode(key, fresh, 0, 0);
       if (!record || !is_live(*record, now)) continue;  // gone or dead again: claim again
     }
-    ClaimOutcome outcome;
-    if (fingerprint && record->fingerprint && *fingerprint != *record->fingerprint) {
-      outcome.status = ClaimOutcome::Status::mismatch;
-    } else if (record->state == State::completed) {
-      outcome.status = ClaimOutcome::Status::completed;
-    } else {
-      outcome.status = ClaimOutcome::Status::in_progress;
-    }
-    outcome.record = std::move(record);
-    return outcome;
+    return detail::store_outcome(fingerprint, std::move(*record));
   }
-  throw PostgresError(ErrorCode::store_busy,
-                      std::string(kCall) + " on " + impl_->pool->target() + ": key '" +
-                          std::string(key) + "' kept changing under " +
-                          std::to_string(kClaimRounds) + " claim attempts",
-                      "", /*retryable=*/true, false);
+  detail::throw_store_claim_busy(kCall, impl_->pool->target(), key);
 }
 
 bool PostgresIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
