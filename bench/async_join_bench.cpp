@@ -4,7 +4,7 @@
 // every caller has its result; then the cost of a plain (keyless) async call against a blocking
 // call in the same run.
 //
-//   bench_async_join [--waiters=N] [--calls=N]
+//   bench_async_join [--waiters=N] [--calls=N] [--breakdown=1]
 #include <malloc.h>
 
 #include <asio/co_spawn.hpp>
@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <memory>
 #include <new>
 #include <string>
@@ -28,12 +29,21 @@
 
 namespace {
 std::atomic<long long> g_live{0};
+// --breakdown: the requested sizes of the allocations made while the callers start, by size.
+constexpr std::size_t kMaxRecorded = 1 << 20;
+std::atomic<bool> g_recording{false};
+std::atomic<std::size_t> g_recorded{0};
+std::size_t g_sizes[kMaxRecorded];
 }  // namespace
 
 void* operator new(std::size_t size) {
   void* p = std::malloc(size == 0 ? 1 : size);
   if (p == nullptr) throw std::bad_alloc();
   g_live.fetch_add(static_cast<long long>(malloc_usable_size(p)), std::memory_order_relaxed);
+  if (g_recording.load(std::memory_order_relaxed)) {
+    const std::size_t i = g_recorded.fetch_add(1, std::memory_order_relaxed);
+    if (i < kMaxRecorded) g_sizes[i] = size;
+  }
   return p;
 }
 void operator delete(void* p) noexcept {
@@ -60,6 +70,7 @@ double ns_since(Clock::time_point start, long long n) {
 int main(int argc, char** argv) {
   const std::string waiters_flag = idem::bench::take_flag(argc, argv, "waiters");
   const std::string calls_flag = idem::bench::take_flag(argc, argv, "calls");
+  const bool breakdown = !idem::bench::take_flag(argc, argv, "breakdown").empty();
   const long long callers = waiters_flag.empty() ? 10000 : std::stoll(waiters_flag);
   const long long calls = calls_flag.empty() ? 200000 : std::stoll(calls_flag);
 
@@ -84,6 +95,7 @@ int main(int argc, char** argv) {
   long long joined = 0;
   long long done = 0;
   const long long before = g_live.load();
+  g_recording = breakdown;
   for (long long i = 0; i < callers; ++i) {
     asio::co_spawn(io, charge("o-1"),
                    [&](std::exception_ptr error, idem::OperationResult<std::string> r) {
@@ -98,6 +110,7 @@ int main(int argc, char** argv) {
   }
   const long long waiting = static_cast<long long>(coordinator->waiters(stored));
   const long long live = g_live.load() - before;
+  g_recording = false;
   const auto resolve_start = Clock::now();
   gate.cancel();
   io.run();
@@ -108,6 +121,19 @@ int main(int argc, char** argv) {
   std::printf("memory_per_waiter_bytes=%.0f (live heap while all wait / callers)\n",
               static_cast<double>(live) / static_cast<double>(callers));
   std::printf("resolve_all_ms=%.3f\n", resolve_ms);
+  if (breakdown) {
+    // What each caller allocated on its way to suspension (some of it freed again before the
+    // peak): requested size, allocations per caller.
+    std::map<std::size_t, long long> by_size;
+    const std::size_t n = std::min(g_recorded.load(), kMaxRecorded);
+    for (std::size_t i = 0; i < n; ++i)
+      ++by_size[g_sizes[i]];
+    for (const auto& [size, count] : by_size) {
+      if (count * 10 < callers) continue;  // one-offs (the owner, the flight table)
+      std::printf("  alloc size=%zu per_caller=%.2f\n", size,
+                  static_cast<double>(count) / static_cast<double>(callers));
+    }
+  }
 
   // ---- plain call overhead: async vs blocking, keyless ----
   auto async_plain = idem::async::resilient([](int x) -> Task<int> { co_return x + 1; });
