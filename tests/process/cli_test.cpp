@@ -63,6 +63,31 @@ TEST(Cli, AMalformedValueIsAUsageError) {
   expect_usage_error({"demo", "--events", "0"}, "idem demo: ", "--events");
   expect_usage_error({"demo", "--mode", "sometimes"}, "idem demo: ", "sometimes");
   expect_usage_error({"demo", "--kill-at", "2"}, "idem demo: ", "--kill-at");
+  for (const char* hops : {"0", "3", "x", "-1"})
+    expect_usage_error({"demo", "--hops", hops}, "idem demo: ", "--hops");
+  expect_usage_error({"demo", "--hops"}, "idem demo: ", "--hops");
+}
+
+// --hops 2 needs transactional mode (the follow-ups are outbox rows of the marker's
+// transaction): refused with exit 2 and one line before anything starts.
+TEST(Cli, TwoHopsNeedTransactionalMode) {
+  IDEM_REQUIRE_CLI();
+  for (const char* mode : {"exclusive", "check_then_mark"}) {
+    const CliRun run = run_cli({"demo", "--hops", "2", "--mode", mode});
+    EXPECT_EQ(run.exit_code, 2) << run.output;
+    EXPECT_EQ(count(run.output, "\n"), 1u) << run.output;
+    EXPECT_EQ(
+        run.output.rfind("idem demo: invalid_argument: --hops 2 needs --mode transactional", 0), 0u)
+        << run.output;
+  }
+}
+
+TEST(Cli, DemoHelpDocumentsHops) {
+  IDEM_REQUIRE_CLI();
+  const CliRun run = run_cli({"demo", "--help"});
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_NE(run.output.find("--hops"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("outbox"), std::string::npos) << run.output;
 }
 
 TEST(Cli, VersionPrintsTheVersionAndExitsZero) {

@@ -62,4 +62,54 @@ inline void expect_demo_ok(const CliRun& run, const std::string& events) {
   EXPECT_FALSE(has(run, "despite 0 redeliveries")) << run.output;
 }
 
+// `idem demo --hops 2` with a small stream (and --store / --broker when given).
+inline CliRun run_two_hop_demo(const std::string& events, const std::string& store = "",
+                               const std::string& broker = "") {
+  std::vector<std::string> arguments = {"demo", "--hops", "2", "--events", events};
+  if (!store.empty()) arguments.insert(arguments.end(), {"--store", store});
+  if (!broker.empty()) arguments.insert(arguments.end(), {"--broker", broker});
+  return run_cli(arguments);
+}
+
+// The figure of a result-table row ("  label   123"), or -1 when the row is missing.
+inline long long row(const CliRun& run, const std::string& label) {
+  const std::string key = "\n  " + label + " ";
+  const std::size_t at = run.output.find(key);
+  if (at == std::string::npos) return -1;
+  std::size_t digits = run.output.find_first_not_of(' ', at + key.size());
+  if (digits == std::string::npos) return -1;
+  long long value = 0;
+  bool any = false;
+  for (; digits < run.output.size() && run.output[digits] >= '0' && run.output[digits] <= '9';
+       ++digits) {
+    value = value * 10 + (run.output[digits] - '0');
+    any = true;
+  }
+  return any ? value : -1;
+}
+
+// Both hops passed: billing's effects once, every order.charged relayed (the relay killed once
+// after a publish, so its last batch went out again and shipping dropped it), shipping's
+// effects once, the outbox empty; both consumers and the relay were really killed.
+inline void expect_two_hop_demo_ok(const CliRun& run, long long events) {
+  expect_demo_ok(run, std::to_string(events));
+  EXPECT_TRUE(has(run, "\nOK: orders shipped == follow-ups == " + std::to_string(events) + " "))
+      << run.output;
+  EXPECT_TRUE(has(run, "  crash:     relay pid ")) << run.output;
+  EXPECT_TRUE(has(run, "  crash:     shipping pid ")) << run.output;
+  EXPECT_EQ(row(run, "side effects"), events) << run.output;
+  EXPECT_EQ(row(run, "follow-ups in the outbox"), events) << run.output;
+  const long long relayed = row(run, "relayed (published)");
+  const long long again = row(run, "relayed again after crash");
+  EXPECT_GT(again, 0) << run.output;  // the killed relay's last batch
+  EXPECT_EQ(relayed, events + again) << run.output;
+  // Every relayed row was delivered at least once; the ones relayed again were dropped.
+  EXPECT_GE(row(run, "shipping deliveries"), relayed) << run.output;
+  EXPECT_GE(row(run, "duplicates dropped (ship)"), again) << run.output;
+  EXPECT_EQ(row(run, "shipping side effects"), events) << run.output;
+  EXPECT_EQ(row(run, "orders shipped"), events) << run.output;
+  EXPECT_EQ(row(run, "charges marked shipped"), events) << run.output;
+  EXPECT_TRUE(has(run, "\n  outbox left                0 waiting, 0 parked\n")) << run.output;
+}
+
 }  // namespace idem::test

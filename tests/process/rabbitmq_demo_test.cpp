@@ -46,6 +46,14 @@ TEST(RabbitMqDemo, ARedisRecorderBehindTheBroker) {
   idem::test::expect_demo_ok(run, "400");
 }
 
+TEST(RabbitMqDemo, TwoHopsThroughTheOutboxAndTheBroker) {
+  IDEM_REQUIRE_CLI();
+  const auto run = idem::test::run_two_hop_demo("300", "", idem::test::amqp_url());
+  idem::test::expect_two_hop_demo_ok(run, 300);
+  EXPECT_TRUE(has(run, "and confirmed by the broker, before it deleted")) << run.output;
+  EXPECT_TRUE(has(run, "its unacknowledged messages go back to the queue")) << run.output;
+}
+
 TEST(RabbitMqDemo, ABadOrUnreachableBrokerStopsTheDemoBeforeItPublishes) {
   IDEM_REQUIRE_CLI();
   const auto down =

@@ -38,6 +38,15 @@ TEST(RedisDemoStore, TransactionalModeIsRefusedBeforeAnythingStarts) {
   EXPECT_FALSE(has(result, "producer:")) << result.output;
 }
 
+TEST(RedisDemoStore, TwoHopsAreRefusedBeforeAnythingStarts) {
+  IDEM_REQUIRE_CLI();
+  const auto result = idem::test::run_two_hop_demo("50", idem::test::redis_url());
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_TRUE(has(result, "--hops 2")) << result.output;
+  EXPECT_TRUE(has(result, "has no outbox")) << result.output;
+  EXPECT_FALSE(has(result, "producer:")) << result.output;
+}
+
 TEST(RedisDemoStore, AnUnreachableServerOrABadUrlStopsTheDemo) {
   IDEM_REQUIRE_CLI();
   const auto down = run_demo("redis://:hunter2@127.0.0.1:1/0", "exclusive");

@@ -40,6 +40,29 @@ TEST(SqliteDemoStore, DefaultStoreIsUnchanged) {
   EXPECT_TRUE(has(result, "consumer:  billing\n")) << result.output;
 }
 
+TEST(SqliteDemoStore, TwoHopsThroughTheOutboxOnTheDefaultStore) {
+  IDEM_REQUIRE_CLI();
+  const auto result = idem::test::run_two_hop_demo("300");
+  idem::test::expect_two_hop_demo_ok(result, 300);
+  EXPECT_TRUE(has(result, "hops:      2: billing -> outbox -> relay process -> shipping\n"))
+      << result.output;
+  // The follow-ups were published only by billing's committed handlers: one per distinct order,
+  // however often billing saw each one.
+  EXPECT_EQ(idem::test::row(result, "handlers completed"), 300) << result.output;
+}
+
+TEST(SqliteDemoStore, TwoHopsOnAFileUrlTwice) {
+  IDEM_REQUIRE_CLI();
+  TempDir dir;
+  const std::string url = "sqlite://" + (dir.path() / "hops.db").string() + "?durability=off";
+  // The first run left the outbox empty, so the second may use the same file.
+  for (int run = 0; run < 2; ++run) {
+    const auto result = idem::test::run_two_hop_demo("200", url);
+    idem::test::expect_two_hop_demo_ok(result, 200);
+    EXPECT_TRUE(has(result, "(a fresh name for this run)")) << result.output;
+  }
+}
+
 TEST(SqliteDemoStore, RecordersTheDemoCannotUseAreRefusedFirst) {
   IDEM_REQUIRE_CLI();
   for (const char* url : {"memory://", "sqlite::memory:"}) {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -30,6 +31,8 @@
 #include "idem/handler.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/open.hpp"
+#include "idem/outbox.hpp"
+#include "outbox_commands.hpp"
 #include "progress.hpp"
 
 #include "idem/sql.hpp"
@@ -43,6 +46,7 @@
 #ifdef IDEM_HAVE_RABBITMQ
 #include "idem/rabbitmq/admin.hpp"
 #include "idem/rabbitmq/consumer.hpp"
+#include "idem/rabbitmq/outbox_publisher.hpp"
 #include "idem/rabbitmq/publisher.hpp"
 #endif
 
@@ -148,6 +152,7 @@ void create_ledger(IdempotencyRecorder& recorder, const std::string& ledger,
 struct LedgerCount {
   std::int64_t rows = 0;
   std::int64_t distinct_events = 0;
+  std::int64_t distinct_orders = 0;
 };
 
 // Counts the side effects of `consumer` in the ledger, in a transaction of the recorder that is
@@ -168,6 +173,9 @@ LedgerCount count_ledger(IdempotencyRecorder& recorder, const std::string& ledge
           count.distinct_events =
               sql.query_int64("SELECT COUNT(DISTINCT event_id) FROM " + ledger + where, {consumer})
                   .value_or(0);
+          count.distinct_orders =
+              sql.query_int64("SELECT COUNT(DISTINCT order_no) FROM " + ledger + where, {consumer})
+                  .value_or(0);
           throw Rollback{};
         }));
   } catch (const Rollback&) {
@@ -175,25 +183,39 @@ LedgerCount count_ledger(IdempotencyRecorder& recorder, const std::string& ledge
   return count;
 }
 
-std::uint64_t read_offset(const fs::path& dir) {
-  std::ifstream in(dir / "offset");
+// The files of one hop in the work dir: its queue (one JSON event a line), the consumer's
+// committed offset, its delivery log and (outside transactional mode) its side-effect log.
+struct HopFiles {
+  fs::path queue, offset, deliveries, side_effects;
+};
+
+HopFiles hop_files(const fs::path& dir, int hop) {
+  if (hop == 2) {
+    return {dir / "charged.jsonl", dir / "charged.offset", dir / "shipping.log",
+            dir / "shipping_effects.log"};
+  }
+  return {dir / "queue.jsonl", dir / "offset", dir / "deliveries.log", dir / "side_effects.log"};
+}
+
+std::uint64_t read_offset(const fs::path& path) {
+  std::ifstream in(path);
   std::uint64_t offset = 0;
   if (in) in >> offset;
   return offset;
 }
 
 // The "ack": atomically replace the committed offset (write a temp file, then rename).
-void commit_offset(const fs::path& dir, std::uint64_t offset) {
-  const fs::path tmp = dir / "offset.tmp";
+void commit_offset(const fs::path& path, std::uint64_t offset) {
+  const fs::path tmp = path.string() + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);
     out << offset << "\n";
   }
-  fs::rename(tmp, dir / "offset");
+  fs::rename(tmp, path);
 }
 
-std::vector<Event> read_queue(const fs::path& dir) {
-  std::ifstream in(dir / "queue.jsonl");
+std::vector<Event> read_queue(const fs::path& path) {
+  std::ifstream in(path);
   std::vector<Event> events;
   std::string line;
   while (std::getline(in, line)) {
@@ -203,6 +225,7 @@ std::vector<Event> read_queue(const fs::path& dir) {
     e.type = j.at("type").get<std::string>();
     e.payload = j.at("payload").get<std::string>();
     e.headers["seq"] = std::to_string(j.at("seq").get<std::uint64_t>());
+    if (j.contains("source")) e.headers["source"] = j.at("source").get<std::string>();
     events.push_back(std::move(e));
   }
   return events;
@@ -290,15 +313,10 @@ class DeliveryLogReader {
   DeliveryStats stats_;
 };
 
-pid_t spawn_consumer(const fs::path& dir, const DemoOptions& options, const std::string& url,
-                     const std::string& consumer, std::int64_t stall_at, int notify_fd) {
-  std::vector<std::string> args = {
-      "idem",       "demo-consumer", "--dir",  dir.string(),  "--mode",
-      options.mode, "--consumer",    consumer, "--ack-every", std::to_string(options.ack_every)};
-  if (stall_at >= 0) {
-    args.insert(args.end(),
-                {"--stall-at", std::to_string(stall_at), "--notify-fd", std::to_string(notify_fd)});
-  }
+// Starts this executable again with `args` (argv[0] first), the recorder URL and the broker
+// URL in the environment.
+pid_t spawn_process(std::vector<std::string> args, const DemoOptions& options,
+                    const std::string& url) {
   // The environment is built before fork(): the child may only call async-signal-safe functions.
   std::string store_variable = std::string(kDemoStoreVariable) + "=" + url;
   std::string broker_variable = std::string(kDemoBrokerVariable) + "=" + options.broker;
@@ -326,18 +344,50 @@ pid_t spawn_consumer(const fs::path& dir, const DemoOptions& options, const std:
   return pid;
 }
 
+pid_t spawn_consumer(const fs::path& dir, const DemoOptions& options, const std::string& url,
+                     const std::string& consumer, std::int64_t stall_at, int notify_fd,
+                     int hop = 1) {
+  std::vector<std::string> args = {
+      "idem",       "demo-consumer", "--dir",  dir.string(),  "--mode",
+      options.mode, "--consumer",    consumer, "--ack-every", std::to_string(options.ack_every)};
+  if (stall_at >= 0) {
+    args.insert(args.end(),
+                {"--stall-at", std::to_string(stall_at), "--notify-fd", std::to_string(notify_fd)});
+  }
+  if (options.hops == 2) args.insert(args.end(), {"--hop", std::to_string(hop)});
+  if (options.hops == 2 && hop == 1) args.emplace_back("--outbox");
+  return spawn_process(std::move(args), options, url);
+}
+
+pid_t spawn_relay(const fs::path& dir, const DemoOptions& options, const std::string& url,
+                  const std::string& exchange, std::int64_t stall_at, int notify_fd) {
+  std::vector<std::string> args = {"idem", "demo-relay", "--dir", dir.string()};
+  if (!exchange.empty()) args.insert(args.end(), {"--exchange", exchange});
+  if (stall_at >= 0) {
+    args.insert(args.end(),
+                {"--stall-at", std::to_string(stall_at), "--notify-fd", std::to_string(notify_fd)});
+  }
+  return spawn_process(std::move(args), options, url);
+}
+
 std::string ratio_note(const DeliveryStats& s) {
   return std::to_string(s.deliveries) + " deliveries, " + std::to_string(s.duplicates_dropped) +
          " duplicates dropped";
+}
+
+// The relay's log has a "D seq" line per row it published.
+std::string relay_note(const DeliveryStats& s) {
+  return std::to_string(s.deliveries) + " rows published";
 }
 
 // Runs until the child exits (or, with notify_fd, until it reports it stalled — then kills it).
 // Returns the child's wait status, or -1 when it was killed on purpose; `stalled_seq` gets the
 // sequence number the child stalled in.
 int watch(pid_t pid, int notify_fd, DeliveryLogReader& log, ProgressBar& bar,
-          std::string* stalled_seq = nullptr) {
+          std::string* stalled_seq = nullptr,
+          std::string (*note)(const DeliveryStats&) = ratio_note) {
   for (;;) {
-    bar.update(log.poll().furthest, ratio_note(log.poll()));
+    bar.update(log.poll().furthest, note(log.poll()));
     if (notify_fd >= 0) {
       pollfd p{notify_fd, POLLIN, 0};
       // A child that exited also makes the pipe readable (EOF): only a message means "stalled".
@@ -426,11 +476,18 @@ int run_demo_consumer(const ConsumerOptions& options) {
   const std::string url = recorder_url(store != nullptr ? store : "", dir);
   std::shared_ptr<IdempotencyRecorder> recorder = open_recorder(url);
   const std::string consumer = options.consumer;
+  const HopFiles files = hop_files(dir, options.hop);
+  std::shared_ptr<Outbox> outbox;
+  if (options.outbox) {
+    std::string absent;
+    outbox = outbox_of(recorder, /*look_only=*/false, &absent);
+    if (!outbox) throw NotSupported("--hops 2: " + redact_url(url) + ": " + absent);
+  }
   const std::string ledger_insert = "INSERT INTO " + ledger_table(*recorder) +
                                     "(consumer, event_id, order_no, amount_cents) "
                                     "VALUES ($1, $2, $3, $4)";
-  AppendLog deliveries(dir / "deliveries.log");
-  AppendLog side_effects(dir / "side_effects.log");
+  AppendLog deliveries(files.deliveries);
+  AppendLog side_effects(files.side_effects);
   bool stalled = false;
 
   auto stall_here = [&](const Event& event) {
@@ -456,6 +513,14 @@ int run_demo_consumer(const ConsumerOptions& options) {
         } else if (auto* tx = dynamic_cast<SqlTransaction*>(bus.transaction())) {
           tx->exec(ledger_insert, {consumer, event.id, payload.at("order").get<std::int64_t>(),
                                    payload.at("amount_cents").get<std::int64_t>()});
+          if (outbox) {
+            // A row of the outbox in this same transaction; its id is left empty, so it is
+            // follow_up_id(consumer, event.id, 0) on every run of this handler.
+            Event charged;
+            charged.type = "order.charged";
+            charged.payload = event.payload;
+            bus.publish(std::move(charged));
+          }
           // Killed here: the ledger row and the marker vanish together (the file's journal, or
           // the server, rolls both back).
           stall_here(event);
@@ -463,9 +528,9 @@ int run_demo_consumer(const ConsumerOptions& options) {
           throw NotSupported("the demo has no ledger for this recorder's transactions");
         }
       },
-      HandlerOptions{.mode = mode, .lease = std::chrono::milliseconds(1500)});
+      HandlerOptions{.mode = mode, .lease = std::chrono::milliseconds(1500), .outbox = outbox});
 
-  const std::vector<Event> queue = read_queue(dir);
+  const std::vector<Event> queue = read_queue(files.queue);
   const char* broker = std::getenv(kDemoBrokerVariable);
   if (broker != nullptr && *broker != '\0') {
 #ifdef IDEM_HAVE_RABBITMQ
@@ -474,7 +539,7 @@ int run_demo_consumer(const ConsumerOptions& options) {
     // settled (by this process or the one before) and the queue holds nothing more.
     const auto connection = rabbitmq::ConnectionOptions::from_url(broker);
     rabbitmq::Consumer amqp(connection, broker_consumer_options(consumer));
-    std::set<std::uint64_t> settled = settled_in_log(dir / "deliveries.log");
+    std::set<std::uint64_t> settled = settled_in_log(files.deliveries);
     LoggedHandler logged(*handler, deliveries, settled);
     amqp.run_until(logged, [&] {
       return settled.size() >= queue.size() &&
@@ -486,7 +551,7 @@ int run_demo_consumer(const ConsumerOptions& options) {
 #endif
   }
   CollectingBusProxy bus(consumer);
-  std::uint64_t offset = read_offset(dir);
+  std::uint64_t offset = read_offset(files.offset);
   while (offset < queue.size()) {
     const Event& event = queue[offset];
     const std::string seq = event.headers.at("seq");
@@ -501,13 +566,284 @@ int run_demo_consumer(const ConsumerOptions& options) {
       continue;
     }
     ++offset;
-    if (offset % options.ack_every == 0) commit_offset(dir, offset);
+    if (offset % options.ack_every == 0) commit_offset(files.offset, offset);
   }
-  commit_offset(dir, offset);
+  commit_offset(files.offset, offset);
   return 0;
 }
 
+// ---- the relay process (--hops 2) ----------------------------------------------------------
+
+namespace {
+
+// Rows per relay pass in the demo: small, so the relay killed after a pass re-publishes only a
+// few rows.
+constexpr std::size_t kRelayBatch = 32;
+
+// The relay's publisher: appends each row to the second hop's queue file (with its delivery
+// position as "seq"), after handing the rows to `inner` (RabbitMQ) when there is a broker, and
+// confirms what was stored. With a stall point it stops after the pass that reached it, before
+// the relay deletes that pass's rows: the process is killed there, so those rows go out again.
+// Used from the relay's one thread.
+class DemoRelayPublisher final : public OutboxPublisher {
+ public:
+  DemoRelayPublisher(const HopFiles& files, const fs::path& log,
+                     std::shared_ptr<OutboxPublisher> inner, std::int64_t stall_at, int notify_fd)
+      : queue_(files.queue),
+        log_(log),
+        inner_(std::move(inner)),
+        stall_at_(stall_at),
+        notify_fd_(notify_fd),
+        next_seq_(read_queue(files.queue).size()) {}
+
+  std::vector<PublishVerdict> publish(std::span<const OutboxRow> rows) override {
+    std::vector<OutboxRow> copies(rows.begin(), rows.end());
+    for (std::size_t i = 0; i < copies.size(); ++i)
+      copies[i].event.headers["seq"] = std::to_string(next_seq_ + i);
+    std::vector<PublishVerdict> verdicts =
+        inner_ ? inner_->publish(copies) : std::vector<PublishVerdict>(copies.size(), {true, ""});
+    for (std::size_t i = 0; i < copies.size() && i < verdicts.size(); ++i) {
+      if (!verdicts[i].confirmed) continue;
+      const Event& event = copies[i].event;
+      const nlohmann::json line = {{"id", event.id},
+                                   {"type", event.type},
+                                   {"payload", event.payload},
+                                   {"seq", next_seq_},
+                                   {"source", copies[i].source_event_id}};
+      queue_.line(line.dump());
+      log_.line("D " + std::to_string(next_seq_));
+      ++next_seq_;
+      ++published_;
+    }
+    if (stall_at_ >= 0 && static_cast<std::int64_t>(published_) >= stall_at_) {
+      stall_at_ = -1;
+      write_all(notify_fd_, std::to_string(published_) + "\n");  // "kill me now"
+      for (;;)
+        std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    return verdicts;
+  }
+
+ private:
+  AppendLog queue_;
+  AppendLog log_;
+  std::shared_ptr<OutboxPublisher> inner_;
+  std::int64_t stall_at_;
+  int notify_fd_;
+  std::uint64_t next_seq_;
+  std::uint64_t published_ = 0;
+};
+
+}  // namespace
+
+int run_demo_relay(const RelayProcessOptions& options) {
+  const fs::path dir = options.dir;
+  const char* store = std::getenv(kDemoStoreVariable);
+  const std::string url = recorder_url(store != nullptr ? store : "", dir);
+  std::shared_ptr<IdempotencyRecorder> recorder = open_recorder(url);
+  std::string absent;
+  const std::shared_ptr<Outbox> outbox = outbox_of(recorder, /*look_only=*/false, &absent);
+  if (!outbox) throw NotSupported("--hops 2: " + redact_url(url) + ": " + absent);
+  std::shared_ptr<OutboxPublisher> inner;
+  const char* broker = std::getenv(kDemoBrokerVariable);
+  if (broker != nullptr && *broker != '\0') {
+#ifdef IDEM_HAVE_RABBITMQ
+    rabbitmq::PublisherOptions publisher_options;
+    publisher_options.exchange = options.exchange;
+    inner =
+        std::make_shared<rabbitmq::RabbitMqOutboxPublisher>(std::make_shared<rabbitmq::Publisher>(
+            rabbitmq::ConnectionOptions::from_url(broker), publisher_options));
+#else
+    throw NotSupported("--broker: this idem was built without RabbitMQ (IDEM_WITH_RABBITMQ)");
+#endif
+  }
+  OutboxRelayOptions relay_options;
+  relay_options.batch_size = kRelayBatch;
+  relay_options.poll_interval = std::chrono::milliseconds(100);
+  OutboxRelay relay(
+      outbox,
+      std::make_shared<DemoRelayPublisher>(hop_files(dir, 2), dir / "relay.log", inner,
+                                           options.stall_at, options.notify_fd),
+      relay_options);
+  // A pass may find the rows still held by the killed relay's transaction (PostgreSQL notices
+  // the closed connection a moment later): try again, for at most a minute.
+  for (int attempt = 0; attempt < 600; ++attempt) {
+    relay.drain();
+    if (outbox->stats().depth == 0) return 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  std::cerr << "idem demo-relay: the outbox still holds " << outbox->stats().depth
+            << " rows after a minute\n";
+  return 1;
+}
+
 // ---- the demo ------------------------------------------------------------------------------
+
+namespace {
+
+// The second hop's consumer name: "shipping", with the run's suffix when billing has one.
+std::string shipping_name(const std::string& billing) {
+  return "shipping" + billing.substr(std::string_view(kConsumer).size());
+}
+
+// One hop's consumer: started, killed with SIGKILL inside a handler at --kill-at of its stream,
+// restarted and run to the end. Returns what its delivery log shows, or nothing (after saying
+// why) when a process did not behave.
+std::optional<DeliveryStats> run_consumer_hop(const fs::path& dir, const DemoOptions& options,
+                                              const std::string& url, const std::string& consumer,
+                                              int hop, std::size_t stream_size, const char* who,
+                                              const char* bar_label,
+                                              std::int64_t latest_stall = -1) {
+  const HopFiles files = hop_files(dir, hop);
+  DeliveryLogReader log(files.deliveries);
+  ProgressBar bar(bar_label, stream_size);
+
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+  Fd read_end(pipe_fds[0]);
+  auto stall_at = static_cast<std::int64_t>(static_cast<double>(stream_size) * options.kill_at);
+  if (latest_stall >= 0) stall_at = std::min(stall_at, latest_stall);
+  const pid_t first = spawn_consumer(dir, options, url, consumer, stall_at, pipe_fds[1], hop);
+  ::close(pipe_fds[1]);
+  std::string stalled_seq;
+  const int first_status = watch(first, read_end.fd, log, bar, &stalled_seq);
+  if (first_status != -1) {
+    bar.finish();
+    std::cerr << "idem demo: the first " << who << " exited before it was killed (status "
+              << first_status << ")\n";
+    return std::nullopt;
+  }
+  const std::uint64_t committed = read_offset(files.offset);
+  bar.finish("killed");
+  std::cout.flush();
+  std::cout << "  crash:     " << who << " pid " << first
+            << " killed with SIGKILL inside the handler "
+            << "of delivery #" << stalled_seq
+            << (options.broker.empty()
+                    ? "; last committed offset " + std::to_string(committed)
+                    : std::string("; its unacknowledged messages go back to the queue"))
+            << std::endl;
+
+  ProgressBar bar2("  restarted", stream_size);
+  const pid_t second = spawn_consumer(dir, options, url, consumer, -1, -1, hop);
+  const int second_status = watch(second, -1, log, bar2);
+  bar2.finish();
+  if (!WIFEXITED(second_status) || WEXITSTATUS(second_status) != 0) {
+    std::cerr << "idem demo: the restarted " << who << " failed (status " << second_status << ")\n";
+    return std::nullopt;
+  }
+  return log.poll();
+}
+
+// What the second hop did and left.
+struct SecondHop {
+  std::uint64_t follow_ups = 0;        // outbox rows billing committed
+  std::uint64_t relayed = 0;           // rows the relays published (with the ones sent again)
+  std::uint64_t distinct_relayed = 0;  // distinct event ids among them
+  bool ids_deterministic = true;       // every id is follow_up_id(billing, its order.paid id, 0)
+  DeliveryStats stats;                 // shipping's deliveries
+  LedgerCount ledger;                  // shipping's ledger rows
+  std::int64_t markers = 0;            // relayed events shipping marked processed
+  std::uint64_t outbox_left = 0;
+  std::uint64_t outbox_parked = 0;
+};
+
+// The relay process, killed once after a pass published its rows and before it deleted them,
+// then restarted until the outbox is empty; then shipping, killed once mid-handler and restarted.
+std::optional<SecondHop> run_second_hop(const fs::path& dir, const DemoOptions& options,
+                                        const std::string& url, IdempotencyRecorder& recorder,
+                                        Outbox& outbox, const std::string& ledger,
+                                        const std::string& billing,
+                                        const std::set<std::string>& paid) {
+  SecondHop hop;
+  const std::string shipping = shipping_name(billing);
+  hop.follow_ups = outbox.stats().depth;
+  std::string exchange;
+#ifdef IDEM_HAVE_RABBITMQ
+  if (!options.broker.empty()) exchange = broker_consumer_options(shipping).exchange;
+#endif
+  std::cout << "  outbox:    " << hop.follow_ups
+            << " order.charged follow-ups committed with billing's markers and ledger rows\n";
+  std::cout.flush();
+
+  DeliveryLogReader relay_log(dir / "relay.log");
+  {
+    ProgressBar bar("  relaying", hop.follow_ups);
+    int pipe_fds[2];
+    if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
+    Fd read_end(pipe_fds[0]);
+    const auto stall_at = std::max<std::int64_t>(
+        1, static_cast<std::int64_t>(static_cast<double>(hop.follow_ups) * options.kill_at));
+    const pid_t first = spawn_relay(dir, options, url, exchange, stall_at, pipe_fds[1]);
+    ::close(pipe_fds[1]);
+    std::string published_before;
+    const int first_status =
+        watch(first, read_end.fd, relay_log, bar, &published_before, relay_note);
+    if (first_status != -1) {
+      bar.finish();
+      std::cerr << "idem demo: the first relay exited before it was killed (status " << first_status
+                << ")\n";
+      return std::nullopt;
+    }
+    bar.finish("killed");
+    std::cout.flush();
+    std::cout << "  crash:     relay pid " << first << " killed with SIGKILL after "
+              << published_before << " rows were published"
+              << (options.broker.empty() ? " to " + hop_files(dir, 2).queue.filename().string()
+                                         : std::string(" and confirmed by the broker"))
+              << ", before it deleted its last batch (" << kRelayBatch << " rows a pass)"
+              << std::endl;
+  }
+  {
+    ProgressBar bar("  restarted", hop.follow_ups);
+    const pid_t second = spawn_relay(dir, options, url, exchange, -1, -1);
+    const int status = watch(second, -1, relay_log, bar, nullptr, relay_note);
+    bar.finish();
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::cerr << "idem demo: the restarted relay failed (status " << status << ")\n";
+      return std::nullopt;
+    }
+  }
+  const std::vector<Event> charged = read_queue(hop_files(dir, 2).queue);
+  hop.relayed = charged.size();
+  std::set<std::string> ids;
+  std::int64_t last_first_seen = 0;  // the last delivery that is an event's first
+  for (const Event& event : charged) {
+    if (ids.insert(event.id).second) last_first_seen = std::stoll(event.headers.at("seq"));
+    const auto source = event.headers.find("source");
+    if (source == event.headers.end() || paid.count(source->second) == 0 ||
+        event.id != follow_up_id(billing, source->second, 0)) {
+      hop.ids_deterministic = false;
+    }
+  }
+  hop.distinct_relayed = ids.size();
+  std::cout << "  relay:     " << hop.relayed << " rows published (" << hop.distinct_relayed
+            << " distinct ids)";
+#ifdef IDEM_HAVE_RABBITMQ
+  if (!options.broker.empty())
+    std::cout << " to exchange " << exchange << ", queue idem." << shipping;
+#endif
+  std::cout << "\n  consumer:  " << shipping << " (order.charged, its own markers and ledger)\n";
+  std::cout.flush();
+
+  const std::optional<DeliveryStats> shipped =
+      run_consumer_hop(dir, options, url, shipping, 2, charged.size(), "shipping", "  shipping",
+                       // The stream ends with the batch relayed again, all duplicates, which never
+                       // reach the handler: stall in a first delivery at the latest.
+                       last_first_seen);
+  if (!shipped) return std::nullopt;
+  hop.stats = *shipped;
+  hop.ledger = count_ledger(recorder, ledger, shipping);
+  for (const std::string& id : ids) {
+    if (recorder.is_processed(shipping, id)) ++hop.markers;
+  }
+  const OutboxStats left = outbox.stats();
+  hop.outbox_left = left.depth;
+  hop.outbox_parked = left.parked;
+  return hop;
+}
+
+}  // namespace
 
 int run_demo(const DemoOptions& options) {
   if (options.events == 0) throw InvalidArgument("--events must be at least 1");
@@ -519,6 +855,14 @@ int run_demo(const DemoOptions& options) {
   }
   if (options.ack_every == 0) throw InvalidArgument("--ack-every must be at least 1");
   const HandlerMode mode = parse_mode(options.mode);
+  if (options.hops != 1 && options.hops != 2) {
+    throw InvalidArgument("--hops must be 1 or 2, got " + std::to_string(options.hops));
+  }
+  if (options.hops == 2 && mode != HandlerMode::transactional) {
+    throw InvalidArgument(
+        "--hops 2 needs --mode transactional: billing's follow-ups are outbox rows written in "
+        "its marker's transaction");
+  }
 
   // A --store recorder is opened and checked before anything is written: a bad URL, an
   // unreachable server or a mode the backend cannot do stops the demo here.
@@ -539,6 +883,11 @@ int run_demo(const DemoOptions& options) {
                          ": an in-memory recorder lives and dies with one process, but the demo "
                          "kills its consumer process and starts a new one; use a SQLite file, "
                          "redis:// or postgresql://");
+    }
+    if (options.hops == 2 && !recorder->supports_transactions()) {
+      throw NotSupported("--hops 2: --store " + shown +
+                         " has no outbox: billing's follow-ups are outbox rows written in its "
+                         "marker's transaction, which needs sqlite: or postgresql://");
     }
     if (mode == HandlerMode::transactional && !recorder->supports_transactions()) {
       throw NotSupported("--store " + shown +
@@ -576,12 +925,30 @@ int run_demo(const DemoOptions& options) {
   } else {
     fs::create_directories(dir);
     for (const char* f : {"queue.jsonl", "offset", "deliveries.log", "side_effects.log", "idem.db",
-                          "idem.db-wal", "idem.db-shm"}) {
+                          "idem.db-wal", "idem.db-shm", "idem.db-outbox.lock", "charged.jsonl",
+                          "charged.offset", "shipping.log", "shipping_effects.log", "relay.log"}) {
       fs::remove(dir / f);
     }
   }
   const std::string url = recorder_url(options.store, dir);
   if (!recorder) recorder = open_recorder(url);
+  std::shared_ptr<Outbox> outbox;
+  if (options.hops == 2) {
+    // The relay publishes every waiting row of the outbox: it must hold none but this run's.
+    std::string absent;
+    outbox = outbox_of(recorder, /*look_only=*/false, &absent);
+    if (!outbox) {
+      throw NotSupported("--hops 2: " + redact_url(url) + " has no outbox (" + absent +
+                         "); use a SQLite file or postgresql://");
+    }
+    const OutboxStats waiting = outbox->stats();
+    if (waiting.depth != 0) {
+      throw NotSupported("--hops 2: the outbox of " + redact_url(url) + " already holds " +
+                         std::to_string(waiting.depth) +
+                         " waiting rows, which the demo's relay would publish; give the demo a "
+                         "database (or ?schema=) of its own");
+    }
+  }
 
   std::cout << "idem demo: at-least-once delivery, a consumer killed mid-handler, side effects "
                "once\n"
@@ -589,11 +956,18 @@ int run_demo(const DemoOptions& options) {
             << "  recorder:  " << redact_url(url) << " (mode " << options.mode << ")\n"
             << "  consumer:  " << consumer
             << (options.store.empty() ? "\n" : " (a fresh name for this run)\n");
+  if (options.hops == 2) {
+    std::cout << "  hops:      2: " << consumer << " -> outbox -> relay process -> "
+              << shipping_name(consumer) << "\n";
+  }
 
 #ifdef IDEM_HAVE_RABBITMQ
   // The queue is declared before anything is published, so it receives every message (and an
   // unreachable broker stops the demo before it starts).
   if (broker) rabbitmq::Consumer(*broker, broker_consumer_options(consumer)).connect();
+  if (broker && options.hops == 2) {
+    rabbitmq::Consumer(*broker, broker_consumer_options(shipping_name(consumer))).connect();
+  }
 #endif
   const std::size_t stream_size = publish(dir, options);
 #ifdef IDEM_HAVE_RABBITMQ
@@ -602,7 +976,7 @@ int run_demo(const DemoOptions& options) {
     publisher_options.exchange = broker_consumer_options(consumer).exchange;
     rabbitmq::Publisher publisher(*broker, publisher_options);
     // One batch: sent, then every confirm awaited (about one broker fsync, not one per event).
-    publisher.publish_batch(read_queue(dir));
+    publisher.publish_batch(read_queue(hop_files(dir, 1).queue));
     std::cout << "  broker:    " << rabbitmq::redact_amqp_url(options.broker) << ", exchange "
               << publisher_options.exchange << ", queue idem." << consumer
               << " (acked after each handler)\n";
@@ -622,53 +996,20 @@ int run_demo(const DemoOptions& options) {
   }
   std::cout.flush();  // the progress bar writes to stderr; keep the two in order
 
-  DeliveryLogReader log(dir / "deliveries.log");
-  ProgressBar bar("  consuming", stream_size);
-
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) throw std::runtime_error("pipe failed");
-  Fd read_end(pipe_fds[0]);
-  const auto stall_at =
-      static_cast<std::int64_t>(static_cast<double>(stream_size) * options.kill_at);
-  const pid_t first = spawn_consumer(dir, options, url, consumer, stall_at, pipe_fds[1]);
-  ::close(pipe_fds[1]);
-  std::string stalled_seq;
-  const int first_status = watch(first, read_end.fd, log, bar, &stalled_seq);
-  if (first_status != -1) {
-    bar.finish();
-    std::cerr << "idem demo: the first consumer exited before it was killed (status "
-              << first_status << ")\n";
-    return 1;
-  }
-  const std::uint64_t committed = read_offset(dir);
-  bar.finish("killed");
-  std::cout.flush();
-  std::cout << "  crash:     consumer pid " << first << " killed with SIGKILL inside the handler "
-            << "of delivery #" << stalled_seq
-            << (options.broker.empty()
-                    ? "; last committed offset " + std::to_string(committed)
-                    : std::string("; its unacknowledged messages go back to the queue"))
-            << std::endl;
-
-  ProgressBar bar2("  restarted", stream_size);
-  const pid_t second = spawn_consumer(dir, options, url, consumer, -1, -1);
-  const int second_status = watch(second, -1, log, bar2);
-  bar2.finish();
-  if (!WIFEXITED(second_status) || WEXITSTATUS(second_status) != 0) {
-    std::cerr << "idem demo: the restarted consumer failed (status " << second_status << ")\n";
-    return 1;
-  }
-
-  const DeliveryStats stats = log.poll();
+  const HopFiles billing_files = hop_files(dir, 1);
+  const std::optional<DeliveryStats> billed =
+      run_consumer_hop(dir, options, url, consumer, 1, stream_size, "consumer", "  consuming");
+  if (!billed) return 1;
+  const DeliveryStats& stats = *billed;
   std::int64_t side_effects = 0;
   std::int64_t distinct_side_effects = 0;
   std::int64_t markers = 0;
+  std::set<std::string> published;  // the distinct events of the first hop
+  for (const Event& event : read_queue(billing_files.queue))
+    published.insert(event.id);
   {
     // Markers: every published event must be processed in the recorder (asked through the
     // same interface on every backend).
-    std::set<std::string> published;
-    for (const Event& event : read_queue(dir))
-      published.insert(event.id);
     for (const std::string& id : published) {
       if (recorder->is_processed(consumer, id)) ++markers;
     }
@@ -677,7 +1018,7 @@ int run_demo(const DemoOptions& options) {
       side_effects = count.rows;
       distinct_side_effects = count.distinct_events;
     } else {
-      std::ifstream in(dir / "side_effects.log");
+      std::ifstream in(billing_files.side_effects);
       std::set<std::string> ids;
       std::string line;
       while (std::getline(in, line)) {
@@ -686,6 +1027,13 @@ int run_demo(const DemoOptions& options) {
       }
       distinct_side_effects = static_cast<std::int64_t>(ids.size());
     }
+  }
+
+  // ---- the second hop: the outbox, the relay, shipping ----
+  std::optional<SecondHop> second;
+  if (options.hops == 2) {
+    second = run_second_hop(dir, options, url, *recorder, *outbox, ledger, consumer, published);
+    if (!second) return 1;
   }
 
   std::cout << "\nresults\n"
@@ -698,6 +1046,20 @@ int run_demo(const DemoOptions& options) {
             << "  handlers completed         " << stats.processed << "\n"
             << "  side effects               " << side_effects << "\n"
             << "  events marked processed    " << markers << "\n";
+  if (second) {
+    const SecondHop& h = *second;
+    std::cout << "  follow-ups in the outbox   " << h.follow_ups << "\n"
+              << "  relayed (published)        " << h.relayed << "\n"
+              << "  relayed again after crash  " << (h.relayed - h.distinct_relayed) << "\n"
+              << "  shipping deliveries        " << h.stats.deliveries << "\n"
+              << "  shipping redeliveries      " << h.stats.redeliveries << "\n"
+              << "  duplicates dropped (ship)  " << h.stats.duplicates_dropped << "\n"
+              << "  shipping side effects      " << h.ledger.rows << "\n"
+              << "  orders shipped             " << h.ledger.distinct_orders << "\n"
+              << "  charges marked shipped     " << h.markers << "\n"
+              << "  outbox left                " << h.outbox_left << " waiting, " << h.outbox_parked
+              << " parked\n";
+  }
 
   const bool once = side_effects == static_cast<std::int64_t>(options.events) &&
                     distinct_side_effects == side_effects &&
@@ -711,14 +1073,42 @@ int run_demo(const DemoOptions& options) {
               << " distinct) and " << markers << " events marked processed for " << options.events
               << " distinct events\n";
   }
+  bool shipped_once = true;
+  if (second) {
+    const SecondHop& h = *second;
+    const auto n = static_cast<std::int64_t>(options.events);
+    shipped_once = h.follow_ups == options.events && h.distinct_relayed == options.events &&
+                   h.ids_deterministic && h.ledger.rows == n && h.ledger.distinct_events == n &&
+                   h.ledger.distinct_orders == n && h.markers == n && h.outbox_left == 0 &&
+                   h.outbox_parked == 0;
+    if (shipped_once) {
+      std::cout << "OK: orders shipped == follow-ups == " << options.events
+                << " (each exactly once, despite " << (h.relayed - h.distinct_relayed)
+                << " rows relayed again, " << h.stats.redeliveries
+                << " redeliveries and a SIGKILL of the relay and of shipping); outbox empty\n";
+    } else {
+      std::cout << "FAILED: " << h.follow_ups << " follow-ups in the outbox, " << h.distinct_relayed
+                << " distinct relayed"
+                << (h.ids_deterministic ? "" : " (some not follow_up_id(billing, order, 0))")
+                << ", " << h.ledger.rows << " shipping side effects (" << h.ledger.distinct_orders
+                << " distinct orders), " << h.markers << " charges marked shipped, "
+                << h.outbox_left << " rows left in the outbox and " << h.outbox_parked
+                << " parked, for " << options.events << " distinct events\n";
+    }
+  }
 #ifdef IDEM_HAVE_RABBITMQ
   if (broker) {
-    const auto topology = broker_consumer_options(consumer);
-    rabbitmq::delete_queue(*broker, "idem." + consumer);
-    rabbitmq::delete_queue(*broker, "idem." + consumer + ".dlq");
-    rabbitmq::delete_exchange(*broker, topology.exchange);
+    std::vector<std::string> consumers = {consumer};
+    if (options.hops == 2) consumers.push_back(shipping_name(consumer));
+    for (const std::string& name : consumers) {
+      const auto topology = broker_consumer_options(name);
+      rabbitmq::delete_queue(*broker, "idem." + name);
+      rabbitmq::delete_queue(*broker, "idem." + name + ".dlq");
+      rabbitmq::delete_exchange(*broker, topology.exchange);
+    }
   }
 #endif
+  outbox.reset();
   recorder.reset();  // close the database before its directory goes
   if (remove_dir) {
     std::error_code ec;
@@ -726,7 +1116,7 @@ int run_demo(const DemoOptions& options) {
   } else {
     std::cout << "(work dir kept: " << dir.string() << ")\n";
   }
-  return once ? 0 : 1;
+  return once && shipped_once ? 0 : 1;
 }
 
 }  // namespace idem::cli

@@ -65,6 +65,14 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--broker", demo.broker,
                        "Deliver through RabbitMQ at this amqp://user:password@host:port/vhost URL "
                        "(default: a file-backed queue; see docs/rabbitmq.md)");
+  demo_cmd
+      ->add_option("--hops", demo.hops,
+                   "1: one consumer. 2: billing also publishes order.charged through the outbox "
+                   "(transactional mode, a SQLite or PostgreSQL store), a relay process killed "
+                   "once publishes it to a second queue, and a second consumer, shipping, killed "
+                   "once too, ships each order once (docs/outbox.md)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 2));
 
   idem::cli::ConsumerOptions consumer;
   auto* consumer_cmd =
@@ -76,6 +84,17 @@ int main(int argc, char** argv) {
   consumer_cmd->add_option("--ack-every", consumer.ack_every);
   consumer_cmd->add_option("--stall-at", consumer.stall_at);
   consumer_cmd->add_option("--notify-fd", consumer.notify_fd);
+  consumer_cmd->add_option("--hop", consumer.hop);
+  consumer_cmd->add_flag("--outbox", consumer.outbox);
+
+  idem::cli::RelayProcessOptions relay;
+  auto* relay_cmd = app.add_subcommand(
+      "demo-relay", "The demo's relay process (started by `idem demo --hops 2`)");
+  relay_cmd->group("");  // internal: hidden from --help
+  relay_cmd->add_option("--dir", relay.dir)->required();
+  relay_cmd->add_option("--exchange", relay.exchange);
+  relay_cmd->add_option("--stall-at", relay.stall_at);
+  relay_cmd->add_option("--notify-fd", relay.notify_fd);
 
   idem::cli::add_store_commands(app);   // stats, purge, inspect (run from their callbacks)
   idem::cli::add_outbox_commands(app);  // relay (run from its callback)
@@ -115,6 +134,7 @@ int main(int argc, char** argv) {
   try {
     if (demo_cmd->parsed()) return cli::run_demo(demo);
     if (consumer_cmd->parsed()) return cli::run_demo_consumer(consumer);
+    if (relay_cmd->parsed()) return cli::run_demo_relay(relay);
   } catch (const std::exception& e) {
     std::cerr << command << ": " << cli::describe(e) << "\n";
     return cli::exit_code_of(e);
