@@ -32,6 +32,20 @@ std::string_view to_string(ClaimOutcome::Status status) noexcept {
   return "unknown";
 }
 
+ClaimOutcome ClaimOutcome::found(IdempotencyRecord record,
+                                 std::optional<std::string_view> fingerprint) {
+  ClaimOutcome outcome;
+  if (fingerprint && record.fingerprint && *fingerprint != *record.fingerprint) {
+    outcome.status = Status::mismatch;
+  } else if (record.state == IdempotencyRecord::State::completed) {
+    outcome.status = Status::completed;
+  } else {
+    outcome.status = Status::in_progress;
+  }
+  outcome.record = std::move(record);
+  return outcome;
+}
+
 ClaimOutcome IdempotencyStore::claim(std::string_view key,
                                      std::optional<std::string_view> fingerprint, Millis lease) {
   detail::check_idempotency_key(key);

@@ -95,16 +95,7 @@ ClaimOutcome InMemoryIdempotencyStore::do_claim(std::string_view key,
       if (it != shard.records.end()) {
         IdempotencyRecord& record = it->second;
         if (!is_dead(record, now)) {
-          ClaimOutcome outcome;
-          if (fingerprint && record.fingerprint && *fingerprint != *record.fingerprint) {
-            outcome.status = ClaimOutcome::Status::mismatch;
-          } else if (record.state == IdempotencyRecord::State::completed) {
-            outcome.status = ClaimOutcome::Status::completed;
-          } else {
-            outcome.status = ClaimOutcome::Status::in_progress;
-          }
-          outcome.record = record;
-          return outcome;
+          return ClaimOutcome::found(record, fingerprint);
         }
         // A dead record is reclaimed in place: an abandoned lease is a takeover (the old
         // owner's token is fenced off), an expired result simply starts over.

@@ -458,7 +458,7 @@ async::Task<ClaimOutcome> AsyncPostgresStore::do_claim(std::string_view key,
       if (fresh.rows() > 0) record = impl_->decode(key, fresh, 0, 0);
       if (!record || !is_live(*record, now)) continue;  // gone or dead again: claim again
     }
-    co_return detail::store_outcome(fingerprint, std::move(*record));
+    co_return ClaimOutcome::found(std::move(*record), fingerprint);
   }
   detail::throw_store_claim_busy(kCall, impl_->pool->target(), key);
 }

@@ -105,19 +105,6 @@ std::optional<ClaimOutcome> store_acquired(const Result& rows) {
   return std::nullopt;
 }
 
-ClaimOutcome store_outcome(std::optional<std::string_view> fingerprint, IdempotencyRecord record) {
-  ClaimOutcome outcome;
-  if (fingerprint && record.fingerprint && *fingerprint != *record.fingerprint) {
-    outcome.status = ClaimOutcome::Status::mismatch;
-  } else if (record.state == IdempotencyRecord::State::completed) {
-    outcome.status = ClaimOutcome::Status::completed;
-  } else {
-    outcome.status = ClaimOutcome::Status::in_progress;
-  }
-  outcome.record = std::move(record);
-  return outcome;
-}
-
 void throw_store_claim_busy(std::string_view call, const std::string& target,
                             std::string_view key) {
   throw PostgresError(ErrorCode::store_busy,

@@ -53,9 +53,6 @@ Params store_claim_params(std::string_view key, std::optional<std::string_view> 
                           WallTime now, Millis lease);
 // The acquisition among the claim statement's rows (acquired, token, took_over, ...), if any.
 std::optional<ClaimOutcome> store_acquired(const Result& rows);
-// The outcome for a caller that found the live `record`: a fingerprint other than the stored one
-// is a mismatch; else completed or in progress.
-ClaimOutcome store_outcome(std::optional<std::string_view> fingerprint, IdempotencyRecord record);
 [[noreturn]] void throw_store_claim_busy(std::string_view call, const std::string& target,
                                          std::string_view key);
 

@@ -338,7 +338,7 @@ ClaimOutcome PostgresIdempotencyStore::do_claim(std::string_view key,
       if (fresh.rows() > 0) record = impl_->decode(key, fresh, 0, 0);
       if (!record || !is_live(*record, now)) continue;  // gone or dead again: claim again
     }
-    return detail::store_outcome(fingerprint, std::move(*record));
+    return ClaimOutcome::found(std::move(*record), fingerprint);
   }
   detail::throw_store_claim_busy(kCall, impl_->pool->target(), key);
 }

@@ -227,20 +227,6 @@ bool is_live(const IdempotencyRecord& record, std::int64_t now_ms) {
                                                              : to_ms(record.lease_until) > now_ms;
 }
 
-// The answer to a claim that found the live `record`.
-ClaimOutcome refused(IdempotencyRecord record, std::optional<std::string_view> fingerprint) {
-  ClaimOutcome outcome;
-  if (fingerprint && record.fingerprint && *fingerprint != *record.fingerprint) {
-    outcome.status = ClaimOutcome::Status::mismatch;
-  } else if (record.state == IdempotencyRecord::State::completed) {
-    outcome.status = ClaimOutcome::Status::completed;
-  } else {
-    outcome.status = ClaimOutcome::Status::in_progress;
-  }
-  outcome.record = std::move(record);
-  return outcome;
-}
-
 }  // namespace
 
 // ---- Impl -----------------------------------------------------------------------------------
@@ -301,7 +287,7 @@ class SqliteIdempotencyStore::Impl {
       throw;
     }
     if (!record || !is_live(*record, now)) return std::nullopt;
-    return refused(std::move(*record), fingerprint);
+    return ClaimOutcome::found(std::move(*record), fingerprint);
   }
 
   std::string path_;
@@ -473,7 +459,8 @@ ClaimOutcome SqliteIdempotencyStore::do_claim(std::string_view key,
     throw StoreError("claim of idempotency key '" + std::string(key) + "' in '" + impl_->path_ +
                      "' neither claimed it nor found its record");
   }
-  return refused(std::move(*record), fingerprint);  // nothing written: ~WriteTransaction ends it
+  return ClaimOutcome::found(std::move(*record),
+                             fingerprint);  // nothing written: ~WriteTransaction ends it
 }
 
 bool SqliteIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,

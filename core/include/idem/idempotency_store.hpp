@@ -74,6 +74,11 @@ struct ClaimOutcome {
   std::uint64_t token = 0;                  // acquired: our fencing token
   bool took_over = false;                   // acquired by taking over an expired lease
   std::optional<IdempotencyRecord> record;  // completed / in_progress / mismatch
+
+  // The answer to a claim that found the live `record` (for store implementations): mismatch
+  // when both the caller and the record have a fingerprint and they differ; else completed or
+  // in_progress by the record's state.
+  static ClaimOutcome found(IdempotencyRecord record, std::optional<std::string_view> fingerprint);
 };
 
 std::string_view to_string(ClaimOutcome::Status status) noexcept;
