@@ -28,8 +28,9 @@
 
 namespace idem::cli {
 
-std::shared_ptr<Outbox> outbox_of(const std::shared_ptr<IdempotencyRecorder>& recorder,
-                                  bool look_only, std::string* absent) {
+std::shared_ptr<Outbox> outbox_of(
+    [[maybe_unused]] const std::shared_ptr<IdempotencyRecorder>& recorder,
+    [[maybe_unused]] bool look_only, std::string* absent) {
   const auto none = [&](const std::string& why) -> std::shared_ptr<Outbox> {
     if (absent != nullptr) *absent = why;
     return nullptr;
@@ -79,6 +80,7 @@ struct RelayArgs {
   int max_attempts = 5;
 };
 
+#if IDEM_HAVE_RABBITMQ
 std::atomic<bool> g_stop{false};
 
 extern "C" void on_stop_signal(int) {
@@ -94,6 +96,7 @@ void print_stats(const OutboxRelayStats& s, const OutboxStats& outbox) {
               static_cast<unsigned long long>(outbox.parked));
   std::fflush(stdout);
 }
+#endif
 
 int run_relay(const RelayArgs& args) {
   if (args.store.empty()) {
