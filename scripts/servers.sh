@@ -36,6 +36,9 @@
 #                                IDEM_TEST_AMQPS_PORT
 #   IDEM_TEST_REDIS_TLS_PORT     redis-server's --tls-port on the same instance as
 #                                IDEM_TEST_REDIS_PORT, --tls-auth-clients yes (client.crt needed)
+#   IDEM_TEST_REDIS_TLS_EXPIRED_PORT  a second, TLS-only redis-server presenting
+#                                server-expired.crt, --tls-auth-clients no (for the refusal of an
+#                                expired certificate without disturbing the shared instance)
 set -euo pipefail
 
 [ $# -gt 0 ] || { echo "usage: scripts/servers.sh COMMAND [ARGS...]" >&2; exit 2; }
@@ -65,6 +68,9 @@ cleanup() {
   set +e
   if [ -n "${redis_port:-}" ]; then
     redis-cli -h 127.0.0.1 -p "$redis_port" shutdown nosave >/dev/null 2>&1
+  fi
+  if [ -f "$work/redis-expired/redis.pid" ]; then
+    kill "$(cat "$work/redis-expired/redis.pid")" 2>/dev/null
   fi
   if [ -n "${pg_data:-}" ] && [ -d "$pg_data" ]; then
     as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m immediate stop >/dev/null 2>&1
@@ -196,6 +202,20 @@ redis-cli -h 127.0.0.1 -p "$redis_port" ping >/dev/null || { cat "$work/redis/re
 export IDEM_TEST_REDIS_URL="redis://127.0.0.1:${redis_port}/0"
 export IDEM_TEST_REDIS_PORT=$redis_port
 export IDEM_TEST_REDIS_TLS_PORT=$redis_tls_port
+redis_expired_port=$(free_port)
+mkdir -p "$work/redis-expired"
+redis-server --bind 127.0.0.1 --port 0 --dir "$work/redis-expired" --save "" \
+  --tls-port "$redis_expired_port" --tls-cert-file "$tls/server-expired.crt" \
+  --tls-key-file "$tls/server.key" --tls-ca-cert-file "$tls/ca.crt" --tls-auth-clients no \
+  --appendonly no --daemonize yes --logfile "$work/redis-expired/redis.log" \
+  --pidfile "$work/redis-expired/redis.pid" >/dev/null
+for _ in $(seq 1 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$redis_expired_port") 2>/dev/null && break
+  sleep 0.1
+done
+(exec 3<>"/dev/tcp/127.0.0.1/$redis_expired_port") 2>/dev/null ||
+  { cat "$work/redis-expired/redis.log" >&2; exit 1; }
+export IDEM_TEST_REDIS_TLS_EXPIRED_PORT=$redis_expired_port
 
 # ---- PostgreSQL ------------------------------------------------------------------------------
 [ -x "$pg_bin/initdb" ] || { echo "servers.sh: PostgreSQL server binaries not found" >&2; exit 1; }

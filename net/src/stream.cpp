@@ -14,6 +14,8 @@
 #include <system_error>
 #include <utility>
 
+#include "tls_session.hpp"
+
 namespace idem::net {
 namespace {
 
@@ -85,6 +87,8 @@ Address unix_address(const std::string& path) {
   return address;
 }
 
+Stream::Stream() noexcept = default;
+
 Stream::~Stream() {
   close();
 }
@@ -93,7 +97,8 @@ Stream::Stream(Stream&& other) noexcept
     : fd_(std::exchange(other.fd_, -1)),
       connecting_(std::exchange(other.connecting_, false)),
       tcp_(other.tcp_),
-      peer_(std::move(other.peer_)) {}
+      peer_(std::move(other.peer_)),
+      tls_(std::move(other.tls_)) {}
 
 Stream& Stream::operator=(Stream&& other) noexcept {
   if (this != &other) {
@@ -102,11 +107,16 @@ Stream& Stream::operator=(Stream&& other) noexcept {
     connecting_ = std::exchange(other.connecting_, false);
     tcp_ = other.tcp_;
     peer_ = std::move(other.peer_);
+    tls_ = std::move(other.tls_);
   }
   return *this;
 }
 
 void Stream::close() noexcept {
+  if (tls_) {
+    if (fd_ >= 0) tls_->shutdown();
+    tls_.reset();
+  }
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
   connecting_ = false;
@@ -147,6 +157,7 @@ void Stream::finish_connect() {
 }
 
 IoResult Stream::read_some(std::span<char> buffer) {
+  if (tls_) return tls_->read(buffer);
   for (;;) {
     const ssize_t n = ::recv(fd_, buffer.data(), buffer.size(), 0);
     if (n > 0) return {IoStatus::done, static_cast<std::size_t>(n)};
@@ -158,6 +169,7 @@ IoResult Stream::read_some(std::span<char> buffer) {
 }
 
 IoResult Stream::write_some(std::span<const char> data) {
+  if (tls_) return tls_->write(data);
   for (;;) {
     const ssize_t n = ::send(fd_, data.data(), data.size(), MSG_NOSIGNAL);
     if (n >= 0) return {IoStatus::done, static_cast<std::size_t>(n)};

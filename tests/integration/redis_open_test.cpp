@@ -1,9 +1,11 @@
 // open_recorder / open_store on a real Redis server (IDEM_TEST_REDIS_URL): every query parameter
 // reaches RedisOptions, the scheme is matched without regard to case, and the opened objects
-// work (markers, claims, store records) and share data through the server.
+// work (markers, claims, store records) and share data through the server; rediss:// opens over
+// TLS (IDEM_TEST_REDIS_TLS_PORT) and a certificate the client does not trust fails the open.
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <memory>
 #include <string>
 
@@ -99,6 +101,52 @@ TEST(RedisOpen, WrongPasswordOrDatabaseFailsWhenOpened) {
     ADD_FAILURE() << e.what();
   } catch (const idem::Error& e) {
     EXPECT_EQ(std::string(e.what()).find("hunter2"), std::string::npos) << e.what();
+  }
+}
+
+// rediss://localhost:TLS_PORT/0 with the test CA and client certificate, and `extra` appended.
+std::string tls_url(const std::string& extra) {
+  const char* port = std::getenv("IDEM_TEST_REDIS_TLS_PORT");
+  const char* dir = std::getenv("IDEM_TEST_TLS_DIR");
+  if (port == nullptr || dir == nullptr) return {};
+  const std::string tls = dir;
+  return "rediss://localhost:" + std::string(port) + "/0?tls_cert_file=" + tls +
+         "/client.crt&tls_key_file=" + tls + "/client.key&" + extra;
+}
+
+TEST(RedisOpen, RedissOpensOverTlsAndRefusesAnUntrustedServer) {
+  const char* dir = std::getenv("IDEM_TEST_TLS_DIR");
+  if (tls_url("").empty() || dir == nullptr) {
+    if (idem::test::servers_required()) FAIL() << "IDEM_TEST_REDIS_TLS_PORT is not set";
+    GTEST_SKIP() << "no Redis TLS listener: run through scripts/servers.sh";
+  }
+  idem::test::RedisTestPrefix prefix("opentls");
+  const std::string ca = std::string(dir) + "/ca.crt";
+  auto recorder = idem::open_recorder(tls_url("tls_ca_file=" + ca + "&prefix=" + prefix.prefix()));
+  auto* redis = dynamic_cast<idem::redis::RedisIdempotencyRecorder*>(recorder.get());
+  ASSERT_NE(redis, nullptr);
+  ASSERT_TRUE(redis->pool()->options().tls.has_value());
+  EXPECT_EQ(redis->pool()->options().tls->ca_file, ca);
+  recorder->mark_processed("c", "over-tls");
+  // The same server as the plaintext URL.
+  EXPECT_TRUE(
+      idem::open_recorder(url_with("prefix=" + prefix.prefix()))->is_processed("c", "over-tls"));
+
+  auto store = idem::open_store(tls_url("tls_ca_file=" + ca + "&prefix=" + prefix.prefix()));
+  const auto claim = store->claim("k", std::nullopt, 10s);
+  ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
+
+  // A CA that did not sign the server's certificate: the open fails, not as a ConfigError.
+  try {
+    (void)idem::open_recorder(
+        tls_url("tls_ca_file=" + std::string(dir) + "/other-ca.crt&prefix=" + prefix.prefix()));
+    ADD_FAILURE() << "an untrusted server was accepted";
+  } catch (const idem::ConfigError& e) {
+    ADD_FAILURE() << e.what();
+  } catch (const idem::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("TLS: certificate verify failed"), std::string::npos)
+        << e.what();
+    EXPECT_FALSE(e.retryable()) << e.what();
   }
 }
 

@@ -118,7 +118,8 @@ TEST(RedisOptions, MinimalUrlsKeepDefaults) {
 TEST(RedisOptions, BadUrlsNameTheirPart) {
   expect_config_error("", "redis://");
   expect_config_error("http://localhost", "scheme 'http'");
-  expect_config_error("rediss://localhost", "TLS");
+  expect_config_error("redis://localhost?tls_ca_file=/ca.pem", "use a rediss:// URL");
+  expect_config_error("rediss://localhost?tls_verify=maybe", "yes or no");
   expect_config_error("redis://", "host");
   expect_config_error("redis://:6379", "host");
   expect_config_error("redis://h:", "port is empty");

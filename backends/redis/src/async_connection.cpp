@@ -28,8 +28,10 @@
 #include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/net/stream.hpp"
+#include "idem/net/tls.hpp"
 #include "idem/redis/redis_error.hpp"
 #include "resp.hpp"
+#include "tls_support.hpp"
 
 namespace idem::redis {
 
@@ -100,8 +102,10 @@ bool is_timeout(int error_number) {
 struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::State> {
   enum class Phase { idle, backoff, connecting, handshaking, ready };
 
-  State(asio::any_io_executor executor, RedisOptions opts)
+  State(asio::any_io_executor executor, RedisOptions opts,
+        std::shared_ptr<const net::TlsContext> tls)
       : options(std::move(opts)),
+        tls_context(std::move(tls)),
         endpoint(options.endpoint()),
         strand(asio::make_strand(executor)),
         descriptor(strand),
@@ -209,6 +213,8 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     ++generation;
     if (descriptor.is_open()) (void)descriptor.release();  // cancels its waits
     stream.close();
+    tls_handshaking = false;
+    socket_bytes_read = 0;
     reading = writing = false;
     timer_armed = false;
     timer.cancel();
@@ -242,8 +248,18 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     timer.expires_at(connect_deadline);
     timer.async_wait([self = shared_from_this(), gen = generation](std::error_code ec) {
       if (ec || gen != self->generation || self->phase != Phase::connecting) return;
+      const bool in_tls = self->tls_handshaking;
       self->close_socket();
-      self->connect_failed(ETIMEDOUT, "no answer within connect_timeout " +
+      if (in_tls) {
+        const std::string cause =
+            detail::tls_to_plaintext_port(self->addresses, self->options.connect_timeout);
+        if (!cause.empty()) {
+          self->refuse_tls(cause);
+          return;
+        }
+      }
+      self->connect_failed(ETIMEDOUT, std::string(in_tls ? "TLS handshake: " : "") +
+                                          "no answer within connect_timeout " +
                                           std::to_string(self->options.connect_timeout.count()) +
                                           " ms");
     });
@@ -315,7 +331,81 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
       request->waiter->complete(make_error(), {});
   }
 
+  // TCP is up: the TLS handshake (within the same connect timeout), then the Redis handshake.
   void connected() {
+    if (!tls_context) {
+      established();
+      return;
+    }
+    try {
+      stream.start_tls(tls_context, options.host);
+    } catch (const net::TlsError& e) {
+      refuse_tls(e.what());
+      return;
+    }
+    tls_handshaking = true;
+    tls_step();
+  }
+
+  void tls_step() {
+    net::IoStatus status;
+    try {
+      status = stream.handshake();
+    } catch (const net::TlsError& e) {
+      refuse_tls(e.what());
+      return;
+    } catch (const std::system_error& e) {
+      close_socket();
+      connect_failed(e.code().value(), "TLS handshake: " + e.code().message());
+      return;
+    }
+    if (status == net::IoStatus::done) {
+      tls_handshaking = false;
+      established();
+      return;
+    }
+    descriptor.async_wait(status == net::IoStatus::want_read
+                              ? asio::posix::stream_descriptor::wait_read
+                              : asio::posix::stream_descriptor::wait_write,
+                          [self = shared_from_this(), gen = generation](std::error_code ec) {
+                            if (ec || gen != self->generation || self->phase != Phase::connecting) {
+                              return;
+                            }
+                            self->tls_step();
+                          });
+  }
+
+  // A TLS failure (or a TLS/plaintext mismatch): every call written or waiting fails with the
+  // non-retryable tls error; the next call tries again after the backoff.
+  void refuse_tls(const std::string& cause) {
+    auto lost = std::move(inflight);
+    inflight.clear();
+    close_socket();
+    ++stats_connect_failures;
+    phase = Phase::idle;
+    backoff = backoff.count() == 0 ? kFirstBackoff : std::min(backoff * 2, kMaxBackoff);
+    next_attempt = SteadyClock::now() + backoff;
+    const RedisError error = detail::tls_error(endpoint, cause);
+    for (auto& request : lost)
+      if (request->waiter) request->waiter->complete(std::make_exception_ptr(error), {});
+    fail_queue([&] { return std::make_exception_ptr(error); });
+  }
+
+  // A fresh socket failed before its first reply: the TLS cause when the port speaks TLS to a
+  // plaintext client, or the server refused the TLS session (a blocking probe of at most 1 s,
+  // on this failure path only).
+  std::string tls_mismatch(int error_number, bool eof) {
+    if (socket_bytes_read != 0 || !(eof || error_number == ECONNRESET || error_number == EPIPE)) {
+      return {};
+    }
+    if (tls_context) {
+      return detail::tls_session_refused(addresses, tls_context, options.host,
+                                         options.connect_timeout);
+    }
+    return detail::plaintext_to_tls_port(addresses, options.connect_timeout);
+  }
+
+  void established() {
     reader = std::make_unique<detail::ReplyReader>();
     phase = Phase::handshaking;
     timer_armed = false;
@@ -369,13 +459,8 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   // True when an idle socket shows EOF, a reset or stray bytes (the server went away while no
   // command was outstanding): replace it before writing, so nothing is put in doubt by a socket
   // that was dead before the command was sent.
-  bool idle_socket_dead() const {
-    pollfd p{};
-    p.fd = stream.fd();
-    p.events = POLLIN | POLLRDHUP;
-    const int ready_count = ::poll(&p, 1, 0);
-    return ready_count != 0 && !(ready_count < 0 && errno == EINTR);
-  }
+  // (TLS session tickets are consumed by the stream and do not count.)
+  bool idle_socket_dead() { return stream.idle_peer_gone(); }
 
   void flush() {
     if (phase != Phase::ready) return;
@@ -403,6 +488,13 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
       net::IoResult r;
       try {
         r = stream.write_some(std::span<const char>(out).subspan(out_offset));
+      } catch (const net::TlsError& e) {
+        if (e.setup()) {
+          refuse_tls(e.what());
+        } else {
+          drop(EPROTO, e.what());
+        }
+        return;
       } catch (const std::system_error& e) {
         drop(e.code().value(), e.code().message());
         return;
@@ -459,6 +551,15 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
       net::IoResult r;
       try {
         r = stream.read_some(read_buffer);
+      } catch (const net::TlsError& e) {
+        // Under TLS 1.3 the server's verdict on the client certificate arrives with the first
+        // read.
+        if (e.setup()) {
+          refuse_tls(e.what());
+        } else {
+          drop(EPROTO, e.what());
+        }
+        return;
       } catch (const std::system_error& e) {
         drop(e.code().value(), e.code().message());
         return;
@@ -468,6 +569,12 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
         return;
       }
       if (r.status != net::IoStatus::done) break;
+      if (socket_bytes_read == 0 && !tls_context &&
+          net::looks_like_tls_record(std::span<const char>(read_buffer.data(), r.bytes))) {
+        refuse_tls(detail::tls_record_on_plaintext());
+        return;
+      }
+      socket_bytes_read += r.bytes;
       try {
         reader->feed(read_buffer.data(), r.bytes);
         while (auto reply = reader->next()) {
@@ -478,7 +585,7 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
         drop(0, std::string("protocol error: ") + e.what(), /*protocol=*/true);
         return;
       }
-      if (r.bytes < read_buffer.size()) break;  // drained
+      if (r.bytes < read_buffer.size() && stream.buffered() == 0) break;  // drained
     }
     if (inflight.empty()) {
       timer_armed = false;
@@ -548,6 +655,10 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   // The socket failed: every written call gets its classified error; the queue waits for the
   // next connection.
   void drop(int error_number, const std::string& detail, bool protocol = false, bool eof = false) {
+    if (const std::string cause = tls_mismatch(error_number, eof); !cause.empty()) {
+      refuse_tls(cause);
+      return;
+    }
     const bool was_handshake = phase == Phase::handshaking;
     ++stats_drops;
     auto lost = std::move(inflight);
@@ -583,6 +694,7 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   // ---------------------------------------------------------------------------------------
 
   const RedisOptions options;
+  const std::shared_ptr<const net::TlsContext> tls_context;  // null without TLS
   const std::string endpoint;
   asio::strand<asio::any_io_executor> strand;
   asio::posix::stream_descriptor descriptor;  // non-owning view of stream's descriptor
@@ -601,6 +713,8 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   bool writing = false;
   bool timer_armed = false;
   bool flush_scheduled = false;
+  bool tls_handshaking = false;
+  std::uint64_t socket_bytes_read = 0;  // on this socket: 0 until its first reply
   std::uint64_t generation = 0;
   std::deque<std::unique_ptr<Request>> queue;     // not written yet
   std::deque<std::unique_ptr<Request>> inflight;  // batched (being) written, reply awaited
@@ -624,7 +738,14 @@ RedisOptions validated(RedisOptions options) {
 }  // namespace
 
 AsyncConnection::AsyncConnection(asio::any_io_executor executor, RedisOptions options)
-    : state_(std::make_shared<State>(std::move(executor), validated(std::move(options)))) {}
+    : AsyncConnection(executor, validated(std::move(options)), nullptr) {}
+
+AsyncConnection::AsyncConnection(asio::any_io_executor executor, RedisOptions options,
+                                 std::shared_ptr<const net::TlsContext> tls) {
+  options.validate();
+  if (!tls) tls = detail::make_tls_context(options);
+  state_ = std::make_shared<State>(std::move(executor), std::move(options), std::move(tls));
+}
 
 AsyncConnection::~AsyncConnection() {
   state_->shut_down();
@@ -696,8 +817,9 @@ const std::string& AsyncConnection::endpoint() const noexcept {
 
 AsyncConnectionPool::AsyncConnectionPool(asio::any_io_executor executor, RedisOptions options)
     : options_(validated(std::move(options))) {
+  const auto tls = detail::make_tls_context(options_);  // one context for every connection
   for (std::size_t i = 0; i < options_.async_connections; ++i)
-    connections_.push_back(std::make_unique<AsyncConnection>(executor, options_));
+    connections_.push_back(std::make_unique<AsyncConnection>(executor, options_, tls));
 }
 
 AsyncConnection& AsyncConnectionPool::next() noexcept {

@@ -11,8 +11,10 @@
 
 #include "idem/error.hpp"
 #include "idem/net/stream.hpp"
+#include "idem/net/tls.hpp"
 #include "idem/redis/redis_error.hpp"
 #include "resp.hpp"
+#include "tls_support.hpp"
 
 namespace idem::redis {
 namespace {
@@ -29,23 +31,39 @@ std::chrono::steady_clock::time_point after(std::chrono::milliseconds d) {
 
 // ---- RedisConnection ------------------------------------------------------------------------
 
-RedisConnection::RedisConnection(const RedisOptions& options)
+RedisConnection::RedisConnection(const RedisOptions& options,
+                                 std::shared_ptr<const net::TlsContext> tls)
     : command_timeout_(options.command_timeout),
+      connect_timeout_(options.connect_timeout),
+      tls_(tls),
+      host_(options.host),
       reader_(std::make_unique<detail::ReplyReader>()),
       endpoint_(options.endpoint()) {
-  std::vector<net::Address> addresses;
   try {
-    addresses = net::resolve(options.host, options.port);
+    addresses_ = net::resolve(options.host, options.port);
   } catch (const std::system_error& e) {
     throw RedisError(RedisFailure::connect, "idem redis: connect to " + endpoint_ + ": " + e.what(),
                      /*retryable=*/true, /*in_doubt=*/false);
   }
+  const auto deadline = after(options.connect_timeout);  // TCP and the TLS handshake
+  bool handshaking = false;
   try {
-    stream_ =
-        std::make_unique<net::Stream>(net::connect(addresses, after(options.connect_timeout)));
+    stream_ = std::make_unique<net::Stream>(net::connect(addresses_, deadline));
+    if (tls) {
+      handshaking = true;
+      stream_->start_tls(tls, options.host);
+      net::handshake(*stream_, deadline);
+    }
+  } catch (const net::TlsError& e) {
+    throw detail::tls_error(endpoint_, e.what());
   } catch (const std::system_error& e) {
     const bool timed_out = is_timeout(e.code().value());
-    std::string message = "idem redis: connect to " + endpoint_ + ": " + e.code().message();
+    if (handshaking && timed_out) {
+      const std::string cause = detail::tls_to_plaintext_port(addresses_, options.connect_timeout);
+      if (!cause.empty()) throw detail::tls_error(endpoint_, cause);
+    }
+    std::string message = "idem redis: connect to " + endpoint_ + ": " +
+                          (handshaking ? "TLS handshake: " : "") + e.code().message();
     if (timed_out) {
       message += " (no answer within connect_timeout " +
                  std::to_string(options.connect_timeout.count()) + " ms)";
@@ -125,7 +143,14 @@ void RedisConnection::send_pending(CommandKind kind, std::string_view what) {
   std::size_t sent = 0;
   try {
     net::write_all(*stream_, out_, after(command_timeout_), sent);
+  } catch (const net::TlsError& e) {
+    broken_ = true;
+    if (e.setup()) throw detail::tls_error(endpoint_, e.what());
+    const bool whole_command_sent = !boundaries_.empty() && boundaries_.front() <= sent;
+    fail_io(what, 0, whole_command_sent, kind, e.what());
   } catch (const std::system_error& e) {
+    const std::string cause = tls_mismatch(e.code().value(), false);
+    if (!cause.empty()) throw detail::tls_error(endpoint_, cause);
     // A command whose every byte reached the kernel may have run; a cut-off one cannot.
     const bool whole_command_sent = !boundaries_.empty() && boundaries_.front() <= sent;
     fail_io(what, e.code().value(), whole_command_sent, kind, e.code().message());
@@ -150,12 +175,26 @@ RedisReply RedisConnection::read_one(CommandKind kind, std::string_view what, bo
     std::size_t n = 0;
     try {
       n = net::read_some_blocking(*stream_, buffer, deadline);
+    } catch (const net::TlsError& e) {
+      broken_ = true;
+      // Under TLS 1.3 the server's verdict on the client certificate arrives with the first read.
+      if (e.setup()) throw detail::tls_error(endpoint_, e.what());
+      fail_io(what, 0, any_sent, kind, e.what());
     } catch (const std::system_error& e) {
+      const std::string cause = tls_mismatch(e.code().value(), false);
+      if (!cause.empty()) throw detail::tls_error(endpoint_, cause);
       fail_io(what, e.code().value(), any_sent, kind, e.code().message());
     }
     if (n == 0) {
+      const std::string cause = tls_mismatch(0, true);
+      if (!cause.empty()) throw detail::tls_error(endpoint_, cause);
       fail_io(what, 0, any_sent, kind, "Server closed the connection", false, /*eof=*/true);
     }
+    if (!received_ && !tls_ && net::looks_like_tls_record(std::span<const char>(buffer, n))) {
+      broken_ = true;
+      throw detail::tls_error(endpoint_, detail::tls_record_on_plaintext());
+    }
+    received_ = true;
     try {
       reader_->feed(buffer, n);
     } catch (const detail::ProtocolError& e) {
@@ -181,16 +220,19 @@ void RedisConnection::fail_io(std::string_view what, int error_number, bool sent
                    in_doubt, timed_out);
 }
 
-bool RedisConnection::looks_dead() const noexcept {
+bool RedisConnection::looks_dead() noexcept {
   if (broken_ || !stream_ || !stream_->is_open()) return true;
   // An idle connection has nothing to read. Readable means EOF (the server closed it, e.g. on
-  // restart), a reset, or stray bytes — none of which a fresh command should meet.
-  pollfd p{};
-  p.fd = stream_->fd();
-  p.events = POLLIN | POLLRDHUP;
-  const int ready = ::poll(&p, 1, 0);
-  if (ready < 0) return errno != EINTR;
-  return ready > 0;
+  // restart), a reset, or stray bytes — none of which a fresh command should meet (TLS session
+  // tickets are consumed by the stream and do not count).
+  return stream_->idle_peer_gone();
+}
+
+std::string RedisConnection::tls_mismatch(int error_number, bool eof) {
+  if (received_ || !(eof || error_number == ECONNRESET || error_number == EPIPE)) return {};
+  broken_ = true;
+  if (tls_) return detail::tls_session_refused(addresses_, tls_, host_, connect_timeout_);
+  return detail::plaintext_to_tls_port(addresses_, connect_timeout_);
 }
 
 // ---- ConnectionLease ------------------------------------------------------------------------
@@ -229,7 +271,8 @@ RedisOptions validated(RedisOptions options) {
 }
 }  // namespace
 
-ConnectionPool::ConnectionPool(RedisOptions options) : options_(validated(std::move(options))) {}
+ConnectionPool::ConnectionPool(RedisOptions options)
+    : options_(validated(std::move(options))), tls_(detail::make_tls_context(options_)) {}
 
 ConnectionPool::~ConnectionPool() = default;
 
@@ -252,7 +295,7 @@ ConnectionLease ConnectionPool::lease() {
       lock.unlock();
       dead.clear();
       try {
-        std::unique_ptr<RedisConnection> connection(new RedisConnection(options_));
+        std::unique_ptr<RedisConnection> connection(new RedisConnection(options_, tls_));
         lock.lock();
         ++counters_.connects;
         return ConnectionLease(this, std::move(connection));

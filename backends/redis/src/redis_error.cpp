@@ -21,6 +21,8 @@ std::string_view to_string(RedisFailure failure) noexcept {
       return "io";
     case RedisFailure::auth:
       return "auth";
+    case RedisFailure::tls:
+      return "tls";
     case RedisFailure::protocol:
       return "protocol";
     case RedisFailure::reply:

@@ -1,5 +1,6 @@
 #include "idem/redis/redis_options.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <limits>
 #include <string>
@@ -72,9 +73,50 @@ void check_text(std::string_view value, std::string_view field) {
   }
 }
 
+bool parse_yes_no(std::string_view value, std::string_view part) {
+  if (value == "yes" || value == "true" || value == "1") return true;
+  if (value == "no" || value == "false" || value == "0") return false;
+  bad_url(std::string(part) + " must be yes or no, got '" + std::string(value) + "'");
+}
+
+// tls_* parameters; false when `name` is not one.
+bool apply_tls_parameter(RedisOptions& options, std::string_view name, const std::string& value,
+                         const std::string& part) {
+  if (name.substr(0, 4) != "tls_") return false;
+  if (!options.tls) bad_url(part + " needs TLS: use a rediss:// URL");
+  RedisTlsOptions& tls = *options.tls;
+  if (name == "tls_ca_file") {
+    tls.ca_file = value;
+  } else if (name == "tls_ca_dir") {
+    tls.ca_dir = value;
+  } else if (name == "tls_cert_file") {
+    tls.cert_file = value;
+  } else if (name == "tls_key_file") {
+    tls.key_file = value;
+  } else if (name == "tls_server_name") {
+    tls.server_name = value;
+  } else if (name == "tls_verify") {
+    tls.verify_peer = parse_yes_no(value, part);
+  } else if (name == "tls_key_password_file" || name == "tls_key_password_env") {
+    if (tls.key_password) {
+      bad_url(
+          "give the key passphrase one way only: tls_key_password_file or "
+          "tls_key_password_env");
+    }
+    tls.key_password =
+        name == "tls_key_password_file"
+            ? ::idem::detail::read_secret_file("RedisOptions tls_key_password_file", value)
+            : ::idem::detail::read_secret_env("RedisOptions tls_key_password_env", value);
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void apply_parameter(RedisOptions& options, std::string_view name, std::string_view raw) {
   const std::string part = "parameter '" + std::string(name) + "'";
   const std::string value = percent_decode(raw, part);
+  if (apply_tls_parameter(options, name, value, part)) return;
   if (name == "prefix") {
     options.key_prefix = value;
   } else if (name == "pool_size") {
@@ -106,7 +148,9 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
     bad_url("unknown parameter '" + std::string(name) +
             "' (known: prefix, pool_size, async_connections, connect_timeout_ms, "
             "command_timeout_ms, wait_timeout_ms, marker_ttl_ms, expiry_slack_ms, scan_count, "
-            "password_file, password_env)");
+            "password_file, password_env; with rediss://: tls_ca_file, tls_ca_dir, "
+            "tls_cert_file, tls_key_file, tls_key_password_file, tls_key_password_env, "
+            "tls_server_name, tls_verify)");
   }
 }
 
@@ -114,17 +158,19 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
 
 RedisOptions RedisOptions::from_url(std::string_view url) {
   constexpr std::string_view kScheme = "redis://";
-  if (url.substr(0, kScheme.size()) != kScheme) {
+  constexpr std::string_view kTlsScheme = "rediss://";
+  const bool tls = url.substr(0, kTlsScheme.size()) == kTlsScheme;
+  if (!tls && url.substr(0, kScheme.size()) != kScheme) {
     const auto colon = url.find("://");
     if (colon != std::string_view::npos) {
-      const std::string scheme(url.substr(0, colon));
-      bad_url("scheme '" + scheme + "' is not supported (expected redis://" +
-              (scheme == "rediss" ? "; TLS is not available with this hiredis" : "") + ")");
+      bad_url("scheme '" + std::string(url.substr(0, std::min<std::size_t>(colon, 32))) +
+              "' is not supported (expected redis:// or rediss://)");
     }
-    bad_url("'" + std::string(url.substr(0, 64)) + "' does not start with redis://");
+    bad_url("'" + std::string(url.substr(0, 64)) + "' does not start with redis:// or rediss://");
   }
   RedisOptions options;
-  std::string_view rest = url.substr(kScheme.size());
+  if (tls) options.tls = RedisTlsOptions{};
+  std::string_view rest = url.substr(tls ? kTlsScheme.size() : kScheme.size());
 
   const std::size_t authority_end = rest.find_first_of("/?#");
   std::string_view authority = rest.substr(0, authority_end);
@@ -254,6 +300,19 @@ void RedisOptions::validate() const {
                       std::to_string(expiry_slack.count()));
   }
   if (scan_count < 1) throw ConfigError("RedisOptions::scan_count must be >= 1");
+  if (tls) {
+    check_text(tls->ca_file, "tls.ca_file");
+    check_text(tls->ca_dir, "tls.ca_dir");
+    check_text(tls->cert_file, "tls.cert_file");
+    check_text(tls->key_file, "tls.key_file");
+    check_text(tls->server_name, "tls.server_name");
+    if (!tls->key_file.empty() && tls->cert_file.empty()) {
+      throw ConfigError("RedisOptions::tls.key_file is set without tls.cert_file");
+    }
+    if (tls->key_password && tls->cert_file.empty()) {
+      throw ConfigError("RedisOptions::tls.key_password is set without tls.cert_file");
+    }
+  }
 }
 
 std::string RedisOptions::endpoint() const {

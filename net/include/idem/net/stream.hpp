@@ -6,7 +6,9 @@
 // caller waits for that with wait_ready() (poll() with a deadline); a coroutine waits for the same
 // readiness on its event loop (idem::redis_async uses asio::posix::stream_descriptor::async_wait
 // on fd()). A stream that will carry TLS reports the same two states for OpenSSL's WANT_READ and
-// WANT_WRITE, which is why a read may ask for writability and a write for readability.
+// WANT_WRITE, which is why a read may ask for writability and a write for readability: after
+// start_tls() (idem/net/tls.hpp) the same Stream carries TLS, read_some() and write_some() move
+// plaintext through OpenSSL, and handshake() is the step in between.
 //
 // Connecting is two steps, so that either kind of caller can wait for it: start_connect() begins
 // a non-blocking connect to one resolved address; once fd() is writable, finish_connect() reports
@@ -25,6 +27,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -32,6 +35,9 @@
 #include <sys/socket.h>
 
 namespace idem::net {
+
+class TlsContext;
+struct TlsSession;
 
 // One address a stream can connect to.
 struct Address {
@@ -62,7 +68,7 @@ struct IoResult {
 
 class Stream {
  public:
-  Stream() = default;
+  Stream() noexcept;
   ~Stream();
   Stream(Stream&& other) noexcept;
   Stream& operator=(Stream&& other) noexcept;
@@ -79,15 +85,34 @@ class Stream {
   void finish_connect();
   bool connecting() const noexcept { return connecting_; }
 
-  // Reads into `buffer` what is there now. Throws std::system_error on a failed stream.
+  // Reads into `buffer` what is there now. Throws std::system_error on a failed stream (and
+  // TlsError on a failed TLS session).
   IoResult read_some(std::span<char> buffer);
-  // Writes what the kernel takes now of `data`. Throws std::system_error on a failed stream.
+  // Writes what the kernel takes now of `data`. Throws std::system_error on a failed stream (and
+  // TlsError on a failed TLS session). Under TLS, a call after want_read/want_write must pass at
+  // least the bytes of the call that asked to wait (OpenSSL's retry rule); the buffer may move.
   IoResult write_some(std::span<const char> data);
+
+  // TLS (idem/net/tls.hpp). start_tls() on a connected stream begins a client session of
+  // `context` (kept alive by the stream) checking `host` (context's server_name when it has one);
+  // handshake() then advances it: done once established, else the readiness to wait for. Throws
+  // TlsError (handshake refused or certificate not accepted) or std::system_error (the socket).
+  void start_tls(std::shared_ptr<const TlsContext> context, const std::string& host);
+  IoStatus handshake();
+  bool tls() const noexcept { return tls_ != nullptr; }
+  // Bytes a TLS session has decrypted but not handed out yet (read_some() returns them without
+  // the descriptor becoming readable); 0 for plaintext.
+  std::size_t buffered() const noexcept;
+  // For an idle stream (no request outstanding): true when the peer closed or reset it, or sent
+  // bytes nobody asked for, so it must not be reused. Checked without blocking; under TLS, records
+  // that carry no data (TLS 1.3 session tickets) are consumed and do not count.
+  bool idle_peer_gone() noexcept;
 
   // The descriptor, for readiness waits; -1 when closed. The stream keeps owning it.
   int fd() const noexcept { return fd_; }
   bool is_open() const noexcept { return fd_ >= 0; }
-  // Closes the descriptor (a waiter registered on it must have let go of it first).
+  // Closes the descriptor (a waiter registered on it must have let go of it first); an
+  // established TLS session sends its close_notify first, without waiting.
   void close() noexcept;
   // What start_connect() was given, for messages.
   const std::string& peer() const noexcept { return peer_; }
@@ -97,6 +122,7 @@ class Stream {
   bool connecting_ = false;
   bool tcp_ = false;
   std::string peer_;
+  std::unique_ptr<TlsSession> tls_;
 };
 
 // ---- blocking helpers ------------------------------------------------------------------------

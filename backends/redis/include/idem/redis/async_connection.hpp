@@ -6,8 +6,12 @@
 // concurrent calls on one connection cost a handful of system calls, not 1000 round trips. A
 // call's commands are written contiguously: a pipeline() of n commands is n replies in a row.
 //
-// The connection opens on first use (TCP connect within RedisOptions::connect_timeout, then AUTH
-// and SELECT before any caller's command is written). When it drops — reset, EOF, a reply that
+// The connection opens on first use (TCP connect and, with RedisOptions::tls, the TLS handshake
+// within RedisOptions::connect_timeout, then AUTH and SELECT before any caller's command is
+// written). A TLS failure — an untrusted, expired or misnamed certificate, a refused client
+// certificate, a plaintext port — fails the calls waiting with a non-retryable RedisError
+// (RedisFailure::tls); naming a plaintext/TLS mismatch takes one blocking probe of the port (at
+// most 1 s, on that failure path only). When it drops — reset, EOF, a reply that
 // is not RESP, or command_timeout passing without a reply to the oldest written command — every
 // call whose command was written fails with a RedisError classified as the blocking face does
 // (redis_error.hpp: io/protocol, timed_out; in doubt for writes, retryable for reads and
@@ -49,6 +53,10 @@
 #include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_options.hpp"
 
+namespace idem::net {
+class TlsContext;
+}
+
 namespace idem::redis {
 
 // Commands written together, in order (one call of AsyncConnection::pipeline).
@@ -81,8 +89,12 @@ struct AsyncConnectionStats {
 
 class AsyncConnection {
  public:
-  // Validates the options (ConfigError); opens nothing yet. `executor`'s strand runs the I/O.
+  // Validates the options and builds the TLS context (ConfigError); opens nothing yet.
+  // `executor`'s strand runs the I/O.
   AsyncConnection(asio::any_io_executor executor, RedisOptions options);
+  // The same, sharing `tls` (AsyncConnectionPool's one context; null: built from the options).
+  AsyncConnection(asio::any_io_executor executor, RedisOptions options,
+                  std::shared_ptr<const net::TlsContext> tls);
   ~AsyncConnection();
   AsyncConnection(const AsyncConnection&) = delete;
   AsyncConnection& operator=(const AsyncConnection&) = delete;

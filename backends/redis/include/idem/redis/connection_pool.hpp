@@ -12,7 +12,10 @@
 // The pool opens connections lazily, up to RedisOptions::pool_size; when all are leased, lease()
 // waits up to RedisOptions::wait_timeout for one to come back. Each new connection sends AUTH
 // (when a password is set) and SELECT (when db != 0) before it is lent out, and has
-// command_timeout applied to every send and receive.
+// command_timeout applied to every send and receive. With RedisOptions::tls, the TLS handshake
+// follows the TCP connect within the same connect_timeout; the pool builds its TLS context once
+// (so a CA or key file that cannot be used is a ConfigError from the constructor) and every
+// connection, also every reconnect, uses it.
 //
 // RedisConnection speaks RESP over an idem::net::Stream, the byte stream the coroutine face
 // (async_connection.hpp) uses too: commands are formatted into one buffer and sent with
@@ -43,7 +46,9 @@
 // Public headers never include <hiredis/hiredis.h> nor idem/net.
 namespace idem::net {
 class Stream;
-}
+class TlsContext;
+struct Address;
+}  // namespace idem::net
 namespace idem::redis::detail {
 class ReplyReader;
 }
@@ -101,18 +106,27 @@ class RedisConnection {
 
  private:
   friend class ConnectionPool;
-  // Connects, applies timeouts, AUTH and SELECT. Throws RedisError (connect, auth).
-  explicit RedisConnection(const RedisOptions& options);
+  // Connects (and TLS handshake), applies timeouts, AUTH and SELECT. Throws RedisError (connect,
+  // tls, auth).
+  RedisConnection(const RedisOptions& options, std::shared_ptr<const net::TlsContext> tls);
 
   // True when the idle connection shows a hang-up or unexpected data (checked with poll(), no
   // round trip): it must be replaced.
-  bool looks_dead() const noexcept;
+  bool looks_dead() noexcept;
+  // A read or write failed before the first reply: the TLS cause when one side does not speak
+  // TLS or the server refused the TLS session (empty otherwise).
+  std::string tls_mismatch(int error_number, bool eof);
   void send_pending(CommandKind kind, std::string_view what);
   RedisReply read_one(CommandKind kind, std::string_view what, bool any_sent);
   [[noreturn]] void fail_io(std::string_view what, int error_number, bool sent, CommandKind kind,
                             const std::string& detail, bool protocol = false, bool eof = false);
 
   std::chrono::milliseconds command_timeout_;
+  std::chrono::milliseconds connect_timeout_;
+  std::shared_ptr<const net::TlsContext> tls_;  // null without TLS
+  std::string host_;
+  bool received_ = false;  // a byte arrived on this connection
+  std::vector<net::Address> addresses_;
   std::unique_ptr<net::Stream> stream_;
   std::unique_ptr<detail::ReplyReader> reader_;
   std::string endpoint_;
@@ -157,7 +171,7 @@ struct PoolStats {
 
 class ConnectionPool {
  public:
-  // Validates the options (ConfigError); opens nothing yet.
+  // Validates the options and builds the TLS context (ConfigError); opens nothing yet.
   explicit ConnectionPool(RedisOptions options);
   ~ConnectionPool();
   ConnectionPool(const ConnectionPool&) = delete;
@@ -165,7 +179,7 @@ class ConnectionPool {
 
   // An idle connection, or a new one when fewer than pool_size exist, or the first one given
   // back within wait_timeout. Throws RedisError: connect (retryable; the server is down or
-  // refuses), auth (AUTH/SELECT refused), pool_exhausted (retryable).
+  // refuses), tls (the handshake failed), auth (AUTH/SELECT refused), pool_exhausted (retryable).
   ConnectionLease lease();
 
   PoolStats stats() const;
@@ -176,7 +190,8 @@ class ConnectionPool {
   void give_back(std::unique_ptr<RedisConnection> connection) noexcept;
 
   const RedisOptions options_;
-  const ::idem::detail::ForkOwner process_;  // lease() refuses a child of fork()
+  const std::shared_ptr<const net::TlsContext> tls_;  // null without TLS
+  const ::idem::detail::ForkOwner process_;           // lease() refuses a child of fork()
   mutable std::mutex mutex_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<RedisConnection>> idle_;

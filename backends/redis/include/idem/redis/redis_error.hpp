@@ -15,6 +15,12 @@
 //                                                             *          yes   (a write that was
 //                                                                              sent, reply lost)
 //   auth             AUTH or SELECT refused                   no         no
+//   tls              the TLS handshake failed: the server's   no         no
+//                    certificate is untrusted, expired or
+//                    names another host; the server refused
+//                    the client certificate; a TLS client
+//                    met a plaintext port or a plaintext
+//                    client a TLS port
 //   protocol         a reply hiredis cannot parse (the        as io      as io
 //                    connection is dropped)
 //   protocol         a reply of an unexpected shape           no         no
@@ -32,11 +38,14 @@
 //   -NOSCRIPT is never seen by callers: idem sends the script's source and retries once.
 //
 // A -WRONGTYPE reply (another kind of value under one of idem's keys) has the code
-// store_corrupt_record; every other failure has store_error, except auth (store_open_failed).
+// store_corrupt_record; every other failure has store_error, except auth and tls
+// (store_open_failed: the same configuration fails the same way on every try).
 //
 // Messages name the operation, the endpoint (host:port/db, never the password) and hiredis's or
 // the server's own text, e.g.
 //   "idem redis: connect to 127.0.0.1:6379/0: Connection refused",
+//   "idem redis: connect to localhost:6380/0: TLS: certificate verify failed: certificate has
+//    expired",
 //   "idem redis: complete on 127.0.0.1:6379/0: Server closed the connection (the server closed
 //    the connection); the command was sent and its reply lost: it may or may not have been
 //    applied".
@@ -56,6 +65,7 @@ enum class RedisFailure {
   pool_exhausted,  // no pooled connection became free in time
   io,              // the connection failed (reset, EOF, timeout) during a command
   auth,            // the server refused AUTH or SELECT
+  tls,             // the TLS handshake failed, or one side of the connection does not speak TLS
   protocol,        // the reply could not be parsed, or was not what the command returns
   reply,           // the server answered with an error reply
 };

@@ -5,6 +5,7 @@
 // redis://127.0.0.1:6379/0 with the key prefix "idem:". It can also be built from a URL:
 //
 //   redis://[[user]:password@]host[:port][/db][?param=value&...]
+//   rediss://...   the same over TLS (RedisOptions::tls is set; see RedisTlsOptions)
 //
 // with these query parameters (each one sets the field of the same name):
 //   prefix=app:            key_prefix (percent-decoded, so prefix=%7Bapp%7D: gives "{app}:")
@@ -12,9 +13,17 @@
 //   connect_timeout_ms=N   connect_timeout        command_timeout_ms=N   command_timeout
 //   wait_timeout_ms=N      wait_timeout           marker_ttl_ms=N        marker_ttl
 //   expiry_slack_ms=N      expiry_slack           scan_count=N           scan_count
-// e.g. "redis://:secret@10.0.0.5:6380/2?prefix=orders:&pool_size=16". Anything malformed — a
-// scheme other than redis://, a bad port, db or number, an unknown parameter — throws
-// ConfigError naming the offending part; the password is never repeated in a message.
+//   password_file=PATH     password (read once, here)   password_env=NAME  password from $NAME
+// and, with rediss:// only (each sets the RedisTlsOptions field of the same name):
+//   tls_ca_file=PATH       ca_file        tls_ca_dir=DIR          ca_dir
+//   tls_cert_file=PATH     cert_file      tls_key_file=PATH       key_file
+//   tls_key_password_file=PATH / tls_key_password_env=NAME        key_password (read once, here)
+//   tls_server_name=NAME   server_name    tls_verify=yes|no       verify_peer
+// e.g. "redis://:secret@10.0.0.5:6380/2?prefix=orders:&pool_size=16", or
+// "rediss://app:@redis.internal:6380/0?password_file=/run/secrets/redis&tls_ca_file=/etc/ca.pem".
+// Anything malformed — a scheme other than redis:// or rediss://, a bad port, db or number, an
+// unknown parameter, a tls_ parameter on redis:// — throws ConfigError naming the offending part;
+// the password and the key passphrase are never repeated in a message.
 //
 // Thread-safety: a plain value; copy it freely.
 #pragma once
@@ -30,6 +39,31 @@
 
 namespace idem::redis {
 
+// TLS to the server (rediss://). The TLS context — CA, certificate and key, read from their
+// files — is built once per ConnectionPool / AsyncConnectionPool when it is made (a file that
+// cannot be used is a ConfigError there) and shared by all of its connections; a file replaced
+// later is read by the next pool. A handshake that fails (an untrusted or expired certificate, a
+// host name mismatch, a client certificate the server refuses, a plaintext port) fails the call
+// with a non-retryable RedisError (RedisFailure::tls, redis_error.hpp).
+struct RedisTlsOptions {
+  // PEM file of the CA certificate(s) that signed the server's certificate, and/or a directory of
+  // hashed CA certificates. Both empty: the system's default CA store.
+  std::string ca_file{};
+  std::string ca_dir{};
+  // Client certificate (PEM, may hold the chain) and its key, for a server run with
+  // --tls-auth-clients yes. Both or neither (key_file empty: the key is in cert_file).
+  std::string cert_file{};
+  std::string key_file{};
+  // Passphrase of an encrypted key_file. Never printed.
+  std::optional<std::string> key_password{};
+  // The name the server's certificate must carry (also sent as SNI). Empty: `host`. Set it when
+  // connecting by IP address to a server whose certificate names a DNS name.
+  std::string server_name{};
+  // false: encrypt without checking the certificate or its name — only where the network itself
+  // is trusted. Default true.
+  bool verify_peer = true;
+};
+
 struct RedisOptions {
   // Server host name or IP address. Default "127.0.0.1".
   std::string host = "127.0.0.1";
@@ -42,6 +76,8 @@ struct RedisOptions {
   std::optional<std::string> username{};
   // Password sent with AUTH on every new connection. Default none (no AUTH).
   std::optional<std::string> password{};
+  // TLS for every connection (blocking and coroutine face). Default none (plaintext).
+  std::optional<RedisTlsOptions> tls{};
 
   // The longest a new connection may take to establish (TCP connect). When the server is down
   // or unreachable a call fails after at most this long with a retryable RedisError; there is no
@@ -89,8 +125,8 @@ struct RedisOptions {
   // Default (null): idem::system_clock().
   std::shared_ptr<Clock> clock{};
 
-  // Parses a redis:// URL (see the top of this file). Fields the URL does not mention keep their
-  // defaults. Throws ConfigError naming the part that is wrong.
+  // Parses a redis:// or rediss:// URL (see the top of this file). Fields the URL does not mention
+  // keep their defaults. Throws ConfigError naming the part that is wrong.
   static RedisOptions from_url(std::string_view url);
 
   // Throws ConfigError naming the first field that is out of range. Called by every constructor
