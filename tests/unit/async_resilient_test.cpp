@@ -17,6 +17,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "../async_test_support.hpp"
 #include "idem/async/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
 
@@ -25,21 +26,7 @@ namespace {
 using namespace std::chrono_literals;
 using idem::async::Task;
 
-// Runs `task` to its end; its outcome is taken on the io_context's thread (asio::use_future
-// would complete on Asio's system executor threads).
-template <class T>
-T run(asio::io_context& io, Task<T> task) {
-  std::optional<T> value;
-  std::exception_ptr error;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T v) {
-    error = e;
-    if (!e) value.emplace(std::move(v));
-  });
-  io.restart();
-  io.run();
-  if (error) std::rethrow_exception(error);
-  return std::move(*value);
-}
+using idem::test::run;
 
 // Sleeps on a timer of the awaiting coroutine's executor.
 Task<void> nap(std::chrono::milliseconds duration) {

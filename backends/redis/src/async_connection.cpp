@@ -191,10 +191,22 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     for (auto& request : inflight) {
       if (request->id == id && request->waiter) {  // written: its reply is still read, unseen
         ++stats_cancelled;
-        std::exchange(request->waiter, nullptr)->complete(aborted(), {});
+        std::exchange(request->waiter, nullptr)->complete(cancelled_after_write(*request), {});
         return;
       }
     }
+  }
+
+  // What a call whose command was handed to the socket gets when it is cancelled: a read ends
+  // with operation_aborted (nothing changed); a write may have run, so its outcome is in doubt,
+  // as after a lost reply (retryable when repeating it is harmless), never "nothing happened".
+  std::exception_ptr cancelled_after_write(const Request& request) const {
+    if (request.kind == CommandKind::read) return aborted();
+    return std::make_exception_ptr(RedisError(
+        RedisFailure::io,
+        "idem redis: " + request.what + " on " + endpoint +
+            ": cancelled after the command was sent: it may or may not have been applied",
+        /*retryable=*/request.kind == CommandKind::idempotent_write, /*in_doubt=*/true));
   }
 
   void close() {

@@ -24,10 +24,10 @@
 // Cancellation (the awaiting coroutine's cancellation slot, e.g. a per-attempt timeout):
 //  * before its command is written, the call is withdrawn: nothing reaches the server and the
 //    call ends with asio::system_error(operation_aborted);
-//  * after it is written, the call also ends with operation_aborted at once, but its reply is
-//    still read and dropped (the pipeline stays in sync). The command may or may not have run:
-//    for a write the outcome is in doubt, exactly like a lost reply — find out (lookup, the lease)
-//    before acting on it again.
+//  * after it is written, the call ends at once, and its reply is still read and dropped (the
+//    pipeline stays in sync). A read ends with operation_aborted; a write may or may not have
+//    run, so it ends with a RedisError (io) with in_doubt(), retryable for an idempotent write,
+//    exactly like a lost reply — find out (lookup, the lease) before acting on it again.
 //
 // Executors: the connection does its I/O on a strand of the executor it was made with; a call
 // may come from any executor and resumes on its own (never on the connection's strand).

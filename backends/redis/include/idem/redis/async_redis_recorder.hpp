@@ -9,11 +9,11 @@
 // async_connections pipelined connections (default 1) carry any number of concurrent coroutines.
 // Nothing is opened by the constructor: the first call connects (use ping() to check the server
 // up front). Errors are those of the blocking recorder (redis_error.hpp), plus cancellation:
-// a call cancelled through its coroutine's cancellation slot ends with
-// asio::system_error(operation_aborted) — before its command was written nothing happened;
-// after, the command's outcome is in doubt (a mark may or may not be stored; a claim may be held
-// until its lease ends, a complete may have happened: see the lookup/lease rules in
-// docs/redis.md).
+// a call cancelled through its coroutine's cancellation slot before its command was written ends
+// with asio::system_error(operation_aborted) and nothing happened; after, a read still ends with
+// operation_aborted, and a write with an in-doubt RedisError (a mark may or may not be stored; a
+// claim may be held until its lease ends, a complete may have happened: see the lookup/lease
+// rules in docs/redis.md).
 //
 // Thread safety: any number of coroutines on any executors may use one recorder at once; each
 // resumes on its own executor. The executor given to the constructor (or the pool's) runs the

@@ -8,9 +8,9 @@
 // Calls go over an AsyncConnectionPool (async_connection.hpp; RedisOptions::async_connections
 // pipelined connections, default 1). Nothing is opened by the constructor. Errors are those of
 // the blocking store (redis_error.hpp); a call cancelled through its coroutine's cancellation
-// slot ends with asio::system_error(operation_aborted) — nothing happened when its command was
-// not written yet, else its outcome is in doubt (a claim then holds the key until its lease ends,
-// as after a crash).
+// slot before its command was written ends with asio::system_error(operation_aborted) and
+// nothing happened; after, a lookup still ends with operation_aborted and a write with an
+// in-doubt RedisError (a claim then holds the key until its lease ends, as after a crash).
 //
 // Thread safety: any number of coroutines on any executors may use one store at once; each
 // resumes on its own executor. The I/O executor's execution context must outlive the store.
