@@ -59,6 +59,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "idem/async/recorder.hpp"
@@ -129,12 +130,24 @@ class IdemAsyncRecorderCases : public ::testing::Test {
         co_return value;
       }
     };
-    auto future = asio::co_spawn(io_, checked(std::move(task), loop_thread), asio::use_future);
+    // The outcome is taken on the io_context's thread (see run_cancelled).
+    bool done = false;
+    std::exception_ptr error;
+    std::optional<std::conditional_t<std::is_void_v<T>, bool, T>> value;
+    asio::co_spawn(io_, checked(std::move(task), loop_thread),
+                   [&](std::exception_ptr e, auto&&... v) {
+                     error = e;
+                     if constexpr (sizeof...(v) > 0) {
+                       if (!e) value.emplace(std::forward<decltype(v)>(v)...);
+                     }
+                     done = true;
+                   });
     io_.restart();
-    io_.run();
-    if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
+    io_.run_for(std::chrono::seconds(30));
+    if (!done)
       throw std::runtime_error("the async call did not complete (no work kept the loop alive?)");
-    return future.get();
+    if (error) std::rethrow_exception(error);
+    if constexpr (!std::is_void_v<T>) return std::move(*value);
   }
 
   // Starts `task` with a cancellation slot, runs `steps` handlers of io_, emits a terminal
@@ -143,17 +156,24 @@ class IdemAsyncRecorderCases : public ::testing::Test {
   idem::test::async_cases::Outcome run_cancelled(idem::async::Task<T> task, int steps) {
     using idem::test::async_cases::Outcome;
     asio::cancellation_signal signal;
-    auto future = asio::co_spawn(io_, std::move(task),
-                                 asio::bind_cancellation_slot(signal.slot(), asio::use_future));
+    // The outcome is taken on the io_context's thread (asio::use_future would complete on Asio's
+    // system executor threads, racing this thread's read of the exception).
+    bool done = false;
+    std::exception_ptr error;
+    asio::co_spawn(
+        io_, std::move(task),
+        asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e, auto&&...) {
+          error = e;
+          done = true;
+        }));
     io_.restart();
     for (int i = 0; i < steps; ++i)
       io_.poll_one();
     signal.emit(asio::cancellation_type::terminal);
-    io_.run();
-    if (future.wait_for(std::chrono::seconds(30)) != std::future_status::ready)
-      throw std::runtime_error("the cancelled call did not complete");
+    io_.run_for(std::chrono::seconds(30));
+    if (!done) throw std::runtime_error("the cancelled call did not complete");
     try {
-      future.get();
+      if (error) std::rethrow_exception(error);
       return Outcome::completed;
     } catch (const asio::system_error& e) {
       EXPECT_EQ(e.code(), asio::error::operation_aborted) << e.what();
