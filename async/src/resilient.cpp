@@ -20,10 +20,16 @@
 #include <unordered_map>
 
 #include "idem/async/memory_store.hpp"
+#include "idem/detail/flight.hpp"
 #include "idem/error.hpp"
 #include "idem/memory_store.hpp"
 
 namespace idem::async::detail {
+
+using idem::detail::FlightEntry;
+using idem::detail::FlightLead;
+using idem::detail::FlightOutcome;
+using idem::detail::SharedClaimHold;
 
 // ---- Latch ------------------------------------------------------------------------------------
 

@@ -1,12 +1,8 @@
 #include "idem/handler.hpp"
 
 #include <algorithm>
-#include <condition_variable>
-#include <map>
 #include <optional>
 #include <set>
-#include <stop_token>
-#include <thread>
 
 #include "idem/detail/handler_logic.hpp"
 #include "idem/key.hpp"
@@ -27,46 +23,6 @@ std::string_view to_string(HandlerMode mode) noexcept {
       return "transactional";
   }
   return "unknown";
-}
-
-std::string_view to_string(HandleResult result) noexcept {
-  switch (result) {
-    case HandleResult::processed:
-      return "processed";
-    case HandleResult::duplicate:
-      return "duplicate";
-  }
-  return "unknown";
-}
-
-std::vector<HandleOutcome> EventHandler::handle_batch(std::span<const Event> events,
-                                                      BusProxy& bus) {
-  std::vector<HandleOutcome> outcomes(events.size());
-  for (std::size_t i = 0; i < events.size(); ++i) {
-    try {
-      outcomes[i].result = (*this)(events[i], bus);
-    } catch (...) {
-      outcomes[i].error = std::current_exception();
-    }
-  }
-  return outcomes;
-}
-
-CollectingBusProxy::CollectingBusProxy(std::string consumer) : consumer_(std::move(consumer)) {}
-
-void CollectingBusProxy::publish(Event event) {
-  std::lock_guard lock(mutex_);
-  published_.push_back(std::move(event));
-}
-
-std::vector<Event> CollectingBusProxy::published() const {
-  std::lock_guard lock(mutex_);
-  return published_;
-}
-
-std::vector<Event> CollectingBusProxy::take() {
-  std::lock_guard lock(mutex_);
-  return std::exchange(published_, {});
 }
 
 namespace detail {
@@ -116,10 +72,6 @@ void throw_lease_lost(std::string_view consumer, std::string_view event_id) {
                   "lease lapsed); the side effect may run twice");
 }
 
-std::chrono::nanoseconds renewal_interval(Millis lease) {
-  return std::max(std::chrono::nanoseconds(lease) / 3, std::chrono::nanoseconds(1));
-}
-
 CheckMarkWindow::CheckMarkWindow(std::span<const Event> events)
     : events_(events), outcomes_(events.size()) {
   for (std::size_t i = 0; i < events.size(); ++i) {
@@ -165,117 +117,6 @@ void CheckMarkWindow::mark_failed() {
   for (std::size_t i : marked_positions_)
     outcomes_[i].error = std::current_exception();
 }
-
-// The exclusive mode's heartbeat: one thread per handler renews the lease of every claim the
-// handler holds, lease/3 after the claim and after each renewal, until the claim is dropped.
-//
-// The schedule runs on the injected clock's steady time. Waiting is done with a condition
-// variable on real time: exact for the SystemClock; any other clock (a ManualClock that tests
-// move by hand) is re-read every kPollInterval, so a clock advanced past a renewal deadline is
-// noticed promptly without the keeper ever moving that clock itself.
-class LeaseKeeper {
- public:
-  LeaseKeeper(IdempotencyRecorder& recorder, std::shared_ptr<Clock> clock,
-              const std::string& consumer, Millis lease)
-      : recorder_(recorder),
-        clock_(std::move(clock)),
-        consumer_(consumer),
-        lease_(lease),
-        interval_(renewal_interval(lease)),
-        poll_(dynamic_cast<SystemClock*>(clock_.get()) == nullptr),
-        thread_([this](std::stop_token stop) { loop(stop); }) {}
-
-  ~LeaseKeeper() {
-    thread_.request_stop();
-    thread_.join();
-  }
-
-  LeaseKeeper(const LeaseKeeper&) = delete;
-  LeaseKeeper& operator=(const LeaseKeeper&) = delete;
-
-  // Starts renewing (event_id, token); returns the registration to pass to remove().
-  std::uint64_t add(std::string_view event_id, std::uint64_t token) {
-    std::lock_guard lock(mutex_);
-    const std::uint64_t id = next_id_++;
-    const bool was_empty = entries_.empty();
-    entries_.emplace(id, Entry{std::string(event_id), token, clock_->steady_now() + interval_});
-    // Entries are added with the same interval, so only an idle keeper can need waking.
-    if (was_empty) cv_.notify_one();
-    return id;
-  }
-
-  // Stops renewing. A renewal already running for it may still land; it is harmless (the
-  // recorder refuses a token that completed or released).
-  void remove(std::uint64_t id) {
-    std::lock_guard lock(mutex_);
-    entries_.erase(id);
-  }
-
- private:
-  static constexpr std::chrono::milliseconds kPollInterval{1};
-
-  struct Entry {
-    std::string event_id;
-    std::uint64_t token;
-    SteadyTime due;
-  };
-
-  void loop(std::stop_token stop) {
-    std::unique_lock lock(mutex_);
-    while (!stop.stop_requested()) {
-      if (entries_.empty()) {
-        cv_.wait(lock, stop, [this] { return !entries_.empty(); });
-        continue;
-      }
-      auto next = std::min_element(
-          entries_.begin(), entries_.end(),
-          [](const auto& a, const auto& b) { return a.second.due < b.second.due; });
-      const SteadyTime now = clock_->steady_now();
-      if (next->second.due > now) {
-        auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(next->second.due - now);
-        if (poll_) wait = std::min<std::chrono::nanoseconds>(wait, kPollInterval);
-        const std::size_t size = entries_.size();
-        cv_.wait_for(lock, stop, wait, [&] { return entries_.size() > size; });
-        continue;
-      }
-      const std::uint64_t id = next->first;
-      const std::string event_id = next->second.event_id;
-      const std::uint64_t token = next->second.token;
-      lock.unlock();
-      bool renewed = false;
-      try {
-        renewed = recorder_.renew(consumer_, event_id, token, lease_);
-      } catch (...) {
-        // A failed renewal (busy store, lost connection) is tried again next interval; the
-        // lease has room for two more before it lapses.
-        renewed = true;
-      }
-      lock.lock();
-      auto it = entries_.find(id);
-      if (it == entries_.end()) continue;
-      if (renewed) {
-        // From the moment the renewal was decided, not when it returned: the schedule does not
-        // drift by the store's latency.
-        it->second.due = now + interval_;
-      } else {
-        // Fenced off: someone took the claim over. Stop renewing; complete() will report it.
-        entries_.erase(it);
-      }
-    }
-  }
-
-  IdempotencyRecorder& recorder_;
-  std::shared_ptr<Clock> clock_;
-  const std::string& consumer_;
-  const Millis lease_;
-  const std::chrono::nanoseconds interval_;
-  const bool poll_;
-  std::mutex mutex_;
-  std::condition_variable_any cv_;
-  std::map<std::uint64_t, Entry> entries_;
-  std::uint64_t next_id_ = 0;
-  std::jthread thread_;  // last: started once everything above exists
-};
 
 namespace {
 
@@ -347,7 +188,8 @@ HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecord
       mode_(HandlerMode::check_then_mark),
       lease_(options.lease),
       clock_(options.clock ? std::move(options.clock) : system_clock()),
-      outbox_(std::move(options.outbox)) {
+      outbox_(std::move(options.outbox)),
+      renewer_("IdempotentHandler '" + consumer_ + "'") {
   validate_key("consumer", consumer_);
   if (!recorder_) throw InvalidArgument("IdempotentHandler needs a recorder (got null)");
   mode_ = resolve_handler_mode(options.mode, recorder_->supports_claims(),
@@ -358,21 +200,8 @@ HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecord
   }
 }
 
-HandlerCore::~HandlerCore() {
-  // In a child of fork() the keeper's thread is the parent's: abandon the keeper (its handle,
-  // mutex and condition variable) rather than join a thread that is not there.
-  if (keeper_ && owner_.forked()) detail::abandon(std::shared_ptr<const void>(std::move(keeper_)));
-}
-
 void HandlerCore::check_process() const {
-  if (owner_.forked()) owner_.use("IdempotentHandler '" + consumer_ + "'");
-}
-
-LeaseKeeper& HandlerCore::keeper() {
-  std::call_once(keeper_once_, [this] {
-    keeper_ = std::make_unique<LeaseKeeper>(*recorder_, clock_, consumer_, lease_);
-  });
-  return *keeper_;
+  renewer_.check_process();
 }
 
 HandleResult HandlerCore::run(const Event& event, BusProxy& bus,
@@ -449,16 +278,18 @@ HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
   const Claim claim = recorder_->claim(consumer_, event.id, lease_);
   if (!claim_says_run(claim, consumer_, event.id)) return HandleResult::duplicate;
 
-  LeaseKeeper* heartbeat = nullptr;
-  std::optional<std::uint64_t> registration;
+  std::shared_ptr<LeaseRenewer::Lease> renewal;
   try {
-    // Inside the try: if even starting the heartbeat fails, the claim is released at once
-    // instead of blocking redeliveries for a whole lease.
-    heartbeat = &keeper();
-    registration = heartbeat->add(event.id, claim.token);
+    // Inside the try: if even starting the renewal fails, the claim is released at once instead
+    // of blocking redeliveries for a whole lease.
+    // The renewal owns a copy of the id: one already running when remove() returns may still
+    // finish after this call (and the event) are gone.
+    renewal = renewer_.add(clock_, lease_, [this, id = event.id, token = claim.token] {
+      return recorder_->renew(consumer_, id, token, lease_);
+    });
     invoke(bus);
   } catch (...) {
-    if (registration) heartbeat->remove(*registration);
+    renewer_.remove(renewal);
     try {
       // False: a takeover fenced us off and the claim is no longer ours to drop.
       static_cast<void>(recorder_->release(consumer_, event.id, claim.token));
@@ -467,7 +298,7 @@ HandleResult HandlerCore::run_exclusive(const Event& event, BusProxy& bus,
     }
     throw;
   }
-  heartbeat->remove(*registration);
+  renewer_.remove(renewal);
   if (!recorder_->complete(consumer_, event.id, claim.token)) throw_lease_lost(consumer_, event.id);
   return HandleResult::processed;
 }

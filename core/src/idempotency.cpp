@@ -1,11 +1,12 @@
-// The idempotency coordinator: in-process joining, store claims, lease heartbeats, replays.
+// The idempotency coordinator: in-process joining, store claims, lease renewals, replays.
 //
 // Shape of one run():
 //   1. validate the key and the policy; refuse re-entry (ReentryError);
 //   2. find or create the key's Flight in the in-process table. The first caller leads; the
 //      others wait on the Flight (joiners). The Flight is registered BEFORE the store claim, so
 //      an in-process duplicate never mistakes its own process's owner for another process;
-//   3. the leader claims the key in the store: acquired -> execute (heartbeat renews the lease,
+//   3. the leader claims the key in the store: acquired -> execute (the lease renewer renews the
+//   lease,
 //      OwnedKeysScope marks the key as owned by this execution context); completed -> replay;
 //      in_progress (another process) -> reject or wait and claim again; mismatch -> KeyReuse;
 //   4. the leader publishes the outcome to its joiners. On success the Flight leaves the table
@@ -30,13 +31,22 @@
 #include <utility>
 #include <vector>
 
+#include "idem/detail/flight.hpp"
 #include "idem/detail/fork.hpp"
+#include "idem/detail/lease_renewer.hpp"
 #include "idem/error.hpp"
 #include "idem/idempotency.hpp"
 #include "idem/key.hpp"
 #include "idem/memory_store.hpp"
 
 namespace idem {
+
+using detail::FlightCallback;
+using detail::FlightEntry;
+using detail::FlightLead;
+using detail::FlightOutcome;
+using detail::FlightWait;
+using detail::SharedClaimHold;
 
 std::string_view to_string(IdempotencyStatus status) noexcept {
   switch (status) {
@@ -171,132 +181,6 @@ std::shared_ptr<const void> replayed_value(const IdempotencyRecord& record,
   return nullptr;  // a void result
 }
 
-// ---- heartbeat --------------------------------------------------------------------------------
-
-// Renews the leases of the claims its coordinator owns. One thread per coordinator, started on
-// the first claim and kept (idle) until the coordinator goes, so calls never start threads.
-// The period (lease/3) is real time; the lease itself is computed by the store from its clock.
-//
-// After fork() the thread is the parent's: a child has none. Its state (the thread's handle, the
-// mutex and condition variable it may have held or waited on) therefore lives apart, and a
-// Heartbeat destroyed in a child abandons that state instead of joining a thread that is not
-// there (detail/fork.hpp); check_process() lets its coordinator refuse calls in a child.
-class Heartbeat {
- public:
-  struct Claim {
-    Claim(std::string k, std::uint64_t t, Millis l) : key(std::move(k)), token(t), lease(l) {}
-    const std::string key;
-    const std::uint64_t token;
-    const Millis lease;
-    RealClock::time_point due{};
-    std::atomic<bool> lost{false};  // a renewal was fenced off: another owner has the key
-  };
-
-  explicit Heartbeat(std::weak_ptr<IdempotencyStore> store)
-      : state_(std::make_shared<State>(std::move(store))) {}
-  Heartbeat(const Heartbeat&) = delete;
-  Heartbeat& operator=(const Heartbeat&) = delete;
-
-  ~Heartbeat() {
-    if (owner_.forked()) detail::abandon(std::move(state_));
-    // Otherwise state_ goes here: its thread is stopped and joined first.
-  }
-
-  // Throws ConfigError in a child of fork() (the coordinator is the parent's).
-  void check_process() const { owner_.use("this idempotency coordinator (of a resilient call)"); }
-
-  std::shared_ptr<Claim> add(const std::string& key, std::uint64_t token, Millis lease) {
-    check_process();
-    auto claim = std::make_shared<Claim>(key, token, lease);
-    claim->due = RealClock::now() + period(lease);
-    State& s = *state_;
-    std::lock_guard lock(s.mutex);
-    s.claims.push_back(claim);
-    if (!s.thread.joinable()) {
-      s.thread = std::jthread([&s](std::stop_token stop) { s.run(std::move(stop)); });
-    }
-    // Wake the thread only if it would otherwise sleep past this claim's first renewal: with
-    // equal leases it never does, so a call costs no context switch.
-    if (claim->due < s.wake_at) {
-      ++s.generation;
-      s.cv.notify_all();
-    }
-    return claim;
-  }
-
-  void remove(const std::shared_ptr<Claim>& claim) {
-    std::lock_guard lock(state_->mutex);
-    std::erase(state_->claims, claim);
-  }
-
- private:
-  static RealClock::duration period(Millis lease) {
-    return std::max<RealClock::duration>(lease / 3, std::chrono::milliseconds(1));
-  }
-
-  // What the thread uses; the thread itself is its last member.
-  struct State {
-    explicit State(std::weak_ptr<IdempotencyStore> s) : store(std::move(s)) {}
-
-    void run(std::stop_token stop) {
-      std::unique_lock lock(mutex);
-      while (!stop.stop_requested()) {
-        if (claims.empty()) {
-          wake_at = RealClock::time_point::max();
-          cv.wait(lock, stop, [&] { return !claims.empty(); });
-          continue;
-        }
-        const auto now = RealClock::now();
-        auto next = RealClock::time_point::max();
-        std::vector<std::shared_ptr<Claim>> due;
-        for (const auto& claim : claims) {
-          if (claim->due <= now) {
-            due.push_back(claim);
-            claim->due = now + period(claim->lease);
-          }
-          next = std::min(next, claim->due);
-        }
-        if (due.empty()) {
-          const std::uint64_t seen = generation;
-          wake_at = next;
-          cv.wait_until(lock, stop, next, [&] { return generation != seen; });
-          continue;
-        }
-        lock.unlock();
-        renew(due);
-        lock.lock();
-        for (const auto& claim : due) {
-          if (claim->lost) std::erase(claims, claim);
-        }
-      }
-    }
-
-    void renew(const std::vector<std::shared_ptr<Claim>>& due) {
-      auto locked = store.lock();
-      if (!locked) return;
-      for (const auto& claim : due) {
-        try {
-          if (!locked->renew(claim->key, claim->token, claim->lease)) claim->lost = true;
-        } catch (...) {
-          // A store hiccup is not a lost claim: try again next period (the lease outlives two
-          // missed renewals).
-        }
-      }
-    }
-
-    std::weak_ptr<IdempotencyStore> store;
-    std::mutex mutex;
-    std::condition_variable_any cv;
-    std::vector<std::shared_ptr<Claim>> claims;
-    std::uint64_t generation = 0;
-    RealClock::time_point wake_at = RealClock::time_point::min();  // when the thread wakes next
-    std::jthread thread;  // last: stopped and joined before the members above go
-  };
-
-  detail::ForkOwner owner_;
-  std::shared_ptr<State> state_;
-};
-
 // ---- in-flight state --------------------------------------------------------------------------
 
 // One in-process execution of a key, shared by its leader and its joiners.
@@ -410,11 +294,13 @@ class Coordinator;
 class ReleaseGuard {
  public:
   ReleaseGuard(std::shared_ptr<Coordinator> coordinator, std::shared_ptr<IdempotencyStore> store,
-               std::shared_ptr<Flight> flight, std::shared_ptr<Heartbeat::Claim> claim)
+               std::shared_ptr<Flight> flight, std::shared_ptr<detail::LeaseRenewer::Lease> renewal,
+               std::uint64_t token)
       : coordinator_(std::move(coordinator)),
         store_(std::move(store)),
         flight_(std::move(flight)),
-        claim_(std::move(claim)) {}
+        renewal_(std::move(renewal)),
+        token_(token) {}
   ReleaseGuard(const ReleaseGuard&) = delete;
   ReleaseGuard& operator=(const ReleaseGuard&) = delete;
   ~ReleaseGuard();
@@ -426,7 +312,8 @@ class ReleaseGuard {
   std::shared_ptr<Coordinator> coordinator_;
   std::shared_ptr<IdempotencyStore> store_;
   std::shared_ptr<Flight> flight_;
-  std::shared_ptr<Heartbeat::Claim> claim_;
+  std::shared_ptr<detail::LeaseRenewer::Lease> renewal_;
+  std::uint64_t token_;
   std::atomic<bool> armed_{true};
 };
 
@@ -442,7 +329,7 @@ class Coordinator final : public IdempotencyCoordinator,
         store_strong_(hold_store ? store : nullptr),
         // An in-process coordinator (no store) is its own identity.
         identity_(store ? static_cast<const void*>(store.get()) : static_cast<const void*>(this)),
-        heartbeat_(store) {}
+        renewer_("this idempotency coordinator (of a resilient call)") {}
 
   CoordinatedResult run(const IdempotencyPolicy& policy, const IdempotentCall& call,
                         const std::function<Execution(ClaimHold&)>& execute) override;
@@ -463,7 +350,9 @@ class Coordinator final : public IdempotencyCoordinator,
     return flight->attached;
   }
 
-  void forget_claim(const std::shared_ptr<Heartbeat::Claim>& claim) { heartbeat_.remove(claim); }
+  void forget_claim(const std::shared_ptr<detail::LeaseRenewer::Lease>& renewal) {
+    renewer_.remove(renewal);
+  }
 
   FlightEntry enter(const IdempotentCall& call, FlightCallback on_done) override;
 
@@ -490,7 +379,7 @@ class Coordinator final : public IdempotencyCoordinator,
   };
 
   std::shared_ptr<IdempotencyStore> lock_store() const {
-    heartbeat_.check_process();  // in a child of fork(): ConfigError before the store is touched
+    renewer_.check_process();  // in a child of fork(): ConfigError before the store is touched
     if (store_strong_) return store_strong_;
     auto store = store_weak_.lock();
     if (!store) {
@@ -520,19 +409,21 @@ class Coordinator final : public IdempotencyCoordinator,
   const void* identity_;  // of the keys this coordinator's owners own (OwnedKeys)
   mutable std::mutex table_mutex_;
   std::unordered_map<std::string_view, std::shared_ptr<Flight>, KeyHash, std::equal_to<>> table_;
-  Heartbeat heartbeat_;  // last: its thread stops before the table goes
+  // Renews the leases of the claims this coordinator's owners hold. Last: its thread stops before
+  // the table goes.
+  detail::LeaseRenewer renewer_;
 };
 
 ReleaseGuard::~ReleaseGuard() {
   if (!armed_) return;
   try {
     // False: a takeover fenced this owner off; the key is no longer ours to release.
-    static_cast<void>(store_->release(flight_->key, claim_->token));
+    static_cast<void>(store_->release(flight_->key, token_));
   } catch (...) {
-    // The claim then lapses with its lease (the heartbeat stops below); nothing else to do in a
+    // The claim then lapses with its lease (its renewal stops below); nothing else to do in a
     // destructor.
   }
-  coordinator_->forget_claim(claim_);
+  coordinator_->forget_claim(renewal_);
   coordinator_->released(flight_);
 }
 
@@ -792,13 +683,21 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
                                              const IdempotencyPolicy& policy,
                                              const IdempotentCall& call,
                                              const std::function<Execution(ClaimHold&)>& execute) {
-  std::shared_ptr<Heartbeat::Claim> renewal;
+  std::shared_ptr<detail::LeaseRenewer::Lease> renewal;
   std::shared_ptr<ReleaseGuard> guard;
   try {
-    renewal = heartbeat_.add(call.key, claim.token, policy.lease);
-    guard = std::make_shared<ReleaseGuard>(shared_from_this(), lock_store(), flight, renewal);
+    // The lease is renewed on the policy's clock; the store decides each new deadline with its
+    // own. The renewal holds the store weakly (the registry must not keep users' stores alive).
+    renewal = renewer_.add(
+        policy.clock, policy.lease,
+        [store = store_weak_, key = call.key, token = claim.token, lease = policy.lease] {
+          auto locked = store.lock();
+          return !locked || locked->renew(key, token, lease);
+        });
+    guard = std::make_shared<ReleaseGuard>(shared_from_this(), lock_store(), flight, renewal,
+                                           claim.token);
   } catch (...) {
-    if (renewal) heartbeat_.remove(renewal);
+    renewer_.remove(renewal);
     try {
       static_cast<void>(store.release(call.key, claim.token));  // false: already fenced off
     } catch (...) {
@@ -842,7 +741,7 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
     } catch (...) {
     }
   }
-  heartbeat_.remove(renewal);
+  renewer_.remove(renewal);
   return executed(flight, std::move(execution), recorded, claim.took_over);
 }
 
@@ -909,7 +808,7 @@ class AsyncWait final : public FlightWait {
 
 FlightEntry Coordinator::enter(const IdempotentCall& call, FlightCallback on_done) {
   validate_key("idempotency key", call.key);
-  heartbeat_.check_process();
+  renewer_.check_process();
   if (t_owned_keys && t_owned_keys->contains(identity_, call.key)) {
     throw ReentryError(call.key, "idempotency key " + quoted(call.key) +
                                      " is already being executed by this caller" +
@@ -951,10 +850,10 @@ FlightEntry Coordinator::enter(const IdempotentCall& call, FlightCallback on_don
 // ---- registry ---------------------------------------------------------------------------------
 
 // One coordinator per live store. The registry holds the coordinators (so a caller that asks for
-// one per call does not create one, and a heartbeat thread, per call) and only weak references to
-// the stores (so it never keeps a user's store, its files or connections, alive).
+// one per call does not create one, and a lease-renewal thread, per call) and only weak references
+// to the stores (so it never keeps a user's store, its files or connections, alive).
 //
-// A child of fork() starts with a registry of its own: the parent's coordinators (their heartbeat
+// A child of fork() starts with a registry of its own: the parent's coordinators (their renewal
 // threads, which the child does not have, and their in-flight tables) are abandoned, never
 // destroyed, and never handed out. The swap is lock-free, since a lock could have been held by a
 // parent thread at the fork.

@@ -794,7 +794,7 @@ TEST_F(CoordinatorTest, TtlCountsFromCompletionAndEndsAtTheBoundary) {
 // ---- leases -------------------------------------------------------------------------------------
 
 TEST_F(CoordinatorTest, TheHeartbeatKeepsALongOwnersClaim) {
-  policy_.lease = 300ms;  // renewed every 100 ms of real time
+  policy_.lease = 300ms;  // renewed every 100 ms of the policy's (manual) clock
   Gate owner_running;
   Gate release_owner;
   auto execute = [&](ClaimHold&) {
@@ -825,7 +825,8 @@ TEST_F(CoordinatorTest, TheHeartbeatKeepsALongOwnersClaim) {
 TEST_F(CoordinatorTest, AnOwnerWhoseClaimWasTakenOverIsNotRecorded) {
   // The lease lapses (no renewal comes within it), another process takes the key over, and the
   // first owner's complete() is fenced off: its value is returned but not recorded.
-  policy_.lease = 1h;  // the heartbeat would renew only after 20 minutes of real time
+  policy_.lease = 1h;
+  policy_.clock = nullptr;  // renewals on real time: the first would come after 20 minutes
   const auto result = coordinator_->run(policy_, call("fenced"), [&](ClaimHold&) {
     clock_->advance(1h);
     const auto takeover = memory_->claim("fenced", std::nullopt, 1h);

@@ -30,6 +30,9 @@
 //                    the marker and an OutboxRelay publishes them after, with confirms.
 //   automatic        exclusive when recorder->supports_claims(), else check_then_mark.
 //
+// The options are in handler_options.hpp; the interface a transport calls (EventHandler,
+// BusProxy) in event_handler.hpp.
+//
 // Payloads are decoded with idem::Codec<Payload> (codec.hpp); a payload that does not decode
 // throws DecodeError, marks nothing, and so is redelivered (and in the end dead-lettered by the
 // bus). Consumer names are validated at construction and event ids on every call (InvalidKey;
@@ -37,11 +40,11 @@
 //
 // Thread-safety: an IdempotentHandler may be called from many threads at once (the Bus does);
 // `handle` then runs concurrently for different events, so it must be thread-safe itself. In
-// exclusive mode the handler owns one background heartbeat thread, started on first use and
-// joined by the destructor; do not destroy a handler while a call is running.
+// exclusive mode the handler owns one background lease renewal thread (detail::LeaseRenewer),
+// started on first use and joined by the destructor; do not destroy a handler while a call is running.
 //
 // fork(): a handler made before fork() belongs to the parent: called in a child it throws
-// ConfigError. It may be destroyed there (its lease keeper's thread is the parent's and is
+// ConfigError. It may be destroyed there (its lease renewal thread is the parent's and is
 // abandoned, not joined) unless that destroys the last reference to a recorder that must be
 // leaked instead (docs/guarantees.md §9).
 #pragma once
@@ -59,182 +62,14 @@
 #include <utility>
 #include <vector>
 
-#include "idem/clock.hpp"
 #include "idem/codec.hpp"
-#include "idem/detail/fork.hpp"
-#include "idem/error.hpp"
+#include "idem/detail/handler_core.hpp"
 #include "idem/event.hpp"
+#include "idem/event_handler.hpp"
+#include "idem/handler_options.hpp"
 #include "idem/recorder.hpp"
 
 namespace idem {
-
-class Outbox;
-
-enum class HandlerMode {
-  automatic,        // exclusive when recorder->supports_claims(), else check_then_mark
-  check_then_mark,  // is_processed → drop; else handle; success → mark_processed
-  exclusive,        // atomic claim with a lease before handle; concurrent duplicate → throws
-                    // AlreadyInProgress
-  transactional,    // handle and marker commit in one recorder transaction
-};
-std::string_view to_string(HandlerMode mode) noexcept;
-
-struct HandlerOptions {
-  // Which protocol to run. Default: automatic (exclusive when the recorder supports claims).
-  HandlerMode mode = HandlerMode::automatic;
-  // Exclusive mode: the claim's lease, renewed every lease/3 while handle runs. It only has to
-  // outlive a stalled renewal, not the handler. Must be positive. Default 30 s.
-  Millis lease = std::chrono::seconds(30);
-  // Time for the heartbeat schedule. Default (null): idem::system_clock(). (Lease deadlines
-  // themselves are computed by the recorder with its own clock.)
-  std::shared_ptr<Clock> clock = nullptr;
-  // Transactional mode only (ConfigError otherwise): events the handler publishes are written to
-  // this outbox, on the recorder's database, in the handler's transaction, and relayed after the
-  // commit by an OutboxRelay (idem/outbox.hpp). An event published with an empty id gets
-  // follow_up_id(consumer, incoming event id, n), n counting the run's publishes from 0. Default
-  // (null): held back and handed to the caller's BusProxy after the commit.
-  std::shared_ptr<Outbox> outbox = nullptr;
-};
-
-// What one call did.
-enum class HandleResult {
-  processed,  // handle ran and the event is now marked processed
-  duplicate,  // the event was already processed for this consumer; handle did not run
-};
-std::string_view to_string(HandleResult result) noexcept;
-
-// Exclusive mode: handle ran, but complete() refused the token because another delivery took
-// the claim over after this one's lease lapsed (a stall longer than the lease). This delivery did
-// not write the marker, and the new owner may run the side effect as well. Retryable (redeliver:
-// the event is then dropped once the new owner completes) and in doubt (the side effect ran).
-class LeaseLost : public Error {
- public:
-  explicit LeaseLost(const std::string& message)
-      : Error(ErrorCode::already_in_progress, message, /*retryable=*/true, /*in_doubt=*/true) {}
-};
-
-// What a handler can do with the bus that delivered the event.
-class BusProxy {
- public:
-  virtual ~BusProxy() = default;
-  // Publishes a follow-up event. The Bus enqueues it (never delivers on the caller's stack).
-  virtual void publish(Event event) = 0;
-  // The consumer name being served.
-  virtual std::string_view consumer() const = 0;
-  // The backend transaction (transactional mode only); null otherwise.
-  virtual Transaction* transaction() noexcept { return nullptr; }
-};
-
-// What one event of a batch came to: exactly one of the two is set.
-struct HandleOutcome {
-  std::optional<HandleResult> result;  // handled: processed or duplicate (ack it)
-  std::exception_ptr error;            // what operator() would have thrown for it (do not ack)
-};
-
-// The type-erased handler a bus (or any transport) calls.
-class EventHandler {
- public:
-  virtual ~EventHandler() = default;
-  virtual const std::string& consumer() const noexcept = 0;
-  // Returns processed/duplicate. Throws AlreadyInProgress (do not ack, redeliver later) or
-  // whatever the business code threw (do not ack, redeliver).
-  virtual HandleResult operator()(const Event& event, BusProxy& bus) = 0;
-  // A window of deliveries at once (the RabbitMQ consumer passes what the broker prefetched):
-  // outcomes[i] is what events[i] came to, with the meaning of operator()'s result or exception.
-  // The transport settles the events after the call returns. Events run in order, on the
-  // calling thread. Default: operator() for each event. IdempotentHandler in check_then_mark
-  // mode overrides it to check the whole window with one is_processed_many and mark its
-  // successes with one mark_processed_many (see there for the window this widens).
-  virtual std::vector<HandleOutcome> handle_batch(std::span<const Event> events, BusProxy& bus);
-};
-
-// A BusProxy that keeps what is published, for running handlers outside a bus and in tests.
-// Thread-safe.
-class CollectingBusProxy : public BusProxy {
- public:
-  explicit CollectingBusProxy(std::string consumer = "collector");
-
-  void publish(Event event) override;
-  std::string_view consumer() const override { return consumer_; }
-
-  // A copy of everything published so far, in order.
-  std::vector<Event> published() const;
-  // Everything published so far, leaving the proxy empty.
-  std::vector<Event> take();
-
- private:
-  std::string consumer_;
-  mutable std::mutex mutex_;
-  std::vector<Event> published_;
-};
-
-namespace detail {
-
-class LeaseKeeper;
-
-// The mode logic of IdempotentHandler, compiled once for every Payload type.
-class HandlerCore {
- public:
-  HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecorder> recorder,
-              HandlerOptions options);
-  ~HandlerCore();
-  HandlerCore(const HandlerCore&) = delete;
-  HandlerCore& operator=(const HandlerCore&) = delete;
-
-  const std::string& consumer() const noexcept { return consumer_; }
-  HandlerMode mode() const noexcept { return mode_; }
-
-  // Runs the protocol of mode() around `invoke`, which decodes the payload and calls handle
-  // with the proxy it is given.
-  HandleResult run(const Event& event, BusProxy& bus, const std::function<void(BusProxy&)>& invoke);
-
-  // The batch form (EventHandler::handle_batch): check_then_mark checks and marks the window
-  // with one recorder call each; the other modes run() each event.
-  std::vector<HandleOutcome> run_batch(std::span<const Event> events, BusProxy& bus,
-                                       const std::function<void(const Event&, BusProxy&)>& invoke);
-
- private:
-  HandleResult run_check_then_mark(const Event& event, BusProxy& bus,
-                                   const std::function<void(BusProxy&)>& invoke);
-  HandleResult run_exclusive(const Event& event, BusProxy& bus,
-                             const std::function<void(BusProxy&)>& invoke);
-  HandleResult run_transactional(const Event& event, BusProxy& bus,
-                                 const std::function<void(BusProxy&)>& invoke);
-  LeaseKeeper& keeper();
-  // ConfigError in a child of fork(): the handler (its recorder, its LeaseKeeper thread) is the
-  // parent's.
-  void check_process() const;
-
-  detail::ForkOwner owner_;
-  std::string consumer_;
-  std::shared_ptr<IdempotencyRecorder> recorder_;
-  HandlerMode mode_;
-  Millis lease_;
-  std::shared_ptr<Clock> clock_;
-  std::shared_ptr<Outbox> outbox_;
-  std::once_flag keeper_once_;
-  std::unique_ptr<LeaseKeeper> keeper_;
-};
-
-// Codec<Payload>::decode, with any failure reported as DecodeError naming the event.
-[[noreturn]] void throw_payload_decode_error(const Event& event, std::string_view consumer,
-                                             std::string_view reason);
-
-template <class Payload>
-Payload decode_payload(const Event& event, std::string_view consumer) {
-  static_assert(HasCodec<Payload>,
-                "no idem::Codec for this Payload: give it to_json/from_json or specialise "
-                "idem::Codec");
-  try {
-    return Codec<Payload>::decode(event.payload);
-  } catch (const Error& e) {
-    throw_payload_decode_error(event, consumer, e.what());
-  } catch (const std::exception& e) {
-    throw_payload_decode_error(event, consumer, e.what());
-  }
-}
-
-}  // namespace detail
 
 template <class Payload = std::string>
 class IdempotentHandler : public EventHandler {

@@ -34,9 +34,6 @@ bool claim_says_run(const Claim& claim, std::string_view consumer, std::string_v
 // Exclusive mode: complete() refused the token (the claim was taken over).
 [[noreturn]] void throw_lease_lost(std::string_view consumer, std::string_view event_id);
 
-// Exclusive mode: how often a held claim's lease is renewed (lease / 3, at least 1 ns).
-std::chrono::nanoseconds renewal_interval(Millis lease);
-
 // check_then_mark over a window of deliveries: one check for the window, handle for each event
 // not processed yet (a repeat of an id that succeeded earlier in the window is a duplicate), one
 // mark for the successes. The caller does the recorder calls and runs the handler; this keeps

@@ -1,0 +1,90 @@
+// LeaseRenewer: keeps the leases of held claims alive while their owners run.
+//
+// One background thread renews every registered lease, lease/3 after it was registered and after
+// each renewal, until it is removed. Both blocking faces use it: an IdempotentHandler in
+// exclusive mode (a recorder claim per event) and the operation coordinator (a store claim per
+// executing key). What a renewal does is the caller's: a function that returns true when the
+// lease was extended, false when the claim was fenced off (another owner took it over: the
+// renewer stops renewing it and lost() says so), and throws when the store could not be reached
+// (tried again next period; the lease outlives two missed renewals).
+//
+// Time is the injected Clock of each registration: its steady time decides when a renewal is
+// due. The thread waits on real time, exactly for the SystemClock; with any other clock (a
+// ManualClock a test moves by hand) it re-reads that clock every millisecond while such a lease is
+// registered, so a clock advanced past a renewal's due time is noticed promptly without the
+// renewer ever moving the clock itself.
+//
+// The thread starts on the first add() and stays (idle, waiting) until the renewer goes, so a
+// call never starts a thread. A registration is woken early only when it is due before the
+// thread would otherwise wake: with equal leases a call costs no context switch.
+//
+// fork(): a renewer made before fork() is the parent's. Its thread does not exist in a child, so
+// add() throws ConfigError there (check_process()), and destroying the renewer in a child
+// abandons its thread state (handle, mutex, condition variable) instead of joining
+// (detail/fork.hpp).
+//
+// Thread-safety: add(), remove() and lost() may be called from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "idem/clock.hpp"
+#include "idem/detail/fork.hpp"
+
+namespace idem::detail {
+
+// How often a held claim's lease is renewed: lease / 3, at least 1 ns.
+std::chrono::nanoseconds renewal_interval(Millis lease);
+
+class LeaseRenewer {
+ public:
+  // One registered lease.
+  class Lease {
+   public:
+    // A renewal was fenced off: another owner has the claim. Renewing stopped.
+    bool lost() const noexcept { return lost_.load(std::memory_order_acquire); }
+
+   private:
+    friend class LeaseRenewer;
+    Lease(std::shared_ptr<Clock> clock, std::chrono::nanoseconds interval,
+          std::function<bool()> renew)
+        : clock_(std::move(clock)), interval_(interval), renew_(std::move(renew)) {}
+
+    const std::shared_ptr<Clock> clock_;
+    const std::chrono::nanoseconds interval_;
+    const std::function<bool()> renew_;
+    SteadyTime due_{};  // on clock_; guarded by the renewer's mutex
+    std::atomic<bool> lost_{false};
+  };
+
+  // `what` names the owner in the ConfigError thrown in a child of fork().
+  explicit LeaseRenewer(std::string what);
+  ~LeaseRenewer();
+  LeaseRenewer(const LeaseRenewer&) = delete;
+  LeaseRenewer& operator=(const LeaseRenewer&) = delete;
+
+  // Starts renewing: `renew` is first called lease/3 from now on `clock` (null: the system
+  // clock). Keep the result to remove() it. Throws ConfigError in a child of fork().
+  std::shared_ptr<Lease> add(std::shared_ptr<Clock> clock, Millis lease,
+                             std::function<bool()> renew);
+
+  // Stops renewing. A renewal already running for it may still land; that is harmless (a store
+  // or recorder refuses a token that completed or released). Null is ignored.
+  void remove(const std::shared_ptr<Lease>& lease) noexcept;
+
+  // Throws ConfigError in a child of fork(): the renewer (its thread) is the parent's.
+  void check_process() const { owner_.use(what_); }
+
+ private:
+  struct State;
+
+  ForkOwner owner_;
+  std::string what_;
+  std::shared_ptr<State> state_;
+};
+
+}  // namespace idem::detail
