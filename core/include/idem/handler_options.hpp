@@ -1,6 +1,8 @@
 // HandlerOptions: how an IdempotentHandler runs (handler.hpp has what each mode guarantees).
 //
 // Options are plain values: a handler copies them at construction and never reads them again.
+//
+// Thread-safety: plain values (the clock and outbox they point to are thread-safe themselves).
 #pragma once
 
 #include <chrono>
