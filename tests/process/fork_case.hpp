@@ -3,9 +3,9 @@
 //
 // use_idem() drives both faces on one backend the way an application does: a recorder (check,
 // mark), an IdempotentHandler in exclusive mode called directly and through an idem::Bus (so
-// claims, leases and the handler's LeaseKeeper thread run, and the bus's worker threads), and a
+// claims, leases and the handler's lease renewal thread run, and the bus's worker threads), and a
 // store behind a keyed resilient() call and a keyed operation() (so the process-wide
-// coordinator registry and its Heartbeat thread run); the calls execute, then replay.
+// coordinator registry and its lease renewal thread run); the calls execute, then replay.
 //
 // in_child() runs a function in a child made with fork() — no exec, which is the point: the child
 // is a copy of a process that has used idem — and waits for it with a bound: the parent reads the

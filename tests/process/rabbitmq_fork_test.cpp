@@ -3,7 +3,7 @@
 // parent's connections and the consumer's batch-runner thread.
 //
 //   * the parent publishes and consumes (an exclusive handler on an in-memory recorder, so the
-//     pipeline's thread, the claim and its LeaseKeeper run), destroys everything and forks; the
+//     pipeline's thread, the claim and its lease renewer run), destroys everything and forks; the
 //     child does the same with a new publisher, consumer and recorder, and exits 0 within a bound;
 //   * a publisher and a consumer alive at the fork are refused in the child (ConfigError), a new
 //     pair works beside them, and the parent goes on consuming with its own.
