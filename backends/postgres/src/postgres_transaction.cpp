@@ -17,8 +17,8 @@ namespace {
 
 constexpr std::string_view kCall = "PostgresTransaction";
 
-detail::Params to_params(std::initializer_list<PgParam> params) {
-  return detail::to_params(std::span<const PgParam>(params.begin(), params.size()));
+detail::Params to_params(std::span<const PgParam> params) {
+  return detail::to_params(params);
 }
 
 }  // namespace
@@ -27,8 +27,7 @@ PGconn* PostgresTransaction::connection() const noexcept {
   return connection_->raw();
 }
 
-std::int64_t PostgresTransaction::exec(std::string_view sql,
-                                       std::initializer_list<PgParam> params) {
+std::int64_t PostgresTransaction::do_exec(std::string_view sql, std::span<const PgParam> params) {
   const detail::Result result =
       connection_->exec_params(sql, to_params(params), kCall, StatementKind::read);
   if (PQresultStatus(result.get()) == PGRES_TUPLES_OK && *PQcmdTuples(result.get()) == '\0') {
@@ -37,8 +36,8 @@ std::int64_t PostgresTransaction::exec(std::string_view sql,
   return result.affected();
 }
 
-std::optional<std::string> PostgresTransaction::query_text(std::string_view sql,
-                                                           std::initializer_list<PgParam> params) {
+std::optional<std::string> PostgresTransaction::do_query_text(std::string_view sql,
+                                                              std::span<const PgParam> params) {
   const detail::Result result =
       connection_->exec_params(sql, to_params(params), kCall, StatementKind::read);
   if (result.rows() == 0 || PQnfields(result.get()) == 0 || result.is_null(0, 0)) {
@@ -47,9 +46,9 @@ std::optional<std::string> PostgresTransaction::query_text(std::string_view sql,
   return std::string(result.bytes(0, 0));
 }
 
-std::optional<std::int64_t> PostgresTransaction::query_int64(
-    std::string_view sql, std::initializer_list<PgParam> params) {
-  const std::optional<std::string> text = query_text(sql, params);
+std::optional<std::int64_t> PostgresTransaction::do_query_int64(std::string_view sql,
+                                                                std::span<const PgParam> params) {
+  const std::optional<std::string> text = do_query_text(sql, params);
   if (!text) return std::nullopt;
   std::int64_t value = 0;
   const auto [end, ec] = std::from_chars(text->data(), text->data() + text->size(), value);

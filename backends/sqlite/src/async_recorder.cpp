@@ -74,7 +74,7 @@ class AsyncSqliteTransaction final : public idem::async::AsyncSqlTransaction {
 
   Task<void> exec(std::string_view sql, std::span<const SqlParam> params) override {
     const std::function<Unit()> work = [this, sql, params] {
-      tx_.exec_params(sql, params);
+      tx_.exec(sql, params);
       return Unit{};
     };
     co_await offload<Unit>(queue_, work);
@@ -82,7 +82,7 @@ class AsyncSqliteTransaction final : public idem::async::AsyncSqlTransaction {
 
   Task<std::int64_t> query_int64(std::string_view sql, std::span<const SqlParam> params) override {
     const std::function<std::optional<std::int64_t>()> work = [this, sql, params] {
-      return tx_.query_int64_params(sql, params);
+      return tx_.query_int64(sql, params);
     };
     const auto value = co_await offload<std::optional<std::int64_t>>(queue_, work);
     if (!value) {
@@ -95,7 +95,7 @@ class AsyncSqliteTransaction final : public idem::async::AsyncSqlTransaction {
   Task<std::optional<std::string>> query_text(std::string_view sql,
                                               std::span<const SqlParam> params) override {
     const std::function<std::optional<std::string>()> work = [this, sql, params] {
-      return tx_.query_text_params(sql, params);
+      return tx_.query_text(sql, params);
     };
     co_return co_await offload<std::optional<std::string>>(queue_, work);
   }

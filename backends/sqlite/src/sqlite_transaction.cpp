@@ -27,37 +27,22 @@ sqlite3* SqliteTransaction::db() const noexcept {
   return connection_->db();
 }
 
-std::int64_t SqliteTransaction::exec(std::string_view sql, std::initializer_list<SqlParam> params) {
-  return exec_params(sql, std::span<const SqlParam>(params.begin(), params.size()));
-}
-
-std::optional<std::int64_t> SqliteTransaction::query_int64(std::string_view sql,
-                                                           std::initializer_list<SqlParam> params) {
-  return query_int64_params(sql, std::span<const SqlParam>(params.begin(), params.size()));
-}
-
-std::optional<std::string> SqliteTransaction::query_text(std::string_view sql,
-                                                         std::initializer_list<SqlParam> params) {
-  return query_text_params(sql, std::span<const SqlParam>(params.begin(), params.size()));
-}
-
-std::int64_t SqliteTransaction::exec_params(std::string_view sql,
-                                            std::span<const SqlParam> params) {
+std::int64_t SqliteTransaction::do_exec(std::string_view sql, std::span<const SqlParam> params) {
   auto statement = connection_->prepare(sql);
   bind_all(statement, sql, params);
   return statement.run();
 }
 
-std::optional<std::int64_t> SqliteTransaction::query_int64_params(
-    std::string_view sql, std::span<const SqlParam> params) {
+std::optional<std::int64_t> SqliteTransaction::do_query_int64(std::string_view sql,
+                                                              std::span<const SqlParam> params) {
   auto statement = connection_->prepare(sql);
   bind_all(statement, sql, params);
   if (!statement.step() || statement.column_is_null(0)) return std::nullopt;
   return statement.column_int64(0);
 }
 
-std::optional<std::string> SqliteTransaction::query_text_params(std::string_view sql,
-                                                                std::span<const SqlParam> params) {
+std::optional<std::string> SqliteTransaction::do_query_text(std::string_view sql,
+                                                            std::span<const SqlParam> params) {
   auto statement = connection_->prepare(sql);
   bind_all(statement, sql, params);
   if (!statement.step() || statement.column_is_null(0)) return std::nullopt;

@@ -24,6 +24,7 @@
 #include <initializer_list>
 #include <limits>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -89,23 +90,52 @@ class SqlParam {
 class SqlTransaction : public Transaction {
  public:
   // Runs the statement and returns how many rows it changed (for a query: how many it returned).
-  virtual std::int64_t exec(std::string_view sql, std::initializer_list<SqlParam> params) = 0;
-  std::int64_t exec(std::string_view sql) { return exec(sql, {}); }
+  std::int64_t exec(std::string_view sql, std::initializer_list<SqlParam> params = {}) {
+    return do_exec(sql, {params.begin(), params.size()});
+  }
+  // The same with the parameters in a span, for callers that build the list at run time.
+  std::int64_t exec(std::string_view sql, std::span<const SqlParam> params) {
+    return do_exec(sql, params);
+  }
 
   // The first column of the first row, or nullopt when there is no row or it is NULL.
-  virtual std::optional<std::int64_t> query_int64(std::string_view sql,
-                                                  std::initializer_list<SqlParam> params) = 0;
-  std::optional<std::int64_t> query_int64(std::string_view sql) { return query_int64(sql, {}); }
-  virtual std::optional<std::string> query_text(std::string_view sql,
-                                                std::initializer_list<SqlParam> params) = 0;
-  std::optional<std::string> query_text(std::string_view sql) { return query_text(sql, {}); }
+  std::optional<std::int64_t> query_int64(std::string_view sql,
+                                          std::initializer_list<SqlParam> params = {}) {
+    return do_query_int64(sql, {params.begin(), params.size()});
+  }
+  std::optional<std::int64_t> query_int64(std::string_view sql, std::span<const SqlParam> params) {
+    return do_query_int64(sql, params);
+  }
+  std::optional<std::string> query_text(std::string_view sql,
+                                        std::initializer_list<SqlParam> params = {}) {
+    return do_query_text(sql, {params.begin(), params.size()});
+  }
+  std::optional<std::string> query_text(std::string_view sql, std::span<const SqlParam> params) {
+    return do_query_text(sql, params);
+  }
 
   // The (consumer, event id) whose marker commits with this transaction.
-  virtual std::string_view consumer() const noexcept = 0;
-  virtual std::string_view event_id() const noexcept = 0;
+  std::string_view consumer() const noexcept { return consumer_; }
+  std::string_view event_id() const noexcept { return event_id_; }
 
  protected:
-  SqlTransaction() = default;
+  // A backend's transaction: `consumer` and `event_id` must outlive it (they are the recorder
+  // call's arguments).
+  SqlTransaction(std::string_view consumer, std::string_view event_id) noexcept
+      : consumer_(consumer), event_id_(event_id) {}
+  SqlTransaction(const SqlTransaction&) = delete;
+  SqlTransaction& operator=(const SqlTransaction&) = delete;
+
+ private:
+  // What a backend implements: one statement, its parameters bound in order.
+  virtual std::int64_t do_exec(std::string_view sql, std::span<const SqlParam> params) = 0;
+  virtual std::optional<std::int64_t> do_query_int64(std::string_view sql,
+                                                     std::span<const SqlParam> params) = 0;
+  virtual std::optional<std::string> do_query_text(std::string_view sql,
+                                                   std::span<const SqlParam> params) = 0;
+
+  std::string_view consumer_;
+  std::string_view event_id_;
 };
 
 }  // namespace idem

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -46,43 +47,26 @@ using PgParam = idem::SqlParam;
 
 class PostgresTransaction final : public SqlTransaction {
  public:
-  using SqlTransaction::exec;
-  using SqlTransaction::query_int64;
-  using SqlTransaction::query_text;
-
-  PostgresTransaction(const PostgresTransaction&) = delete;
-  PostgresTransaction& operator=(const PostgresTransaction&) = delete;
-
   // The connection the transaction is open on, for anything exec() does not cover.
   PGconn* connection() const noexcept;
-
-  // Runs ONE SQL statement with `params` bound to $1, $2, ... (types inferred by the server from
-  // the statement) and returns how many rows it changed (or returned). Throws PostgresError when
-  // the server refuses it (the transaction is then aborted: let the exception leave the
-  // handler), InvalidArgument for text with a NUL byte.
-  std::int64_t exec(std::string_view sql, std::initializer_list<PgParam> params) override;
-
-  // The first column of the first row of a query, or nullopt when there is no row or it is
-  // NULL. Same rules as exec(). query_int64 also throws PostgresError when the value is not an
-  // integer.
-  std::optional<std::int64_t> query_int64(std::string_view sql,
-                                          std::initializer_list<PgParam> params) override;
-  std::optional<std::string> query_text(std::string_view sql,
-                                        std::initializer_list<PgParam> params) override;
-
-  // The consumer and event the transaction is recording.
-  std::string_view consumer() const noexcept override { return consumer_; }
-  std::string_view event_id() const noexcept override { return event_id_; }
 
   // Internal: made by PostgresIdempotencyRecorder::run_transactional() only.
   PostgresTransaction(detail::Connection& connection, std::string_view consumer,
                       std::string_view event_id) noexcept
-      : connection_(&connection), consumer_(consumer), event_id_(event_id) {}
+      : SqlTransaction(consumer, event_id), connection_(&connection) {}
 
  private:
+  // exec() and the queries bind their parameters to $1, $2, ... (types inferred by the server
+  // from the statement). They throw PostgresError when the server refuses the statement (the
+  // transaction is then aborted: let the exception leave the handler), InvalidArgument for text
+  // with a NUL byte; query_int64 also throws PostgresError when the value is not an integer.
+  std::int64_t do_exec(std::string_view sql, std::span<const PgParam> params) override;
+  std::optional<std::int64_t> do_query_int64(std::string_view sql,
+                                             std::span<const PgParam> params) override;
+  std::optional<std::string> do_query_text(std::string_view sql,
+                                           std::span<const PgParam> params) override;
+
   detail::Connection* connection_;
-  std::string_view consumer_;
-  std::string_view event_id_;
 };
 
 }  // namespace idem::postgres

@@ -44,51 +44,27 @@ using SqlParam = idem::SqlParam;
 
 class SqliteTransaction final : public SqlTransaction {
  public:
-  using SqlTransaction::exec;
-  using SqlTransaction::query_int64;
-  using SqlTransaction::query_text;
-
-  SqliteTransaction(const SqliteTransaction&) = delete;
-  SqliteTransaction& operator=(const SqliteTransaction&) = delete;
-
   // The connection the transaction is open on, for anything exec() does not cover.
   sqlite3* db() const noexcept;
-
-  // Runs ONE SQL statement with `params` bound to its placeholders (`?`, or `$1`, `$2`, ...
-  // numbered by first appearance) in order, and returns how many rows it changed. The statement
-  // is prepared once and cached on the connection. Throws SqliteError when SQLite fails (the
-  // transaction then rolls back when the handler's exception leaves it), InvalidArgument for a
-  // wrong number of parameters or more than one statement.
-  std::int64_t exec(std::string_view sql, std::initializer_list<SqlParam> params) override;
-
-  // The first column of the first row of a query, or nullopt when there is no row or it is
-  // NULL. Same rules as exec().
-  std::optional<std::int64_t> query_int64(std::string_view sql,
-                                          std::initializer_list<SqlParam> params) override;
-  std::optional<std::string> query_text(std::string_view sql,
-                                        std::initializer_list<SqlParam> params) override;
-
-  // The same three calls with the parameters in a span (for callers that build the list at run
-  // time, e.g. idem::sqlite_async's AsyncSqlTransaction).
-  std::int64_t exec_params(std::string_view sql, std::span<const SqlParam> params);
-  std::optional<std::int64_t> query_int64_params(std::string_view sql,
-                                                 std::span<const SqlParam> params);
-  std::optional<std::string> query_text_params(std::string_view sql,
-                                               std::span<const SqlParam> params);
-
-  // The consumer and event the transaction is recording.
-  std::string_view consumer() const noexcept override { return consumer_; }
-  std::string_view event_id() const noexcept override { return event_id_; }
 
   // Internal: made by SqliteIdempotencyRecorder::run_transactional() only.
   SqliteTransaction(detail::Connection& connection, std::string_view consumer,
                     std::string_view event_id) noexcept
-      : connection_(&connection), consumer_(consumer), event_id_(event_id) {}
+      : SqlTransaction(consumer, event_id), connection_(&connection) {}
 
  private:
+  // exec() and the queries bind their parameters to the statement's placeholders (`?`, or `$1`,
+  // `$2`, ... numbered by first appearance) in order; the statement is prepared once and cached
+  // on the connection. They throw SqliteError when SQLite fails (the transaction then rolls back
+  // when the handler's exception leaves it), InvalidArgument for a wrong number of parameters or
+  // more than one statement.
+  std::int64_t do_exec(std::string_view sql, std::span<const SqlParam> params) override;
+  std::optional<std::int64_t> do_query_int64(std::string_view sql,
+                                             std::span<const SqlParam> params) override;
+  std::optional<std::string> do_query_text(std::string_view sql,
+                                           std::span<const SqlParam> params) override;
+
   detail::Connection* connection_;
-  std::string_view consumer_;
-  std::string_view event_id_;
 };
 
 }  // namespace idem::sqlite
