@@ -843,9 +843,8 @@ std::optional<SecondHop> run_second_hop(const fs::path& dir, const DemoOptions& 
   return hop;
 }
 
-}  // namespace
-
-int run_demo(const DemoOptions& options) {
+// The argument checks of `idem demo` (InvalidArgument); returns the handler mode.
+HandlerMode check_demo_options(const DemoOptions& options) {
   if (options.events == 0) throw InvalidArgument("--events must be at least 1");
   if (options.duplicate_ratio < 0 || options.duplicate_ratio > 10) {
     throw InvalidArgument("--duplicates must be between 0 and 10");
@@ -863,179 +862,204 @@ int run_demo(const DemoOptions& options) {
         "--hops 2 needs --mode transactional: billing's follow-ups are outbox rows written in "
         "its marker's transaction");
   }
+  return mode;
+}
 
-  // A --store recorder is opened and checked before anything is written: a bad URL, an
-  // unreachable server or a mode the backend cannot do stops the demo here.
-  std::shared_ptr<IdempotencyRecorder> recorder;
-  std::string consumer = kConsumer;
-  if (!options.store.empty()) {
-    recorder = open_recorder(options.store);
-    // A fresh name per run: runs against one Redis or PostgreSQL never see each other's markers.
-    consumer = std::string(kConsumer) + "-" + new_event_id().substr(0, 8);
-    const std::string shown = redact_url(options.store);
-    bool in_memory = dynamic_cast<InMemoryIdempotencyRecorder*>(recorder.get()) != nullptr;
+// Opens the --store recorder and checks it can run the demo, before anything is written: a bad
+// URL, an unreachable server or a mode the backend cannot do stops the demo here.
+std::shared_ptr<IdempotencyRecorder> open_store_recorder(const DemoOptions& options,
+                                                         HandlerMode mode) {
+  auto recorder = open_recorder(options.store);
+  const std::string shown = redact_url(options.store);
+  bool in_memory = dynamic_cast<InMemoryIdempotencyRecorder*>(recorder.get()) != nullptr;
 #ifdef IDEM_HAVE_SQLITE
-    const auto* sqlite_recorder = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(recorder.get());
-    in_memory = in_memory || (sqlite_recorder != nullptr && sqlite_recorder->path() == ":memory:");
+  const auto* sqlite_recorder = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(recorder.get());
+  in_memory = in_memory || (sqlite_recorder != nullptr && sqlite_recorder->path() == ":memory:");
 #endif
-    if (in_memory) {
-      throw NotSupported("--store " + shown +
-                         ": an in-memory recorder lives and dies with one process, but the demo "
-                         "kills its consumer process and starts a new one; use a SQLite file, "
-                         "redis:// or postgresql://");
-    }
-    if (options.hops == 2 && !recorder->supports_transactions()) {
-      throw NotSupported("--hops 2: --store " + shown +
-                         " has no outbox: billing's follow-ups are outbox rows written in its "
-                         "marker's transaction, which needs sqlite: or postgresql://");
-    }
-    if (mode == HandlerMode::transactional && !recorder->supports_transactions()) {
-      throw NotSupported("--store " + shown +
-                         ": --mode transactional needs a recorder whose transaction the handler "
-                         "can write through (sqlite: or postgresql://); use --mode exclusive or "
-                         "check_then_mark with this one");
-    }
-    if (mode == HandlerMode::exclusive && !recorder->supports_claims()) {
-      throw NotSupported("--store " + shown + ": --mode exclusive needs a recorder with claims");
-    }
+  if (in_memory) {
+    throw NotSupported("--store " + shown +
+                       ": an in-memory recorder lives and dies with one process, but the demo "
+                       "kills its consumer process and starts a new one; use a SQLite file, "
+                       "redis:// or postgresql://");
   }
+  if (options.hops == 2 && !recorder->supports_transactions()) {
+    throw NotSupported("--hops 2: --store " + shown +
+                       " has no outbox: billing's follow-ups are outbox rows written in its "
+                       "marker's transaction, which needs sqlite: or postgresql://");
+  }
+  if (mode == HandlerMode::transactional && !recorder->supports_transactions()) {
+    throw NotSupported("--store " + shown +
+                       ": --mode transactional needs a recorder whose transaction the handler "
+                       "can write through (sqlite: or postgresql://); use --mode exclusive or "
+                       "check_then_mark with this one");
+  }
+  if (mode == HandlerMode::exclusive && !recorder->supports_claims()) {
+    throw NotSupported("--store " + shown + ": --mode exclusive needs a recorder with claims");
+  }
+  return recorder;
+}
 
-#ifdef IDEM_HAVE_RABBITMQ
-  std::optional<rabbitmq::ConnectionOptions> broker;
-  if (!options.broker.empty()) {
-    broker = rabbitmq::ConnectionOptions::from_url(options.broker);  // ConfigError when bad
-    if (consumer == kConsumer)
-      consumer = std::string(kConsumer) + "-" + new_event_id().substr(0, 8);
-  }
-#else
-  if (!options.broker.empty()) {
-    throw NotSupported(
-        "--broker: this idem was built without RabbitMQ (IDEM_WITH_RABBITMQ=ON and "
-        "librabbitmq-dev build it)");
-  }
-#endif
+// The work directory: --dir emptied of an earlier run's files, or a fresh temporary one
+// (removed at the end unless --keep).
+struct WorkDir {
+  fs::path path;
+  bool remove = false;
+};
 
-  fs::path dir = options.dir;
-  bool remove_dir = false;
-  if (dir.empty()) {
+WorkDir prepare_work_dir(const DemoOptions& options) {
+  WorkDir dir{options.dir, false};
+  if (dir.path.empty()) {
     std::string tmpl = (fs::temp_directory_path() / "idem-demo-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
-    dir = tmpl;
-    remove_dir = !options.keep;
-  } else {
-    fs::create_directories(dir);
-    for (const char* f : {"queue.jsonl", "offset", "deliveries.log", "side_effects.log", "idem.db",
-                          "idem.db-wal", "idem.db-shm", "idem.db-outbox.lock", "charged.jsonl",
-                          "charged.offset", "shipping.log", "shipping_effects.log", "relay.log"}) {
-      fs::remove(dir / f);
-    }
+    dir.path = tmpl;
+    dir.remove = !options.keep;
+    return dir;
   }
-  const std::string url = recorder_url(options.store, dir);
-  if (!recorder) recorder = open_recorder(url);
-  std::shared_ptr<Outbox> outbox;
-  if (options.hops == 2) {
-    // The relay publishes every waiting row of the outbox: it must hold none but this run's.
-    std::string absent;
-    outbox = outbox_of(recorder, /*look_only=*/false, &absent);
-    if (!outbox) {
-      throw NotSupported("--hops 2: " + redact_url(url) + " has no outbox (" + absent +
-                         "); use a SQLite file or postgresql://");
-    }
-    const OutboxStats waiting = outbox->stats();
-    if (waiting.depth != 0) {
-      throw NotSupported("--hops 2: the outbox of " + redact_url(url) + " already holds " +
-                         std::to_string(waiting.depth) +
-                         " waiting rows, which the demo's relay would publish; give the demo a "
-                         "database (or ?schema=) of its own");
-    }
+  fs::create_directories(dir.path);
+  for (const char* f : {"queue.jsonl", "offset", "deliveries.log", "side_effects.log", "idem.db",
+                        "idem.db-wal", "idem.db-shm", "idem.db-outbox.lock", "charged.jsonl",
+                        "charged.offset", "shipping.log", "shipping_effects.log", "relay.log"}) {
+    fs::remove(dir.path / f);
   }
+  return dir;
+}
 
-  std::cout << "idem demo: at-least-once delivery, a consumer killed mid-handler, side effects "
-               "once\n"
-            << "  work dir:  " << dir.string() << "\n"
-            << "  recorder:  " << redact_url(url) << " (mode " << options.mode << ")\n"
-            << "  consumer:  " << consumer
-            << (options.store.empty() ? "\n" : " (a fresh name for this run)\n");
-  if (options.hops == 2) {
-    std::cout << "  hops:      2: " << consumer << " -> outbox -> relay process -> "
-              << shipping_name(consumer) << "\n";
+// The outbox of a two-hop run, which must hold none but this run's rows (the relay publishes
+// every waiting row). Null for one hop.
+std::shared_ptr<Outbox> demo_outbox(const DemoOptions& options,
+                                    const std::shared_ptr<IdempotencyRecorder>& recorder,
+                                    const std::string& url) {
+  if (options.hops != 2) return nullptr;
+  std::string absent;
+  auto outbox = outbox_of(recorder, /*look_only=*/false, &absent);
+  if (!outbox) {
+    throw NotSupported("--hops 2: " + redact_url(url) + " has no outbox (" + absent +
+                       "); use a SQLite file or postgresql://");
   }
+  const OutboxStats waiting = outbox->stats();
+  if (waiting.depth != 0) {
+    throw NotSupported("--hops 2: the outbox of " + redact_url(url) + " already holds " +
+                       std::to_string(waiting.depth) +
+                       " waiting rows, which the demo's relay would publish; give the demo a "
+                       "database (or ?schema=) of its own");
+  }
+  return outbox;
+}
 
+// The demo's use of RabbitMQ (--broker): the queues, the first hop's publish and the clean-up.
+// Without --broker (or without RabbitMQ in this build) every step does nothing.
+class DemoBroker {
+ public:
+  // Parses --broker (ConfigError when bad); NotSupported when this build has no RabbitMQ.
+  explicit DemoBroker(const DemoOptions& options) : options_(options) {
 #ifdef IDEM_HAVE_RABBITMQ
-  // The queue is declared before anything is published, so it receives every message (and an
-  // unreachable broker stops the demo before it starts).
-  if (broker) rabbitmq::Consumer(*broker, broker_consumer_options(consumer)).connect();
-  if (broker && options.hops == 2) {
-    rabbitmq::Consumer(*broker, broker_consumer_options(shipping_name(consumer))).connect();
-  }
+    if (!options.broker.empty()) broker_ = rabbitmq::ConnectionOptions::from_url(options.broker);
+#else
+    if (!options.broker.empty()) {
+      throw NotSupported(
+          "--broker: this idem was built without RabbitMQ (IDEM_WITH_RABBITMQ=ON and "
+          "librabbitmq-dev build it)");
+    }
 #endif
-  const std::size_t stream_size = publish(dir, options);
+  }
+
+  bool used() const noexcept {
+    return !options_.broker.empty();
+  }
+
+  // Declares the consumers' queues before anything is published, so they receive every message
+  // (and an unreachable broker stops the demo before it starts).
+  void declare([[maybe_unused]] const std::string& consumer) {
 #ifdef IDEM_HAVE_RABBITMQ
-  if (broker) {
+    if (!broker_) return;
+    rabbitmq::Consumer(*broker_, broker_consumer_options(consumer)).connect();
+    if (options_.hops == 2) {
+      rabbitmq::Consumer(*broker_, broker_consumer_options(shipping_name(consumer))).connect();
+    }
+#endif
+  }
+
+  // Publishes the first hop's queue file to the consumer's exchange: one batch, sent, then every
+  // confirm awaited (about one broker fsync, not one per event).
+  void publish([[maybe_unused]] const fs::path& queue,
+               [[maybe_unused]] const std::string& consumer) {
+#ifdef IDEM_HAVE_RABBITMQ
+    if (!broker_) return;
     rabbitmq::PublisherOptions publisher_options;
     publisher_options.exchange = broker_consumer_options(consumer).exchange;
-    rabbitmq::Publisher publisher(*broker, publisher_options);
-    // One batch: sent, then every confirm awaited (about one broker fsync, not one per event).
-    publisher.publish_batch(read_queue(hop_files(dir, 1).queue));
-    std::cout << "  broker:    " << rabbitmq::redact_amqp_url(options.broker) << ", exchange "
+    rabbitmq::Publisher publisher(*broker_, publisher_options);
+    publisher.publish_batch(read_queue(queue));
+    std::cout << "  broker:    " << rabbitmq::redact_amqp_url(options_.broker) << ", exchange "
               << publisher_options.exchange << ", queue idem." << consumer
               << " (acked after each handler)\n";
-  }
 #endif
-  std::cout << "  producer:  published " << stream_size << " events (" << options.events
-            << " distinct + " << (stream_size - options.events) << " duplicates)\n";
-
-  // Transactional mode writes its side effect, a ledger row, through the marker's transaction,
-  // so the ledger lives in the recorder's database.
-  const std::string ledger = ledger_table(*recorder);
-  if (mode == HandlerMode::transactional) {
-    if (ledger.empty()) {
-      throw NotSupported("--mode transactional: the demo has no ledger for " + redact_url(url));
-    }
-    create_ledger(*recorder, ledger, consumer);
   }
-  std::cout.flush();  // the progress bar writes to stderr; keep the two in order
 
-  const HopFiles billing_files = hop_files(dir, 1);
-  const std::optional<DeliveryStats> billed =
-      run_consumer_hop(dir, options, url, consumer, 1, stream_size, "consumer", "  consuming");
-  if (!billed) return 1;
-  const DeliveryStats& stats = *billed;
+  // Deletes the run's queues and exchanges.
+  void clean_up([[maybe_unused]] const std::string& consumer) {
+#ifdef IDEM_HAVE_RABBITMQ
+    if (!broker_) return;
+    std::vector<std::string> consumers = {consumer};
+    if (options_.hops == 2) consumers.push_back(shipping_name(consumer));
+    for (const std::string& name : consumers) {
+      const auto topology = broker_consumer_options(name);
+      rabbitmq::delete_queue(*broker_, "idem." + name);
+      rabbitmq::delete_queue(*broker_, "idem." + name + ".dlq");
+      rabbitmq::delete_exchange(*broker_, topology.exchange);
+    }
+#endif
+  }
+
+ private:
+  const DemoOptions& options_;
+#ifdef IDEM_HAVE_RABBITMQ
+  std::optional<rabbitmq::ConnectionOptions> broker_;
+#endif
+};
+
+// What the first hop came to, read back from the recorder and the side-effect record.
+struct FirstHop {
+  DeliveryStats stats;
   std::int64_t side_effects = 0;
   std::int64_t distinct_side_effects = 0;
   std::int64_t markers = 0;
-  std::set<std::string> published;  // the distinct events of the first hop
-  for (const Event& event : read_queue(billing_files.queue))
-    published.insert(event.id);
-  {
-    // Markers: every published event must be processed in the recorder (asked through the
-    // same interface on every backend).
-    for (const std::string& id : published) {
-      if (recorder->is_processed(consumer, id)) ++markers;
-    }
-    if (mode == HandlerMode::transactional) {
-      const LedgerCount count = count_ledger(*recorder, ledger, consumer);
-      side_effects = count.rows;
-      distinct_side_effects = count.distinct_events;
-    } else {
-      std::ifstream in(billing_files.side_effects);
-      std::set<std::string> ids;
-      std::string line;
-      while (std::getline(in, line)) {
-        ++side_effects;
-        ids.insert(line);
-      }
-      distinct_side_effects = static_cast<std::int64_t>(ids.size());
-    }
-  }
+  std::set<std::string> published;  // the distinct events published
+};
 
-  // ---- the second hop: the outbox, the relay, shipping ----
-  std::optional<SecondHop> second;
-  if (options.hops == 2) {
-    second = run_second_hop(dir, options, url, *recorder, *outbox, ledger, consumer, published);
-    if (!second) return 1;
+FirstHop tally_first_hop(const DeliveryStats& stats, const fs::path& dir,
+                         IdempotencyRecorder& recorder, HandlerMode mode, const std::string& ledger,
+                         const std::string& consumer) {
+  FirstHop hop;
+  hop.stats = stats;
+  const HopFiles files = hop_files(dir, 1);
+  for (const Event& event : read_queue(files.queue))
+    hop.published.insert(event.id);
+  // Markers: every published event must be processed in the recorder (asked through the same
+  // interface on every backend).
+  for (const std::string& id : hop.published) {
+    if (recorder.is_processed(consumer, id)) ++hop.markers;
   }
+  if (mode == HandlerMode::transactional) {
+    const LedgerCount count = count_ledger(recorder, ledger, consumer);
+    hop.side_effects = count.rows;
+    hop.distinct_side_effects = count.distinct_events;
+    return hop;
+  }
+  std::ifstream in(files.side_effects);
+  std::set<std::string> ids;
+  std::string line;
+  while (std::getline(in, line)) {
+    ++hop.side_effects;
+    ids.insert(line);
+  }
+  hop.distinct_side_effects = static_cast<std::int64_t>(ids.size());
+  return hop;
+}
 
+// Prints the result table and the verdicts; true when every check passed.
+bool report_results(const DemoOptions& options, std::size_t stream_size, const FirstHop& first,
+                    const std::optional<SecondHop>& second) {
+  const DeliveryStats& stats = first.stats;
   std::cout << "\nresults\n"
             << "  events published           " << stream_size << "\n"
             << "  distinct events            " << options.events << "\n"
@@ -1044,8 +1068,8 @@ int run_demo(const DemoOptions& options) {
             << "  duplicates dropped         " << stats.duplicates_dropped << "\n"
             << "  in-progress retries        " << stats.in_progress_retries << "\n"
             << "  handlers completed         " << stats.processed << "\n"
-            << "  side effects               " << side_effects << "\n"
-            << "  events marked processed    " << markers << "\n";
+            << "  side effects               " << first.side_effects << "\n"
+            << "  events marked processed    " << first.markers << "\n";
   if (second) {
     const SecondHop& h = *second;
     std::cout << "  follow-ups in the outbox   " << h.follow_ups << "\n"
@@ -1061,62 +1085,110 @@ int run_demo(const DemoOptions& options) {
               << " parked\n";
   }
 
-  const bool once = side_effects == static_cast<std::int64_t>(options.events) &&
-                    distinct_side_effects == side_effects &&
-                    markers == static_cast<std::int64_t>(options.events);
+  const auto n = static_cast<std::int64_t>(options.events);
+  const bool once = first.side_effects == n && first.distinct_side_effects == first.side_effects &&
+                    first.markers == n;
   if (once) {
     std::cout << "\nOK: side effects == distinct events == " << options.events
               << " (each exactly once, despite " << stats.redeliveries << " redeliveries, "
               << (stream_size - options.events) << " published duplicates and a SIGKILL)\n";
   } else {
-    std::cout << "\nFAILED: " << side_effects << " side effects (" << distinct_side_effects
-              << " distinct) and " << markers << " events marked processed for " << options.events
-              << " distinct events\n";
+    std::cout << "\nFAILED: " << first.side_effects << " side effects ("
+              << first.distinct_side_effects << " distinct) and " << first.markers
+              << " events marked processed for " << options.events << " distinct events\n";
   }
-  bool shipped_once = true;
-  if (second) {
-    const SecondHop& h = *second;
-    const auto n = static_cast<std::int64_t>(options.events);
-    shipped_once = h.follow_ups == options.events && h.distinct_relayed == options.events &&
-                   h.ids_deterministic && h.ledger.rows == n && h.ledger.distinct_events == n &&
-                   h.ledger.distinct_orders == n && h.markers == n && h.outbox_left == 0 &&
-                   h.outbox_parked == 0;
-    if (shipped_once) {
-      std::cout << "OK: orders shipped == follow-ups == " << options.events
-                << " (each exactly once, despite " << (h.relayed - h.distinct_relayed)
-                << " rows relayed again, " << h.stats.redeliveries
-                << " redeliveries and a SIGKILL of the relay and of shipping); outbox empty\n";
-    } else {
-      std::cout << "FAILED: " << h.follow_ups << " follow-ups in the outbox, " << h.distinct_relayed
-                << " distinct relayed"
-                << (h.ids_deterministic ? "" : " (some not follow_up_id(billing, order, 0))")
-                << ", " << h.ledger.rows << " shipping side effects (" << h.ledger.distinct_orders
-                << " distinct orders), " << h.markers << " charges marked shipped, "
-                << h.outbox_left << " rows left in the outbox and " << h.outbox_parked
-                << " parked, for " << options.events << " distinct events\n";
+  if (!second) return once;
+  const SecondHop& h = *second;
+  const bool shipped_once =
+      h.follow_ups == options.events && h.distinct_relayed == options.events &&
+      h.ids_deterministic && h.ledger.rows == n && h.ledger.distinct_events == n &&
+      h.ledger.distinct_orders == n && h.markers == n && h.outbox_left == 0 && h.outbox_parked == 0;
+  if (shipped_once) {
+    std::cout << "OK: orders shipped == follow-ups == " << options.events
+              << " (each exactly once, despite " << (h.relayed - h.distinct_relayed)
+              << " rows relayed again, " << h.stats.redeliveries
+              << " redeliveries and a SIGKILL of the relay and of shipping); outbox empty\n";
+  } else {
+    std::cout << "FAILED: " << h.follow_ups << " follow-ups in the outbox, " << h.distinct_relayed
+              << " distinct relayed"
+              << (h.ids_deterministic ? "" : " (some not follow_up_id(billing, order, 0))") << ", "
+              << h.ledger.rows << " shipping side effects (" << h.ledger.distinct_orders
+              << " distinct orders), " << h.markers << " charges marked shipped, " << h.outbox_left
+              << " rows left in the outbox and " << h.outbox_parked << " parked, for "
+              << options.events << " distinct events\n";
+  }
+  return once && shipped_once;
+}
+
+}  // namespace
+
+int run_demo(const DemoOptions& options) {
+  const HandlerMode mode = check_demo_options(options);
+  // A --store recorder is opened and checked before anything is written.
+  std::shared_ptr<IdempotencyRecorder> recorder;
+  std::string consumer = kConsumer;
+  if (!options.store.empty()) recorder = open_store_recorder(options, mode);
+  DemoBroker broker(options);
+  // A fresh name per run: runs against one server or broker never see each other's markers.
+  if (recorder || broker.used()) consumer += "-" + new_event_id().substr(0, 8);
+
+  const WorkDir work = prepare_work_dir(options);
+  const fs::path& dir = work.path;
+  const std::string url = recorder_url(options.store, dir);
+  if (!recorder) recorder = open_recorder(url);
+  std::shared_ptr<Outbox> outbox = demo_outbox(options, recorder, url);
+
+  std::cout << "idem demo: at-least-once delivery, a consumer killed mid-handler, side effects "
+               "once\n"
+            << "  work dir:  " << dir.string() << "\n"
+            << "  recorder:  " << redact_url(url) << " (mode " << options.mode << ")\n"
+            << "  consumer:  " << consumer
+            << (options.store.empty() ? "\n" : " (a fresh name for this run)\n");
+  if (options.hops == 2) {
+    std::cout << "  hops:      2: " << consumer << " -> outbox -> relay process -> "
+              << shipping_name(consumer) << "\n";
+  }
+  broker.declare(consumer);
+  const std::size_t stream_size = publish(dir, options);
+  broker.publish(hop_files(dir, 1).queue, consumer);
+  std::cout << "  producer:  published " << stream_size << " events (" << options.events
+            << " distinct + " << (stream_size - options.events) << " duplicates)\n";
+
+  // Transactional mode writes its side effect, a ledger row, through the marker's transaction,
+  // so the ledger lives in the recorder's database.
+  const std::string ledger = ledger_table(*recorder);
+  if (mode == HandlerMode::transactional) {
+    if (ledger.empty()) {
+      throw NotSupported("--mode transactional: the demo has no ledger for " + redact_url(url));
     }
+    create_ledger(*recorder, ledger, consumer);
   }
-#ifdef IDEM_HAVE_RABBITMQ
-  if (broker) {
-    std::vector<std::string> consumers = {consumer};
-    if (options.hops == 2) consumers.push_back(shipping_name(consumer));
-    for (const std::string& name : consumers) {
-      const auto topology = broker_consumer_options(name);
-      rabbitmq::delete_queue(*broker, "idem." + name);
-      rabbitmq::delete_queue(*broker, "idem." + name + ".dlq");
-      rabbitmq::delete_exchange(*broker, topology.exchange);
-    }
+  std::cout.flush();  // the progress bar writes to stderr; keep the two in order
+
+  const std::optional<DeliveryStats> billed =
+      run_consumer_hop(dir, options, url, consumer, 1, stream_size, "consumer", "  consuming");
+  if (!billed) return 1;
+  const FirstHop first = tally_first_hop(*billed, dir, *recorder, mode, ledger, consumer);
+
+  // ---- the second hop: the outbox, the relay, shipping ----
+  std::optional<SecondHop> second;
+  if (options.hops == 2) {
+    second =
+        run_second_hop(dir, options, url, *recorder, *outbox, ledger, consumer, first.published);
+    if (!second) return 1;
   }
-#endif
+
+  const bool ok = report_results(options, stream_size, first, second);
+  broker.clean_up(consumer);
   outbox.reset();
   recorder.reset();  // close the database before its directory goes
-  if (remove_dir) {
+  if (work.remove) {
     std::error_code ec;
     fs::remove_all(dir, ec);
   } else {
     std::cout << "(work dir kept: " << dir.string() << ")\n";
   }
-  return once && shipped_once ? 0 : 1;
+  return ok ? 0 : 1;
 }
 
 }  // namespace idem::cli
