@@ -41,7 +41,8 @@
 // Thread-safety: an IdempotentHandler may be called from many threads at once (the Bus does);
 // `handle` then runs concurrently for different events, so it must be thread-safe itself. In
 // exclusive mode the handler owns one background lease renewal thread (detail::LeaseRenewer),
-// started on first use and joined by the destructor; do not destroy a handler while a call is running.
+// started on first use and joined by the destructor; do not destroy a handler while a call is
+// running.
 //
 // fork(): a handler made before fork() belongs to the parent: called in a child it throws
 // ConfigError. It may be destroyed there (its lease renewal thread is the parent's and is
