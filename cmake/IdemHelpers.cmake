@@ -47,8 +47,31 @@ function(idem_library name)
   cmake_parse_arguments(ARG "" "" "SOURCES;PUBLIC_DEPS;PRIVATE_DEPS" ${ARGN})
   add_library(idem_${name} ${ARG_SOURCES})
   add_library(idem::${name} ALIAS idem_${name})
+  # VERSION/SOVERSION name a shared library's file and SONAME (libidem_core.so.0.1 while idem is
+  # 0.x, see IDEM_SOVERSION); no export macro: every symbol keeps default visibility, so
+  # DEFINE_SYMBOL is off and a shared build compiles the same objects as a static one.
   set_target_properties(idem_${name} PROPERTIES OUTPUT_NAME idem_${name} EXPORT_NAME ${name}
-                                                POSITION_INDEPENDENT_CODE ON)
+                                                POSITION_INDEPENDENT_CODE ON
+                                                VERSION ${PROJECT_VERSION}
+                                                SOVERSION ${IDEM_SOVERSION}
+                                                DEFINE_SYMBOL "")
+  get_target_property(type idem_${name} TYPE)
+  if(type STREQUAL "SHARED_LIBRARY")
+    # Installed side by side in one directory, idem's libraries find each other through $ORIGIN
+    # (libidem_open.so needs libidem_sqlite.so.0.1 ...), wherever the prefix is moved; a packager
+    # installing into the system's library directory passes -DCMAKE_SKIP_INSTALL_RPATH=ON (or
+    # sets CMAKE_INSTALL_RPATH, which then replaces this).
+    if(NOT DEFINED CMAKE_INSTALL_RPATH)
+      set_target_properties(idem_${name} PROPERTIES INSTALL_RPATH "$ORIGIN")
+    endif()
+    # Every library links what it uses: an undefined symbol is a link error here, not in the
+    # program that loads it. (Clang does not link the sanitizer runtimes into shared libraries,
+    # whose symbols would then be undefined.)
+    if(CMAKE_SYSTEM_NAME STREQUAL "Linux"
+       AND (NOT IDEM_SANITIZE OR CMAKE_CXX_COMPILER_ID STREQUAL "GNU"))
+      target_link_options(idem_${name} PRIVATE LINKER:--no-undefined)
+    endif()
+  endif()
   target_include_directories(idem_${name} PUBLIC
     $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)

@@ -28,6 +28,14 @@ foreach(component IN LISTS IDEM_COMPONENTS)
   endif()
 endforeach()
 
+# Whether the installed libraries are shared (BUILD_SHARED_LIBS, or a parent project's choice):
+# idemConfig.cmake asks for the client libraries' packages only for static archives.
+get_target_property(IDEM_CONFIG_LIBRARY_TYPE idem_core TYPE)
+if(IDEM_CONFIG_LIBRARY_TYPE STREQUAL "SHARED_LIBRARY")
+  set(IDEM_CONFIG_SHARED ON)
+else()
+  set(IDEM_CONFIG_SHARED OFF)
+endif()
 configure_package_config_file(cmake/idemConfig.cmake.in
   ${PROJECT_BINARY_DIR}/idemConfig.cmake INSTALL_DESTINATION ${IDEM_CMAKE_DIR})
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/idemConfigVersion.cmake

@@ -1,17 +1,139 @@
 #!/usr/bin/env bash
-# Installs the already-built idem into a temp prefix and builds + runs the consumer project.
-# usage: run.sh BUILD_DIR [SANITIZERS]
+# The three ways a user's project gets idem, each building and running the consumer programs of
+# this directory (main.cpp: idem::core + idem::sqlite + idem::open; open_main.cpp: idem::open only):
+#
+#   run.sh installed BUILD_DIR SETTINGS WORK   cmake --install an already-built idem (the test
+#                                              build itself, static by default), find_package it
+#   run.sh shared SETTINGS WORK                build idem's libraries with -DBUILD_SHARED_LIBS=ON,
+#                                              install them, find_package them; check every
+#                                              library's SONAME and RUNPATH, and that the programs
+#                                              load the installed .so files and need none of the
+#                                              client libraries' CMake packages or link flags
+#   run.sh subdirectory SETTINGS WORK          a project that add_subdirectory()s idem's source
+#
+# SETTINGS is a cmake -C file with the test build's compiler, launcher (ccache), build type, flags,
+# sanitizers and parts (tests/CMakeLists.txt writes it), so every build here compiles like it.
+# WORK is kept between runs: the builds in it are incremental.
 set -euo pipefail
-build_dir=$1
-sanitize=${2:-}  # e.g. address,undefined: the installed libraries were built with it
-flags=()
-if [ -n "$sanitize" ]; then
-  flags=(-DCMAKE_CXX_FLAGS="-fsanitize=$sanitize" -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=$sanitize")
-fi
+mode=$1
+shift
 source_dir=$(cd "$(dirname "$0")" && pwd)
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cmake --install "$build_dir" --prefix "$work/prefix" >/dev/null
-cmake -S "$source_dir" -B "$work/build" -DCMAKE_PREFIX_PATH="$work/prefix" "${flags[@]}" >/dev/null
-cmake --build "$work/build" >/dev/null
-"$work/build/consumer"
+idem_dir=$(cd "$source_dir/../.." && pwd)
+jobs=${CMAKE_BUILD_PARALLEL_LEVEL:-2}
+
+fail() {
+  echo "install test ($mode): $*" >&2
+  exit 1
+}
+# run LOG COMMAND...: quiet unless it fails.
+run() {
+  local log=$1
+  shift
+  "$@" >"$log" 2>&1 || { tail -n 60 "$log" >&2; fail "failed: $* (log: $log)"; }
+}
+
+# check_shared PREFIX: every exported component is a shared library with a versioned SONAME,
+# whose symlink is installed, and a RUNPATH of $ORIGIN.
+check_shared() {
+  local prefix=$1 libdir config component lib soname runpath count=0
+  config=$(dirname "$(find "$prefix" -name idemConfig.cmake | head -n 1)")
+  libdir=$(cd "$config/../.." && pwd)
+  for config in "$libdir"/cmake/idem/idem-*-targets.cmake; do
+    component=${config##*/idem-}
+    component=${component%-targets.cmake}
+    case "$component" in *-*) continue ;; testing) continue ;; esac  # per-config files; header-only
+    lib=$libdir/libidem_$component.so
+    [ -e "$lib" ] || fail "idem::$component is not installed as $lib"
+    soname=$(readelf -d "$lib" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
+    [[ "$soname" =~ ^libidem_$component\.so\.[0-9]+(\.[0-9]+)?$ ]] || fail "$lib: SONAME '$soname'"
+    [ -L "$libdir/$soname" ] || fail "$libdir/$soname (the SONAME's link) is missing"
+    runpath=$(readelf -d "$lib" | sed -n 's/.*(\(RUNPATH\|RPATH\)).*\[\(.*\)\]/\2/p')
+    [ "$runpath" = '$ORIGIN' ] || fail "$lib: RUNPATH '$runpath', expected \$ORIGIN"
+    echo "  $(basename "$(readlink -f "$lib")")  SONAME $soname  RUNPATH $runpath"
+    count=$((count + 1))
+  done
+  [ "$count" -ge 3 ] || fail "only $count shared libraries in $libdir"
+}
+
+# check_loads PROGRAM PREFIX: the program loads every idem library from PREFIX.
+check_loads() {
+  local program=$1 prefix=$2 libs
+  libs=$(ldd "$program" | grep 'libidem_') || fail "$program loads no libidem_*.so"
+  if grep -v "=> $prefix/" <<<"$libs" >&2; then
+    fail "$program loads the libraries above from outside $prefix"
+  fi
+  echo "  $(basename "$program"): $(awk '{print $1}' <<<"$libs" | sort | tr '\n' ' ')"
+}
+
+# consumer SETTINGS WORK PREFIX SHARED: configure, build and run the find_package consumer.
+consumer() {
+  local settings=$1 work=$2 prefix=$3 shared=$4 no_client=()
+  if [ "$shared" = yes ]; then
+    # Shared libraries carry their client libraries themselves: idemConfig must not look for
+    # their packages (a consumer needs no backend's development package).
+    no_client=(-DCMAKE_DISABLE_FIND_PACKAGE_OpenSSL=ON -DCMAKE_DISABLE_FIND_PACKAGE_SQLite3=ON
+      -DCMAKE_DISABLE_FIND_PACKAGE_Hiredis=ON -DCMAKE_DISABLE_FIND_PACKAGE_PostgreSQL=ON
+      -DCMAKE_DISABLE_FIND_PACKAGE_rabbitmq-c=ON)
+  fi
+  rm -rf "$work/consumer"  # a fresh build, so its link lines are in the log
+  run "$work/consumer-configure.log" cmake -S "$source_dir" -B "$work/consumer" -C "$settings" \
+    -DCMAKE_PREFIX_PATH="$prefix" "${no_client[@]}"
+  run "$work/consumer-build.log" cmake --build "$work/consumer" -j "$jobs" -v
+  "$work/consumer/consumer"
+  "$work/consumer/consumer_open"
+  if [ "$shared" = yes ]; then
+    check_loads "$work/consumer/consumer" "$prefix"
+    check_loads "$work/consumer/consumer_open" "$prefix"
+    # idem::open's backends are private: the program links libidem_open.so and libidem_core.so,
+    # and neither a backend nor its client library appears on its link line.
+    local link
+    link=$(grep -E ' -o consumer_open( |$)' "$work/consumer-build.log") ||
+      fail "no link line for consumer_open in $work/consumer-build.log"
+    grep -q 'libidem_open\.so' <<<"$link" || fail "consumer_open does not link libidem_open.so"
+    if grep -oE 'lib(idem_(sqlite|redis|postgres)|sqlite3|pq|hiredis|rabbitmq|ssl|crypto)\.[^ ]*' \
+      <<<"$link" >&2; then
+      fail "consumer_open's link line names the backend or client libraries above"
+    fi
+  fi
+}
+
+case "$mode" in
+  installed)
+    build_dir=$1 settings=$2 work=$3
+    mkdir -p "$work"
+    rm -rf "$work/prefix"
+    run "$work/install.log" cmake --install "$build_dir" --prefix "$work/prefix"
+    shared=no
+    if find "$work/prefix" -name 'libidem_core.so' | grep -q .; then
+      shared=yes
+      check_shared "$work/prefix"
+    fi
+    consumer "$settings" "$work" "$work/prefix" "$shared"
+    ;;
+  shared)
+    settings=$1 work=$2
+    mkdir -p "$work"
+    # Only the libraries: no tests, tools, examples, benchmarks or soak program.
+    run "$work/idem-configure.log" cmake -S "$idem_dir" -B "$work/idem" -C "$settings" \
+      -DBUILD_SHARED_LIBS=ON -DIDEM_BUILD_TESTS=OFF -DIDEM_BUILD_TOOLS=OFF \
+      -DIDEM_BUILD_EXAMPLES=OFF -DIDEM_BUILD_BENCH=OFF -DIDEM_BUILD_SOAK=OFF -DIDEM_INSTALL=ON
+    run "$work/idem-build.log" cmake --build "$work/idem" -j "$jobs"
+    rm -rf "$work/prefix"
+    run "$work/install.log" cmake --install "$work/idem" --prefix "$work/prefix"
+    check_shared "$work/prefix"
+    consumer "$settings" "$work" "$work/prefix" yes
+    ;;
+  subdirectory)
+    settings=$1 work=$2
+    mkdir -p "$work"
+    run "$work/configure.log" cmake -S "$source_dir/subdirectory" -B "$work/build" -C "$settings" \
+      -DIDEM_SOURCE_DIR="$idem_dir"
+    # Building the programs builds just the idem libraries they link.
+    run "$work/build.log" cmake --build "$work/build" -j "$jobs" --target consumer consumer_open
+    "$work/build/consumer"
+    "$work/build/consumer_open"
+    ;;
+  *)
+    fail "unknown mode (installed, shared, subdirectory)"
+    ;;
+esac
