@@ -20,6 +20,7 @@
 #include <initializer_list>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -65,6 +66,38 @@ inline redis::RedisOptions redis_test_options(std::string prefix,
   return options;
 }
 
+// ACL SETUSER for the least-privilege application user of docs/security.md ("Redis"), with
+// `prefix` in place of "idem:".
+inline std::vector<std::string> redis_app_acl_rule(const std::string& user,
+                                                   const std::string& password,
+                                                   const std::string& prefix) {
+  return {"ACL",
+          "SETUSER",
+          user,
+          "reset",
+          "on",
+          ">" + password,
+          "~" + prefix + "*",
+          "resetchannels",
+          "-@all",
+          "+ping",
+          "+select",
+          "+get",
+          "+set",
+          "+exists",
+          "+hget",
+          "+hmget",
+          "+scan",
+          "+eval",
+          "+evalsha",
+          "+script|load",
+          "+del",
+          "+hgetall",
+          "+hset",
+          "+incr",
+          "+pexpireat"};
+}
+
 class RedisTestPrefix {
  public:
   explicit RedisTestPrefix(std::string_view name = "t") {
@@ -93,6 +126,12 @@ class RedisTestPrefix {
   redis::RedisReply command(std::initializer_list<std::string_view> args) const {
     auto connection = pool_->lease();
     return connection->command(args);
+  }
+
+  redis::RedisReply command(const std::vector<std::string>& args) const {
+    const std::vector<std::string_view> views(args.begin(), args.end());
+    auto connection = pool_->lease();
+    return connection->command(std::span<const std::string_view>(views));
   }
 
   // How many keys live under the prefix.
