@@ -25,37 +25,23 @@
 #include <string_view>
 #include <vector>
 
+#include "../server_env.hpp"
 #include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_options.hpp"
 
 namespace idem::test {
 
 inline std::string redis_url() {
-  const char* url = std::getenv("IDEM_TEST_REDIS_URL");
-  return url != nullptr ? std::string(url) : std::string();
+  return env("IDEM_TEST_REDIS_URL");
 }
 
-inline bool servers_required() {
-  const char* required = std::getenv("IDEM_REQUIRE_SERVERS");
-  return required != nullptr && std::string_view(required) == "1";
-}
+}  // namespace idem::test
 
-class RedisEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (!redis_url().empty()) return;
-    if (servers_required()) {
-      FAIL() << "IDEM_TEST_REDIS_URL is not set but IDEM_REQUIRE_SERVERS=1: run the tests "
-                "through scripts/servers.sh (or scripts/test.sh)";
-    }
-    GTEST_SKIP() << "no Redis server: set IDEM_TEST_REDIS_URL=redis://127.0.0.1:PORT/0 or run "
-                    "the test through scripts/servers.sh";
-  }
-};
+#define IDEM_REDIS_TEST_ENVIRONMENT()                                                              \
+  IDEM_SERVER_TEST_ENVIRONMENT(idem_redis_test_environment, "IDEM_TEST_REDIS_URL", "Redis server", \
+                               "redis://127.0.0.1:PORT/0")
 
-#define IDEM_REDIS_TEST_ENVIRONMENT()                                                 \
-  [[maybe_unused]] static ::testing::Environment* const idem_redis_test_environment = \
-      ::testing::AddGlobalTestEnvironment(new ::idem::test::RedisEnvironment)
+namespace idem::test {
 
 // Options for the test server with `prefix` (and `clock`, when given).
 inline redis::RedisOptions redis_test_options(std::string prefix,
