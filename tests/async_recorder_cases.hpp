@@ -26,10 +26,12 @@
 //   INSTANTIATE_ASYNC_RECORDER_CASES(MyBackend, MyAsyncFactory);
 //
 // The factory is default-constructed once per test and destroyed after the recorder, so it can
-// own a temporary database or a server connection string. Instantiate the macro once per
-// configuration with different prefixes. The transactional cases create (and drop) their own
-// table, named idem_async_cases_<random>, with portable SQL ($1 parameters, TEXT and BIGINT
-// columns), so they run unchanged on SQLite and PostgreSQL.
+// own a temporary database or a server connection string. A backend whose I/O runs on a thread
+// of its own gets it from the factory's member `idem::test::IoThread io;`: the fixture stops
+// that thread before it destroys its io_contexts and the recorder (tests/async_test_support.hpp).
+// Instantiate the macro once per configuration with different prefixes. The transactional cases
+// create (and drop) their own table, named idem_async_cases_<random>, with portable SQL ($1
+// parameters, TEXT and BIGINT columns), so they run unchanged on SQLite and PostgreSQL.
 //
 // Capabilities: claim and run_transactional cases are skipped with GTEST_SKIP, naming the
 // capability, when the factory declares the recorder lacks it; ReportsDeclaredCapabilities
@@ -62,6 +64,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "async_test_support.hpp"
 #include "idem/async/recorder.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
@@ -102,8 +105,8 @@ inline std::vector<std::string> unusual_valid_keys() {
           std::string(idem::kMaxKeyLength, 'k')};
 }
 
-// How a cancelled call ended.
-enum class Outcome { completed, aborted, in_doubt };
+// How a cancelled call ended (tests/async_test_support.hpp).
+using Outcome = idem::test::Outcome;
 
 }  // namespace idem::test::async_cases
 
@@ -115,78 +118,29 @@ class IdemAsyncRecorderCases : public ::testing::Test {
     ASSERT_NE(recorder_, nullptr) << "the factory returned no recorder";
   }
 
+  // Stops the backend's I/O thread (if the factory has one) before io_, threads_io_, the recorder
+  // and the factory go: it posts into them (tests/async_test_support.hpp, teardown order).
+  ~IdemAsyncRecorderCases() override { idem::test::stop_io_thread(factory_); }
+
   // Runs `task` to completion on io_ on this thread and returns its result (or rethrows). Checks
   // that the coroutine resumed on this thread (the io_context's only runner) after the call.
   template <class T>
   T run(idem::async::Task<T> task) {
-    const auto loop_thread = std::this_thread::get_id();
-    auto checked = [](idem::async::Task<T> inner, std::thread::id loop) -> idem::async::Task<T> {
-      if constexpr (std::is_void_v<T>) {
-        co_await std::move(inner);
-        EXPECT_EQ(std::this_thread::get_id(), loop) << "resumed off the caller's executor";
-      } else {
-        T value = co_await std::move(inner);
-        EXPECT_EQ(std::this_thread::get_id(), loop) << "resumed off the caller's executor";
-        co_return value;
-      }
-    };
-    // The outcome is taken on the io_context's thread (see run_cancelled).
-    bool done = false;
-    std::exception_ptr error;
-    std::optional<std::conditional_t<std::is_void_v<T>, bool, T>> value;
-    asio::co_spawn(io_, checked(std::move(task), loop_thread),
-                   [&](std::exception_ptr e, auto&&... v) {
-                     error = e;
-                     if constexpr (sizeof...(v) > 0) {
-                       if (!e) value.emplace(std::forward<decltype(v)>(v)...);
-                     }
-                     done = true;
-                   });
-    io_.restart();
-    io_.run_for(std::chrono::seconds(30));
-    if (!done)
-      throw std::runtime_error("the async call did not complete (no work kept the loop alive?)");
-    if (error) std::rethrow_exception(error);
-    if constexpr (!std::is_void_v<T>) return std::move(*value);
+    return idem::test::run(io_,
+                           idem::test::resuming_on(std::this_thread::get_id(), std::move(task)));
   }
 
   // Starts `task` with a cancellation slot, runs `steps` handlers of io_, emits a terminal
   // cancellation, then runs to completion and says how the call ended.
   template <class T>
-  idem::test::async_cases::Outcome run_cancelled(idem::async::Task<T> task, int steps) {
-    using idem::test::async_cases::Outcome;
-    asio::cancellation_signal signal;
-    // The outcome is taken on the io_context's thread (asio::use_future would complete on Asio's
-    // system executor threads, racing this thread's read of the exception).
-    bool done = false;
-    std::exception_ptr error;
-    asio::co_spawn(
-        io_, std::move(task),
-        asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e, auto&&...) {
-          error = e;
-          done = true;
-        }));
-    io_.restart();
-    for (int i = 0; i < steps; ++i)
-      io_.poll_one();
-    signal.emit(asio::cancellation_type::terminal);
-    io_.run_for(std::chrono::seconds(30));
-    if (!done) throw std::runtime_error("the cancelled call did not complete");
-    try {
-      if (error) std::rethrow_exception(error);
-      return Outcome::completed;
-    } catch (const asio::system_error& e) {
-      EXPECT_EQ(e.code(), asio::error::operation_aborted) << e.what();
-      return Outcome::aborted;
-    } catch (const idem::StoreError& e) {
-      EXPECT_TRUE(e.in_doubt()) << "a cancelled call failed without being in doubt: " << e.what();
-      return Outcome::in_doubt;
-    }
+  idem::test::Outcome run_cancelled(idem::async::Task<T> task, int steps) {
+    return idem::test::run_cancelled(io_, std::move(task), steps);
   }
 
   Factory factory_;  // declared first: destroyed after the recorder
   std::shared_ptr<idem::async::AsyncRecorder> recorder_;
-  asio::io_context io_;  // declared last: pending coroutines go before the recorder
+  asio::io_context threads_io_{2};  // the Race* cases run it on two threads
+  asio::io_context io_;             // declared last: pending coroutines go before the recorder
 };
 
 #define IDEM_ASYNC_CASES_REQUIRE_CLAIMS()                                                  \
@@ -306,7 +260,7 @@ TYPED_TEST_P(IdemAsyncRecorderCases, RaceMarksOnTwoThreads) {
   std::vector<std::string> ids;
   for (int i = 0; i < n; ++i)
     ids.push_back(idem::new_event_id());
-  asio::io_context io(2);
+  asio::io_context& io = this->threads_io_;
   std::atomic<int> errors{0};
   for (int i = 0; i < n; ++i) {
     // Captureless: a coroutine lambda's captures die with the lambda, its parameters do not.
@@ -320,9 +274,7 @@ TYPED_TEST_P(IdemAsyncRecorderCases, RaceMarksOnTwoThreads) {
       if (e) errors.fetch_add(1);
     });
   }
-  std::thread other([&] { io.run(); });
-  io.run();
-  other.join();
+  idem::test::run_on_two_threads(io);
   EXPECT_EQ(errors.load(), 0);
 }
 
@@ -437,7 +389,7 @@ TYPED_TEST_P(IdemAsyncRecorderCases, RaceClaimsOnTwoThreadsOneWinner) {
   const int n = idem::test::async_cases::coroutines<TypeParam>();
   for (int round = 0; round < 4; ++round) {
     const std::string id = idem::new_event_id();
-    asio::io_context io(2);
+    asio::io_context& io = this->threads_io_;
     std::atomic<int> acquired{0};
     std::atomic<int> in_progress{0};
     std::atomic<int> errors{0};
@@ -453,9 +405,7 @@ TYPED_TEST_P(IdemAsyncRecorderCases, RaceClaimsOnTwoThreadsOneWinner) {
                        }
                      });
     }
-    std::thread other([&] { io.run(); });
-    io.run();
-    other.join();
+    idem::test::run_on_two_threads(io);
     EXPECT_EQ(errors.load(), 0);
     EXPECT_EQ(acquired.load(), 1) << "exactly one coroutine may own the claim";
     EXPECT_EQ(in_progress.load(), n - 1);
@@ -600,7 +550,7 @@ TYPED_TEST_P(IdemAsyncRecorderCases, RaceRunTransactionalOncePerId) {
   auto& r = *this->recorder_;
   const int n = std::min(idem::test::async_cases::coroutines<TypeParam>(), 16);
   const std::string id = idem::new_event_id();
-  asio::io_context io(2);
+  asio::io_context& io = this->threads_io_;
   std::atomic<int> runs{0};
   std::atomic<int> committed{0};
   std::atomic<int> duplicates{0};
@@ -629,9 +579,7 @@ TYPED_TEST_P(IdemAsyncRecorderCases, RaceRunTransactionalOncePerId) {
       }
     });
   }
-  std::thread other([&] { io.run(); });
-  io.run();
-  other.join();
+  idem::test::run_on_two_threads(io);
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(committed.load(), 1) << "exactly one transaction may commit the marker";
   EXPECT_LE(runs.load(), n);

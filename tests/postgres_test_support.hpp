@@ -33,49 +33,27 @@
 #include <thread>
 
 #include "idem/postgres/postgres_options.hpp"
+#include "server_env.hpp"
 
 namespace idem::test::pg {
 
 inline std::optional<std::string> server_url() {
-  const char* url = std::getenv("IDEM_TEST_POSTGRES_URL");
-  if (url == nullptr || *url == '\0') return std::nullopt;
-  return std::string(url);
+  std::string url = env("IDEM_TEST_POSTGRES_URL");
+  if (url.empty()) return std::nullopt;
+  return url;
 }
 
-inline bool servers_required() {
-  const char* required = std::getenv("IDEM_REQUIRE_SERVERS");
-  return required != nullptr && std::string(required) == "1";
-}
-
-// Skips (or, when servers are required, fails) every test of the binary without a server.
-class Environment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (server_url()) return;
-    if (servers_required()) {
-      FAIL() << "IDEM_TEST_POSTGRES_URL is not set but IDEM_REQUIRE_SERVERS=1: run the tests "
-                "through scripts/servers.sh (or scripts/test.sh)";
-    }
-    GTEST_SKIP() << "no PostgreSQL server: set IDEM_TEST_POSTGRES_URL "
-                    "(postgresql://user@host:port/db) or run through scripts/servers.sh";
-  }
-};
-
-// The same check inside one test body, for binaries that also have tests without a server.
-#define IDEM_REQUIRE_POSTGRES()                                                          \
-  do {                                                                                   \
-    if (!::idem::test::pg::server_url()) {                                               \
-      if (::idem::test::pg::servers_required()) {                                        \
-        FAIL() << "IDEM_TEST_POSTGRES_URL is not set but IDEM_REQUIRE_SERVERS=1";        \
-      }                                                                                  \
-      GTEST_SKIP() << "no PostgreSQL server: set IDEM_TEST_POSTGRES_URL or run through " \
-                      "scripts/servers.sh";                                              \
-    }                                                                                    \
+// The same check as IDEM_POSTGRES_TEST_ENVIRONMENT() inside one test body, for binaries that
+// also have tests without a server.
+#define IDEM_REQUIRE_POSTGRES()                                                       \
+  do {                                                                                \
+    if (!::idem::test::pg::server_url())                                              \
+      IDEM_SERVER_MISSING("no PostgreSQL server: IDEM_TEST_POSTGRES_URL is not set"); \
   } while (false)
 
 #define IDEM_POSTGRES_TEST_ENVIRONMENT()                                       \
-  [[maybe_unused]] static ::testing::Environment* const idem_pg_environment_ = \
-      ::testing::AddGlobalTestEnvironment(new ::idem::test::pg::Environment)
+  IDEM_SERVER_TEST_ENVIRONMENT(idem_pg_environment_, "IDEM_TEST_POSTGRES_URL", \
+                               "PostgreSQL server", "postgresql://user@host:port/db")
 
 struct ConnCloser {
   void operator()(PGconn* conn) const noexcept { PQfinish(conn); }

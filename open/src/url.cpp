@@ -1,12 +1,11 @@
 #include "url.hpp"
 
 #include <algorithm>
-#include <array>
 #include <charconv>
 #include <cstdint>
-#include <limits>
 #include <system_error>
 
+#include "idem/duration.hpp"
 #include "idem/error.hpp"
 #include "idem/open.hpp"
 
@@ -96,26 +95,6 @@ void replace_all(std::string& text, const std::string& secret) {
 }
 
 }  // namespace
-
-std::string printable(std::string_view text, std::size_t limit) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (out.size() >= limit) {
-      out += "...";
-      break;
-    }
-    const auto c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7f) {
-      out += "\\x";
-      out += kHex[c >> 4];
-      out += kHex[c & 0xf];
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
 
 void UrlContext::fail(std::string_view part, std::string_view problem) const {
   throw ConfigError(std::string(function_) + ": " + std::string(part) + ": " +
@@ -276,23 +255,9 @@ bool bool_value(const UrlContext& context, const QueryParameter& parameter) {
 
 std::chrono::milliseconds duration_value(const UrlContext& context,
                                          const QueryParameter& parameter) {
-  // Backends add timeouts to the current time; a bound far below the type's range keeps that
-  // from overflowing.
-  constexpr auto kMaxDuration = std::chrono::hours(24 * 1000);
-  std::chrono::milliseconds value{};
-  try {
-    value = parse_duration(parameter.value);
-  } catch (const ConfigError& e) {
-    constexpr std::string_view kPrefix = "idem: config_error: ";
-    std::string_view message = e.what();
-    if (message.substr(0, kPrefix.size()) == kPrefix) message.remove_prefix(kPrefix.size());
-    context.fail(parameter_part(parameter), message);
-  }
-  if (value > kMaxDuration) {
-    context.fail(parameter_part(parameter),
-                 "is longer than 1000d, got '" + printable(parameter.value, 64) + "'");
-  }
-  return value;
+  const UrlDuration duration = url_duration(parameter.value);
+  if (!duration.problem.empty()) context.fail(parameter_part(parameter), duration.problem);
+  return duration.value;
 }
 
 void unknown_parameter(const UrlContext& context, const QueryParameter& parameter,
@@ -313,37 +278,6 @@ std::string redact_url(std::string_view url) {
     out.replace(it->first, it->second - it->first, "***");
   }
   return detail::printable(out);
-}
-
-namespace {
-[[noreturn]] void bad_duration(std::string_view text, std::string_view problem) {
-  throw ConfigError("duration '" + detail::printable(text, 64) + "' " + std::string(problem) +
-                    " (expected a whole number and a unit: 500ms, 30s, 15m, 12h, 7d)");
-}
-}  // namespace
-
-std::chrono::milliseconds parse_duration(std::string_view text) {
-  if (text.empty()) bad_duration(text, "is empty");
-  if (text.front() == '-') bad_duration(text, "is negative");
-  std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (end == text.data()) bad_duration(text, "does not start with a whole number");
-  const std::string_view unit = text.substr(static_cast<std::size_t>(end - text.data()));
-  struct Unit {
-    std::string_view name;
-    std::uint64_t millis;
-  };
-  static constexpr std::array<Unit, 5> kUnits{
-      {{"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}}};
-  if (unit.empty()) bad_duration(text, "has no unit");
-  const auto found =
-      std::find_if(kUnits.begin(), kUnits.end(), [&](const Unit& u) { return u.name == unit; });
-  if (found == kUnits.end())
-    bad_duration(text, "has an unknown unit '" + detail::printable(unit, 16) + "'");
-  constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<Millis::rep>::max());
-  if (ec == std::errc::result_out_of_range || value > kMax / found->millis)
-    bad_duration(text, "is too large");
-  return std::chrono::milliseconds(static_cast<Millis::rep>(value * found->millis));
 }
 
 }  // namespace idem

@@ -14,6 +14,8 @@
 #include <string_view>
 #include <vector>
 
+#include "idem/detail/printable.hpp"
+
 namespace idem::detail {
 
 // Where a URL is being opened, for messages: "open_store: <part>: <problem> (URL '<redacted>')".
@@ -73,8 +75,5 @@ std::chrono::milliseconds duration_value(const UrlContext& context,
 // the URL fuzzer.
 enum class OpenFace { recorder, store };
 void check_open_url(std::string_view url, OpenFace face);
-
-// `text` with control characters as \xNN, cut to `limit` characters ("...").
-std::string printable(std::string_view text, std::size_t limit = 256);
 
 }  // namespace idem::detail

@@ -16,11 +16,11 @@
 #include <thread>
 #include <vector>
 
+#include "../async_test_support.hpp"
 #include "../postgres_test_support.hpp"
 #include "idem/error.hpp"
 #include "idem/postgres/async_postgres.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
-#include "postgres_async_test_support.hpp"
 
 namespace {
 
@@ -31,7 +31,7 @@ using idem::Claim;
 using idem::async::AsyncSqlTransaction;
 using idem::async::Task;
 using idem::postgres::AsyncPostgresRecorder;
-using idem::test::pg_async::run;
+using idem::test::run;
 namespace pg = idem::test::pg;
 
 class AsyncRecorderTest : public ::testing::Test {

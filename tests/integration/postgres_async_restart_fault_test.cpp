@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "../postgres_test_support.hpp"
-#include "../process/worker/child_process.hpp"
 #include "idem/error.hpp"
 #include "idem/postgres/async_postgres.hpp"
+#include "postgres_server_control.hpp"
 
 namespace {
 
@@ -35,60 +35,10 @@ using namespace std::chrono_literals;
 using idem::async::Task;
 namespace pg = idem::test::pg;
 
-std::string env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
-
-// Stops and starts the test server the way scripts/servers.sh started it; starts it again on
-// destruction if a test left it stopped.
-class ServerControl {
- public:
-  static bool available() {
-    return !env("IDEM_TEST_PG_CTL_CMD").empty() && !env("IDEM_TEST_SERVERS_DIR").empty() &&
-           !env("IDEM_TEST_POSTGRES_PORT").empty();
-  }
-  ServerControl() = default;
-  ServerControl(const ServerControl&) = delete;
-  ServerControl& operator=(const ServerControl&) = delete;
-  ~ServerControl() {
-    if (stopped_) start();
-  }
-  void stop() {
-    run({"stop", "-m", "fast", "-w"});
-    stopped_ = true;
-  }
-  void start() {
-    const std::string dir = env("IDEM_TEST_SERVERS_DIR");
-    run({"start", "-w", "-t", "60", "-l", dir + "/pg/postgres.log", "-o",
-         "-c listen_addresses=127.0.0.1 -p " + env("IDEM_TEST_POSTGRES_PORT") + " -k " + dir +
-             "/pg -c fsync=off -c max_connections=200"});
-    stopped_ = false;
-  }
-
- private:
-  void run(const std::vector<std::string>& args) {
-    std::vector<std::string> argv;
-    if (::geteuid() == 0) argv = {"/usr/sbin/runuser", "-u", "postgres", "--"};
-    std::istringstream command(env("IDEM_TEST_PG_CTL_CMD"));
-    for (std::string word; command >> word;)
-      argv.push_back(word);
-    argv.insert(argv.end(), args.begin(), args.end());
-    idem::test::ChildProcess child(argv);
-    child.close_stdin();
-    const std::string output = child.read_all();
-    const int status = child.wait();
-    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "pg_ctl " << args.front() << " failed (" << status << "): " << output;
-  }
-  bool stopped_ = false;
-};
+using idem::test::pg::ServerControl;
 
 TEST(AsyncPostgresRestart, InFlightCallsEndClassifiedAndWorkResumes) {
-  if (!ServerControl::available()) {
-    if (pg::servers_required()) FAIL() << "IDEM_TEST_PG_CTL_CMD etc. not set: use servers.sh";
-    GTEST_SKIP() << "no server control: run through scripts/servers.sh";
-  }
+  IDEM_REQUIRE_POSTGRES_CONTROL();
   pg::TempSchema schema;  // first: dropped last, with the server running again
   ServerControl server;
   asio::io_context io;

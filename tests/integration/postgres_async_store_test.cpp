@@ -8,11 +8,11 @@
 #include <chrono>
 #include <string>
 
+#include "../async_test_support.hpp"
 #include "../postgres_test_support.hpp"
 #include "idem/error.hpp"
 #include "idem/postgres/async_postgres.hpp"
 #include "idem/postgres/postgres_store.hpp"
-#include "postgres_async_test_support.hpp"
 
 namespace {
 
@@ -25,7 +25,7 @@ using idem::IdempotencyRecord;
 using idem::StoredValue;
 using idem::async::Task;
 using idem::postgres::AsyncPostgresStore;
-using idem::test::pg_async::run;
+using idem::test::run;
 namespace pg = idem::test::pg;
 
 StoredValue bytes(std::string value) {

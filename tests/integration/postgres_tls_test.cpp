@@ -37,20 +37,13 @@ using idem::postgres::PostgresError;
 using idem::postgres::PostgresIdempotencyRecorder;
 using idem::postgres::PostgresOptions;
 
-std::string env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
+using idem::test::env;
 
 class PostgresTls : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (env("IDEM_TEST_POSTGRES_TLS_URL").empty() || env("IDEM_TEST_TLS_DIR").empty()) {
-      if (idem::test::pg::servers_required())
-        FAIL() << "IDEM_TEST_POSTGRES_TLS_URL is not set: run through scripts/servers.sh";
-      GTEST_SKIP()
-          << "no TLS PostgreSQL server (scripts/servers.sh sets IDEM_TEST_POSTGRES_TLS_URL)";
-    }
+    if (env("IDEM_TEST_POSTGRES_TLS_URL").empty() || env("IDEM_TEST_TLS_DIR").empty())
+      IDEM_SERVER_MISSING("no TLS PostgreSQL server: IDEM_TEST_POSTGRES_TLS_URL is not set");
     tls_ = env("IDEM_TEST_TLS_DIR");
     port_ = env("IDEM_TEST_POSTGRES_TLS_PORT");
     password_ = env("IDEM_TEST_POSTGRES_TLS_PASSWORD");

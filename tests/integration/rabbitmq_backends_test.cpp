@@ -36,12 +36,8 @@ class RabbitMqBackendTest : public ::testing::TestWithParam<BackendCase> {
 
 TEST_P(RabbitMqBackendTest, AnEventPublishedTwiceRunsItsSideEffectOnce) {
   const BackendCase& param = GetParam();
-  const char* base = std::getenv(param.url_variable.c_str());
-  if (base == nullptr || *base == '\0') {
-    if (idem::test::amqp_servers_required()) FAIL() << param.url_variable << " is not set";
-    GTEST_SKIP() << param.url_variable << " is not set (run through scripts/servers.sh)";
-  }
-  std::string url = base;
+  std::string url = idem::test::env(param.url_variable.c_str());
+  if (url.empty()) IDEM_SERVER_MISSING(param.url_variable << " is not set");
   if (param.url_variable == "IDEM_TEST_REDIS_URL") {
     url += "?prefix=idemtest:rmq:" + idem::new_event_id().substr(0, 12) + ":";
   }

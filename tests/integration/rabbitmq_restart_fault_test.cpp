@@ -55,10 +55,7 @@ void publish_with_retries(idem::rabbitmq::Publisher& publisher, const Event& eve
 }
 
 TEST(RabbitMqRestartTest, ConsumerAndPublisherSurviveABrokerRestartWithNothingLostOrDoubled) {
-  if (rabbitmqctl().empty()) {
-    if (idem::test::amqp_servers_required()) FAIL() << "IDEM_TEST_RABBITMQCTL is not set";
-    GTEST_SKIP() << "IDEM_TEST_RABBITMQCTL is not set (run through scripts/servers.sh)";
-  }
+  if (rabbitmqctl().empty()) IDEM_SERVER_MISSING("IDEM_TEST_RABBITMQCTL is not set");
   idem::test::TestTopology topology;
   const auto connection = idem::test::amqp_test_options();
   auto options = topology.consumer_options("restart");

@@ -24,6 +24,7 @@
 #include <string_view>
 #include <vector>
 
+#include "../server_env.hpp"
 #include "idem/event.hpp"
 #include "idem/rabbitmq/admin.hpp"
 #include "idem/rabbitmq/consumer.hpp"
@@ -32,31 +33,16 @@
 namespace idem::test {
 
 inline std::string amqp_url() {
-  const char* url = std::getenv("IDEM_TEST_AMQP_URL");
-  return url != nullptr ? std::string(url) : std::string();
+  return env("IDEM_TEST_AMQP_URL");
 }
 
-inline bool amqp_servers_required() {
-  const char* required = std::getenv("IDEM_REQUIRE_SERVERS");
-  return required != nullptr && std::string_view(required) == "1";
-}
+}  // namespace idem::test
 
-class RabbitMqEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (!amqp_url().empty()) return;
-    if (amqp_servers_required()) {
-      FAIL() << "IDEM_TEST_AMQP_URL is not set but IDEM_REQUIRE_SERVERS=1: run the tests "
-                "through scripts/servers.sh (or scripts/test.sh)";
-    }
-    GTEST_SKIP() << "no RabbitMQ broker: set IDEM_TEST_AMQP_URL=amqp://guest:guest@127.0.0.1:PORT/ "
-                    "or run the test through scripts/servers.sh";
-  }
-};
+#define IDEM_RABBITMQ_TEST_ENVIRONMENT()                                             \
+  IDEM_SERVER_TEST_ENVIRONMENT(idem_rabbitmq_test_environment, "IDEM_TEST_AMQP_URL", \
+                               "RabbitMQ broker", "amqp://guest:guest@127.0.0.1:PORT/")
 
-#define IDEM_RABBITMQ_TEST_ENVIRONMENT()                                                 \
-  [[maybe_unused]] static ::testing::Environment* const idem_rabbitmq_test_environment = \
-      ::testing::AddGlobalTestEnvironment(new ::idem::test::RabbitMqEnvironment)
+namespace idem::test {
 
 // Connection options for the test broker, with quick reconnects.
 inline rabbitmq::ConnectionOptions amqp_test_options() {
@@ -152,8 +138,7 @@ inline void publish_raw(const std::string& exchange, const std::string& routing_
 
 // The broker-control command line of scripts/servers.sh (IDEM_TEST_RABBITMQCTL), "" when unset.
 inline std::string rabbitmqctl() {
-  const char* command = std::getenv("IDEM_TEST_RABBITMQCTL");
-  return command != nullptr ? std::string(command) : std::string();
+  return env("IDEM_TEST_RABBITMQCTL");
 }
 
 // Runs `rabbitmqctl <verb>` (e.g. stop_app, start_app) on the test broker; true on success.

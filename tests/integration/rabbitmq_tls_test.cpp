@@ -39,19 +39,13 @@ using namespace std::chrono_literals;
 using idem::rabbitmq::BrokerError;
 using idem::rabbitmq::ConnectionOptions;
 
-std::string env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
+using idem::test::env;
 
 class RabbitMqTls : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (env("IDEM_TEST_AMQPS_URL").empty() || env("IDEM_TEST_TLS_DIR").empty()) {
-      if (idem::test::amqp_servers_required())
-        FAIL() << "IDEM_TEST_AMQPS_URL is not set: run through scripts/servers.sh";
-      GTEST_SKIP() << "no TLS RabbitMQ listener (scripts/servers.sh sets IDEM_TEST_AMQPS_URL)";
-    }
+    if (env("IDEM_TEST_AMQPS_URL").empty() || env("IDEM_TEST_TLS_DIR").empty())
+      IDEM_SERVER_MISSING("no TLS RabbitMQ listener: IDEM_TEST_AMQPS_URL is not set");
     tls_ = env("IDEM_TEST_TLS_DIR");
     tls_port_ = env("IDEM_TEST_AMQPS_PORT");
     plain_port_ = env("IDEM_TEST_AMQP_PORT");

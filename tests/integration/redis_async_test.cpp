@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "../async_test_support.hpp"
 #include "../free_port.hpp"
 #include "idem/error.hpp"
 #include "idem/redis/async_connection.hpp"
@@ -56,43 +57,7 @@ using idem::redis::RedisReply;
 using namespace std::chrono_literals;
 using namespace asio::experimental::awaitable_operators;
 
-// Runs `task` to completion on `io` (bounded: a hang fails the test instead of blocking it).
-template <class T>
-T run(asio::io_context& io, Task<T> task) {
-  std::promise<T> promise;
-  auto future = promise.get_future();
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, auto... value) {
-    if (e) {
-      promise.set_exception(e);
-    } else {
-      if constexpr (sizeof...(value) == 0) {
-        promise.set_value();
-      } else {
-        promise.set_value(std::move(value)...);
-      }
-    }
-  });
-  io.restart();
-  io.run_for(30s);
-  EXPECT_EQ(future.wait_for(0s), std::future_status::ready) << "the call hung";
-  return future.get();
-}
-
-inline void run(asio::io_context& io, Task<void> task) {
-  std::promise<void> promise;
-  auto future = promise.get_future();
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e) {
-    if (e) {
-      promise.set_exception(e);
-    } else {
-      promise.set_value();
-    }
-  });
-  io.restart();
-  io.run_for(30s);
-  ASSERT_EQ(future.wait_for(0s), std::future_status::ready) << "the call hung";
-  future.get();
-}
+using idem::test::run;  // bounded: a hang fails the test instead of blocking it
 
 // A loopback listener that never accepts, its backlog filled: a connect to it hangs (the SYN is
 // dropped) until the client gives up.

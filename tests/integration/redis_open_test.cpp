@@ -106,22 +106,19 @@ TEST(RedisOpen, WrongPasswordOrDatabaseFailsWhenOpened) {
 
 // rediss://localhost:TLS_PORT/0 with the test CA and client certificate, and `extra` appended.
 std::string tls_url(const std::string& extra) {
-  const char* port = std::getenv("IDEM_TEST_REDIS_TLS_PORT");
-  const char* dir = std::getenv("IDEM_TEST_TLS_DIR");
-  if (port == nullptr || dir == nullptr) return {};
-  const std::string tls = dir;
-  return "rediss://localhost:" + std::string(port) + "/0?tls_cert_file=" + tls +
-         "/client.crt&tls_key_file=" + tls + "/client.key&" + extra;
+  const std::string port = idem::test::env("IDEM_TEST_REDIS_TLS_PORT");
+  const std::string dir = idem::test::env("IDEM_TEST_TLS_DIR");
+  if (port.empty() || dir.empty()) return {};
+  return "rediss://localhost:" + port + "/0?tls_cert_file=" + dir +
+         "/client.crt&tls_key_file=" + dir + "/client.key&" + extra;
 }
 
 TEST(RedisOpen, RedissOpensOverTlsAndRefusesAnUntrustedServer) {
-  const char* dir = std::getenv("IDEM_TEST_TLS_DIR");
-  if (tls_url("").empty() || dir == nullptr) {
-    if (idem::test::servers_required()) FAIL() << "IDEM_TEST_REDIS_TLS_PORT is not set";
-    GTEST_SKIP() << "no Redis TLS listener: run through scripts/servers.sh";
-  }
+  if (tls_url("").empty())
+    IDEM_SERVER_MISSING("no Redis TLS listener: IDEM_TEST_REDIS_TLS_PORT / IDEM_TEST_TLS_DIR");
   idem::test::RedisTestPrefix prefix("opentls");
-  const std::string ca = std::string(dir) + "/ca.crt";
+  const std::string dir = idem::test::env("IDEM_TEST_TLS_DIR");
+  const std::string ca = dir + "/ca.crt";
   auto recorder = idem::open_recorder(tls_url("tls_ca_file=" + ca + "&prefix=" + prefix.prefix()));
   auto* redis = dynamic_cast<idem::redis::RedisIdempotencyRecorder*>(recorder.get());
   ASSERT_NE(redis, nullptr);
@@ -139,7 +136,7 @@ TEST(RedisOpen, RedissOpensOverTlsAndRefusesAnUntrustedServer) {
   // A CA that did not sign the server's certificate: the open fails, not as a ConfigError.
   try {
     (void)idem::open_recorder(
-        tls_url("tls_ca_file=" + std::string(dir) + "/other-ca.crt&prefix=" + prefix.prefix()));
+        tls_url("tls_ca_file=" + dir + "/other-ca.crt&prefix=" + prefix.prefix()));
     ADD_FAILURE() << "an untrusted server was accepted";
   } catch (const idem::ConfigError& e) {
     ADD_FAILURE() << e.what();

@@ -23,41 +23,12 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The rule of docs/security.md ("Redis"), with the test's prefix for "idem:".
-std::vector<std::string> acl_rule(const std::string& user, const std::string& password,
-                                  const std::string& prefix) {
-  return {"ACL",
-          "SETUSER",
-          user,
-          "reset",
-          "on",
-          ">" + password,
-          "~" + prefix + "*",
-          "resetchannels",
-          "-@all",
-          "+ping",
-          "+select",
-          "+get",
-          "+set",
-          "+exists",
-          "+hget",
-          "+hmget",
-          "+scan",
-          "+eval",
-          "+evalsha",
-          "+script|load",
-          "+del",
-          "+hgetall",
-          "+hset",
-          "+incr",
-          "+pexpireat"};
-}
-
 class RedisPrivilege : public ::testing::Test {
  protected:
   void SetUp() override {
     user_ = "idem_app_" + std::to_string(::getpid());
-    const std::vector<std::string> rule = acl_rule(user_, password_, prefix_.prefix());
+    const std::vector<std::string> rule =
+        idem::test::redis_app_acl_rule(user_, password_, prefix_.prefix());
     std::vector<std::string_view> args(rule.begin(), rule.end());
     auto connection = admin_pool_.lease();
     const auto reply = connection->command(std::span<const std::string_view>(args));

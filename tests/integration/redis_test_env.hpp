@@ -20,41 +20,28 @@
 #include <initializer_list>
 #include <memory>
 #include <random>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
+#include "../server_env.hpp"
 #include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_options.hpp"
 
 namespace idem::test {
 
 inline std::string redis_url() {
-  const char* url = std::getenv("IDEM_TEST_REDIS_URL");
-  return url != nullptr ? std::string(url) : std::string();
+  return env("IDEM_TEST_REDIS_URL");
 }
 
-inline bool servers_required() {
-  const char* required = std::getenv("IDEM_REQUIRE_SERVERS");
-  return required != nullptr && std::string_view(required) == "1";
-}
+}  // namespace idem::test
 
-class RedisEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    if (!redis_url().empty()) return;
-    if (servers_required()) {
-      FAIL() << "IDEM_TEST_REDIS_URL is not set but IDEM_REQUIRE_SERVERS=1: run the tests "
-                "through scripts/servers.sh (or scripts/test.sh)";
-    }
-    GTEST_SKIP() << "no Redis server: set IDEM_TEST_REDIS_URL=redis://127.0.0.1:PORT/0 or run "
-                    "the test through scripts/servers.sh";
-  }
-};
+#define IDEM_REDIS_TEST_ENVIRONMENT()                                                              \
+  IDEM_SERVER_TEST_ENVIRONMENT(idem_redis_test_environment, "IDEM_TEST_REDIS_URL", "Redis server", \
+                               "redis://127.0.0.1:PORT/0")
 
-#define IDEM_REDIS_TEST_ENVIRONMENT()                                                 \
-  [[maybe_unused]] static ::testing::Environment* const idem_redis_test_environment = \
-      ::testing::AddGlobalTestEnvironment(new ::idem::test::RedisEnvironment)
+namespace idem::test {
 
 // Options for the test server with `prefix` (and `clock`, when given).
 inline redis::RedisOptions redis_test_options(std::string prefix,
@@ -63,6 +50,38 @@ inline redis::RedisOptions redis_test_options(std::string prefix,
   options.key_prefix = std::move(prefix);
   options.clock = std::move(clock);
   return options;
+}
+
+// ACL SETUSER for the least-privilege application user of docs/security.md ("Redis"), with
+// `prefix` in place of "idem:".
+inline std::vector<std::string> redis_app_acl_rule(const std::string& user,
+                                                   const std::string& password,
+                                                   const std::string& prefix) {
+  return {"ACL",
+          "SETUSER",
+          user,
+          "reset",
+          "on",
+          ">" + password,
+          "~" + prefix + "*",
+          "resetchannels",
+          "-@all",
+          "+ping",
+          "+select",
+          "+get",
+          "+set",
+          "+exists",
+          "+hget",
+          "+hmget",
+          "+scan",
+          "+eval",
+          "+evalsha",
+          "+script|load",
+          "+del",
+          "+hgetall",
+          "+hset",
+          "+incr",
+          "+pexpireat"};
 }
 
 class RedisTestPrefix {
@@ -93,6 +112,12 @@ class RedisTestPrefix {
   redis::RedisReply command(std::initializer_list<std::string_view> args) const {
     auto connection = pool_->lease();
     return connection->command(args);
+  }
+
+  redis::RedisReply command(const std::vector<std::string>& args) const {
+    const std::vector<std::string_view> views(args.begin(), args.end());
+    auto connection = pool_->lease();
+    return connection->command(std::span<const std::string_view>(views));
   }
 
   // How many keys live under the prefix.

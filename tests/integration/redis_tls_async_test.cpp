@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include "../async_test_support.hpp"
 #include "idem/error.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
@@ -29,65 +30,13 @@ IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::Claim;
-using idem::ClaimOutcome;
-using idem::ExecutionReport;
-using idem::StoredValue;
-using idem::redis::CommandKind;
-using idem::redis::RedisError;
-using idem::redis::RedisFailure;
-using idem::redis::RedisIdempotencyRecorder;
-using idem::redis::RedisIdempotencyStore;
-using idem::redis::RedisOptions;
-using idem::redis::RedisReply;
-using idem::test::tls::expect_tls_refusal;
-using idem::test::tls::port_of;
-using idem::test::tls::RedisTls;
-using idem::test::tls::refusals;
-using idem::test::tls::tls_file;
-using namespace std::chrono_literals;
+using namespace idem::test::tls;
 using idem::async::Task;
 using idem::redis::AsyncConnection;
 using idem::redis::AsyncRedisRecorder;
 using idem::redis::AsyncRedisStore;
 
-// Runs `task` to completion on `io` (bounded: a hang fails the test instead of blocking it).
-template <class T>
-T run(asio::io_context& io, Task<T> task) {
-  std::promise<T> promise;
-  auto future = promise.get_future();
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, auto... value) {
-    if (e) {
-      promise.set_exception(e);
-    } else {
-      if constexpr (sizeof...(value) == 0) {
-        promise.set_value();
-      } else {
-        promise.set_value(std::move(value)...);
-      }
-    }
-  });
-  io.restart();
-  io.run_for(30s);
-  EXPECT_EQ(future.wait_for(0s), std::future_status::ready) << "the call hung";
-  return future.get();
-}
-
-inline void run(asio::io_context& io, Task<void> task) {
-  std::promise<void> promise;
-  auto future = promise.get_future();
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e) {
-    if (e) {
-      promise.set_exception(e);
-    } else {
-      promise.set_value();
-    }
-  });
-  io.restart();
-  io.run_for(30s);
-  ASSERT_EQ(future.wait_for(0s), std::future_status::ready) << "the call hung";
-  future.get();
-}
+using idem::test::run;  // bounded: a hang fails the test instead of blocking it
 
 class RedisTlsAsync : public RedisTls {
  protected:

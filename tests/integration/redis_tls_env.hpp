@@ -11,21 +11,29 @@
 #include <vector>
 
 #include "idem/error.hpp"
+#include "idem/recorder.hpp"
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_options.hpp"
+#include "idem/redis/redis_recorder.hpp"
+#include "idem/redis/redis_store.hpp"
+#include "idem/report.hpp"
 #include "redis_test_env.hpp"
 
 namespace idem::test::tls {
 
+// The names both faces' tests use: a test file says `using namespace idem::test::tls;`.
+using idem::Claim;
+using idem::ClaimOutcome;
+using idem::ExecutionReport;
+using idem::StoredValue;
+using idem::redis::CommandKind;
 using idem::redis::RedisError;
 using idem::redis::RedisFailure;
+using idem::redis::RedisIdempotencyRecorder;
+using idem::redis::RedisIdempotencyStore;
 using idem::redis::RedisOptions;
+using idem::redis::RedisReply;
 using namespace std::chrono_literals;
-
-inline std::string env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
 
 inline std::string tls_file(const std::string& name) {
   return env("IDEM_TEST_TLS_DIR") + "/" + name;
@@ -38,13 +46,8 @@ inline int port_of(const char* variable) {
 class RedisTls : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (port_of("IDEM_TEST_REDIS_TLS_PORT") == 0 || env("IDEM_TEST_TLS_DIR").empty()) {
-      if (idem::test::servers_required()) {
-        FAIL() << "IDEM_TEST_REDIS_TLS_PORT / IDEM_TEST_TLS_DIR are not set: run through "
-                  "scripts/servers.sh";
-      }
-      GTEST_SKIP() << "no Redis TLS listener: run through scripts/servers.sh";
-    }
+    if (port_of("IDEM_TEST_REDIS_TLS_PORT") == 0 || env("IDEM_TEST_TLS_DIR").empty())
+      IDEM_SERVER_MISSING("no Redis TLS listener: IDEM_TEST_REDIS_TLS_PORT / IDEM_TEST_TLS_DIR");
   }
 
   // The TLS listener with the good chain and the client certificate (mutual TLS).

@@ -26,23 +26,7 @@ IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::Claim;
-using idem::ClaimOutcome;
-using idem::ExecutionReport;
-using idem::StoredValue;
-using idem::redis::CommandKind;
-using idem::redis::RedisError;
-using idem::redis::RedisFailure;
-using idem::redis::RedisIdempotencyRecorder;
-using idem::redis::RedisIdempotencyStore;
-using idem::redis::RedisOptions;
-using idem::redis::RedisReply;
-using idem::test::tls::expect_tls_refusal;
-using idem::test::tls::port_of;
-using idem::test::tls::RedisTls;
-using idem::test::tls::refusals;
-using idem::test::tls::tls_file;
-using namespace std::chrono_literals;
+using namespace idem::test::tls;
 
 TEST_F(RedisTls, BlockingRecorderAndStoreWorkOverMutualTls) {
   RedisIdempotencyRecorder recorder(RedisOptions::from_url(tls_url()));
@@ -120,31 +104,8 @@ TEST_F(RedisTls, ServerNameAndVerifyOffAreHonoured) {
 TEST_F(RedisTls, AnAclUserAuthenticatesOverTls) {
   const std::string user = "idem_tls_" + std::to_string(::getpid());
   const std::string password = "tls-secret-" + std::to_string(::getpid());
-  const RedisReply made = keys_.command({"ACL",
-                                         "SETUSER",
-                                         user,
-                                         "reset",
-                                         "on",
-                                         ">" + password,
-                                         "~" + keys_.prefix() + "*",
-                                         "resetchannels",
-                                         "-@all",
-                                         "+ping",
-                                         "+select",
-                                         "+get",
-                                         "+set",
-                                         "+exists",
-                                         "+hget",
-                                         "+hmget",
-                                         "+scan",
-                                         "+eval",
-                                         "+evalsha",
-                                         "+script|load",
-                                         "+del",
-                                         "+hgetall",
-                                         "+hset",
-                                         "+incr",
-                                         "+pexpireat"});
+  const RedisReply made =
+      keys_.command(idem::test::redis_app_acl_rule(user, password, keys_.prefix()));
   ASSERT_FALSE(made.is_error()) << made.str;
   struct Cleanup {
     const idem::test::RedisTestPrefix& keys;

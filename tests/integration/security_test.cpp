@@ -266,12 +266,8 @@ TEST(SecuritySqlite, HostileKeysAndValuesAreData) {
 class SecurityRedis : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (idem::test::redis_url().empty()) {
-      if (idem::test::servers_required()) {
-        FAIL() << "IDEM_TEST_REDIS_URL is not set but IDEM_REQUIRE_SERVERS=1";
-      }
-      GTEST_SKIP() << "no Redis server: set IDEM_TEST_REDIS_URL";
-    }
+    if (idem::test::redis_url().empty())
+      IDEM_SERVER_MISSING("no Redis server: IDEM_TEST_REDIS_URL is not set");
   }
 };
 

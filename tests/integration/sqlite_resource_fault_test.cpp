@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../process/worker/child_process.hpp"
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
@@ -665,22 +666,14 @@ TEST(SqliteReadOnly, WriteProtectedFileIsRefusedAsReadOnly) {
   // "nobody"). The directory lets it create the -wal and -shm files; the database stays
   // read-only to it.
   fs::permissions(dir.path(), fs::perms::all);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  idem::test::ForkedChild child([&path] {
     constexpr uid_t kNobody = 65534;
-    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) {
-      std::fprintf(stderr, "cannot become nobody\n");
-      std::_Exit(2);
-    }
-    const std::string problem = check_write_protected_file(path);
-    if (!problem.empty()) std::fprintf(stderr, "%s\n", problem.c_str());
-    std::_Exit(problem.empty() ? 0 : 1);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child died: status " << status;
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's message above (2: no setuid)";
+    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0)
+      return std::string("cannot become nobody");
+    return check_write_protected_file(path);
+  });
+  const idem::test::ForkedChild::End end = child.wait();
+  EXPECT_EQ(end.problem(), "");
   // And the file is unchanged: no marker written behind the refusal.
   idem::sqlite::SqliteIdempotencyRecorder reader(path);
   EXPECT_FALSE(reader.is_processed("billing", "new"));

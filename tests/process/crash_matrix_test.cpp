@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "../server_env.hpp"
 #include "idem/event.hpp"
 #include "idem/open.hpp"
 #include "idem/operation_idempotency.hpp"
@@ -125,10 +126,7 @@ Promise promise_of(const Cell& cell) {
 
 // ---- the backends -----------------------------------------------------------------------------
 
-bool servers_required() {
-  const char* required = std::getenv("IDEM_REQUIRE_SERVERS");
-  return required != nullptr && std::string(required) == "1";
-}
+using idem::test::servers_required;
 
 using idem::test::TempDir;
 

@@ -8,23 +8,16 @@
 // coordinator registry and its lease renewal thread run); the calls execute, then replay.
 //
 // in_child() runs a function in a child made with fork() — no exec, which is the point: the child
-// is a copy of a process that has used idem — and waits for it with a bound: the parent reads the
-// child's report through a pipe with poll() up to a deadline, then reaps it, and SIGKILLs a child
-// that is still there, so a hang fails the test instead of hanging it.
+// is a copy of a process that has used idem — and waits for it with a bound (a ForkedChild,
+// worker/child_process.hpp: a hang fails the test instead of hanging it).
 //
 // alive_at_fork() keeps a recorder and a store alive across the fork and checks that the child
 // is refused their use (ConfigError), not served through the parent's connections or threads.
 #pragma once
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <cerrno>
 #include <chrono>
 #include <exception>
 #include <functional>
@@ -40,6 +33,7 @@
 #include "idem/operation.hpp"
 #include "idem/recorder.hpp"
 #include "idem/resilient.hpp"
+#include "worker/child_process.hpp"
 
 namespace idem::test::fork {
 
@@ -145,79 +139,8 @@ inline std::string use_idem(const Backend& backend, const std::string& tag) {
 // How a child made by in_child() ended, in words ("" for exit status 0 with an empty report).
 inline std::string in_child(const std::function<std::string()>& body,
                             std::chrono::seconds bound = std::chrono::seconds(60)) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) return "pipe failed";
-  const pid_t pid = ::fork();
-  if (pid < 0) return "fork failed";
-  if (pid == 0) {
-    ::close(fds[0]);
-    std::string report;
-    try {
-      report = body();
-    } catch (const std::exception& e) {
-      report = std::string("the child threw: ") + e.what();
-    } catch (...) {
-      report = "the child threw";
-    }
-    for (std::size_t done = 0; done < report.size();) {
-      const ssize_t n = ::write(fds[1], report.data() + done, report.size() - done);
-      if (n <= 0) break;
-      done += static_cast<std::size_t>(n);
-    }
-    // _exit: the child must not run the parent's static destructors (gtest's among them).
-    ::_exit(report.empty() ? 0 : 1);
-  }
-  ::close(fds[1]);
-  const auto deadline = std::chrono::steady_clock::now() + bound;
-  const auto remaining_ms = [&] {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-        deadline - std::chrono::steady_clock::now());
-    return static_cast<int>(std::max<std::chrono::milliseconds::rep>(0, left.count()));
-  };
-  // The report, until the child closes the pipe (it exits) or the deadline passes.
-  std::string report;
-  bool eof = false;
-  while (!eof && remaining_ms() > 0) {
-    pollfd fd{fds[0], POLLIN, 0};
-    const int ready = ::poll(&fd, 1, remaining_ms());
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) break;
-    char buffer[1024];
-    const ssize_t n = ::read(fds[0], buffer, sizeof buffer);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      eof = true;
-    } else {
-      report.append(buffer, static_cast<std::size_t>(n));
-    }
-  }
-  ::close(fds[0]);
-  // Reap it; a child past its deadline (or one that closed the pipe and still did not exit by
-  // then) is killed.
-  int status = 0;
-  for (;;) {
-    const pid_t reaped = ::waitpid(pid, &status, WNOHANG);
-    if (reaped == pid) break;
-    if (reaped < 0 && errno != EINTR) return "waitpid failed";
-    if (remaining_ms() == 0) {
-      ::kill(pid, SIGKILL);
-      while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-      }
-      return "the child did not exit within " + std::to_string(bound.count()) +
-             " s (killed); its report: '" + report + "'";
-    }
-    // The child closed its end: it is exiting. Wait for that, bounded by the deadline.
-    pollfd none{-1, 0, 0};
-    (void)::poll(&none, 1, std::min(remaining_ms(), 10));
-  }
-  if (WIFSIGNALED(status)) {
-    return "the child was killed by signal " + std::to_string(WTERMSIG(status)) +
-           "; its report: '" + report + "'";
-  }
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0 || !report.empty()) {
-    return "the child exited with status " + std::to_string(WEXITSTATUS(status)) + ": " + report;
-  }
-  return "";
+  ForkedChild child(body);
+  return child.wait(bound).problem();
 }
 
 // Expects `call` to throw ConfigError saying that its object was made before fork().

@@ -60,55 +60,11 @@
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
 #include "idem/resilient.hpp"
+#include "worker/worker_support.hpp"
 
 namespace idem::test::pg_worker {
 
-struct Usage : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-using Args = std::map<std::string, std::string>;
-
-inline Args parse(int argc, char** argv) {
-  Args args;
-  for (int i = 3; i < argc; ++i) {
-    const std::string key = argv[i];
-    if (key.rfind("--", 0) != 0) throw Usage("unexpected argument " + key);
-    if (key == "--wait-go") {
-      args[key] = "1";
-    } else if (i + 1 < argc) {
-      args[key] = argv[++i];
-    } else {
-      throw Usage("missing value for " + key);
-    }
-  }
-  return args;
-}
-
-inline std::string required(const Args& args, const std::string& key) {
-  const auto it = args.find(key);
-  if (it == args.end()) throw Usage("missing " + key);
-  return it->second;
-}
-
-inline std::string optional(const Args& args, const std::string& key, std::string fallback = {}) {
-  const auto it = args.find(key);
-  return it == args.end() ? fallback : it->second;
-}
-
-// The system clock, shifted: wall time runs `ahead` in the future.
-class AheadClock final : public Clock {
- public:
-  explicit AheadClock(std::chrono::milliseconds ahead) : ahead_(ahead) {}
-  WallTime wall_now() const override { return std::chrono::system_clock::now() + ahead_; }
-  SteadyTime steady_now() const override { return std::chrono::steady_clock::now(); }
-  bool sleep_for(std::chrono::nanoseconds duration, std::stop_token stop) override {
-    return system_clock()->sleep_for(duration, stop);
-  }
-
- private:
-  std::chrono::milliseconds ahead_;
-};
+using namespace idem::test::worker;
 
 inline postgres::PostgresOptions options(const Args& args) {
   postgres::PostgresOptions options;
@@ -132,32 +88,6 @@ inline void wait_go(const Args& args) {
   }
   throw std::runtime_error("the test closed stdin instead of killing the worker");
 }
-
-inline void say(const std::string& line) {
-  const std::string text = line + "\n";
-  if (::write(STDOUT_FILENO, text.data(), text.size()) < 0) std::_Exit(3);
-}
-
-// Appends whole lines with O_APPEND: one write() each, intact with several processes appending.
-class EffectsFile {
- public:
-  explicit EffectsFile(const std::string& path)
-      : fd_(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) throw std::runtime_error("cannot open effects file " + path);
-  }
-  EffectsFile(const EffectsFile&) = delete;
-  EffectsFile& operator=(const EffectsFile&) = delete;
-  ~EffectsFile() { ::close(fd_); }
-  void append(const std::string& id) const {
-    const std::string line = id + "\n";
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      throw std::runtime_error("short write to the effects file");
-    }
-  }
-
- private:
-  int fd_;
-};
 
 struct Consumer {
   std::shared_ptr<postgres::PostgresIdempotencyRecorder> recorder;
@@ -199,22 +129,6 @@ inline void side_effect(const Consumer& c, BusProxy& bus, const Event& event) {
   if (tx == nullptr) throw std::runtime_error("transactional handler got no PostgresTransaction");
   tx->exec("INSERT INTO " + c.side_effects + " (event_id, worker) VALUES ($1, $2)",
            {event.id, c.worker});
-}
-
-inline Event event_with_id(const std::string& id) {
-  Event event;
-  event.id = id;
-  event.type = "test.event";
-  return event;
-}
-
-inline std::deque<std::string> read_lines(const std::string& path) {
-  std::deque<std::string> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  return lines;
 }
 
 inline int consume(const Args& args) {
@@ -358,24 +272,16 @@ inline int wait(const Args& args) {
 }
 
 inline int main(int argc, char** argv) {
-  try {
-    if (argc < 3) throw Usage("missing command");
-    const std::string command = argv[2];
-    const Args args = parse(argc, argv);
-    if (command == "consume") return consume(args);
-    if (command == "operations") return operations(args);
-    if (command == "hang") return hang(args);
-    if (command == "claim-hang") return claim_hang(args);
-    if (command == "operation-hang") return operation_hang(args);
-    if (command == "wait") return wait(args);
-    throw Usage("unknown command " + command);
-  } catch (const Usage& e) {
-    std::cerr << "postgres worker: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "postgres worker: " << e.what() << "\n";
-    return 3;
-  }
+  return worker_main("postgres worker", argc, argv, 2,
+                     [](const std::string& command, const Args& args) -> int {
+                       if (command == "consume") return consume(args);
+                       if (command == "operations") return operations(args);
+                       if (command == "hang") return hang(args);
+                       if (command == "claim-hang") return claim_hang(args);
+                       if (command == "operation-hang") return operation_hang(args);
+                       if (command == "wait") return wait(args);
+                       throw Usage("unknown command " + command);
+                     });
 }
 
 // The path of this test binary, which is also the worker.

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "../free_port.hpp"
+#include "../server_env.hpp"
 #include "worker/child_process.hpp"
 
 namespace idem::test {
@@ -29,6 +30,15 @@ inline std::string find_redis_server() {
   }
   return {};
 }
+
+// In a test body or SetUp: skips the test (fails it when servers are required) when redis-server
+// is not installed, else starts `server` (a PrivateRedis) and asserts that it came up.
+#define IDEM_START_PRIVATE_REDIS(server)                                       \
+  do {                                                                         \
+    if (::idem::test::find_redis_server().empty())                             \
+      IDEM_SERVER_MISSING("redis-server is not installed");                    \
+    ASSERT_TRUE((server).start()) << "the private redis-server did not start"; \
+  } while (false)
 
 class PrivateRedis {
  public:

@@ -41,6 +41,7 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 namespace {
 
 using idem::test::ChildProcess;
+using idem::test::ForkedChild;
 
 // The downstream consumer: an idempotent handler counting effects per event id.
 struct Downstream {
@@ -124,9 +125,7 @@ TEST_F(RabbitMqOutbox, HandlerKilledBeforeCommitPublishesOnceAfterRedelivery) {
   {
     auto f = fixture();  // creates the tables before the child uses the file
   }
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  ForkedChild handler_process([&] {
     auto f = fixture();
     auto handler = idem::test::charging_handler(f, "billing", 2, [] {
       ::raise(SIGKILL);  // after both publishes, before COMMIT
@@ -134,11 +133,10 @@ TEST_F(RabbitMqOutbox, HandlerKilledBeforeCommitPublishesOnceAfterRedelivery) {
     });
     idem::CollectingBusProxy proxy("billing");
     (void)(*handler)(idem::test::incoming("order-1"), proxy);
-    ::_exit(3);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    return std::string("the handler returned: it was not killed");
+  });
+  const ForkedChild::End killed = handler_process.wait();
+  ASSERT_TRUE(killed.killed_by(SIGKILL)) << killed.problem();
 
   auto f = fixture();
   EXPECT_FALSE(f.recorder->is_processed("billing", "order-1"));
@@ -172,9 +170,7 @@ TEST_F(RabbitMqOutbox, RelayKilledAfterConfirmBeforeDeleteRepublishesAndDownstre
                 idem::HandleResult::processed);
     }
   }
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  ForkedChild relay_process([&] {
     // A relay process whose publisher is killed once the broker confirmed the whole batch.
     class DyingPublisher : public idem::OutboxPublisher {
      public:
@@ -194,11 +190,10 @@ TEST_F(RabbitMqOutbox, RelayKilledAfterConfirmBeforeDeleteRepublishesAndDownstre
                                                                  topology.publisher_options());
     idem::OutboxRelay relay(outbox, std::make_shared<DyingPublisher>(publisher));
     relay.drain();
-    ::_exit(3);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    return std::string("the relay drained: it was not killed");
+  });
+  const ForkedChild::End killed = relay_process.wait();
+  ASSERT_TRUE(killed.killed_by(SIGKILL)) << killed.problem();
   auto f = fixture();
   EXPECT_EQ(f.outbox->stats().depth, static_cast<std::uint64_t>(kEvents));  // nothing deleted
 

@@ -31,9 +31,8 @@ using idem::redis::RedisFailure;
 using namespace std::chrono_literals;
 
 TEST(RedisAsyncRestart, EveryPipelinedCallerGetsAResultOrAClassifiedError) {
-  if (idem::test::find_redis_server().empty()) GTEST_SKIP() << "redis-server is not installed";
   idem::test::PrivateRedis server({"--save", "", "--appendonly", "no"});
-  ASSERT_TRUE(server.start());
+  IDEM_START_PRIVATE_REDIS(server);
   auto options = idem::redis::RedisOptions::from_url(server.url());
   options.key_prefix = "restart:";
   options.connect_timeout = 500ms;

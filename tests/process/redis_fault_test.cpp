@@ -41,7 +41,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-using idem::test::find_redis_server;
 using idem::test::PrivateRedis;
 
 // Persistence as scripts/servers.sh has it, with an append-only file fsync'ed on every write.
@@ -50,13 +49,7 @@ const std::vector<std::string> kDurableFlags{"--save",        "",      "--append
 
 class RedisFault : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (find_redis_server().empty()) {
-      if (idem::test::servers_required()) FAIL() << "redis-server is not installed";
-      GTEST_SKIP() << "redis-server is not installed";
-    }
-    ASSERT_TRUE(server_.start()) << "the private redis-server did not start";
-  }
+  void SetUp() override { IDEM_START_PRIVATE_REDIS(server_); }
 
   idem::redis::RedisOptions options() const {
     auto options = idem::redis::RedisOptions::from_url(server_.url());

@@ -32,17 +32,12 @@ namespace {
 using namespace std::chrono_literals;
 using idem::redis::RedisError;
 
-using idem::test::find_redis_server;
 using idem::test::PrivateRedis;
 
 class RedisOom : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (find_redis_server().empty()) {
-      if (idem::test::servers_required()) FAIL() << "redis-server is not installed";
-      GTEST_SKIP() << "redis-server is not installed";
-    }
-    ASSERT_TRUE(server_.start()) << "the private redis-server did not start";
+    IDEM_START_PRIVATE_REDIS(server_);
     pool_ = std::make_shared<idem::redis::ConnectionPool>(options());
   }
 

@@ -9,9 +9,7 @@
 //     meanwhile), then the redelivery takes over and runs; the side effect (a line appended to a
 //     file after the point of the kill) is written once.
 #include <gtest/gtest.h>
-#include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <asio/io_context.hpp>
@@ -34,11 +32,13 @@
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
 #include "idem/sqlite/async_recorder.hpp"
+#include "worker/child_process.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using idem::async::Task;
+using idem::test::ForkedChild;
 
 constexpr const char* kConsumer = "billing";
 
@@ -81,38 +81,19 @@ std::shared_ptr<idem::async::AsyncEventHandler> make_handler(
 // running. False (with a failure) when the child never got there.
 bool kill_mid_handler(const std::string& db, idem::HandlerMode mode, const std::string& effects,
                       const idem::Event& event) {
-  int fds[2];
-  if (::pipe(fds) != 0) {
-    ADD_FAILURE() << "pipe failed";
-    return false;
-  }
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    ADD_FAILURE() << "fork failed";
-    return false;
-  }
-  if (pid == 0) {
-    ::close(fds[0]);
-    try {
-      asio::io_context io;
-      auto recorder = std::make_shared<idem::sqlite::AsyncSqliteRecorder>(db);
-      auto handler = make_handler(recorder, mode, effects, fds[1]);
-      idem::CollectingBusProxy proxy(kConsumer);
-      (void)idem::test::run(io, handler->handle_event(event, proxy));
-    } catch (...) {
-      std::_Exit(2);
-    }
-    std::_Exit(1);  // handle returned: it should have been killed first
-  }
-  ::close(fds[1]);
-  pollfd p{fds[0], POLLIN, 0};
-  const bool got_there = ::poll(&p, 1, 60'000) == 1 && (p.revents & POLLIN) != 0;
-  ::kill(pid, SIGKILL);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
-  ::close(fds[0]);
-  EXPECT_TRUE(got_there) << "the child never reached the handler (status " << status << ")";
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+  ForkedChild child([&](int ready_fd) {
+    asio::io_context io;
+    auto recorder = std::make_shared<idem::sqlite::AsyncSqliteRecorder>(db);
+    auto handler = make_handler(recorder, mode, effects, ready_fd);
+    idem::CollectingBusProxy proxy(kConsumer);
+    (void)idem::test::run(io, handler->handle_event(event, proxy));
+    return std::string("handle returned: it should have been killed first");
+  });
+  const bool got_there = child.wait_for_report(std::chrono::seconds(60));
+  child.kill(SIGKILL);
+  const ForkedChild::End end = child.wait();
+  EXPECT_TRUE(got_there) << "the child never reached the handler: " << end.problem();
+  EXPECT_TRUE(end.killed_by(SIGKILL)) << end.problem();
   return got_there;
 }
 

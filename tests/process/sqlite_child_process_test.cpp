@@ -2,10 +2,8 @@
 // differs from the parent's, a crash point's kill action ends the whole process with SIGKILL, and
 // a SQLite file that is read-only for a non-root user reads but refuses the first write.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <csignal>
 #include <filesystem>
 #include <string>
@@ -15,46 +13,33 @@
 #include "idem/event.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/testing/crash_points.hpp"
+#include "worker/child_process.hpp"
 
 namespace {
 
+using idem::test::ForkedChild;
 using idem::test::TempDir;
 
 TEST(NewEventId, ChildAfterForkDoesNotRepeatParent) {
   (void)idem::new_event_id();  // fill this thread's buffer before forking
-  int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
-  const pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    const std::string id = idem::new_event_id();
-    (void)!write(fds[1], id.data(), id.size());
-    _exit(0);
-  }
-  close(fds[1]);
+  ForkedChild child([] { return idem::new_event_id(); });
   const std::string parent_id = idem::new_event_id();
-  char buf[32];
-  ASSERT_EQ(read(fds[0], buf, sizeof buf), 32);
-  close(fds[0]);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  EXPECT_NE(std::string(buf, 32), parent_id);
+  const ForkedChild::End end = child.wait();
+  ASSERT_TRUE(end.exited_with(0)) << end.problem();
+  ASSERT_EQ(end.report.size(), 32u) << end.report;
+  EXPECT_NE(end.report, parent_id);
 }
 
 TEST(CrashPointFunction, KillEndsTheWholeProcessWithSigkill) {
   // fork() without exec is fine here: the child calls only crash_point() (kill + _Exit).
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  ForkedChild child([] {
     idem::testing::crash_point(idem::testing::CrashPoint::during_complete,
                                idem::testing::CrashPlan{idem::testing::CrashPoint::during_complete,
                                                         idem::testing::CrashAction::kill});
-    ::_exit(0);  // reached only if the kill did nothing
-  }
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "status " << status;
+    return std::string("the kill did nothing");
+  });
+  const ForkedChild::End end = child.wait();
+  EXPECT_TRUE(end.killed_by(SIGKILL)) << end.problem();
 }
 
 // The file itself is read-only for the process (chmod 0444). root may write anyway, so as root
@@ -67,42 +52,29 @@ TEST(SqliteRecorderBadInput, ReadOnlyFileReadsButFailsOnTheFirstWrite) {
   std::filesystem::permissions(path, std::filesystem::perms::owner_read |
                                          std::filesystem::perms::group_read |
                                          std::filesystem::perms::others_read);
-  int pipe_fds[2];
-  ASSERT_EQ(::pipe(pipe_fds), 0);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    ::close(pipe_fds[0]);
-    std::string report;
+  ForkedChild child([&path] {
     if (::geteuid() == 0 && (::setgid(65534) != 0 || ::setuid(65534) != 0)) {
-      report = "setuid failed";
-    } else {
-      try {
-        idem::sqlite::SqliteIdempotencyRecorder recorder(path);
-        report += recorder.is_processed("billing", "old") ? "read:ok;" : "read:missing;";
-        try {
-          recorder.mark_processed("billing", "new");
-          report += "write:succeeded;";
-        } catch (const idem::Error& e) {
-          report += "write:" + std::string(e.code_name()) + ";";
-        }
-        report += recorder.is_processed("billing", "new") ? "new:marked" : "new:absent";
-      } catch (const std::exception& e) {
-        report = std::string("open:") + e.what();
-      }
+      return std::string("setuid failed");
     }
-    (void)!::write(pipe_fds[1], report.data(), report.size());
-    ::_exit(0);
-  }
-  ::close(pipe_fds[1]);
-  std::string report;
-  char buffer[512];
-  for (ssize_t n; (n = ::read(pipe_fds[0], buffer, sizeof buffer)) > 0;) {
-    report.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(pipe_fds[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
+    std::string report;
+    try {
+      idem::sqlite::SqliteIdempotencyRecorder recorder(path);
+      report += recorder.is_processed("billing", "old") ? "read:ok;" : "read:missing;";
+      try {
+        recorder.mark_processed("billing", "new");
+        report += "write:succeeded;";
+      } catch (const idem::Error& e) {
+        report += "write:" + std::string(e.code_name()) + ";";
+      }
+      report += recorder.is_processed("billing", "new") ? "new:marked" : "new:absent";
+    } catch (const std::exception& e) {
+      report = std::string("open:") + e.what();
+    }
+    return report;
+  });
+  const ForkedChild::End end = child.wait();
+  ASSERT_TRUE(end.exited_with(0)) << end.problem();
+  const std::string& report = end.report;
   EXPECT_EQ(report, "read:ok;write:store_read_only;new:absent");
 }
 

@@ -2,7 +2,6 @@
 // a SQLite file filled through the library: their output, totals, exit codes and error
 // messages. Times are written with a ManualClock set relative to the real clock, because the
 // CLI decides ages and expiry with the system clock.
-#include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -19,14 +18,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "demo_cli.hpp"
 #include "idem/report.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "idem/testing/manual_clock.hpp"
-
-#ifndef IDEM_CLI
-#define IDEM_CLI ""
-#endif
 
 namespace {
 
@@ -49,7 +45,7 @@ std::string slurp(const fs::path& path) {
 class CliStoreCommands : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (std::string_view(IDEM_CLI).empty()) GTEST_SKIP() << "built without the idem CLI";
+    IDEM_REQUIRE_CLI();
     char pattern[] = "/tmp/idem-cli-test-XXXXXX";
     ASSERT_NE(::mkdtemp(pattern), nullptr);
     dir_ = pattern;
@@ -62,29 +58,19 @@ class CliStoreCommands : public ::testing::Test {
   }
 
   // Runs the CLI with `args`; stdout and stderr are captured separately (in files, so a large
-  // output can never block the child on a full pipe).
+  // output can never block the child on a full pipe: a /bin/sh wrapper redirects them).
   CliResult run(std::vector<std::string> args) {
     const fs::path out = dir_ / "stdout";
     const fs::path err = dir_ / "stderr";
-    std::vector<std::string> argv = {IDEM_CLI};
+    std::vector<std::string> argv = {
+        "/bin/sh",    "-c",    R"(o=$1 e=$2; shift 2; exec "$@" >"$o" 2>"$e")", "sh", out.string(),
+        err.string(), IDEM_CLI};
     argv.insert(argv.end(), args.begin(), args.end());
-    std::vector<char*> raw;
-    for (auto& a : argv)
-      raw.push_back(a.data());
-    raw.push_back(nullptr);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (out_fd < 0 || err_fd < 0 || ::dup2(out_fd, 1) < 0 || ::dup2(err_fd, 2) < 0) _exit(127);
-      ::execv(raw[0], raw.data());
-      _exit(127);
-    }
+    idem::test::ChildProcess child(argv);
+    child.close_stdin();
+    const int status = child.wait();
     CliResult result;
-    int status = 0;
-    if (pid > 0 && ::waitpid(pid, &status, 0) == pid && WIFEXITED(status)) {
-      result.code = WEXITSTATUS(status);
-    }
+    if (WIFEXITED(status)) result.code = WEXITSTATUS(status);
     result.out = slurp(out);
     result.err = slurp(err);
     return result;

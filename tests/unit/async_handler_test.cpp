@@ -1,6 +1,7 @@
 // AsyncIdempotentHandler over the in-memory recorder: the three modes' guarantees, batches,
 // cancellation mid-handle, many coroutines on one io_context and on two threads, and delivery
 // from the in-process Bus.
+#include "../async_test_support.hpp"
 #include "idem/async/handler.hpp"
 
 #include <gtest/gtest.h>
@@ -51,13 +52,7 @@ Event make_event(std::string id, std::string payload = "{}") {
   return e;
 }
 
-template <class T>
-T run(asio::io_context& io, Task<T> task) {
-  auto future = asio::co_spawn(io, std::move(task), asio::use_future);
-  io.restart();
-  io.run();
-  return future.get();
-}
+using idem::test::run;
 
 // Counts side effects per event id; can fail the first N runs, or wait on a timer.
 class Counting {

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "../async_test_support.hpp"
 #include "idem/async/recorder.hpp"
 #include "idem/async/store.hpp"
 #include "idem/error.hpp"
@@ -31,13 +32,7 @@ class CountingRecorder final : public idem::async::AsyncRecorder {
   }
 };
 
-template <class T>
-T run(asio::io_context& io, Task<T> task) {
-  auto future = asio::co_spawn(io, std::move(task), asio::use_future);
-  io.restart();
-  io.run();
-  return future.get();
-}
+using idem::test::run;
 
 TEST(AsyncRecorderContract, BadArgumentsNeverReachTheBackend) {
   asio::io_context io;

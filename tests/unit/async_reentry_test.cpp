@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "../async_test_support.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/async/resilient.hpp"
 #include "idem/error.hpp"
@@ -27,20 +28,10 @@ namespace {
 using namespace std::chrono_literals;
 using idem::async::Task;
 
-template <class T>
-T run(asio::io_context& io, Task<T> task) {
-  std::optional<T> value;
-  std::exception_ptr error;
-  asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, T v) {
-    error = e;
-    if (!e) value.emplace(std::move(v));
-  });
-  io.restart();
-  io.run_for(10s);  // a re-entry that waited for itself would stop here, not hang the suite
-  if (error) std::rethrow_exception(error);
-  if (!value) throw std::runtime_error("the call did not finish (it waited for itself?)");
-  return std::move(*value);
-}
+using idem::test::run;
+
+// A re-entry that waited for itself would stop after this, not hang the suite.
+constexpr auto kLimit = 10s;
 
 Task<void> nap(std::chrono::milliseconds duration) {
   asio::steady_timer timer(co_await asio::this_coro::executor, duration);
@@ -104,7 +95,7 @@ TEST(AsyncReentry, ANestedCallWithTheOwnersKeyIsAReentryErrorBeforeAndAfterAnAwa
          .idempotency_key = [](const std::string& key, int) { return key; },
          .idempotency_store = f.store});
     self = [&](std::string key, int depth) { return op(std::move(key), depth); };
-    const auto result = run(io, op("k", 0));
+    const auto result = run(io, op("k", 0), kLimit);
     EXPECT_EQ(result.value, 0);
     EXPECT_EQ(nested, Nested::reentry);
     EXPECT_EQ(executions.load(), 1) << "the nested call never ran, nor retried the owner";
@@ -137,7 +128,7 @@ TEST(AsyncReentry, AReentryFromATimedAttemptOrASpawnedCoroutineIsCaughtToo) {
          .idempotency_key = [](const std::string& key, int) { return key; },
          .idempotency_store = f.store});
     self = [&](std::string key, int depth) { return op(std::move(key), depth); };
-    EXPECT_EQ(run(io, op("k", 0)).value, 0);
+    EXPECT_EQ(run(io, op("k", 0), kLimit).value, 0);
     EXPECT_EQ(nested, Nested::reentry);
   }
 }
@@ -162,7 +153,7 @@ TEST(AsyncReentry, AReentryThroughAnotherKeyIsCaught) {
        .idempotency_key = [](const std::string& key, int) { return key; },
        .idempotency_store = f.store});
   self = [&](std::string key, int depth) { return op(std::move(key), depth); };
-  EXPECT_EQ(run(io, op("a", 0)).value, 0);
+  EXPECT_EQ(run(io, op("a", 0), kLimit).value, 0);
   EXPECT_EQ(nested, Nested::reentry);
 }
 
@@ -192,7 +183,7 @@ TEST(AsyncReentry, OtherKeysInsideAnOwnerAndOtherCallersOfItsKeyAreNotReentries)
     joiner_status = r.report.metadata.at("idempotency_status");
   };
   asio::co_spawn(io, joiner(), asio::detached);
-  EXPECT_EQ(run(io, op("outer", 7)).value, 7);
+  EXPECT_EQ(run(io, op("outer", 7), kLimit).value, 7);
   EXPECT_EQ(inner, Nested::value);
   EXPECT_EQ(joiner_status, std::optional<std::string>("joined"));
   EXPECT_EQ(executions.load(), 2) << "outer once, inner once";

@@ -315,6 +315,25 @@ TEST(OpenRedis, BadUrlsNameTheWrongPartAndNeverThePassword) {
   }
 }
 
+// A Redis URL's durations are those of every other scheme: the same grammar, the same bound,
+// the same words when one is wrong.
+TEST(OpenRedis, DurationsTakeTheGrammarOfEveryUrl) {
+  // Parsed and accepted: opening reaches the connect (port 1 on the loopback refuses it).
+  for (const char* url : {"redis://127.0.0.1:1/0?connect_timeout=500ms&command_timeout=2s&"
+                          "wait_timeout=0ms&marker_ttl=7d&expiry_slack=1h",
+                          "redis://127.0.0.1:1/0?connect_timeout_ms=500"}) {
+    const Thrown t = thrown_by([&] { return open_recorder(url); });
+    EXPECT_TRUE(t.store_error) << url << ": " << t.message;
+  }
+  expect_bad_url("redis://localhost/0?connect_timeout=500", {"'connect_timeout'", "no unit"});
+  expect_bad_url("redis://localhost/0?marker_ttl=-1h", {"'marker_ttl'", "negative"});
+  expect_bad_url("redis://localhost/0?expiry_slack=1001d", {"'expiry_slack'", "1000d"});
+  expect_bad_url("sqlite:///tmp/x.db?busy_timeout=1001d", {"'busy_timeout'", "1000d"});
+  expect_bad_url("redis://localhost/0?wait_timeout=1s&wait_timeout_ms=1000",
+                 {"wait_timeout", "one way only"});
+  expect_bad_url("redis://localhost/0?wait_timeout=1s&wait_timeout=2s", {"given twice"});
+}
+
 TEST(OpenRedis, AnUnreachableServerIsARetryableStoreError) {
   // Port 1 on the loopback: nothing listens, the connection is refused at once.
   for (const char* url : {"redis://127.0.0.1:1/0?connect_timeout_ms=500", "redis://[::1]:1/0"}) {

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <string>
 
 #include "../free_port.hpp"
@@ -146,6 +147,71 @@ TEST(RedisOptions, BadUrlsNameTheirPart) {
   expect_config_error("redis://[::1", "']'");
   expect_config_error("redis://[::1]x", "after the host");
   expect_config_error("redis://h?prefix=a%0Ab", "key_prefix");  // a control character
+}
+
+// The durations take the grammar of every idem URL (idem/duration.hpp); the older _ms names stay
+// as aliases in bare milliseconds.
+TEST(RedisOptions, DurationsTakeTheUrlGrammar) {
+  const auto options = RedisOptions::from_url(
+      "redis://h?connect_timeout=250ms&command_timeout=3s&wait_timeout=0ms&marker_ttl=7d&"
+      "expiry_slack=15m");
+  EXPECT_EQ(options.connect_timeout, 250ms);
+  EXPECT_EQ(options.command_timeout, 3s);
+  EXPECT_EQ(options.wait_timeout, 0ms);
+  EXPECT_EQ(options.marker_ttl, std::optional<std::chrono::milliseconds>(7 * 24h));
+  EXPECT_EQ(options.expiry_slack, 15min);
+  EXPECT_EQ(RedisOptions::from_url("redis://h?marker_ttl=12h").marker_ttl,
+            std::optional<std::chrono::milliseconds>(12h));
+  EXPECT_EQ(RedisOptions::from_url("redis://h?expiry_slack=1000d").expiry_slack, 1000 * 24h);
+  // Percent-decoded like every value.
+  EXPECT_EQ(RedisOptions::from_url("redis://h?command_timeout=5%73").command_timeout, 5s);
+}
+
+TEST(RedisOptions, MillisecondAliasesKeepTheirMeaning) {
+  const auto options = RedisOptions::from_url(
+      "redis://h?connect_timeout_ms=250&command_timeout_ms=3000&wait_timeout_ms=0&"
+      "marker_ttl_ms=604800000&expiry_slack_ms=900000");
+  EXPECT_EQ(options.connect_timeout, 250ms);
+  EXPECT_EQ(options.command_timeout, 3s);
+  EXPECT_EQ(options.wait_timeout, 0ms);
+  EXPECT_EQ(options.marker_ttl, std::optional<std::chrono::milliseconds>(7 * 24h));
+  EXPECT_EQ(options.expiry_slack, 15min);
+  // An alias takes a bare number, not a duration.
+  expect_config_error("redis://h?connect_timeout_ms=1s", "parameter 'connect_timeout_ms'");
+  expect_config_error("redis://h?marker_ttl_ms=7d", "non-negative integer");
+}
+
+TEST(RedisOptions, OneSettingIsGivenOnce) {
+  for (const char* setting :
+       {"connect_timeout", "command_timeout", "wait_timeout", "marker_ttl", "expiry_slack"}) {
+    const std::string name(setting);
+    // Both spellings, in either order.
+    expect_config_error("redis://h?" + name + "=1s&" + name + "_ms=1000", "one way only");
+    expect_config_error("redis://h?" + name + "_ms=1000&" + name + "=1s",
+                        "'" + name + "_ms' and '" + name + "'");
+    // One spelling twice.
+    expect_config_error("redis://h?" + name + "=1s&" + name + "=2s",
+                        "parameter '" + name + "' is given twice");
+    expect_config_error("redis://h?" + name + "_ms=1&" + name + "_ms=2", "given twice");
+  }
+  expect_config_error("redis://h?prefix=a:&pool_size=2&prefix=b:", "'prefix' is given twice");
+  // Other parameters that merely end in _ms are not aliases.
+  expect_config_error("redis://h?scan_count_ms=5", "unknown parameter 'scan_count_ms'");
+}
+
+TEST(RedisOptions, BadDurationsNameTheirParameter) {
+  expect_config_error("redis://h?connect_timeout=500", "no unit");
+  expect_config_error("redis://h?connect_timeout=500", "parameter 'connect_timeout'");
+  expect_config_error("redis://h?command_timeout=-5s", "negative");
+  expect_config_error("redis://h?wait_timeout=1.5s", "unknown unit");
+  expect_config_error("redis://h?wait_timeout=5sec", "unknown unit");
+  expect_config_error("redis://h?marker_ttl=", "is empty");
+  expect_config_error("redis://h?expiry_slack=1001d", "1000d");
+  expect_config_error("redis://h?expiry_slack=99999999999999999999d", "too large");
+  // In range for the grammar, out of range for the field.
+  expect_config_error("redis://h?connect_timeout=0ms", "connect_timeout must be > 0");
+  expect_config_error("redis://h?command_timeout=0s", "command_timeout must be > 0");
+  expect_config_error("redis://h?marker_ttl=0d", "marker_ttl must be > 0");
 }
 
 TEST(RedisOptions, PasswordsNeverAppearInMessages) {

@@ -2,6 +2,7 @@
 // call completes (and shared with blocking users), concurrency, cancellation of a queued mark
 // versus one already in the writer, the transactional and exclusive async handlers, and
 // AsyncSqliteStore.
+#include "../async_test_support.hpp"
 #include "idem/sqlite/async_recorder.hpp"
 
 #include <gtest/gtest.h>
@@ -68,13 +69,7 @@ class ThreadRecordingClock final : public idem::Clock {
   mutable std::set<std::thread::id> threads_;
 };
 
-template <class T>
-T run(asio::io_context& io, Task<T> task) {
-  auto future = asio::co_spawn(io, std::move(task), asio::use_future);
-  io.restart();
-  io.run();
-  return future.get();
-}
+using idem::test::run;
 
 TEST(AsyncSqliteRecorder, NeverTouchesSqliteOnTheLoopThread) {
   idem::test::TempDir dir;

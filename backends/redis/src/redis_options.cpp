@@ -1,13 +1,16 @@
 #include "idem/redis/redis_options.hpp"
 
 #include <algorithm>
+#include <array>
 #include <charconv>
 #include <limits>
 #include <string>
 #include <system_error>
 #include <type_traits>
+#include <vector>
 
 #include "idem/detail/secret.hpp"
+#include "idem/duration.hpp"
 #include "idem/error.hpp"
 
 namespace idem::redis {
@@ -113,26 +116,68 @@ bool apply_tls_parameter(RedisOptions& options, std::string_view name, const std
   return true;
 }
 
+// The settings that are durations. Each takes the duration grammar of every idem URL
+// (idem/duration.hpp: 500ms, 30s, 15m, 12h, 7d; at most 1000d) under its own name, and bare
+// milliseconds under the older alias <name>_ms.
+constexpr std::array<std::string_view, 5> kDurationSettings{
+    "connect_timeout", "command_timeout", "wait_timeout", "marker_ttl", "expiry_slack"};
+
+// The setting a parameter name sets: a duration's _ms alias names its duration, any other name
+// itself. Two parameters that set one setting are an error.
+std::string_view setting_of(std::string_view name) {
+  constexpr std::string_view kMs = "_ms";
+  if (name.size() > kMs.size() && name.substr(name.size() - kMs.size()) == kMs) {
+    const std::string_view setting = name.substr(0, name.size() - kMs.size());
+    if (std::find(kDurationSettings.begin(), kDurationSettings.end(), setting) !=
+        kDurationSettings.end()) {
+      return setting;
+    }
+  }
+  return name;
+}
+
+// connect_timeout, command_timeout, wait_timeout, marker_ttl, expiry_slack and their _ms
+// aliases; false when `name` is none of them.
+bool apply_duration_parameter(RedisOptions& options, std::string_view name,
+                              const std::string& value, const std::string& part) {
+  const std::string_view setting = setting_of(name);
+  if (std::find(kDurationSettings.begin(), kDurationSettings.end(), setting) ==
+      kDurationSettings.end()) {
+    return false;
+  }
+  std::chrono::milliseconds duration{};
+  if (setting != name) {
+    duration = std::chrono::milliseconds(parse_number<long long>(value, part));
+  } else {
+    const ::idem::detail::UrlDuration parsed = ::idem::detail::url_duration(value);
+    if (!parsed.problem.empty()) bad_url(part + ": " + parsed.problem);
+    duration = parsed.value;
+  }
+  if (setting == "connect_timeout") {
+    options.connect_timeout = duration;
+  } else if (setting == "command_timeout") {
+    options.command_timeout = duration;
+  } else if (setting == "wait_timeout") {
+    options.wait_timeout = duration;
+  } else if (setting == "marker_ttl") {
+    options.marker_ttl = duration;
+  } else {
+    options.expiry_slack = duration;
+  }
+  return true;
+}
+
 void apply_parameter(RedisOptions& options, std::string_view name, std::string_view raw) {
   const std::string part = "parameter '" + std::string(name) + "'";
   const std::string value = percent_decode(raw, part);
   if (apply_tls_parameter(options, name, value, part)) return;
+  if (apply_duration_parameter(options, name, value, part)) return;
   if (name == "prefix") {
     options.key_prefix = value;
   } else if (name == "pool_size") {
     options.pool_size = parse_number<std::size_t>(value, part);
   } else if (name == "async_connections") {
     options.async_connections = parse_number<std::size_t>(value, part);
-  } else if (name == "connect_timeout_ms") {
-    options.connect_timeout = std::chrono::milliseconds(parse_number<long long>(value, part));
-  } else if (name == "command_timeout_ms") {
-    options.command_timeout = std::chrono::milliseconds(parse_number<long long>(value, part));
-  } else if (name == "wait_timeout_ms") {
-    options.wait_timeout = std::chrono::milliseconds(parse_number<long long>(value, part));
-  } else if (name == "marker_ttl_ms") {
-    options.marker_ttl = std::chrono::milliseconds(parse_number<long long>(value, part));
-  } else if (name == "expiry_slack_ms") {
-    options.expiry_slack = std::chrono::milliseconds(parse_number<long long>(value, part));
   } else if (name == "scan_count") {
     options.scan_count = parse_number<std::size_t>(value, part);
   } else if (name == "password_file" || name == "password_env") {
@@ -146,9 +191,10 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
                            : ::idem::detail::read_secret_env("RedisOptions password_env", value);
   } else {
     bad_url("unknown parameter '" + std::string(name) +
-            "' (known: prefix, pool_size, async_connections, connect_timeout_ms, "
-            "command_timeout_ms, wait_timeout_ms, marker_ttl_ms, expiry_slack_ms, scan_count, "
-            "password_file, password_env; with rediss://: tls_ca_file, tls_ca_dir, "
+            "' (known: prefix, pool_size, async_connections, connect_timeout, "
+            "command_timeout, wait_timeout, marker_ttl, expiry_slack (each also as _ms in "
+            "milliseconds), scan_count, password_file, password_env; with rediss://: "
+            "tls_ca_file, tls_ca_dir, "
             "tls_cert_file, tls_key_file, tls_key_password_file, tls_key_password_env, "
             "tls_server_name, tls_verify)");
   }
@@ -240,6 +286,7 @@ RedisOptions RedisOptions::from_url(std::string_view url) {
   }
   if (query.find('#') != std::string_view::npos) bad_url("fragments (#...) are not allowed");
 
+  std::vector<std::string_view> given;  // the names so far
   while (!query.empty()) {
     const std::size_t amp = query.find('&');
     const std::string_view pair = query.substr(0, amp);
@@ -249,7 +296,16 @@ RedisOptions RedisOptions::from_url(std::string_view url) {
     if (eq == std::string_view::npos) {
       bad_url("parameter '" + std::string(pair) + "' has no value (expected name=value)");
     }
-    apply_parameter(options, pair.substr(0, eq), pair.substr(eq + 1));
+    const std::string_view name = pair.substr(0, eq);
+    for (const std::string_view earlier : given) {
+      if (earlier == name) bad_url("parameter '" + std::string(name) + "' is given twice");
+      if (setting_of(earlier) == setting_of(name)) {
+        bad_url("give " + std::string(setting_of(name)) + " one way only: '" +
+                std::string(earlier) + "' and '" + std::string(name) + "' are both given");
+      }
+    }
+    given.push_back(name);
+    apply_parameter(options, name, pair.substr(eq + 1));
   }
   options.validate();
   return options;

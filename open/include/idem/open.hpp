@@ -36,6 +36,7 @@
 #include <string_view>
 
 #include "idem/clock.hpp"
+#include "idem/duration.hpp"  // parse_duration: the durations of every URL
 #include "idem/idempotency_store.hpp"
 #include "idem/recorder.hpp"
 
@@ -59,10 +60,5 @@ std::shared_ptr<IdempotencyStore> open_store(std::string_view url, const OpenOpt
 // characters are shown as \xNN and text past 256 characters is cut ("..."), so the result is
 // safe to print and log. Never throws for any input.
 std::string redact_url(std::string_view url);
-
-// A duration written as a non-negative whole number and a unit: "500ms", "30s", "15m", "12h",
-// "7d". Throws ConfigError for anything else (no unit, an unknown unit, a sign, spaces, a
-// fraction, or a value beyond std::chrono::milliseconds' range).
-std::chrono::milliseconds parse_duration(std::string_view text);
 
 }  // namespace idem

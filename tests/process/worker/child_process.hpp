@@ -1,18 +1,33 @@
+// The two ways a test runs a child process; every test uses one of them.
+//
 // ChildProcess: runs idem_test_worker (or any program) with pipes to its stdin and stdout, for
 // the multi-process tests. fork+exec, so the child is a fresh process even when the test has
 // threads (ThreadSanitizer-safe). The destructor SIGKILLs and reaps a child still running.
 //
-// Thread-safety: use one ChildProcess from one thread.
+// ForkedChild: a copy of this process made with fork() and no exec, for what needs the copy
+// itself: a process that has used idem (the fork tests), a handler killed by SIGKILL in the
+// middle, a child that gives up root. Its body runs in the child, writes what it has to say
+// through a pipe, and the child _exits without the parent's static destructors. wait() reads
+// that report and reaps the child within a bound, SIGKILLing one that is still there, so a hang
+// fails the test instead of hanging it. In a process with threads the child has only the
+// forking thread: the body must not need the others (that is what the fork tests check).
+//
+// Thread-safety: use one ChildProcess or ForkedChild from one thread.
 #pragma once
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace idem::test {
@@ -105,6 +120,162 @@ class ChildProcess {
   pid_t pid_ = -1;
   int stdin_ = -1;
   int stdout_ = -1;
+  int status_ = 0;
+  bool reaped_ = false;
+};
+
+class ForkedChild {
+ public:
+  // How the child ended: what it wrote, and how it exited.
+  struct End {
+    std::string report;
+    int status = 0;          // the raw waitpid status
+    bool timed_out = false;  // still running at the bound: killed with SIGKILL
+
+    bool exited_with(int code) const {
+      return !timed_out && WIFEXITED(status) && WEXITSTATUS(status) == code;
+    }
+    bool killed_by(int signal) const {
+      return !timed_out && WIFSIGNALED(status) && WTERMSIG(status) == signal;
+    }
+    // "" when the child exited with status 0 and reported nothing; else what happened, in words.
+    std::string problem() const {
+      if (timed_out) return "the child did not exit in time (killed); its report: '" + report + "'";
+      if (WIFSIGNALED(status)) {
+        return "the child was killed by signal " + std::to_string(WTERMSIG(status)) +
+               "; its report: '" + report + "'";
+      }
+      if (!exited_with(0) || !report.empty()) {
+        return "the child exited with status " + std::to_string(WEXITSTATUS(status)) + ": " +
+               report;
+      }
+      return "";
+    }
+  };
+
+  // Forks; the child runs `body` — a callable taking nothing or the pipe's write end (an int, for
+  // a body that reports before it is done), returning its report (std::string) or nothing —
+  // writes the report, and _exits with 0 (2 when the body threw; its report then says what).
+  template <class Body>
+  explicit ForkedChild(Body&& body) {
+    int fds[2];
+    if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    pid_ = ::fork();
+    if (pid_ < 0) throw std::runtime_error("fork failed");
+    if (pid_ == 0) {
+      ::close(fds[0]);
+      std::string report;
+      int code = 0;
+      try {
+        if constexpr (std::is_invocable_v<Body&, int>) {
+          report = result_of([&] { return body(fds[1]); });
+        } else {
+          report = result_of([&] { return body(); });
+        }
+      } catch (const std::exception& e) {
+        report = std::string("the child threw: ") + e.what();
+        code = 2;
+      } catch (...) {
+        report = "the child threw";
+        code = 2;
+      }
+      write_all(fds[1], report);
+      ::_exit(code);
+    }
+    ::close(fds[1]);
+    report_ = fds[0];
+  }
+  ForkedChild(const ForkedChild&) = delete;
+  ForkedChild& operator=(const ForkedChild&) = delete;
+  ~ForkedChild() {
+    if (pid_ > 0 && !reaped_) {
+      ::kill(pid_, SIGKILL);
+      while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
+      }
+    }
+    if (report_ >= 0) ::close(report_);
+  }
+
+  pid_t pid() const { return pid_; }
+  void kill(int signal) { ::kill(pid_, signal); }
+
+  // Waits up to `bound` for the child to write (or to close its pipe); true when it wrote.
+  bool wait_for_report(std::chrono::milliseconds bound) {
+    pollfd fd{report_, POLLIN, 0};
+    for (;;) {
+      const int ready = ::poll(&fd, 1, static_cast<int>(bound.count()));
+      if (ready < 0 && errno == EINTR) continue;
+      return ready == 1 && (fd.revents & POLLIN) != 0;
+    }
+  }
+
+  // Reads the report until the child closes its pipe, then reaps it; a child still there after
+  // `bound` is killed with SIGKILL (End::timed_out).
+  End wait(std::chrono::milliseconds bound = std::chrono::seconds(60)) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
+    const auto remaining_ms = [&] {
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          deadline - std::chrono::steady_clock::now());
+      return static_cast<int>(std::max<std::chrono::milliseconds::rep>(0, left.count()));
+    };
+    End end;
+    bool eof = false;
+    while (!eof && remaining_ms() > 0) {
+      pollfd fd{report_, POLLIN, 0};
+      const int ready = ::poll(&fd, 1, remaining_ms());
+      if (ready < 0 && errno == EINTR) continue;
+      if (ready <= 0) break;
+      char buffer[1024];
+      const ssize_t n = ::read(report_, buffer, sizeof buffer);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) {
+        eof = true;
+      } else {
+        end.report.append(buffer, static_cast<std::size_t>(n));
+      }
+    }
+    // Reap it: it closed its end, so it is exiting; wait for that, bounded by the deadline.
+    for (;;) {
+      const pid_t reaped = ::waitpid(pid_, &status_, WNOHANG);
+      if (reaped == pid_) break;
+      if (reaped < 0 && errno != EINTR) throw std::runtime_error("waitpid failed");
+      if (remaining_ms() == 0) {
+        ::kill(pid_, SIGKILL);
+        while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
+        }
+        end.timed_out = true;
+        break;
+      }
+      pollfd none{-1, 0, 0};
+      (void)::poll(&none, 1, std::min(remaining_ms(), 10));
+    }
+    reaped_ = true;
+    end.status = status_;
+    return end;
+  }
+
+ private:
+  template <class Call>
+  static std::string result_of(Call&& call) {
+    if constexpr (std::is_void_v<decltype(call())>) {
+      call();
+      return {};
+    } else {
+      return std::string(call());
+    }
+  }
+
+  static void write_all(int fd, const std::string& text) {
+    for (std::size_t done = 0; done < text.size();) {
+      const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return;
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  pid_t pid_ = -1;
+  int report_ = -1;
   int status_ = 0;
   bool reaped_ = false;
 };

@@ -48,80 +48,16 @@
 #endif
 #if __has_include("idem/postgres/postgres_transaction.hpp")
 #include "idem/postgres/postgres_transaction.hpp"
+#include "worker_support.hpp"
 #define IDEM_CRASH_WORKER_POSTGRES 1
 #endif
 
 namespace {
 
+using namespace idem::test::worker;
+
 using idem::testing::CrashPlan;
 using idem::testing::CrashPoint;
-
-struct Usage : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-using Args = std::map<std::string, std::string>;
-
-Args parse(int argc, char** argv) {
-  Args args;
-  for (int i = 2; i < argc; ++i) {
-    const std::string key = argv[i];
-    if (key.rfind("--", 0) != 0) throw Usage("unexpected argument " + key);
-    if (i + 1 >= argc) throw Usage("missing value for " + key);
-    args[key] = argv[++i];
-  }
-  return args;
-}
-
-std::string required(const Args& args, const std::string& key) {
-  const auto it = args.find(key);
-  if (it == args.end()) throw Usage("missing " + key);
-  return it->second;
-}
-
-std::string optional(const Args& args, const std::string& key, std::string fallback) {
-  const auto it = args.find(key);
-  return it == args.end() ? fallback : it->second;
-}
-
-// The system clock, its wall time moved `ahead`.
-class AheadClock final : public idem::Clock {
- public:
-  explicit AheadClock(std::chrono::milliseconds ahead) : ahead_(ahead) {}
-  idem::WallTime wall_now() const override { return std::chrono::system_clock::now() + ahead_; }
-  idem::SteadyTime steady_now() const override { return std::chrono::steady_clock::now(); }
-  bool sleep_for(std::chrono::nanoseconds duration, std::stop_token stop) override {
-    return system_.sleep_for(duration, stop);
-  }
-
- private:
-  std::chrono::milliseconds ahead_;
-  idem::SystemClock system_;
-};
-
-// One line per side effect, durable before the handler goes on: O_APPEND writes land whole, and
-// fsync puts the line on disk before a crash point can kill the process.
-class EffectsFile {
- public:
-  explicit EffectsFile(const std::string& path)
-      : fd_(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) throw std::runtime_error("cannot open effects file " + path);
-  }
-  EffectsFile(const EffectsFile&) = delete;
-  EffectsFile& operator=(const EffectsFile&) = delete;
-  ~EffectsFile() { ::close(fd_); }
-
-  void append(const std::string& line) const {
-    const std::string text = line + "\n";
-    if (::write(fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size()) ||
-        ::fsync(fd_) != 0) {
-      throw std::runtime_error("could not append to the effects file");
-    }
-  }
-
- private:
-  int fd_;
-};
 
 idem::OpenOptions open_options(const Args& args) {
   idem::OpenOptions options;
@@ -166,7 +102,7 @@ int consume(const Args& args, const CrashPlan& plan) {
   if (mode == idem::HandlerMode::transactional && table.empty()) {
     throw Usage("transactional mode needs --table");
   }
-  EffectsFile effects(required(args, "--effects"));
+  EffectsFile effects(required(args, "--effects"), /*fsync=*/true);
   auto recorder = std::make_shared<idem::testing::CrashingRecorder>(
       idem::open_recorder(required(args, "--url"), open_options(args)), plan);
   idem::HandlerOptions options;
@@ -201,7 +137,7 @@ int consume(const Args& args, const CrashPlan& plan) {
 using Operation = std::string(const std::string&);
 
 int operate(const Args& args, const CrashPlan& plan) {
-  EffectsFile effects(required(args, "--effects"));
+  EffectsFile effects(required(args, "--effects"), /*fsync=*/true);
   const auto clock = open_options(args).clock;
   auto store = std::make_shared<idem::testing::CrashingStore>(
       idem::open_store(required(args, "--url"), idem::OpenOptions{clock}), plan);
@@ -237,19 +173,11 @@ int operate(const Args& args, const CrashPlan& plan) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    if (argc < 2) throw Usage("missing command");
-    const std::string command = argv[1];
-    const Args args = parse(argc, argv);
-    const CrashPlan plan = CrashPlan::from_env();
-    if (command == "consume") return consume(args, plan);
-    if (command == "operate") return operate(args, plan);
-    throw Usage("unknown command " + command);
-  } catch (const Usage& e) {
-    std::cerr << "idem_test_crash_worker: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "idem_test_crash_worker: " << e.what() << "\n";
-    return 3;
-  }
+  return worker_main("idem_test_crash_worker", argc, argv, 1,
+                     [](const std::string& command, const Args& args) -> int {
+                       const CrashPlan plan = CrashPlan::from_env();
+                       if (command == "consume") return consume(args, plan);
+                       if (command == "operate") return operate(args, plan);
+                       throw Usage("unknown command " + command);
+                     });
 }

@@ -51,99 +51,22 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/resilient.hpp"
+#include "worker_support.hpp"
 
 namespace {
 
-struct Usage : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-using Args = std::map<std::string, std::string>;
-
-Args parse(int argc, char** argv) {
-  Args args;
-  for (int i = 2; i < argc; ++i) {
-    const std::string key = argv[i];
-    if (key.rfind("--", 0) != 0) throw Usage("unexpected argument " + key);
-    if (key == "--wait-go") {
-      args[key] = "1";
-    } else if (i + 1 < argc) {
-      args[key] = argv[++i];
-    } else {
-      throw Usage("missing value for " + key);
-    }
-  }
-  return args;
-}
-
-std::string required(const Args& args, const std::string& key) {
-  const auto it = args.find(key);
-  if (it == args.end()) throw Usage("missing " + key);
-  return it->second;
-}
-
-std::string optional(const Args& args, const std::string& key, std::string fallback) {
-  const auto it = args.find(key);
-  return it == args.end() ? fallback : it->second;
-}
-
-// The system clock, its wall time moved `offset` ahead.
-class OffsetClock final : public idem::Clock {
- public:
-  explicit OffsetClock(std::chrono::milliseconds offset) : offset_(offset) {}
-  idem::WallTime wall_now() const override { return std::chrono::system_clock::now() + offset_; }
-  idem::SteadyTime steady_now() const override { return std::chrono::steady_clock::now(); }
-  bool sleep_for(std::chrono::nanoseconds duration, std::stop_token stop) override {
-    return system_.sleep_for(duration, stop);
-  }
-
- private:
-  std::chrono::milliseconds offset_;
-  idem::SystemClock system_;
-};
-
-// Appends whole lines with O_APPEND: each write() lands in one piece even with several
-// processes appending to the same file, and survives the process being killed right after.
-class EffectsFile {
- public:
-  explicit EffectsFile(const std::string& path)
-      : fd_(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) throw std::runtime_error("cannot open effects file " + path);
-  }
-  EffectsFile(const EffectsFile&) = delete;
-  EffectsFile& operator=(const EffectsFile&) = delete;
-  ~EffectsFile() { ::close(fd_); }
-
-  void append(const std::string& line) const {
-    const std::string text = line + "\n";
-    if (::write(fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-      throw std::runtime_error("short write to the effects file");
-    }
-  }
-
- private:
-  int fd_;
-};
+using namespace idem::test::worker;
 
 idem::redis::RedisOptions redis_options(const Args& args) {
   auto options = idem::redis::RedisOptions::from_url(required(args, "--url"));
   options.key_prefix = required(args, "--prefix");
-  options.clock = std::make_shared<OffsetClock>(
+  options.clock = std::make_shared<AheadClock>(
       std::chrono::milliseconds(std::stoll(optional(args, "--clock-offset-ms", "0"))));
   return options;
 }
 
 std::chrono::milliseconds lease_of(const Args& args) {
   return std::chrono::milliseconds(std::stoll(optional(args, "--lease-ms", "30000")));
-}
-
-std::deque<std::string> read_lines(const std::string& path) {
-  std::deque<std::string> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    if (!line.empty()) lines.push_back(line);
-  }
-  return lines;
 }
 
 bool wait_go(const Args& args) {
@@ -159,13 +82,6 @@ void block_until_killed() {
   while (::read(STDIN_FILENO, &byte, 1) > 0) {
   }
   throw std::runtime_error("the test closed stdin instead of killing the worker");
-}
-
-idem::Event event_with_id(const std::string& id) {
-  idem::Event event;
-  event.id = id;
-  event.type = "test.event";
-  return event;
 }
 
 // ---- recorder -------------------------------------------------------------------------------
@@ -302,20 +218,12 @@ int hang_key(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    if (argc < 2) throw Usage("missing command");
-    const std::string command = argv[1];
-    const Args args = parse(argc, argv);
-    if (command == "consume") return consume(args);
-    if (command == "hang") return hang(args);
-    if (command == "run-keys") return run_keys(args);
-    if (command == "hang-key") return hang_key(args);
-    throw Usage("unknown command " + command);
-  } catch (const Usage& e) {
-    std::cerr << "idem_test_redis_worker: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "idem_test_redis_worker: " << e.what() << "\n";
-    return 3;
-  }
+  return worker_main("idem_test_redis_worker", argc, argv, 1,
+                     [](const std::string& command, const Args& args) -> int {
+                       if (command == "consume") return consume(args);
+                       if (command == "hang") return hang(args);
+                       if (command == "run-keys") return run_keys(args);
+                       if (command == "hang-key") return hang_key(args);
+                       throw Usage("unknown command " + command);
+                     });
 }

@@ -47,72 +47,11 @@
 #include "idem/resilient.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "idem/wrapper.hpp"
+#include "worker_support.hpp"
 
 namespace {
 
-struct Usage : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-using Args = std::map<std::string, std::string>;
-
-Args parse(int argc, char** argv) {
-  Args args;
-  for (int i = 2; i < argc; ++i) {
-    const std::string key = argv[i];
-    if (key.rfind("--", 0) != 0) throw Usage("unexpected argument " + key);
-    if (key == "--wait-go" || key == "--hold") {
-      args[key] = "1";
-    } else if (i + 1 < argc) {
-      args[key] = argv[++i];
-    } else {
-      throw Usage("missing value for " + key);
-    }
-  }
-  return args;
-}
-
-std::string required(const Args& args, const std::string& key) {
-  const auto it = args.find(key);
-  if (it == args.end()) throw Usage("missing " + key);
-  return it->second;
-}
-
-std::string optional(const Args& args, const std::string& key, std::string fallback) {
-  const auto it = args.find(key);
-  return it == args.end() ? fallback : it->second;
-}
-
-std::chrono::milliseconds millis(const Args& args, const std::string& key, long fallback) {
-  return std::chrono::milliseconds(std::stol(optional(args, key, std::to_string(fallback))));
-}
-
-void say(const std::string& line) {
-  std::cout << line << std::endl;  // flushed: the test reads it through a pipe
-}
-
-// Appends whole lines with O_APPEND: each write() lands in one piece even with several processes
-// appending to the same file, and survives the process being killed right after.
-class EffectsFile {
- public:
-  explicit EffectsFile(const std::string& path)
-      : fd_(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) throw std::runtime_error("cannot open effects file " + path);
-  }
-  EffectsFile(const EffectsFile&) = delete;
-  EffectsFile& operator=(const EffectsFile&) = delete;
-  ~EffectsFile() { ::close(fd_); }
-
-  void append(const std::string& key) const {
-    const std::string line = key + " " + std::to_string(::getpid()) + "\n";
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      throw std::runtime_error("short write to the effects file");
-    }
-  }
-
- private:
-  int fd_;
-};
+using namespace idem::test::worker;
 
 // Forwards to the SQLite store and counts the calls that waited for another process's owner;
 // with `announce`, says "waiting" the first time, so a test knows this process waits.
@@ -286,19 +225,11 @@ int claim(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    if (argc < 2) throw Usage("missing command");
-    const std::string command = argv[1];
-    const auto args = parse(argc, argv);
-    if (command == "run") return run(args);
-    if (command == "call") return call(args);
-    if (command == "claim") return claim(args);
-    throw Usage("unknown command " + command);
-  } catch (const Usage& e) {
-    std::cerr << "idem_test_sqlite_store_worker: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "idem_test_sqlite_store_worker: " << e.what() << "\n";
-    return 3;
-  }
+  return worker_main("idem_test_sqlite_store_worker", argc, argv, 1,
+                     [](const std::string& command, const Args& args) -> int {
+                       if (command == "run") return run(args);
+                       if (command == "call") return call(args);
+                       if (command == "claim") return claim(args);
+                       throw Usage("unknown command " + command);
+                     });
 }

@@ -39,63 +39,11 @@
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
+#include "worker_support.hpp"
 
 namespace {
 
-struct Usage : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-std::map<std::string, std::string> parse(int argc, char** argv) {
-  std::map<std::string, std::string> args;
-  for (int i = 2; i < argc; ++i) {
-    const std::string key = argv[i];
-    if (key.rfind("--", 0) != 0) throw Usage("unexpected argument " + key);
-    if (key == "--wait-go") {
-      args[key] = "1";
-    } else if (i + 1 < argc) {
-      args[key] = argv[++i];
-    } else {
-      throw Usage("missing value for " + key);
-    }
-  }
-  return args;
-}
-
-std::string required(const std::map<std::string, std::string>& args, const std::string& key) {
-  const auto it = args.find(key);
-  if (it == args.end()) throw Usage("missing " + key);
-  return it->second;
-}
-
-std::string optional(const std::map<std::string, std::string>& args, const std::string& key,
-                     std::string fallback = {}) {
-  const auto it = args.find(key);
-  return it == args.end() ? fallback : it->second;
-}
-
-// Appends whole lines with O_APPEND: each write() lands in one piece even with several
-// processes appending to the same file, and survives the process being killed right after.
-class EffectsFile {
- public:
-  explicit EffectsFile(const std::string& path)
-      : fd_(::open(path.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644)) {
-    if (fd_ < 0) throw std::runtime_error("cannot open effects file " + path);
-  }
-  EffectsFile(const EffectsFile&) = delete;
-  EffectsFile& operator=(const EffectsFile&) = delete;
-  ~EffectsFile() { ::close(fd_); }
-
-  void append(const std::string& id) const {
-    const std::string line = id + "\n";
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      throw std::runtime_error("short write to the effects file");
-    }
-  }
-
- private:
-  int fd_;
-};
+using namespace idem::test::worker;
 
 struct Setup {
   std::shared_ptr<idem::sqlite::SqliteIdempotencyRecorder> recorder;
@@ -105,7 +53,7 @@ struct Setup {
   std::unique_ptr<EffectsFile> effects;
 };
 
-Setup make_setup(const std::map<std::string, std::string>& args) {
+Setup make_setup(const Args& args) {
   Setup setup;
   setup.recorder =
       std::make_shared<idem::sqlite::SqliteIdempotencyRecorder>(required(args, "--db"));
@@ -136,14 +84,7 @@ void side_effect(const Setup& setup, idem::BusProxy& bus, const idem::Event& eve
   tx->exec("INSERT INTO side_effects(event_id, worker) VALUES (?, ?)", {event.id, setup.worker});
 }
 
-idem::Event event_with_id(const std::string& id) {
-  idem::Event event;
-  event.id = id;
-  event.type = "test.event";
-  return event;
-}
-
-int consume(const std::map<std::string, std::string>& args) {
+int consume(const Args& args) {
   Setup setup = make_setup(args);
   std::deque<std::string> queue;
   {
@@ -191,7 +132,7 @@ int consume(const std::map<std::string, std::string>& args) {
   return 0;
 }
 
-int hang(const std::map<std::string, std::string>& args) {
+int hang(const Args& args) {
   Setup setup = make_setup(args);
   auto handler = idem::make_idempotent_handler<std::string>(
       setup.consumer, setup.recorder,
@@ -215,18 +156,10 @@ int hang(const std::map<std::string, std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    if (argc < 2) throw Usage("missing command");
-    const std::string command = argv[1];
-    const auto args = parse(argc, argv);
-    if (command == "consume") return consume(args);
-    if (command == "hang") return hang(args);
-    throw Usage("unknown command " + command);
-  } catch (const Usage& e) {
-    std::cerr << "idem_test_worker: " << e.what() << "\n";
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "idem_test_worker: " << e.what() << "\n";
-    return 3;
-  }
+  return worker_main("idem_test_worker", argc, argv, 1,
+                     [](const std::string& command, const Args& args) -> int {
+                       if (command == "consume") return consume(args);
+                       if (command == "hang") return hang(args);
+                       throw Usage("unknown command " + command);
+                     });
 }

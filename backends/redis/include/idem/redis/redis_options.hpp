@@ -10,9 +10,11 @@
 // with these query parameters (each one sets the field of the same name):
 //   prefix=app:            key_prefix (percent-decoded, so prefix=%7Bapp%7D: gives "{app}:")
 //   pool_size=8            pool_size              async_connections=1    async_connections
-//   connect_timeout_ms=N   connect_timeout        command_timeout_ms=N   command_timeout
-//   wait_timeout_ms=N      wait_timeout           marker_ttl_ms=N        marker_ttl
-//   expiry_slack_ms=N      expiry_slack           scan_count=N           scan_count
+//   connect_timeout=1s     connect_timeout        command_timeout=2s     command_timeout
+//   wait_timeout=1s        wait_timeout           marker_ttl=7d          marker_ttl
+//   expiry_slack=1h        expiry_slack           scan_count=N           scan_count
+//     (durations as in every idem URL, idem/duration.hpp: 500ms, 30s, 15m, 12h, 7d, at most
+//     1000d; each also as <name>_ms=N in bare milliseconds, the older spelling)
 //   password_file=PATH     password (read once, here)   password_env=NAME  password from $NAME
 // and, with rediss:// only (each sets the RedisTlsOptions field of the same name):
 //   tls_ca_file=PATH       ca_file        tls_ca_dir=DIR          ca_dir
@@ -21,8 +23,10 @@
 //   tls_server_name=NAME   server_name    tls_verify=yes|no       verify_peer
 // e.g. "redis://:secret@10.0.0.5:6380/2?prefix=orders:&pool_size=16", or
 // "rediss://app:@redis.internal:6380/0?password_file=/run/secrets/redis&tls_ca_file=/etc/ca.pem".
-// Anything malformed — a scheme other than redis:// or rediss://, a bad port, db or number, an
-// unknown parameter, a tls_ parameter on redis:// — throws ConfigError naming the offending part;
+// Anything malformed — a scheme other than redis:// or rediss://, a bad port, db, number or
+// duration, an unknown parameter, a parameter given twice, both spellings of one duration
+// (wait_timeout and wait_timeout_ms), a tls_ parameter on redis:// — throws ConfigError naming
+// the offending part;
 // the password and the key passphrase are never repeated in a message.
 //
 // Thread-safety: a plain value; copy it freely.
