@@ -38,6 +38,7 @@ std::vector<std::string> acl_rule(const std::string& user, const std::string& pa
           "+ping",
           "+select",
           "+get",
+          "+getrange",
           "+set",
           "+exists",
           "+hget",

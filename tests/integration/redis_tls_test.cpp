@@ -132,6 +132,7 @@ TEST_F(RedisTls, AnAclUserAuthenticatesOverTls) {
                                          "+ping",
                                          "+select",
                                          "+get",
+                                         "+getrange",
                                          "+set",
                                          "+exists",
                                          "+hget",
