@@ -195,6 +195,20 @@ idem::redis::RedisReply convert(const redisReply* r) {
   return out;
 }
 
+redisReply* get(redisContext* context) {
+  void* reply = nullptr;
+  if (redisGetReply(context, &reply) != REDIS_OK || reply == nullptr) {
+    std::fprintf(stderr, "raw: %s\n", context->errstr);
+    std::exit(1);
+  }
+  auto* r = static_cast<redisReply*>(reply);
+  if (r->type == REDIS_REPLY_ERROR) {
+    std::fprintf(stderr, "raw: %s\n", r->str);
+    std::exit(1);
+  }
+  return r;
+}
+
 double run_raw(int calls, bool replay, int run) {
   timeval timeout{10, 0};
   redisContext* context = redisConnectWithTimeout(g_options.host.c_str(), g_options.port, timeout);
