@@ -2,10 +2,10 @@
 // hiredis, with 50 calls in flight:
 //   async     AsyncRedisStore, 50 coroutines on one thread, one pipelined connection
 //   blocking  RedisIdempotencyStore, 50 threads over its default pool (pool_size 8)
-//   raw       one hiredis connection sending the very same EVALSHA commands 50 at a time
-//             (append 50, read 50): the floor any client of these scripts pays
-// for new keys (claim, then complete: two round trips per call) and replays (claim of a
-// completed key, which returns the stored record: one round trip). Each mode runs 3 times; the
+//   raw       one hiredis connection sending the very same commands 50 at a time
+//             (append 50, read 50): the floor any client of these commands pays
+// for new keys (claim: a GET and the acquire script; then complete: three round trips per call)
+// and replays (claim of a completed key: one GET). Each mode runs 3 times; the
 // medians and the ratios of the same run are printed.
 //
 //   bench_redis_async --url=redis://127.0.0.1:6379/0 [--calls=N]
@@ -139,9 +139,7 @@ double run_blocking(int calls, bool replay, int run) {
 
 // ---- raw pipelined hiredis ------------------------------------------------------------------
 
-void append(redisContext* context, const idem::redis::detail::ScriptInvocation& call) {
-  const std::string numkeys = std::to_string(call.keys.size());
-  const auto argv = idem::redis::detail::script_argv(call, numkeys, false);
+void append(redisContext* context, const std::vector<std::string_view>& argv) {
   std::vector<const char*> pointers;
   std::vector<size_t> lengths;
   for (auto arg : argv) {
@@ -149,6 +147,52 @@ void append(redisContext* context, const idem::redis::detail::ScriptInvocation& 
     lengths.push_back(arg.size());
   }
   redisAppendCommandArgv(context, static_cast<int>(argv.size()), pointers.data(), lengths.data());
+}
+
+void append(redisContext* context, const idem::redis::detail::ScriptInvocation& call) {
+  const std::string numkeys = std::to_string(call.keys.size());
+  append(context, idem::redis::detail::script_argv(call, numkeys, false));
+}
+
+void append(redisContext* context, const idem::redis::detail::Request& request) {
+  if (request.is_script()) {
+    append(context, request.script);
+  } else {
+    append(context, request.command_views());
+  }
+}
+
+// hiredis's reply as idem's (what the stores' steps read).
+idem::redis::RedisReply convert(const redisReply* r) {
+  using Type = idem::redis::RedisReply::Type;
+  idem::redis::RedisReply out;
+  switch (r->type) {
+    case REDIS_REPLY_STRING:
+      out.type = Type::string;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_STATUS:
+      out.type = Type::status;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_ERROR:
+      out.type = Type::error;
+      out.str.assign(r->str, r->len);
+      break;
+    case REDIS_REPLY_INTEGER:
+      out.type = Type::integer;
+      out.integer = r->integer;
+      break;
+    case REDIS_REPLY_ARRAY:
+      out.type = Type::array;
+      for (std::size_t i = 0; i < r->elements; ++i)
+        out.elements.push_back(convert(r->element[i]));
+      break;
+    default:
+      out.type = Type::nil;
+      break;
+  }
+  return out;
 }
 
 redisReply* get(redisContext* context) {
@@ -176,17 +220,32 @@ double run_raw(int calls, bool replay, int run) {
   idem::StoredValue value;
   value.bytes = "result";
   const auto window = [&](int first, int n, bool complete) {
-    std::vector<std::uint64_t> tokens;
+    // Every claim's steps, pipelined across the window: all first requests, then all second ones.
+    std::vector<std::string> keys;
+    keys.reserve(static_cast<std::size_t>(n));
+    std::vector<idem::redis::detail::StoreClaim> claims;
+    claims.reserve(static_cast<std::size_t>(n));
     for (int i = first; i < first + n; ++i) {
-      append(context,
-             idem::redis::detail::store_claim_call(g_options, now_ms(), key_of(run, i),
-                                                   std::nullopt, std::chrono::seconds(60)));
+      keys.push_back(key_of(run, i));
+      claims.emplace_back(g_options, now_ms(), keys.back(), std::nullopt, std::chrono::seconds(60));
     }
-    for (int i = 0; i < n; ++i) {
-      redisReply* r = get(context);
-      tokens.push_back(r->elements == 3 ? static_cast<std::uint64_t>(r->element[1]->integer) : 0);
-      freeReplyObject(r);
+    std::vector<std::size_t> pending(claims.size());
+    for (std::size_t i = 0; i < pending.size(); ++i)
+      pending[i] = i;
+    while (!pending.empty()) {
+      for (std::size_t i : pending)
+        append(context, claims[i].request());
+      std::vector<std::size_t> next;
+      for (std::size_t i : pending) {
+        redisReply* r = get(context);
+        if (!claims[i].read(convert(r), "raw")) next.push_back(i);
+        freeReplyObject(r);
+      }
+      pending = std::move(next);
     }
+    std::vector<std::uint64_t> tokens;
+    for (auto& claim : claims)
+      tokens.push_back(claim.outcome().token);
     if (!complete) return;
     for (int i = 0; i < n; ++i) {
       append(context, idem::redis::detail::store_complete_call(
@@ -201,7 +260,7 @@ double run_raw(int calls, bool replay, int run) {
       window(first, std::min(kInFlight, calls - first), complete);
   };
   // The scripts are cached by the earlier modes' runs; SCRIPT LOAD makes sure.
-  for (const auto* script : {&idem::redis::detail::store_claim_script(),
+  for (const auto* script : {&idem::redis::detail::store_acquire_script(),
                              &idem::redis::detail::store_complete_script()}) {
     const std::string source(script->source);
     freeReplyObject(redisCommand(context, "SCRIPT LOAD %b", source.data(), source.size()));

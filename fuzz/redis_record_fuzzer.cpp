@@ -1,8 +1,9 @@
-// Stored records as the Redis store reads them back: a reply of arbitrary shape and contents
-// (the hash HGETALL returns, with fields idem knows, fields it does not, values of any bytes)
-// decoded by the store's own RecordDecoder. A hash idem did not write must give a classified
-// StoreError (store_corrupt_record), never a crash, and never a completed record without the report
-// it is replayed with.
+// Stored records as the Redis store reads them back: a string of arbitrary bytes (the layout the
+// store writes, RecordText: decode_record_text and the header counts() reads), or a reply of
+// arbitrary shape and contents (the hash of an older idem that HGETALL returns, with fields idem
+// knows, fields it does not, values of any bytes) decoded by RecordDecoder. A hash idem did not
+// write must give a classified StoreError (store_corrupt_record), never a crash, and never a
+// completed record without the report it is replayed with.
 #include <fuzzer/FuzzedDataProvider.h>
 
 #include <array>
@@ -66,10 +67,47 @@ RedisReply element(FuzzedDataProvider& in, int depth) {
   return reply;
 }
 
+// A string record: mostly well-formed pieces in the layout's order, some of any bytes.
+std::string record_text(FuzzedDataProvider& in) {
+  std::string text = in.ConsumeBool() ? "1c " : "1i ";
+  const int parts = in.ConsumeIntegralInRange<int>(0, 8);
+  for (int i = 0; i < parts; ++i) {
+    switch (in.ConsumeIntegralInRange<int>(0, 3)) {
+      case 0:
+        text += std::to_string(in.ConsumeIntegral<long long>()) + ' ';
+        break;
+      case 1:
+        text += std::to_string(in.ConsumeIntegralInRange<int>(0, 300)) + ' ';
+        break;
+      case 2:
+        text += kValues[in.ConsumeIntegralInRange<std::size_t>(0, kValues.size() - 1)];
+        break;
+      default:
+        text += in.ConsumeRandomLengthString(64);
+        break;
+    }
+  }
+  return text;
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   FuzzedDataProvider in(data, size);
+  if (in.ConsumeIntegralInRange<int>(0, 1) == 0) {
+    const std::string text =
+        in.ConsumeBool() ? record_text(in) : in.ConsumeRemainingBytesAsString();
+    (void)idem::redis::detail::RecordText::header(text);
+    idem::fuzz::expect_only_idem_errors("redis decode_record_text", [&] {
+      const idem::IdempotencyRecord record =
+          idem::redis::detail::decode_record_text("k", "idem:s:{k}", text);
+      using State = idem::IdempotencyRecord::State;
+      if (record.state == State::completed && !record.report) {
+        idem::fuzz::fail("a completed record decoded without its report");
+      }
+    });
+    return 0;
+  }
   RedisReply hash;
   hash.type = in.ConsumeIntegralInRange<int>(0, 15) == 0 ? RedisReply::Type::status
                                                          : RedisReply::Type::array;

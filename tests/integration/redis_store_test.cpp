@@ -1,15 +1,19 @@
-// RedisIdempotencyStore beyond the conformance suite: the hash it writes, Redis expiries (only
-// for space), damaged records of every kind (a clear store_corrupt_record error naming the field,
-// never a guess), NOSCRIPT after SCRIPT FLUSH, pages of SCAN, and idem::resilient() on top —
-// executed then replayed with the original report, across two stores (two "processes"), and a
-// stored result that no longer decodes.
+// RedisIdempotencyStore beyond the conformance suite: the string it writes, Redis expiries (only
+// for space), damaged records of every kind (a clear store_corrupt_record error naming what is
+// wrong, never a guess), the hashes of an older idem (read, replayed, replaced only when dead),
+// NOSCRIPT after SCRIPT FLUSH, pages of SCAN, and idem::resilient() on top — executed then
+// replayed with the original report, across two stores (two "processes"), and a stored result
+// that no longer decodes.
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,6 +53,22 @@ class RedisStore : public ::testing::Test {
     return keys_.command({"HGET", key, name}).str;
   }
 
+  // A raw command of any length (HSET of many fields).
+  RedisReply command(const std::vector<std::string>& args) {
+    const std::vector<std::string_view> views(args.begin(), args.end());
+    const auto store = make();  // outlives the connection it lends
+    auto connection = store->pool()->lease();
+    return connection->command(std::span<const std::string_view>(views));
+  }
+
+  // A completed record in the string layout, as idem writes it.
+  static std::string completed_text(const std::string& value, long long expires_at,
+                                    const std::string& report = idem::ExecutionReport{}.to_json()) {
+    return "1c 1 " + std::to_string(kStartMs) + " " + std::to_string(expires_at) + " " +
+           std::to_string(value.size()) + " " + std::to_string(report.size()) + " " + value +
+           report + std::to_string(kStartMs) + " -";
+  }
+
   // Expects `call` to throw StoreError(store_corrupt_record) whose message names `needle`.
   template <class Call>
   void expect_corrupt(Call&& call, const std::string& needle) {
@@ -74,7 +94,7 @@ class RedisStore : public ::testing::Test {
   idem::test::RedisTestPrefix keys_{"store"};
 };
 
-TEST_F(RedisStore, OneHashPerKeyWithEveryDocumentedField) {
+TEST_F(RedisStore, OneStringPerKeyInTheDocumentedLayout) {
   auto store = make();
   EXPECT_TRUE(store->needs_bytes());
   const std::string key = store->record_key("order-1");
@@ -82,28 +102,43 @@ TEST_F(RedisStore, OneHashPerKeyWithEveryDocumentedField) {
 
   const auto claim = store->claim("order-1", "fp", 10s);
   ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
-  EXPECT_EQ(field(key, "state"), "in_progress");
-  EXPECT_EQ(field(key, "token"), std::to_string(claim.token));
-  EXPECT_EQ(field(key, "fingerprint"), "fp");
-  EXPECT_EQ(field(key, "lease_until"), std::to_string(kStartMs + 10'000));
+  const std::string token = std::to_string(claim.token);
+  const std::string lease_until = std::to_string(kStartMs + 10'000);
+  EXPECT_EQ(keys_.command({"GET", key}).str, "1i " + token + " " + lease_until + " =fp");
   EXPECT_EQ(keys_.command({"PEXPIRETIME", key}).integer, kStartMs + 10'000 + 3'600'000)
       << "lease_until + the default slack of 1 h";
-  EXPECT_EQ(keys_.command({"GET", keys_.prefix() + "tokens"}).str, std::to_string(claim.token));
+  EXPECT_EQ(keys_.command({"GET", keys_.prefix() + "tokens"}).str, token);
 
   clock_->advance(2s);
   idem::ExecutionReport report;
   report.operation = "pay";
   ASSERT_TRUE(store->complete("order-1", claim.token, bytes("receipt"), report, 60s));
-  EXPECT_EQ(field(key, "state"), "completed");
-  EXPECT_EQ(field(key, "completed_at"), std::to_string(kStartMs + 2'000));
-  EXPECT_EQ(field(key, "expires_at"), std::to_string(kStartMs + 62'000));
-  EXPECT_EQ(field(key, "value"), "receipt");
-  EXPECT_EQ(idem::ExecutionReport::from_json(field(key, "report")).operation, "pay");
+  const std::string text = keys_.command({"GET", key}).str;
+  const std::string head = "1c " + token + " " + std::to_string(kStartMs + 2'000) + " " +
+                           std::to_string(kStartMs + 62'000) + " 7 ";
+  EXPECT_EQ(text.substr(0, head.size()), head) << text;
+  const std::string tail = lease_until + " =fp";  // the claim's, moved over
+  ASSERT_GT(text.size(), tail.size());
+  EXPECT_EQ(text.substr(text.size() - tail.size()), tail) << text;
+  // The report's size, then the value and the report themselves.
+  const std::size_t report_at = head.size() + text.substr(head.size()).find(' ') + 1;
+  const std::size_t report_size = std::stoul(text.substr(head.size()));
+  EXPECT_EQ(text.substr(report_at, 7), "receipt");
+  EXPECT_EQ(idem::ExecutionReport::from_json(text.substr(report_at + 7, report_size)).operation,
+            "pay");
+  EXPECT_EQ(report_at + 7 + report_size + tail.size(), text.size());
   EXPECT_EQ(keys_.command({"PEXPIRETIME", key}).integer, kStartMs + 62'000 + 3'600'000);
 
-  // No fingerprint: no field at all (so it never mismatches).
-  (void)store->claim("order-2", std::nullopt, 10s);
-  EXPECT_TRUE(keys_.command({"HGET", store->record_key("order-2"), "fingerprint"}).is_nil());
+  // No fingerprint: "-"; a renewal rewrites the lease and keeps it.
+  const auto other = store->claim("order-2", std::nullopt, 10s);
+  const std::string other_key = store->record_key("order-2");
+  EXPECT_EQ(keys_.command({"GET", other_key}).str,
+            "1i " + std::to_string(other.token) + " " + std::to_string(kStartMs + 12'000) + " -");
+  ASSERT_TRUE(store->renew("order-2", other.token, 30s));
+  EXPECT_EQ(keys_.command({"GET", other_key}).str,
+            "1i " + std::to_string(other.token) + " " + std::to_string(kStartMs + 32'000) + " -");
+  EXPECT_EQ(keys_.command({"PEXPIRETIME", other_key}).integer, kStartMs + 32'000 + 3'600'000);
+  EXPECT_FALSE(store->renew("order-1", claim.token, 30s)) << "completed: fenced";
 }
 
 TEST_F(RedisStore, ARecordStillPresentAfterItsExpiryIsReportedAbsent) {
@@ -122,6 +157,29 @@ TEST_F(RedisStore, ARecordStillPresentAfterItsExpiryIsReportedAbsent) {
 
 TEST_F(RedisStore, DamagedRecordsGiveAClearError) {
   auto store = make();
+  // Strings in the layout idem writes, damaged.
+  const std::string good_report = idem::ExecutionReport{}.to_json();
+  const std::vector<std::pair<std::string, std::string>> texts = {
+      {"x", "not an idem record"},
+      {"1x 1 99999999999999 -", "not an idem record"},
+      {"1i x 99999999999999 -", "token is not an integer"},
+      {"1i -3 99999999999999 -", "token is not an integer"},
+      {"1i 1 99999999999999", "lease_until is not an integer"},
+      {"1i 1 99999999999999 ?", "fingerprint"},
+      {"1c 1 1 tomorrow 1 2 v{}1 -", "expires_at is not an integer"},
+      {"1c 1 1 99999999999999 50 2 v{}1 -", "shorter than its value and report"},
+      {"1c 1 1 99999999999999 1 9 v{not json1 -", "report"},
+      {completed_text("v", 99999999999999, good_report).substr(0, 45), "shorter"},
+  };
+  for (std::size_t i = 0; i < texts.size(); ++i) {
+    const std::string key = "text-" + std::to_string(i);
+    SCOPED_TRACE(texts[i].first);
+    keys_.command({"SET", store->record_key(key), texts[i].first});
+    expect_corrupt([&] { (void)store->lookup(key); }, texts[i].second);
+    expect_corrupt([&] { (void)store->claim(key, std::nullopt, 10s); }, texts[i].second);
+    expect_corrupt([&] { (void)store->lookup(key); }, store->record_key(key));
+  }
+  // Hashes as an older idem wrote them, damaged.
   struct Damage {
     std::string key;
     std::vector<std::string> fields;  // field, value, ...
@@ -162,14 +220,14 @@ TEST_F(RedisStore, DamagedRecordsGiveAClearError) {
     expect_corrupt([&] { (void)store->lookup(damage.key); }, record);  // names the redis key
   }
   // A key of another type under the record's name.
-  keys_.command({"SET", store->record_key("a-string"), "x"});
-  expect_corrupt([&] { (void)store->lookup("a-string"); }, "WRONGTYPE");
-  expect_corrupt([&] { (void)store->claim("a-string", std::nullopt, 10s); }, "WRONGTYPE");
+  keys_.command({"RPUSH", store->record_key("a-list"), "x"});
+  expect_corrupt([&] { (void)store->lookup("a-list"); }, "WRONGTYPE");
+  expect_corrupt([&] { (void)store->claim("a-list", std::nullopt, 10s); }, "WRONGTYPE");
   // Nothing else is disturbed; purge and count step over what they cannot read.
   EXPECT_EQ(store->claim("healthy", std::nullopt, 10s).status,
             idem::ClaimOutcome::Status::acquired);
   EXPECT_EQ(store->purge_expired(), 0u);
-  EXPECT_EQ(store->entry_count(), damages.size() + 2);
+  EXPECT_EQ(store->entry_count(), texts.size() + damages.size() + 2);
 }
 
 TEST_F(RedisStore, LeasesAndTtlsBeyondTheClocksRangeMeanForever) {
@@ -187,7 +245,7 @@ TEST_F(RedisStore, LeasesAndTtlsBeyondTheClocksRangeMeanForever) {
   EXPECT_EQ(store->claim("forever", std::nullopt, 10s).status,
             idem::ClaimOutcome::Status::completed);
   // A stored time written by someone else beyond the range is read the same way.
-  keys_.command({"HSET", store->record_key("forever"), "expires_at", "99999999999999"});
+  keys_.command({"SET", store->record_key("forever"), completed_text("v", 99999999999999)});
   EXPECT_EQ(store->lookup("forever")->expires_at, idem::WallTime::max());
 }
 
@@ -307,8 +365,8 @@ TEST_F(RedisStore, AStoredResultThatNoLongerDecodesIsADecodeError) {
       },
       idempotent<Signature>(store, clock_));
   EXPECT_EQ(count("abc").value, 42);
-  keys_.command({"HSET", store->record_key(idem::scoped_idempotency_key("receipts", "receipt:abc")),
-                 "value", "forty-two"});
+  keys_.command({"SET", store->record_key(idem::scoped_idempotency_key("receipts", "receipt:abc")),
+                 completed_text("forty-two", kStartMs + 3'600'000)});
   EXPECT_THROW(count("abc"), idem::DecodeError);
   EXPECT_EQ(runs, 1) << "an undecodable replay must not run the operation again";
 }
@@ -328,6 +386,78 @@ TEST_F(RedisStore, TakeoverAcrossStoresFencesTheOldOwner) {
       << "a late complete with the old token is refused";
   EXPECT_TRUE(successor->complete("job", taken.token, bytes("fresh"), {}, 1h));
   EXPECT_EQ(*crashed->lookup("job")->value.bytes, "fresh");
+}
+
+TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
+  // An older idem kept each record as a hash. Its live records still count: results replay,
+  // claims hold the key; dead ones are replaced like any other, with tokens from the same counter.
+  auto store = make();
+  const std::string report = idem::ExecutionReport{}.to_json();
+  const std::string start = std::to_string(kStartMs);
+  const auto hash = [&](const std::string& key, std::vector<std::string> fields) {
+    fields.insert(fields.begin(), {"HSET", store->record_key(key)});
+    ASSERT_FALSE(command(fields).is_error());
+  };
+  const auto completed = [&](const std::string& key, long long expires_at) {
+    hash(key, {"state", "completed", "token", "7", "fingerprint", "fp", "lease_until", start,
+               "completed_at", start, "expires_at", std::to_string(expires_at), "value", "old",
+               "report", report});
+  };
+  const auto in_progress = [&](const std::string& key, const std::string& token,
+                               long long lease_until) {
+    hash(key, {"state", "in_progress", "token", token, "lease_until", std::to_string(lease_until)});
+  };
+  completed("done", kStartMs + 60'000);
+  completed("expired", kStartMs);
+  completed("gone", kStartMs - 1);
+  in_progress("running", "8", kStartMs + 10'000);
+  in_progress("abandoned", "9", kStartMs);
+  keys_.command({"SET", keys_.prefix() + "tokens", "100"});
+
+  const auto done = store->lookup("done");
+  ASSERT_TRUE(done.has_value());
+  EXPECT_EQ(done->token, 7u);
+  EXPECT_EQ(*done->value.bytes, "old");
+  const auto replay = store->claim("done", "fp", 10s);
+  ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
+  EXPECT_EQ(*replay.record->value.bytes, "old");
+  EXPECT_EQ(store->claim("done", "other", 10s).status, idem::ClaimOutcome::Status::mismatch);
+  const auto running = store->claim("running", std::nullopt, 10s);
+  ASSERT_EQ(running.status, idem::ClaimOutcome::Status::in_progress);
+  EXPECT_EQ(running.record->token, 8u);
+  EXPECT_FALSE(store->complete("running", 8, bytes("v"), {}, 1h)) << "not this idem's claim";
+  EXPECT_FALSE(store->renew("running", 8, 10s));
+  EXPECT_FALSE(store->release("running", 8));
+  EXPECT_FALSE(store->lookup("expired").has_value());
+
+  const idem::StoreCounts counts = store->counts();
+  EXPECT_EQ(counts.completed, 1u);
+  EXPECT_EQ(counts.expired, 2u);
+  EXPECT_EQ(counts.in_progress, 1u);
+  EXPECT_EQ(counts.abandoned, 1u);
+
+  const auto taken = store->claim("abandoned", std::nullopt, 10s);
+  ASSERT_EQ(taken.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_TRUE(taken.took_over);
+  EXPECT_GT(taken.token, 100u);
+  const auto fresh = store->claim("expired", std::nullopt, 10s);
+  ASSERT_EQ(fresh.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_FALSE(fresh.took_over);
+  EXPECT_GT(fresh.token, taken.token);
+  ASSERT_TRUE(store->complete("expired", fresh.token, bytes("new"), {}, 1h));
+  EXPECT_EQ(*store->lookup("expired")->value.bytes, "new");
+  EXPECT_EQ(store->purge_expired(), 1u) << "the expired hash 'gone'";
+
+  // A claim of this idem that an older one took over (as a hash) is fenced, not an error.
+  const auto mine = store->claim("swapped", std::nullopt, 10s);
+  ASSERT_EQ(mine.status, idem::ClaimOutcome::Status::acquired);
+  keys_.command({"DEL", store->record_key("swapped")});
+  in_progress("swapped", "999", kStartMs + 60'000);
+  EXPECT_FALSE(store->renew("swapped", mine.token, 10s));
+  EXPECT_FALSE(store->complete("swapped", mine.token, bytes("v"), {}, 1h));
+  EXPECT_FALSE(store->release("swapped", mine.token));
+  EXPECT_EQ(store->claim("swapped", std::nullopt, 10s).status,
+            idem::ClaimOutcome::Status::in_progress);
 }
 
 }  // namespace

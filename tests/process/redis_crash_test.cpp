@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,16 @@ class RedisCrash : public ::testing::Test {
     return std::stoll(keys_.command({"HGET", key, field}).str);
   }
 
+  // The n-th space-separated number of a store claim, "1i <token> <lease_until> <fp>"
+  // (docs/redis.md §5): 1 is the token, 2 the lease.
+  long long claim_number(const std::string& key, int n) const {
+    std::istringstream text(keys_.command({"GET", key}).str);
+    std::string part;
+    for (int i = 0; i <= n; ++i)
+      text >> part;
+    return std::stoll(part);
+  }
+
   TempDir dir_;
   std::string effects_ = dir_.file("effects.txt");
   idem::test::RedisTestPrefix keys_{"crash"};
@@ -138,8 +149,8 @@ TEST_F(RedisCrash, KilledOperationsKeyIsTakenOverAndReplayedAfterwards) {
   // The worker's operation scopes its keys by its name.
   const std::string stored = idem::scoped_idempotency_key("redis-worker", key);
   const std::string record = store.record_key(stored);
-  const auto dead_token = static_cast<std::uint64_t>(hash_field(record, "token"));
-  const long long lease_until = hash_field(record, "lease_until");
+  const auto dead_token = static_cast<std::uint64_t>(claim_number(record, 1));
+  const long long lease_until = claim_number(record, 2);
   clock->set_wall(idem::WallTime(std::chrono::milliseconds(lease_until - 1)));
   const auto refused = store.claim(stored, std::nullopt, 1s);
   ASSERT_EQ(refused.status, idem::ClaimOutcome::Status::in_progress);

@@ -15,6 +15,14 @@ async::Task<RedisReply> run_script_async(AsyncConnection& connection, const Scri
                                         what);
 }
 
+async::Task<RedisReply> send_async(AsyncConnection& connection, const Request& request,
+                                   std::string_view what) {
+  if (request.is_script())
+    co_return co_await run_script_async(connection, request.script, request.kind, what);
+  const std::vector<std::string_view> argv = request.command_views();
+  co_return co_await connection.command(argv, request.kind, what);
+}
+
 async::Task<void> ping_async(AsyncConnection& connection) {
   const std::array<std::string_view, 1> ping = {"PING"};
   const RedisReply reply = co_await connection.command(ping, CommandKind::read, "PING");

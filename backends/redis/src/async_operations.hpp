@@ -16,6 +16,10 @@ namespace idem::redis::detail {
 async::Task<RedisReply> run_script_async(AsyncConnection& connection, const ScriptInvocation& call,
                                          CommandKind kind, std::string_view what);
 
+// A store step's request (a plain command or a script). Error replies are returned, not thrown.
+async::Task<RedisReply> send_async(AsyncConnection& connection, const Request& request,
+                                   std::string_view what);
+
 // PING: throws unless the server answers.
 async::Task<void> ping_async(AsyncConnection& connection);
 

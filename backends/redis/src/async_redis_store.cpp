@@ -35,12 +35,13 @@ std::string AsyncRedisStore::record_key(std::string_view key) const {
 async::Task<ClaimOutcome> AsyncRedisStore::do_claim(std::string_view key,
                                                     std::optional<std::string_view> fingerprint,
                                                     Millis lease) {
-  const auto call = detail::store_claim_call(pool_->options(), detail::to_ms(clock_->wall_now()),
-                                             key, fingerprint, lease);
+  detail::StoreClaim claim(pool_->options(), detail::to_ms(clock_->wall_now()), key, fingerprint,
+                           lease);
   AsyncConnection& connection = pool_->next();
-  const RedisReply reply =
-      co_await detail::run_script_async(connection, call, CommandKind::write, "claim");
-  co_return detail::store_claim_reply(reply, key, call.keys[0], connection.endpoint());
+  for (;;) {
+    const RedisReply reply = co_await detail::send_async(connection, claim.request(), "claim");
+    if (claim.read(reply, connection.endpoint())) co_return std::move(claim.outcome());
+  }
 }
 
 async::Task<bool> AsyncRedisStore::do_complete(std::string_view key, std::uint64_t token,
@@ -73,11 +74,12 @@ async::Task<bool> AsyncRedisStore::do_renew(std::string_view key, std::uint64_t 
 }
 
 async::Task<std::optional<IdempotencyRecord>> AsyncRedisStore::do_lookup(std::string_view key) {
-  const std::string record = record_key(key);
+  detail::StoreLookup lookup(pool_->options(), clock_->wall_now(), key);
   AsyncConnection& connection = pool_->next();
-  const std::array<std::string_view, 2> args = {"HGETALL", record};
-  const RedisReply reply = co_await connection.command(args, CommandKind::read, "lookup");
-  co_return detail::lookup_reply(reply, key, record, clock_->wall_now(), connection.endpoint());
+  for (;;) {
+    const RedisReply reply = co_await detail::send_async(connection, lookup.request(), "lookup");
+    if (lookup.read(reply, connection.endpoint())) co_return std::move(lookup.outcome());
+  }
 }
 
 }  // namespace idem::redis

@@ -39,6 +39,8 @@ WallTime from_ms(std::int64_t ms);
 // `d` as the decimal argument of a script that adds it to `now_ms`: clamped to >= 0 and so that
 // now_ms + d stays within max_time_ms().
 std::string span_arg(std::int64_t now_ms, std::chrono::milliseconds d);
+// The same span as a number.
+std::int64_t span_ms(std::int64_t now_ms, std::chrono::milliseconds d);
 // now_ms - d, saturating (purge cutoffs).
 std::int64_t minus_ms(std::int64_t now_ms, std::chrono::milliseconds d);
 
@@ -54,10 +56,11 @@ const Script& recorder_complete_script();
 const Script& recorder_release_script();
 const Script& recorder_renew_script();
 const Script& recorder_purge_script();
-const Script& store_claim_script();
+const Script& store_acquire_script();
 const Script& store_complete_script();
 const Script& store_release_script();
 const Script& store_renew_script();
+const Script& store_drop_legacy_script();
 const Script& store_purge_script();
 
 // EVALSHA; when the server does not know the script (NOSCRIPT — a restart, SCRIPT FLUSH), EVAL

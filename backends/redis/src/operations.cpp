@@ -1,5 +1,6 @@
 #include "operations.hpp"
 
+#include <algorithm>
 #include <utility>
 
 #include "idem/error.hpp"
@@ -128,65 +129,185 @@ ScriptInvocation recorder_renew_call(const RedisOptions& options, std::int64_t n
 
 // ---- store ------------------------------------------------------------------------------------
 
-ScriptInvocation store_claim_call(const RedisOptions& options, std::int64_t now_ms,
-                                  std::string_view key, std::optional<std::string_view> fingerprint,
-                                  Millis lease) {
-  ScriptInvocation call;
-  call.script = &store_claim_script();
-  call.keys = {record_key(options.key_prefix, key), token_counter_key(options.key_prefix)};
-  call.args = {std::to_string(now_ms), span_arg(now_ms, lease), fingerprint ? "1" : "0",
-               std::string(fingerprint.value_or("")), span_arg(0, options.expiry_slack)};
-  return call;
+namespace {
+
+// A claim reads and tries again only when another client changed the record in between, which
+// each time means a whole claim of someone else: this many rounds is contention beyond reason.
+constexpr int kMaxClaimRounds = 64;
+
+// Redis's expiry of a record whose own deadline is `deadline`: after the slack, and never <= 0
+// (SET rejects that; a time in the past removes the key at once either way).
+std::string pxat_arg(const RedisOptions& options, std::int64_t deadline) {
+  return std::to_string(std::max<std::int64_t>(deadline + span_ms(0, options.expiry_slack), 1));
 }
 
-ClaimOutcome store_claim_reply(const RedisReply& reply, std::string_view key,
-                               const std::string& record, const std::string& endpoint) {
+// (A script's error keeps the code of the command that failed in it, with the script named
+// after it.)
+bool is_wrongtype(const RedisReply& reply) {
+  return reply.is_error() && reply.str.find("WRONGTYPE") != std::string::npos;
+}
+
+bool live(const IdempotencyRecord& record, WallTime now) {
+  return record.state == IdempotencyRecord::State::in_progress ? now < record.lease_until
+                                                               : now < record.expires_at;
+}
+
+}  // namespace
+
+StoreClaim::StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::string_view key,
+                       std::optional<std::string_view> fingerprint, Millis lease)
+    : options_(options),
+      now_ms_(now_ms),
+      key_(key),
+      fingerprint_(fingerprint),
+      record_key_(detail::record_key(options.key_prefix, key)) {
+  const std::int64_t lease_until = now_ms + span_ms(now_ms, lease);
+  tail_ = RecordText::claim_tail(lease_until, fingerprint);
+  pxat_ = pxat_arg(options, lease_until);
+  request_.kind = CommandKind::read;
+  request_.command = {"GET", record_key_};
+}
+
+void StoreClaim::acquire(std::string expected, bool replaces_claim) {
+  step_ = Step::acquire;
+  replaces_claim_ = replaces_claim;
+  request_.kind = CommandKind::write;
+  request_.command.clear();
+  request_.script.script = &store_acquire_script();
+  request_.script.keys = {record_key_, token_counter_key(options_.key_prefix)};
+  request_.script.args = {std::move(expected), tail_, pxat_};
+}
+
+bool StoreClaim::read(const RedisReply& reply, const std::string& endpoint) {
+  if (++rounds_ > kMaxClaimRounds) {
+    throw RedisError(RedisFailure::reply,
+                     "idem redis: claim on " + endpoint + ": the record of idempotency key '" +
+                         std::string(key_) + "' kept changing under the claim; try again",
+                     /*retryable=*/true, /*in_doubt=*/false);
+  }
+  switch (step_) {
+    case Step::get:
+      return read_record(reply, endpoint);
+    case Step::acquire:
+      if (reply.type == RedisReply::Type::integer) {
+        outcome_.status = ClaimOutcome::Status::acquired;
+        outcome_.token = static_cast<std::uint64_t>(reply.integer);
+        outcome_.took_over = replaces_claim_;
+        return true;
+      }
+      return read_record(reply, endpoint);  // changed since the GET: what is there now
+    case Step::legacy_get:
+      return read_legacy(reply, endpoint);
+    case Step::legacy_drop:
+      if (flag_reply(reply, "claim", endpoint)) {
+        acquire("", legacy_claim_);
+      } else {
+        step_ = Step::get;  // it changed: read it again
+        request_.kind = CommandKind::read;
+        request_.script = {};
+        request_.command = {"GET", record_key_};
+      }
+      return false;
+  }
+  throw_unexpected_reply(reply, "claim", endpoint);
+}
+
+bool StoreClaim::read_record(const RedisReply& reply, const std::string& endpoint) {
+  if (is_wrongtype(reply)) {
+    // Not a string: the hash of an older idem (or something else, which HGETALL reports).
+    step_ = Step::legacy_get;
+    request_.kind = CommandKind::read;
+    request_.script = {};
+    request_.command = {"HGETALL", record_key_};
+    return false;
+  }
   if (reply.is_error()) throw_reply_error(reply, "claim", endpoint);
-  if (reply.type != RedisReply::Type::array || reply.elements.empty() ||
-      reply.elements[0].type != RedisReply::Type::string) {
-    throw_unexpected_reply(reply, "claim", endpoint);
+  if (reply.is_nil()) {
+    acquire("", false);
+    return false;
   }
-  const std::string& status = reply.elements[0].str;
-  ClaimOutcome outcome;
-  if (status == "acquired") {
-    if (reply.elements.size() != 3) throw_unexpected_reply(reply, "claim", endpoint);
-    outcome.status = ClaimOutcome::Status::acquired;
-    outcome.token = static_cast<std::uint64_t>(reply_integer(reply.elements[1], "claim", endpoint));
-    outcome.took_over = reply_integer(reply.elements[2], "claim", endpoint) == 1;
-    return outcome;
+  if (reply.type != RedisReply::Type::string) throw_unexpected_reply(reply, "claim", endpoint);
+  IdempotencyRecord record = decode_record_text(key_, record_key_, reply.str);
+  if (live(record, from_ms(now_ms_))) {
+    outcome_ = ClaimOutcome::found(std::move(record), fingerprint_);
+    return true;
   }
-  if (reply.elements.size() != 2) throw_unexpected_reply(reply, "claim", endpoint);
-  IdempotencyRecord found = RecordDecoder(key, record, reply.elements[1]).decode();
-  if (status == "corrupt") {
-    // The decoder found nothing wrong, but the script could not read the state's time either:
-    // report it rather than act on a record two readers disagree about.
-    throw StoreError(ErrorCode::store_corrupt_record,
-                     "idem redis: the record of idempotency key '" + std::string(key) +
-                         "' (redis key " + record + ") is corrupt; delete the key to reset it");
+  acquire(reply.str, record.state == IdempotencyRecord::State::in_progress);
+  return false;
+}
+
+bool StoreClaim::read_legacy(const RedisReply& reply, const std::string& endpoint) {
+  if (reply.is_error()) throw_reply_error(reply, "claim", endpoint);
+  if (reply.type == RedisReply::Type::array && reply.elements.empty()) {
+    acquire("", false);  // gone since the GET
+    return false;
   }
-  if (status == "completed") {
-    outcome.status = ClaimOutcome::Status::completed;
-  } else if (status == "in_progress") {
-    outcome.status = ClaimOutcome::Status::in_progress;
-  } else if (status == "mismatch") {
-    outcome.status = ClaimOutcome::Status::mismatch;
-  } else {
-    throw_unexpected_reply(reply, "claim", endpoint);
+  IdempotencyRecord record = RecordDecoder(key_, record_key_, reply).decode();
+  if (live(record, from_ms(now_ms_))) {
+    outcome_ = ClaimOutcome::found(std::move(record), fingerprint_);
+    return true;
   }
-  outcome.record = std::move(found);
-  return outcome;
+  // Expired or abandoned: delete it if it is still what was read, then claim the absent key.
+  std::string state;
+  std::string token;
+  std::string lease_until;
+  for (std::size_t i = 0; i + 1 < reply.elements.size(); i += 2) {
+    const std::string& field = reply.elements[i].str;
+    if (field == "state") state = reply.elements[i + 1].str;
+    if (field == "token") token = reply.elements[i + 1].str;
+    if (field == "lease_until") lease_until = reply.elements[i + 1].str;
+  }
+  step_ = Step::legacy_drop;
+  legacy_claim_ = record.state == IdempotencyRecord::State::in_progress;
+  request_.kind = CommandKind::write;
+  request_.command.clear();
+  request_.script.script = &store_drop_legacy_script();
+  request_.script.keys = {record_key_};
+  request_.script.args = {std::move(state), std::move(token), std::move(lease_until)};
+  return false;
+}
+
+StoreLookup::StoreLookup(const RedisOptions& options, WallTime now, std::string_view key)
+    : now_(now), key_(key), record_key_(detail::record_key(options.key_prefix, key)) {
+  request_.kind = CommandKind::read;
+  request_.command = {"GET", record_key_};
+}
+
+bool StoreLookup::read(const RedisReply& reply, const std::string& endpoint) {
+  if (legacy_) {
+    outcome_ = lookup_reply(reply, key_, record_key_, now_, endpoint);
+    return true;
+  }
+  if (is_wrongtype(reply)) {
+    legacy_ = true;
+    request_.command = {"HGETALL", record_key_};
+    return false;
+  }
+  if (reply.is_error()) throw_reply_error(reply, "lookup", endpoint);
+  if (reply.is_nil()) return true;
+  if (reply.type != RedisReply::Type::string) throw_unexpected_reply(reply, "lookup", endpoint);
+  IdempotencyRecord record = decode_record_text(key_, record_key_, reply.str);
+  if (record.state == IdempotencyRecord::State::completed && now_ >= record.expires_at) {
+    return true;  // expired: reported absent; purge_expired() or Redis removes it
+  }
+  outcome_ = std::move(record);
+  return true;
 }
 
 ScriptInvocation store_complete_call(const RedisOptions& options, std::int64_t now_ms,
                                      std::string_view key, std::uint64_t token,
                                      const StoredValue& value, const ExecutionReport& report,
                                      Millis ttl) {
+  if (ttl.count() <= 0) return store_release_call(options, key, token);  // expired at once
+  const std::int64_t expires_at = now_ms + span_ms(now_ms, ttl);
   ScriptInvocation call;
   call.script = &store_complete_script();
   call.keys = {record_key(options.key_prefix, key)};
-  call.args = {std::to_string(token), std::to_string(now_ms),
-               span_arg(now_ms, ttl), value.bytes ? *value.bytes : std::string(),
-               report.to_json(),      span_arg(0, options.expiry_slack)};
+  call.args = {RecordText::fence(token),
+               RecordText::completed_head(token, now_ms, expires_at,
+                                          value.bytes ? std::string_view(*value.bytes) : "",
+                                          report.to_json()),
+               pxat_arg(options, expires_at)};
   return call;
 }
 
@@ -195,17 +316,18 @@ ScriptInvocation store_release_call(const RedisOptions& options, std::string_vie
   ScriptInvocation call;
   call.script = &store_release_script();
   call.keys = {record_key(options.key_prefix, key)};
-  call.args = {std::to_string(token)};
+  call.args = {RecordText::fence(token)};
   return call;
 }
 
 ScriptInvocation store_renew_call(const RedisOptions& options, std::int64_t now_ms,
                                   std::string_view key, std::uint64_t token, Millis lease) {
+  const std::int64_t lease_until = now_ms + span_ms(now_ms, lease);
   ScriptInvocation call;
   call.script = &store_renew_script();
   call.keys = {record_key(options.key_prefix, key)};
-  call.args = {std::to_string(token), std::to_string(now_ms), span_arg(now_ms, lease),
-               span_arg(0, options.expiry_slack)};
+  call.args = {RecordText::fence(token), std::to_string(lease_until),
+               pxat_arg(options, lease_until)};
   return call;
 }
 

@@ -64,12 +64,77 @@ ScriptInvocation recorder_renew_call(const RedisOptions& options, std::int64_t n
                                      std::uint64_t token, Millis lease);
 
 // ---- store ------------------------------------------------------------------------------------
+// The record is one string (record_decoder.hpp's RecordText). Reading it is a plain GET; the
+// steps that compare and write are small scripts. A hash under the key is a record of an older
+// idem: it is read with HGETALL (RecordDecoder) and replaced only through a compare-and-delete.
 
-ScriptInvocation store_claim_call(const RedisOptions& options, std::int64_t now_ms,
-                                  std::string_view key, std::optional<std::string_view> fingerprint,
-                                  Millis lease);
-ClaimOutcome store_claim_reply(const RedisReply& reply, std::string_view key,
-                               const std::string& record_key, const std::string& endpoint);
+// One request of a store step: a plain command, or a script run when `script.script` is set.
+struct Request {
+  CommandKind kind = CommandKind::write;
+  std::vector<std::string> command;
+  ScriptInvocation script;
+
+  bool is_script() const { return script.script != nullptr; }
+  std::vector<std::string_view> command_views() const { return {command.begin(), command.end()}; }
+};
+
+// claim() as a conversation of at most a few requests, the same for both faces: send request(),
+// give its reply to read(); when read() returns true, outcome() is the answer, else send the new
+// request(). First a GET: a live record is the outcome (completed, in_progress or mismatch); an
+// absent, expired or abandoned one is replaced by the acquire script, which writes the claim
+// only if the record is still exactly what the GET saw (else its reply is what is there now,
+// read again like the GET's).
+class StoreClaim {
+ public:
+  StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::string_view key,
+             std::optional<std::string_view> fingerprint, Millis lease);
+
+  const Request& request() const { return request_; }
+  bool read(const RedisReply& reply, const std::string& endpoint);
+  ClaimOutcome& outcome() { return outcome_; }
+  const std::string& record_key() const { return record_key_; }
+
+ private:
+  enum class Step { get, acquire, legacy_get, legacy_drop };
+  bool read_record(const RedisReply& reply, const std::string& endpoint);
+  bool read_legacy(const RedisReply& reply, const std::string& endpoint);
+  void acquire(std::string expected, bool replaces_claim);
+
+  const RedisOptions& options_;
+  std::int64_t now_ms_;
+  std::string_view key_;
+  std::optional<std::string_view> fingerprint_;
+  std::string record_key_;
+  std::string tail_;  // the claim after its token
+  std::string pxat_;  // the claim's Redis expiry
+  Step step_ = Step::get;
+  int rounds_ = 0;
+  bool replaces_claim_ = false;  // took_over, if the acquire succeeds
+  bool legacy_claim_ = false;    // the hash being dropped was a claim
+  Request request_;
+  ClaimOutcome outcome_;
+};
+
+// lookup() likewise: a GET, then HGETALL when the key holds an older idem's hash.
+class StoreLookup {
+ public:
+  StoreLookup(const RedisOptions& options, WallTime now, std::string_view key);
+
+  const Request& request() const { return request_; }
+  bool read(const RedisReply& reply, const std::string& endpoint);
+  std::optional<IdempotencyRecord>& outcome() { return outcome_; }
+
+ private:
+  WallTime now_;
+  std::string_view key_;
+  std::string record_key_;
+  bool legacy_ = false;
+  Request request_;
+  std::optional<IdempotencyRecord> outcome_;
+};
+
+// complete (a TTL of 0 deletes the claim: the release script), release and renew: one script
+// each, answering 1 (done) or 0 (fenced).
 ScriptInvocation store_complete_call(const RedisOptions& options, std::int64_t now_ms,
                                      std::string_view key, std::uint64_t token,
                                      const StoredValue& value, const ExecutionReport& report,
@@ -78,7 +143,7 @@ ScriptInvocation store_release_call(const RedisOptions& options, std::string_vie
                                     std::uint64_t token);
 ScriptInvocation store_renew_call(const RedisOptions& options, std::int64_t now_ms,
                                   std::string_view key, std::uint64_t token, Millis lease);
-// HGETALL's reply: the record, or nullopt when absent or expired at `now`.
+// The HGETALL of an older idem's hash: the record, or nullopt when absent or expired at `now`.
 std::optional<IdempotencyRecord> lookup_reply(const RedisReply& reply, std::string_view key,
                                               const std::string& record_key, WallTime now,
                                               const std::string& endpoint);

@@ -163,10 +163,14 @@ WallTime from_ms(std::int64_t ms) {
   return WallTime(std::chrono::milliseconds(ms));
 }
 
-std::string span_arg(std::int64_t now_ms, std::chrono::milliseconds d) {
+std::int64_t span_ms(std::int64_t now_ms, std::chrono::milliseconds d) {
   const std::int64_t room =
       now_ms >= max_time_ms() ? 0 : max_time_ms() - std::max<std::int64_t>(now_ms, 0);
-  return std::to_string(std::clamp<std::int64_t>(d.count(), 0, room));
+  return std::clamp<std::int64_t>(d.count(), 0, room);
+}
+
+std::string span_arg(std::int64_t now_ms, std::chrono::milliseconds d) {
+  return std::to_string(span_ms(now_ms, d));
 }
 
 std::int64_t minus_ms(std::int64_t now_ms, std::chrono::milliseconds d) {

@@ -53,16 +53,27 @@ RedisReply run(ConnectionPool& pool, const detail::ScriptInvocation& call, std::
                             CommandKind::write, what);
 }
 
+RedisReply send(RedisConnection& connection, const detail::Request& request,
+                std::string_view what) {
+  if (request.is_script()) {
+    return detail::run_script(connection, *request.script.script, request.script.key_views(),
+                              request.script.arg_views(), request.kind, what);
+  }
+  const std::vector<std::string_view> argv = request.command_views();
+  return connection.command(argv, request.kind, what);
+}
+
 }  // namespace
 
 ClaimOutcome RedisIdempotencyStore::do_claim(std::string_view key,
                                              std::optional<std::string_view> fingerprint,
                                              Millis lease) {
-  const auto call = detail::store_claim_call(pool_->options(), detail::to_ms(clock_->wall_now()),
-                                             key, fingerprint, lease);
-  std::string endpoint;
-  const RedisReply reply = run(*pool_, call, "claim", endpoint);
-  return detail::store_claim_reply(reply, key, call.keys[0], endpoint);
+  detail::StoreClaim claim(pool_->options(), detail::to_ms(clock_->wall_now()), key, fingerprint,
+                           lease);
+  auto connection = pool_->lease();
+  while (!claim.read(send(*connection, claim.request(), "claim"), connection->endpoint())) {
+  }
+  return std::move(claim.outcome());
 }
 
 bool RedisIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
@@ -91,10 +102,11 @@ bool RedisIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, 
 }
 
 std::optional<IdempotencyRecord> RedisIdempotencyStore::do_lookup(std::string_view key) {
-  const std::string record = record_key(key);
+  detail::StoreLookup lookup(pool_->options(), clock_->wall_now(), key);
   auto connection = pool_->lease();
-  const RedisReply reply = connection->command({"HGETALL", record}, CommandKind::read, "lookup");
-  return detail::lookup_reply(reply, key, record, clock_->wall_now(), connection->endpoint());
+  while (!lookup.read(send(*connection, lookup.request(), "lookup"), connection->endpoint())) {
+  }
+  return std::move(lookup.outcome());
 }
 
 namespace {
@@ -159,32 +171,53 @@ StoreCounts RedisIdempotencyStore::do_counts() {
     return value;
   };
   StoreCounts counts;
+  const auto count = [&](bool completed, std::int64_t deadline) {
+    if (completed) {
+      ++(deadline > now ? counts.completed : counts.expired);
+    } else {
+      ++(deadline > now ? counts.in_progress : counts.abandoned);
+    }
+  };
   std::unordered_set<std::string> seen;  // SCAN may return a key more than once
   scan(*connection, pattern, options.scan_count, "counts",
        [&](const std::vector<RedisReply>& keys) {
-         std::size_t sent = 0;
+         std::vector<const std::string*> sent;
          for (const RedisReply& key : keys) {
            if (!seen.insert(key.str).second) continue;
-           connection->append({"HMGET", key.str, "state", "lease_until", "expires_at"});
-           ++sent;
+           // The record's start: its state and deadline, without the value.
+           connection->append({"GETRANGE", key.str, "0", "95"});
+           sent.push_back(&key.str);
          }
-         if (sent == 0) return;
+         if (sent.empty()) return;
+         std::vector<const std::string*> hashes;  // written by an older idem
+         const std::vector<RedisReply> replies =
+             connection->read_replies(CommandKind::read, "counts");
+         for (std::size_t i = 0; i < replies.size() && i < sent.size(); ++i) {
+           const RedisReply& reply = replies[i];
+           if (reply.is_error()) {
+             if (reply.str.find("WRONGTYPE") != std::string::npos) hashes.push_back(sent[i]);
+             continue;
+           }
+           // A value idem cannot read is counted nowhere, as lookup() of it would fail; the key
+           // was deleted between SCAN and GETRANGE: "".
+           if (reply.type != RedisReply::Type::string) continue;
+           if (const auto header = detail::RecordText::header(reply.str)) {
+             count(header->completed, header->deadline);
+           }
+         }
+         if (hashes.empty()) return;
+         for (const std::string* key : hashes)
+           connection->append({"HMGET", *key, "state", "lease_until", "expires_at"});
          for (const RedisReply& reply : connection->read_replies(CommandKind::read, "counts")) {
-           // A key of another type (WRONGTYPE) or a field idem cannot read is counted nowhere,
-           // as lookup() of it would fail; the key was deleted between SCAN and HMGET: all nil.
            if (reply.is_error() || reply.type != RedisReply::Type::array ||
                reply.elements.size() != 3) {
              continue;
            }
            const RedisReply& state = reply.elements[0];
            if (state.str == "in_progress") {
-             if (auto lease_until = number(reply.elements[1])) {
-               ++(*lease_until > now ? counts.in_progress : counts.abandoned);
-             }
+             if (auto lease_until = number(reply.elements[1])) count(false, *lease_until);
            } else if (state.str == "completed") {
-             if (auto expires_at = number(reply.elements[2])) {
-               ++(*expires_at > now ? counts.completed : counts.expired);
-             }
+             if (auto expires_at = number(reply.elements[2])) count(true, *expires_at);
            }
          }
        });

@@ -2,9 +2,9 @@
 //
 // Conventions: keys arrive in KEYS, everything else (times, tokens, fingerprints, values) in
 // ARGV — nothing from a caller is ever part of a script's source. Times are milliseconds since
-// the epoch from the client's injected clock (ARGV), never redis TIME. Numbers written into
-// hashes go through fmt() ('%.0f'), because Lua would print large numbers in exponent form.
-// Tokens are compared as the decimal strings they were stored as.
+// the epoch from the client's injected clock (ARGV), never redis TIME. Numbers Lua writes go
+// through '%.0f', because Lua would print large numbers in exponent form. Tokens are compared as
+// the decimal strings they were stored as.
 #include <array>
 #include <string>
 #include <string_view>
@@ -96,95 +96,85 @@ return 0
 )lua";
 
 // ---- store ----------------------------------------------------------------------------------
+// A record is one string (record_decoder.hpp's RecordText). Only the steps that must compare and
+// write atomically are scripts; reading a record (lookup, the first look of a claim) is a plain
+// GET. GET goes through pcall where a hash written by an older idem may sit under the key: it
+// is then a table, never equal to a string, so a fenced step refuses it like a foreign record.
 
-// KEYS: record, token counter.
-// ARGV: now_ms, lease_ms, has_fingerprint ('1'|'0'), fingerprint, expiry_slack_ms.
-// Returns {'acquired', token, took_over} | {'in_progress'|'completed'|'mismatch', HGETALL} |
-//         {'corrupt', HGETALL} (the client decodes it and reports what is wrong).
-constexpr std::string_view kStoreClaim = R"lua(
-local function fmt(n) return string.format('%.0f', n) end
-local now = tonumber(ARGV[1])
-local took_over = 0
-if redis.call('EXISTS', KEYS[1]) == 1 then
-  local r = redis.call('HMGET', KEYS[1], 'state', 'lease_until', 'expires_at', 'fingerprint')
-  local live
-  if r[1] == 'in_progress' then
-    local lease_until = tonumber(r[2])
-    if not lease_until then return {'corrupt', redis.call('HGETALL', KEYS[1])} end
-    live = now < lease_until
-    took_over = 1
-  elseif r[1] == 'completed' then
-    local expires_at = tonumber(r[3])
-    if not expires_at then return {'corrupt', redis.call('HGETALL', KEYS[1])} end
-    live = now < expires_at
-  else
-    return {'corrupt', redis.call('HGETALL', KEYS[1])}
+// KEYS: record, token counter.  ARGV: expected ('' = absent), claim tail, PXAT.
+// When the record is still what the client read (absent: SET NX), writes the claim
+// '1i <token><tail>' with the next token and returns the token; otherwise returns what is there
+// now (nil: absent). A token taken for a SET NX that finds the key is skipped, never reused.
+constexpr std::string_view kStoreAcquire = R"lua(
+local token
+if ARGV[1] == '' then
+  token = redis.call('INCR', KEYS[2])
+  if not redis.call('SET', KEYS[1], '1i ' .. string.format('%.0f', token) .. ARGV[2], 'NX',
+                    'PXAT', ARGV[3]) then
+    return redis.call('GET', KEYS[1])
   end
-  if live then
-    local status = r[1]
-    if ARGV[3] == '1' and r[4] and r[4] ~= ARGV[4] then status = 'mismatch' end
-    return {status, redis.call('HGETALL', KEYS[1])}
-  end
+  return token
 end
-local token = redis.call('INCR', KEYS[2])
-local lease_until = now + tonumber(ARGV[2])
-redis.call('DEL', KEYS[1])
-if ARGV[3] == '1' then
-  redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', fmt(token),
-             'lease_until', fmt(lease_until), 'fingerprint', ARGV[4])
-else
-  redis.call('HSET', KEYS[1], 'state', 'in_progress', 'token', fmt(token),
-             'lease_until', fmt(lease_until))
-end
-redis.call('PEXPIREAT', KEYS[1], fmt(lease_until + tonumber(ARGV[5])))
-return {'acquired', token, took_over}
+local cur = redis.call('GET', KEYS[1])
+if cur ~= ARGV[1] then return cur end
+token = redis.call('INCR', KEYS[2])
+redis.call('SET', KEYS[1], '1i ' .. string.format('%.0f', token) .. ARGV[2], 'PXAT', ARGV[3])
+return token
 )lua";
 
-// KEYS: record.  ARGV: token, now_ms, ttl_ms, value, report, expiry_slack_ms.
-// Returns 1 | 0 (fenced: not in progress, or another token).
+// KEYS: record.  ARGV: fence ('1i <token> '), completed head, PXAT.  Returns 1 | 0 (fenced).
+// The completed record is the head followed by the claim's tail ('<lease_until> <fp>').
 constexpr std::string_view kStoreComplete = R"lua(
-local function fmt(n) return string.format('%.0f', n) end
-local r = redis.call('HMGET', KEYS[1], 'state', 'token')
-if r[1] ~= 'in_progress' or r[2] ~= ARGV[1] then return 0 end
-local ttl = tonumber(ARGV[3])
-if ttl <= 0 then
-  redis.call('DEL', KEYS[1])
-  return 1
-end
-local now = tonumber(ARGV[2])
-local expires_at = now + ttl
-redis.call('HSET', KEYS[1], 'state', 'completed', 'completed_at', fmt(now),
-           'expires_at', fmt(expires_at), 'value', ARGV[4], 'report', ARGV[5])
-redis.call('PEXPIREAT', KEYS[1], fmt(expires_at + tonumber(ARGV[6])))
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) ~= 'string' or string.sub(cur, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2] .. string.sub(cur, #ARGV[1] + 1), 'PXAT', ARGV[3])
 return 1
 )lua";
 
-// KEYS: record.  ARGV: token.  Returns 1 | 0 (fenced).
+// KEYS: record.  ARGV: fence.  Returns 1 | 0 (fenced).  (Also complete with a TTL of 0.)
 constexpr std::string_view kStoreRelease = R"lua(
-local r = redis.call('HMGET', KEYS[1], 'state', 'token')
-if r[1] ~= 'in_progress' or r[2] ~= ARGV[1] then return 0 end
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) ~= 'string' or string.sub(cur, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
 return 1
 )lua";
 
-// KEYS: record.  ARGV: token, now_ms, lease_ms, expiry_slack_ms.  Returns 1 | 0 (fenced).
+// KEYS: record.  ARGV: fence, lease_until, PXAT.  Returns 1 | 0 (fenced).
+// Rewrites the claim's lease_until, keeping its fingerprint (from the space after the lease).
 constexpr std::string_view kStoreRenew = R"lua(
-local function fmt(n) return string.format('%.0f', n) end
-local r = redis.call('HMGET', KEYS[1], 'state', 'token')
-if r[1] ~= 'in_progress' or r[2] ~= ARGV[1] then return 0 end
-local lease_until = tonumber(ARGV[2]) + tonumber(ARGV[3])
-redis.call('HSET', KEYS[1], 'lease_until', fmt(lease_until))
-redis.call('PEXPIREAT', KEYS[1], fmt(lease_until + tonumber(ARGV[4])))
+local cur = redis.pcall('GET', KEYS[1])
+if type(cur) ~= 'string' or string.sub(cur, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
+local fp = string.find(cur, ' ', #ARGV[1] + 1, true)
+if not fp then return 0 end
+redis.call('SET', KEYS[1], ARGV[1] .. ARGV[2] .. string.sub(cur, fp), 'PXAT', ARGV[3])
+return 1
+)lua";
+
+// KEYS: a hash written by an older idem.  ARGV: its state, token and lease_until as read ('' for
+// a missing field).  Deletes it when it still holds them, so a claim can replace it; returns 1 |
+// 0 (it changed).
+constexpr std::string_view kStoreDropLegacy = R"lua(
+local r = redis.pcall('HMGET', KEYS[1], 'state', 'token', 'lease_until')
+if type(r) ~= 'table' or r.err then return 0 end
+if (r[1] or '') ~= ARGV[1] or (r[2] or '') ~= ARGV[2] or (r[3] or '') ~= ARGV[3] then return 0 end
+redis.call('DEL', KEYS[1])
 return 1
 )lua";
 
 // One key found by purge_expired's SCAN. KEYS: the record.  ARGV: now_ms.
-// Deletes a completed record with expires_at <= now. Returns 1 when deleted.
+// Deletes a completed record (a string, or the hash of an older idem) with expires_at <= now.
+// Returns 1 when deleted.
 constexpr std::string_view kStorePurge = R"lua(
-local r = redis.pcall('HMGET', KEYS[1], 'state', 'expires_at')
-if type(r) ~= 'table' or r.err then return 0 end
-local expires_at = tonumber(r[2])
-if r[1] == 'completed' and expires_at and expires_at <= tonumber(ARGV[1]) then
+local v = redis.pcall('GET', KEYS[1])
+local expires_at
+if type(v) == 'string' then
+  expires_at = tonumber(string.match(v, '^1c %d+ %-?%d+ (%-?%d+) '))
+else
+  local r = redis.pcall('HMGET', KEYS[1], 'state', 'expires_at')
+  if type(r) ~= 'table' or r.err or r[1] ~= 'completed' then return 0 end
+  expires_at = tonumber(r[2])
+end
+if expires_at and expires_at <= tonumber(ARGV[1]) then
   redis.call('DEL', KEYS[1])
   return 1
 end
@@ -223,10 +213,11 @@ IDEM_REDIS_SCRIPT(recorder_complete_script, "recorder complete", kRecorderComple
 IDEM_REDIS_SCRIPT(recorder_release_script, "recorder release", kRecorderRelease)
 IDEM_REDIS_SCRIPT(recorder_renew_script, "recorder renew", kRecorderRenew)
 IDEM_REDIS_SCRIPT(recorder_purge_script, "recorder purge", kRecorderPurge)
-IDEM_REDIS_SCRIPT(store_claim_script, "store claim", kStoreClaim)
+IDEM_REDIS_SCRIPT(store_acquire_script, "store acquire", kStoreAcquire)
 IDEM_REDIS_SCRIPT(store_complete_script, "store complete", kStoreComplete)
 IDEM_REDIS_SCRIPT(store_release_script, "store release", kStoreRelease)
 IDEM_REDIS_SCRIPT(store_renew_script, "store renew", kStoreRenew)
+IDEM_REDIS_SCRIPT(store_drop_legacy_script, "store drop legacy", kStoreDropLegacy)
 IDEM_REDIS_SCRIPT(store_purge_script, "store purge", kStorePurge)
 
 #undef IDEM_REDIS_SCRIPT

@@ -1,42 +1,48 @@
 // RedisIdempotencyStore: the record-per-key protocol of idem/idempotency_store.hpp in Redis, for
 // idempotent operations shared by many processes and machines.
 //
-// One hash per idempotency key K, at P s:{K} (P = RedisOptions::key_prefix):
-//   state            "in_progress" | "completed"
-//   token            the fencing token (decimal)
-//   fingerprint      the claiming call's fingerprint (absent when it had none)
-//   lease_until      ms since the epoch (in_progress)
-//   completed_at     ms since the epoch (completed)
-//   expires_at       ms since the epoch (completed: completed_at + ttl)
-//   value            the result's bytes, as encoded by idem::Codec<T> (needs_bytes() == true)
-//   report           the original ExecutionReport as JSON (ExecutionReport::to_json)
-// and the token counter P tokens (INCR; shared with RedisIdempotencyRecorder under one prefix).
+// One string per idempotency key K, at P s:{K} (P = RedisOptions::key_prefix), decoded by the
+// client (docs/redis.md §5 has the byte layout):
+//   in progress  "1i <token> <lease_until> <fp>"
+//   completed    "1c <token> <completed_at> <expires_at> <value size> <report size> "
+//                "<value><report><lease_until> <fp>"
+// token is the fencing token, times are ms since the epoch, <fp> the claiming call's fingerprint
+// ("-" when it had none, else "=" and its bytes), value the result's bytes as encoded by
+// idem::Codec<T> (needs_bytes() == true), report the original ExecutionReport as JSON; and the
+// token counter P tokens (INCR; shared with RedisIdempotencyRecorder under one prefix).
 //
-// claim/complete/release/renew are Lua scripts (EVALSHA, NOSCRIPT answered by sending the source
-// once), each atomic on the server:
-//   claim     a live record (in_progress with lease_until > now, completed with expires_at >
-//             now) is returned as completed / in_progress / mismatch (both fingerprints set and
-//             different), unchanged; anything else (absent, expired, abandoned) is replaced by a
-//             new claim with the next token from the counter (took_over for an abandoned claim).
-//   complete  in_progress with our token → completed with value, report, completed_at,
+// What each call sends (docs/redis.md §5 says why):
+//   lookup    GET.
+//   claim     GET; a live record (in_progress with lease_until > now, completed with
+//             expires_at > now) is returned as completed / in_progress / mismatch (both
+//             fingerprints set and different), unchanged. Anything else (absent, expired,
+//             abandoned) is replaced by the acquire script: if the record is still what the GET
+//             saw (absent: SET NX), INCR the counter and SET the claim — the token is taken and
+//             the key owned in one atomic step (took_over for an abandoned claim); if it changed,
+//             the script returns it and the claim reads it like the GET's reply.
+//   complete  script: the record starts with "1i <token> " → SET completed, completed_at = now,
 //             expires_at = now + ttl (ttl 0: the record is deleted — expired at once).
-//   release   in_progress with our token → deleted.
-//   renew     in_progress with our token → lease_until = now + lease (may also shorten it).
+//   release   script: the same check → DEL.
+//   renew     script: the same check → lease_until = now + lease (may also shorten it).
+// A hash under the key is a record written by an older idem: read with HGETALL (completed
+// results replay, live claims hold the key), replaced only once dead, and never changed by the
+// token steps, which refuse it like a foreign record.
 // "now" is options.clock's wall time passed as an argument (never the server's clock), so expiry
 // at the boundary instant agrees with every other backend: a result is expired when now >=
 // expires_at, a lease has ended when now >= lease_until. Every record also gets a Redis expiry
-// (PEXPIREAT) at expires_at or lease_until plus RedisOptions::expiry_slack, only so Redis
+// (SET ... PXAT) at expires_at or lease_until plus RedisOptions::expiry_slack, only so Redis
 // reclaims the space; idem never relies on it.
 //
-// lookup() is HGETALL; purge_expired() and entry_count() SCAN the prefix (their cost grows with
-// the whole database — see docs/redis.md). wait() polls lookup() with capped backoff on
-// options.clock (the default of IdempotencyStore).
+// purge_expired() and entry_count() SCAN the prefix (their cost grows with the whole database —
+// see docs/redis.md). wait() polls lookup() with capped backoff on options.clock (the default of
+// IdempotencyStore).
 //
 // Errors: bad keys → InvalidKey; lease <= 0 or ttl < 0 → InvalidArgument; bad options →
 // ConfigError; server down → RedisError(connect), retryable; lost replies → redis_error.hpp. A
-// hash idem cannot read (unknown state, missing or malformed field, a report that is not valid
-// JSON, a key of another type) → StoreError with code store_corrupt_record naming the key and
-// the field; delete the key to reset it.
+// record idem cannot read (a string not in the layout, a malformed number or size, a report that
+// is not valid JSON, an older idem's hash with an unknown state or a missing or malformed field,
+// a key of another type) → StoreError with code store_corrupt_record naming the key and what is
+// wrong; delete the key to reset it.
 //
 // Thread-safety: one store may be shared by any number of threads (each call leases its own
 // connection); any number of processes may share a server and prefix.
@@ -92,8 +98,9 @@ class RedisIdempotencyStore final : public IdempotencyStore {
   // One SCAN page per chunk; `progress` is called after each page that deleted records.
   std::size_t do_purge_expired(const PurgeProgress& progress) override;
   std::size_t do_entry_count() override;
-  // SCANs the prefix and reads three fields of every record (pipelined per page). Keys idem
-  // cannot read (another type, a missing or malformed field) are counted in no state.
+  // SCANs the prefix and reads the start of every record (GETRANGE; HMGET of three fields for an
+  // older idem's hash), pipelined per page. Keys idem cannot read (another type, a start not in
+  // the layout) are counted in no state.
   StoreCounts do_counts() override;
 
   std::shared_ptr<ConnectionPool> pool_;
