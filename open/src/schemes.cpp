@@ -8,7 +8,7 @@ namespace idem::detail {
 namespace {
 
 // The parser of `part` when this build has it (idem_open_parts.inc lists the built parts).
-constexpr SchemeParser built(std::string_view part) {
+constexpr SchemeParser built([[maybe_unused]] std::string_view part) {
 #define IDEM_OPEN_PART(name) \
   if (part == #name) return &name##_url;
 #include "idem_open_parts.inc"
