@@ -1,8 +1,10 @@
 // 10,000 coroutines call one idempotency key on a single-threaded io_context: one executes,
 // 9,999 join it suspended. Reports the memory each waiter costs (live heap bytes, counted by a
 // replaced operator new/delete, while all wait) and the time from the owner's completion until
-// every caller has its result; then the cost of a plain (keyless) async call against a blocking
-// call in the same run.
+// every caller has its result; then, as the baseline of the same run, what as many co_spawned
+// coroutines of the same result type cost while each is suspended on one asio timer (asio's own
+// floor: the co_spawn entry frame and the coroutine frame), and idem's share (the difference);
+// then the cost of a plain (keyless) async call against a blocking call in the same run.
 //
 //   bench_async_join [--waiters=N] [--calls=N] [--breakdown=1]
 #include <malloc.h>
@@ -94,6 +96,7 @@ int main(int argc, char** argv) {
   auto coordinator = idem::IdempotencyCoordinator::for_store(memory);
   long long joined = 0;
   long long done = 0;
+  long long sink_floor = 0;
   const long long before = g_live.load();
   g_recording = breakdown;
   for (long long i = 0; i < callers; ++i) {
@@ -134,6 +137,40 @@ int main(int argc, char** argv) {
                   static_cast<double>(count) / static_cast<double>(callers));
     }
   }
+
+  // ---- baseline: the same number of co_spawned coroutines, each suspended on a timer ----
+  double floor_per_caller = 0;
+  {
+    asio::io_context io3(1);
+    asio::steady_timer wall(io3, asio::steady_timer::time_point::max());
+    long long finished = 0;
+    const long long floor_before = g_live.load();
+    // Spawned as the callers above are: an awaitable made first, a handler of the same shape.
+    auto suspended = [](asio::steady_timer& timer) -> Task<idem::OperationResult<std::string>> {
+      asio::error_code ec;
+      co_await timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+      co_return idem::OperationResult<std::string>{};
+    };
+    for (long long i = 0; i < callers; ++i) {
+      asio::co_spawn(io3, suspended(wall),
+                     [&](std::exception_ptr error, idem::OperationResult<std::string> r) {
+                       ++finished;
+                       if (!error && r.report.metadata.empty()) ++sink_floor;
+                     });
+    }
+    while (io3.poll_one() != 0) {
+    }
+    floor_per_caller =
+        static_cast<double>(g_live.load() - floor_before) / static_cast<double>(callers);
+    wall.cancel();
+    io3.run();
+  }
+  std::printf(
+      "baseline_per_coroutine_bytes=%.0f (co_spawned Task<OperationResult<string>> "
+      "suspended on a timer)\n",
+      floor_per_caller);
+  std::printf("idem_per_waiter_bytes=%.0f (memory_per_waiter - baseline)\n",
+              static_cast<double>(live) / static_cast<double>(callers) - floor_per_caller);
 
   // ---- plain call overhead: async vs blocking, keyless ----
   auto async_plain = idem::async::resilient([](int x) -> Task<int> { co_return x + 1; });

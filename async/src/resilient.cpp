@@ -1,5 +1,5 @@
-// The non-template half of idem::async::resilient: the latch joiners and timed attempts await,
-// timer waits, and the idempotency layer (join / replay / execute over an AsyncStore).
+// The non-template half of idem::async::resilient: the latch timed attempts await, timer waits,
+// and the idempotency layer (join / replay / execute over an AsyncStore).
 
 #include "idem/async/resilient.hpp"
 
@@ -29,6 +29,7 @@ namespace idem::async::detail {
 using idem::detail::FlightEntry;
 using idem::detail::FlightLead;
 using idem::detail::FlightOutcome;
+using idem::detail::FlightWaiter;
 using idem::detail::SharedClaimHold;
 
 // ---- Latch ------------------------------------------------------------------------------------
@@ -395,6 +396,8 @@ Task<CoordinatedResult> execute_owned(std::shared_ptr<AsyncStore> store,
   co_return lead->succeeded(std::move(execution), recorded, claim.took_over);
 }
 
+}  // namespace
+
 Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
                                     std::shared_ptr<FlightLead> lead,
                                     const IdempotencyPolicy& policy, const IdempotentCall& call,
@@ -468,43 +471,150 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
   }
 }
 
+// ---- joiners -----------------------------------------------------------------------------------
+
+namespace {
+
+// The awaiting coroutine's completion handler and the outstanding work on its executor, kept
+// inline (the handler of use_awaitable is a pointer to the coroutine's stack).
+class InlineCompletion {
+ public:
+  InlineCompletion() = default;
+  InlineCompletion(const InlineCompletion&) = delete;
+  InlineCompletion& operator=(const InlineCompletion&) = delete;
+  ~InlineCompletion() {
+    if (destroy_ != nullptr) destroy_(storage_);
+  }
+
+  template <class Handler>
+  void emplace(Handler&& handler) {
+    using Stored = Pending<std::decay_t<Handler>>;
+    static_assert(sizeof(Stored) <= sizeof(storage_) && alignof(Stored) <= alignof(void*) * 2,
+                  "a joiner's completion handler no longer fits its inline storage");
+    new (storage_) Stored(std::forward<Handler>(handler));
+    post_ = [](void* p, bool told) {
+      auto* stored = static_cast<Stored*>(p);
+      Stored moved(std::move(*stored));
+      stored->~Stored();
+      std::move(moved).post(told);
+    };
+    destroy_ = [](void* p) { static_cast<Stored*>(p)->~Stored(); };
+  }
+
+  // Posts the handler to its executor with `told` (once; the storage is then empty).
+  void post(bool told) {
+    auto post = std::exchange(post_, nullptr);
+    destroy_ = nullptr;
+    post(storage_, told);
+  }
+
+ private:
+  template <class Handler>
+  struct Pending {
+    explicit Pending(Handler&& h)
+        : handler(std::move(h)),
+          work(asio::prefer(asio::get_associated_executor(handler),
+                            asio::execution::outstanding_work.tracked)) {}
+    void post(bool told) && {
+      auto executor = asio::get_associated_executor(handler);
+      asio::post(executor, [h = std::move(handler), told, w = std::move(work)]() mutable {
+        asio::get_associated_cancellation_slot(h).clear();
+        std::move(h)(told);
+      });
+    }
+    Handler handler;
+    decltype(asio::prefer(std::declval<asio::associated_executor_t<Handler>>(),
+                          asio::execution::outstanding_work.tracked)) work;
+  };
+
+  alignas(void*) alignas(2 * alignof(void*)) unsigned char storage_[72];
+  void (*post_)(void*, bool) = nullptr;
+  void (*destroy_)(void*) = nullptr;
+};
+
 }  // namespace
 
-Task<CoordinatedResult> coordinate(std::shared_ptr<IdempotencyCoordinator> coordinator,
-                                   std::shared_ptr<AsyncStore> store, IdempotencyPolicy policy,
-                                   IdempotentCall call, AsyncExecute execute) {
-  if (store->needs_bytes() &&
+// A joiner's whole wait in one object: its registration in the flight (the FlightWaiter base),
+// the outcome it is told, and the awaiting coroutine's completion. `state` orders the three
+// parties: notify() (any thread), the initiation and the cancellation handler (the joiner's
+// executor); whichever of notify() and the initiation comes second posts the completion.
+class FlightJoin final : public FlightWaiter {
+ public:
+  enum State : int { waiting, suspended, told, withdrawn };
+
+  void notify(FlightOutcome outcome) noexcept override {
+    outcome_ = std::move(outcome);
+    if (state_.exchange(told, std::memory_order_acq_rel) == suspended) completion_.post(true);
+  }
+
+  // The initiation of await_flight(), on the joiner's executor.
+  template <class Handler>
+  void suspend(Handler&& handler) {
+    auto slot = asio::get_associated_cancellation_slot(handler);
+    // The slot's handler runs on this executor, as the initiation does, so it cannot fire before
+    // the completion is in place; whoever posts the completion clears the slot before resuming.
+    // Assigned before the state says `suspended`: from then on notify() may post at once.
+    if (slot.is_connected()) {
+      slot.assign([this](asio::cancellation_type) {
+        int expected = suspended;
+        if (!state_.compare_exchange_strong(expected, withdrawn, std::memory_order_acq_rel)) {
+          return;  // told: the outcome is on its way
+        }
+        detach();
+        completion_.post(false);
+      });
+    }
+    completion_.emplace(std::forward<Handler>(handler));
+    int expected = waiting;
+    if (!state_.compare_exchange_strong(expected, suspended, std::memory_order_acq_rel)) {
+      completion_.post(true);  // told already
+    }
+  }
+
+  const FlightOutcome& outcome() const { return outcome_; }
+
+ private:
+  std::atomic<int> state_{waiting};
+  FlightOutcome outcome_;
+  InlineCompletion completion_;
+};
+
+FlightEntered enter_flight(IdempotencyCoordinator& coordinator,
+                           const std::shared_ptr<AsyncStore>& store, const IdempotentCall& call) {
+  if (store_or_default(store)->needs_bytes() &&
       (call.codec == nullptr || !call.codec->encode || !call.codec->decode)) {
     throw ConfigError("idempotency key " + quote_key(call.key) +
                       ": the store keeps results as bytes, so the call needs a codec");
   }
-  for (;;) {
-    struct Shared {
-      Latch latch;
-      FlightOutcome outcome;
-    };
-    auto shared = std::make_shared<Shared>();
-    FlightEntry entry = coordinator->enter(call, [shared](FlightOutcome outcome) {
-      shared->outcome = std::move(outcome);
-      shared->latch.set();
-    });
-    if (entry.lead) {
-      co_return co_await lead_flight(store, std::move(entry.lead), policy, call, execute);
-    }
-    if (!co_await shared->latch.wait()) {
-      entry.wait->detach();
-      throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
-                      " (the execution it waited for goes on)");
-    }
-    switch (shared->outcome.kind) {
-      case FlightOutcome::Kind::result:
-        co_return std::move(shared->outcome.result);
-      case FlightOutcome::Kind::error:
-        std::rethrow_exception(shared->outcome.error);
-      case FlightOutcome::Kind::start_over:
-        continue;
-    }
+  FlightEntered entered;
+  entered.join = std::make_shared<FlightJoin>();
+  entered.lead = coordinator.enter(call, entered.join).lead;
+  if (entered.lead) entered.join.reset();
+  return entered;
+}
+
+Task<bool> await_flight(FlightJoin& join) {
+  return asio::async_initiate<const asio::use_awaitable_t<>&, void(bool)>(
+      [&join](auto handler) { join.suspend(std::move(handler)); }, asio::use_awaitable);
+}
+
+std::shared_ptr<const CoordinatedResult> joined_outcome(FlightJoin& join, bool told,
+                                                        const IdempotentCall& call) {
+  if (!told) {
+    join.detach();
+    throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
+                    " (the execution it waited for goes on)");
   }
+  const FlightOutcome& outcome = join.outcome();
+  switch (outcome.kind) {
+    case FlightOutcome::Kind::result:
+      return outcome.result;
+    case FlightOutcome::Kind::error:
+      std::rethrow_exception(outcome.error);
+    case FlightOutcome::Kind::start_over:
+      break;
+  }
+  return nullptr;
 }
 
 }  // namespace idem::async::detail

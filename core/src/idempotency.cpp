@@ -41,11 +41,10 @@
 
 namespace idem {
 
-using detail::FlightCallback;
 using detail::FlightEntry;
 using detail::FlightLead;
 using detail::FlightOutcome;
-using detail::FlightWait;
+using detail::FlightWaiter;
 using detail::SharedClaimHold;
 
 std::string_view to_string(IdempotencyStatus status) noexcept {
@@ -204,22 +203,13 @@ struct Flight {
   std::condition_variable_any changed;
   Phase phase = Phase::running;
   std::size_t waiting = 0;
-  // The outcome (phase done or lingering). Neither a value nor an error: start over.
-  bool has_value = false;
-  std::shared_ptr<const void> value;
-  std::shared_ptr<const ExecutionReport> report;
-  IdempotencyStatus status = IdempotencyStatus::executed;
-  bool recorded = true;
+  // The outcome (phase done or lingering). Neither a result nor an error: start over. The
+  // result is the joiners' (status joined or replayed, metadata merged), built once and shared.
+  std::shared_ptr<const CoordinatedResult> joined;
   std::exception_ptr error;
 
-  // Waiters that entered through enter(): called when their wait ends (see ready_callbacks()).
-  struct Callback {
-    std::uint64_t id;
-    bool joining;  // found the flight running (else: waits for a failed owner's release)
-    FlightCallback call;
-  };
-  std::vector<Callback> callbacks;
-  std::uint64_t next_callback = 0;
+  // Waiters that entered through enter(), each knowing its index here (see take_ready()).
+  std::vector<std::shared_ptr<FlightWaiter>> waiters;
 };
 
 // A caller about to join a running flight: same arguments, same value type (flight->mutex held).
@@ -237,53 +227,79 @@ void check_joinable(const Flight& flight, const IdempotentCall& call) {
   }
 }
 
-// The outcome a waiter of `flight` gets now (flight->mutex held).
-FlightOutcome outcome_for(const Flight& flight, bool joining) {
-  FlightOutcome outcome;
-  if (!joining) return outcome;  // a released key: start over
-  if (flight.error) {
-    outcome.kind = FlightOutcome::Kind::error;
-    outcome.error = flight.error;
-  } else if (flight.has_value) {
-    const IdempotencyStatus status = flight.status == IdempotencyStatus::replayed
-                                         ? IdempotencyStatus::replayed
-                                         : IdempotencyStatus::joined;
-    outcome.kind = FlightOutcome::Kind::result;
-    outcome.result.value = flight.value;
-    outcome.result.status = status;
-    outcome.result.recorded = flight.recorded;
-    outcome.result.report = *flight.report;  // metadata merged by the caller, outside the lock
+}  // namespace
+
+// The coordinator's side of FlightWaiter: its registration in a flight's list.
+struct detail::FlightAccess {
+  static void list(Flight& flight, const std::shared_ptr<FlightWaiter>& waiter,
+                   std::shared_ptr<Flight> owner, bool joining) {
+    waiter->flight_ = std::move(owner);
+    waiter->joining_ = joining;
+    waiter->index_ = flight.waiters.size();
+    flight.waiters.push_back(waiter);
+    ++flight.waiting;
   }
-  return outcome;
+  // Unlists the waiter at `index` (flight.mutex held): the last one takes its slot.
+  static std::shared_ptr<FlightWaiter> unlist(Flight& flight, std::size_t index) {
+    std::shared_ptr<FlightWaiter> waiter = std::move(flight.waiters[index]);
+    waiter->index_ = FlightWaiter::kUnlisted;
+    if (index + 1 != flight.waiters.size()) {
+      flight.waiters[index] = std::move(flight.waiters.back());
+      flight.waiters[index]->index_ = index;
+    }
+    flight.waiters.pop_back();
+    --flight.waiting;
+    return waiter;
+  }
+  static Flight* flight_of(const FlightWaiter& waiter) {
+    return static_cast<Flight*>(waiter.flight_.get());
+  }
+  static std::size_t index_of(const FlightWaiter& waiter) { return waiter.index_; }
+  static bool joining(const FlightWaiter& waiter) { return waiter.joining_; }
+};
+
+void FlightWaiter::detach() {
+  Flight* flight = detail::FlightAccess::flight_of(*this);
+  if (flight == nullptr) return;
+  std::shared_ptr<FlightWaiter> self;  // released outside the lock
+  std::lock_guard lock(flight->mutex);
+  if (index_ != kUnlisted) self = detail::FlightAccess::unlist(*flight, index_);
 }
 
-// Takes the callbacks whose wait has ended (flight->mutex held); call them after unlocking.
-std::vector<std::pair<FlightCallback, FlightOutcome>> ready_callbacks(Flight& flight) {
-  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
-  if (flight.callbacks.empty()) return ready;
-  std::erase_if(flight.callbacks, [&](Flight::Callback& callback) {
-    const bool done = callback.joining ? flight.phase != Flight::Phase::running
-                                       : flight.phase != Flight::Phase::lingering;
-    if (!done) return false;
-    ready.emplace_back(std::move(callback.call), outcome_for(flight, callback.joining));
-    --flight.waiting;
-    return true;
-  });
+namespace {
+
+// The waiters whose wait has ended, with what each is told (flight.mutex held); notify them
+// after unlocking (notify_all()).
+struct Ready {
+  std::vector<std::shared_ptr<FlightWaiter>> waiters;
+  FlightOutcome joined;  // for waiters that joined the flight; the others start over
+};
+
+Ready take_ready(Flight& flight) {
+  Ready ready;
+  if (flight.waiters.empty()) return ready;
+  if (flight.error) {
+    ready.joined.kind = FlightOutcome::Kind::error;
+    ready.joined.error = flight.error;
+  } else if (flight.joined) {
+    ready.joined.kind = FlightOutcome::Kind::result;
+    ready.joined.result = flight.joined;
+  }
+  for (std::size_t i = flight.waiters.size(); i-- > 0;) {
+    const FlightWaiter& waiter = *flight.waiters[i];
+    const bool done = detail::FlightAccess::joining(waiter)
+                          ? flight.phase != Flight::Phase::running
+                          : flight.phase != Flight::Phase::lingering;
+    if (done) ready.waiters.push_back(detail::FlightAccess::unlist(flight, i));
+  }
+  std::reverse(ready.waiters.begin(), ready.waiters.end());  // in the order they came
   return ready;
 }
 
-void run_callbacks(std::vector<std::pair<FlightCallback, FlightOutcome>> ready,
-                   const std::string& key) {
-  for (auto& [call, outcome] : ready) {
-    if (outcome.kind == FlightOutcome::Kind::result) {
-      outcome.result.report = with_metadata(std::move(outcome.result.report), key,
-                                            outcome.result.status, outcome.result.recorded);
-    }
-    try {
-      call(std::move(outcome));
-    } catch (...) {
-      // A callback must not throw (it posts); one that does loses only its own wake-up.
-    }
+void notify_all(Ready ready) {
+  static const FlightOutcome start_over{};
+  for (const auto& waiter : ready.waiters) {
+    waiter->notify(detail::FlightAccess::joining(*waiter) ? ready.joined : start_over);
   }
 }
 
@@ -354,7 +370,7 @@ class Coordinator final : public IdempotencyCoordinator,
     renewer_.remove(renewal);
   }
 
-  FlightEntry enter(const IdempotentCall& call, FlightCallback on_done) override;
+  FlightEntry enter(const IdempotentCall& call, std::shared_ptr<FlightWaiter> waiter) override;
 
   // Ends a flight that did not execute (replay, rejection, store error, or start over).
   void finish(const std::shared_ptr<Flight>& flight, std::exception_ptr error,
@@ -429,26 +445,26 @@ ReleaseGuard::~ReleaseGuard() {
 
 void Coordinator::released(const std::shared_ptr<Flight>& flight) {
   erase(flight);
-  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
+  Ready ready;
   {
     std::lock_guard lock(flight->mutex);
     flight->phase = Flight::Phase::released;
     flight->changed.notify_all();
-    ready = ready_callbacks(*flight);
+    ready = take_ready(*flight);
   }
-  run_callbacks(std::move(ready), flight->key);
+  notify_all(std::move(ready));
 }
 
 void Coordinator::linger(Flight& flight, std::exception_ptr error) {
-  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
+  Ready ready;
   {
     std::lock_guard lock(flight.mutex);
     flight.phase = Flight::Phase::lingering;
     flight.error = std::move(error);
     flight.changed.notify_all();
-    ready = ready_callbacks(flight);
+    ready = take_ready(flight);
   }
-  run_callbacks(std::move(ready), flight.key);
+  notify_all(std::move(ready));
 }
 
 CoordinatedResult Coordinator::run(const IdempotencyPolicy& policy, const IdempotentCall& call,
@@ -527,45 +543,43 @@ CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
     }
   }
   if (joining && flight->error) std::rethrow_exception(flight->error);
-  if (!joining || !flight->has_value) {
+  if (!joining || !flight->joined) {
     // We waited out a failed execution's claim, or the leader gave up waiting for another
     // process: start over (and perhaps lead).
     start_over = true;
     return {};
   }
-  const IdempotencyStatus status = flight->status == IdempotencyStatus::replayed
-                                       ? IdempotencyStatus::replayed
-                                       : IdempotencyStatus::joined;
-  CoordinatedResult result;
-  result.value = flight->value;
-  result.status = status;
-  result.recorded = flight->recorded;
-  const auto report = flight->report;
+  const std::shared_ptr<const CoordinatedResult> joined = flight->joined;
   lock.unlock();
-  result.report = with_metadata(*report, call.key, status, result.recorded);
-  return result;
+  return *joined;
 }
 
 void Coordinator::finish(const std::shared_ptr<Flight>& flight, std::exception_ptr error,
                          const CoordinatedResult* result) {
   if (erase(flight) == 0) return;  // nobody joined: nothing to hand over
-  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
+  // What every joiner gets, built once for all of them.
+  std::shared_ptr<CoordinatedResult> joined;
+  if (!error && result != nullptr) {
+    joined = std::make_shared<CoordinatedResult>();
+    joined->value = result->value;
+    joined->status = result->status == IdempotencyStatus::replayed ? IdempotencyStatus::replayed
+                                                                   : IdempotencyStatus::joined;
+    joined->recorded = result->recorded;
+    joined->report = with_metadata(result->report, flight->key, joined->status, joined->recorded);
+  }
+  Ready ready;
   {
     std::lock_guard lock(flight->mutex);
     flight->phase = Flight::Phase::done;
     if (error) {
       flight->error = std::move(error);
-    } else if (result != nullptr) {
-      flight->has_value = true;
-      flight->value = result->value;
-      flight->report = std::make_shared<const ExecutionReport>(result->report);
-      flight->status = result->status;
-      flight->recorded = result->recorded;
+    } else {
+      flight->joined = std::move(joined);
     }
     flight->changed.notify_all();
-    ready = ready_callbacks(*flight);
+    ready = take_ready(*flight);
   }
-  run_callbacks(std::move(ready), flight->key);
+  notify_all(std::move(ready));
 }
 
 CoordinatedResult Coordinator::replay(const std::shared_ptr<Flight>& flight,
@@ -790,23 +804,7 @@ class AsyncLead final : public FlightLead {
   bool ended_ = false;
 };
 
-class AsyncWait final : public FlightWait {
- public:
-  AsyncWait(std::shared_ptr<Flight> flight, std::uint64_t id)
-      : flight_(std::move(flight)), id_(id) {}
-  void detach() override {
-    std::lock_guard lock(flight_->mutex);
-    const auto removed = std::erase_if(
-        flight_->callbacks, [&](const Flight::Callback& callback) { return callback.id == id_; });
-    flight_->waiting -= removed;
-  }
-
- private:
-  std::shared_ptr<Flight> flight_;
-  std::uint64_t id_;
-};
-
-FlightEntry Coordinator::enter(const IdempotentCall& call, FlightCallback on_done) {
+FlightEntry Coordinator::enter(const IdempotentCall& call, std::shared_ptr<FlightWaiter> waiter) {
   validate_key("idempotency key", call.key);
   renewer_.check_process();
   if (t_owned_keys && t_owned_keys->contains(identity_, call.key)) {
@@ -831,20 +829,16 @@ FlightEntry Coordinator::enter(const IdempotentCall& call, FlightCallback on_don
     flight = it->second;
     ++flight->attached;
   }
-  std::vector<std::pair<FlightCallback, FlightOutcome>> ready;
-  FlightEntry entry;
+  Ready ready;
   {
     std::lock_guard lock(flight->mutex);
     const bool joining = flight->phase == Flight::Phase::running;
     if (joining) check_joinable(*flight, call);
-    const std::uint64_t id = flight->next_callback++;
-    flight->callbacks.push_back({id, joining, std::move(on_done)});
-    ++flight->waiting;
-    entry.wait = std::make_shared<AsyncWait>(flight, id);
-    ready = ready_callbacks(*flight);  // the flight may have ended since the table lookup
+    detail::FlightAccess::list(*flight, waiter, flight, joining);
+    ready = take_ready(*flight);  // the flight may have ended since the table lookup
   }
-  run_callbacks(std::move(ready), call.key);
-  return entry;
+  notify_all(std::move(ready));
+  return {};
 }
 
 // ---- registry ---------------------------------------------------------------------------------
@@ -920,7 +914,7 @@ std::shared_ptr<IdempotencyCoordinator> make_in_process_coordinator() {
 }
 
 FlightEntry IdempotencyCoordinator::enter(const IdempotentCall& /*call*/,
-                                          FlightCallback /*on_done*/) {
+                                          std::shared_ptr<detail::FlightWaiter> /*waiter*/) {
   throw NotSupported("this idempotency coordinator has no non-blocking entry (enter())");
 }
 

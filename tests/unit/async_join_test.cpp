@@ -1,11 +1,13 @@
 // idem::async::resilient with an idempotency key: joiners suspend on the owner's execution, a
-// joiner's cancellation detaches only that joiner, blocking and coroutine callers of one key and
-// store join one execution, failures are not cached, successes replay for their TTL.
+// joiner's cancellation (its slot, or || with a timer) detaches only that joiner, blocking and
+// coroutine callers of one key and store join one execution, failures are not cached, successes
+// replay for their TTL.
 #include <gtest/gtest.h>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/experimental/awaitable_operators.hpp>
 #include <asio/io_context.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
@@ -110,6 +112,53 @@ TEST(AsyncJoin, JoinerCancellationDetachesOnlyThatJoiner) {
   EXPECT_EQ(joined.value, "receipt-o-2");
   EXPECT_EQ(status_of(joined.report), "joined");
   EXPECT_EQ(calls.load(), 1);
+}
+
+TEST(AsyncJoin, JoinersRacingATimerLeaveOneByOneAndTheRestStillJoin) {
+  // Every other joiner gives up after 10 ms (asio's || with a timer cancels its call); the
+  // others, listed before and after them, still get the owner's result, and the flight ends
+  // with nobody left waiting.
+  using namespace asio::experimental::awaitable_operators;
+  asio::io_context io;
+  Stores stores;
+  std::atomic<int> calls{0};
+  auto charge = idem::async::resilient(
+      [&](std::string order) -> Task<std::string> {
+        ++calls;
+        co_await nap(60ms);
+        co_return "receipt-" + order;
+      },
+      {.name = "charge",
+       .idempotency_key = [](const std::string& order) { return order; },
+       .idempotency_store = stores.async});
+  auto impatient = [&]() -> Task<bool> {
+    asio::steady_timer timer(co_await asio::this_coro::executor, 10ms);
+    try {
+      auto which = co_await (charge("o-9") || timer.async_wait(asio::use_awaitable));
+      co_return which.index() == 0;
+    } catch (const idem::Cancelled&) {
+      co_return false;
+    }
+  };
+  auto owner = asio::co_spawn(io, charge("o-9"), asio::use_future);
+  std::vector<std::future<bool>> quitters;
+  std::vector<std::future<idem::OperationResult<std::string>>> patient;
+  for (int i = 0; i < 8; ++i) {
+    quitters.push_back(asio::co_spawn(io, impatient(), asio::use_future));
+    patient.push_back(asio::co_spawn(io, charge("o-9"), asio::use_future));
+  }
+  io.run();
+  for (auto& quitter : quitters)
+    EXPECT_FALSE(quitter.get());
+  for (auto& joiner : patient) {
+    auto r = joiner.get();
+    EXPECT_EQ(r.value, "receipt-o-9");
+    EXPECT_EQ(status_of(r.report), "joined");
+  }
+  EXPECT_EQ(status_of(owner.get().report), "executed");
+  EXPECT_EQ(calls.load(), 1);
+  auto coordinator = idem::IdempotencyCoordinator::for_store(stores.memory);
+  EXPECT_EQ(coordinator->waiters(idem::scoped_idempotency_key("charge", "o-9")), 0u);
 }
 
 TEST(AsyncJoin, BlockingOwnerAndCoroutineJoinerShareOneExecution) {

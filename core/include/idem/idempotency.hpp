@@ -45,7 +45,7 @@ namespace idem {
 
 namespace detail {
 struct FlightEntry;
-struct FlightOutcome;
+class FlightWaiter;
 }  // namespace detail
 
 enum class IdempotencyStatus { executed, joined, replayed };
@@ -165,13 +165,14 @@ class IdempotencyCoordinator {
   // and diagnostics (e.g. hold an owner until N joiners wait).
   virtual std::size_t waiters(std::string_view /*key*/) const { return 0; }
 
-  // The non-blocking entry (see detail::FlightLead). Throws KeyReuseError / DecodeError when the
-  // running flight has other arguments or another value type, ReentryError as run() does (this
-  // thread's owned keys), InvalidKey. Only call.key, fingerprint, type and operation are read; a
-  // waiter's stop and deadline are the caller's business (detach()). Default: NotSupported. Used by
-  // the async face; the types are in idem/detail/flight.hpp.
+  // The non-blocking entry (see detail::FlightLead): leads the key's flight, or lists `waiter`
+  // on it (to be notified once). Throws KeyReuseError / DecodeError when the running flight has
+  // other arguments or another value type, ReentryError as run() does (this thread's owned keys),
+  // InvalidKey; `waiter` is then not listed. Only call.key, fingerprint, type and operation are
+  // read; a waiter's stop and deadline are the caller's business (FlightWaiter::detach()).
+  // Default: NotSupported. Used by the async face; the types are in idem/detail/flight.hpp.
   virtual detail::FlightEntry enter(const IdempotentCall& call,
-                                    std::function<void(detail::FlightOutcome)> on_done);
+                                    std::shared_ptr<detail::FlightWaiter> waiter);
 };
 
 // A coordinator with no store of its own: only the in-process flight table (enter()); run()

@@ -62,6 +62,10 @@
 #include "idem/async/task.hpp"
 #include "idem/resilient.hpp"
 
+namespace idem::detail {
+class FlightLead;
+}  // namespace idem::detail
+
 namespace idem::async {
 
 namespace detail {
@@ -97,7 +101,8 @@ Task<bool> caller_cancelled();
 // clock, clock->sleep_for() with any other. False: the caller was cancelled meanwhile.
 Task<bool> wait_delay(std::chrono::nanoseconds delay, std::shared_ptr<Clock> clock);
 
-// A thread-safe one-shot event a coroutine can await with its cancellation honoured.
+// A thread-safe one-shot event a coroutine can await with its cancellation honoured (a timed
+// attempt's end).
 class Latch {
  public:
   Latch();
@@ -139,13 +144,34 @@ std::exception_ptr attempt_timeout_error(const std::string& operation, int attem
                                          std::chrono::nanoseconds timeout,
                                          std::shared_ptr<const Latch> done);
 
-// The idempotency layer of one keyed call (join / replay / execute), compiled once: `execute`
-// runs the lifecycle of an owner. Rejections are rethrown as blocking (AlreadyInProgress,
-// KeyReuseError, ReentryError); a joiner cancelled by its caller gets idem::Cancelled.
+// The idempotency layer of one keyed call (join / replay / execute), compiled once. A keyed call
+// enters its key's flight without suspending (enter_flight); a leader then runs lead_flight, a
+// joiner awaits its FlightJoin (await_flight, one asynchronous operation) and reads what it was
+// told (joined_outcome). Rejections are rethrown as blocking (AlreadyInProgress, KeyReuseError,
+// ReentryError); a joiner cancelled by its caller gets idem::Cancelled and only it leaves.
+
+// A joiner's wait: its registration in the flight, the outcome and the awaiting coroutine's
+// completion, in one allocation (resilient.cpp).
+class FlightJoin;
+struct FlightEntered {
+  std::shared_ptr<idem::detail::FlightLead> lead;  // set: this call leads
+  std::shared_ptr<FlightJoin> join;                // else: this call waits on the flight
+};
+// Throws ConfigError (a store that keeps bytes and no codec) and enter()'s rejections.
+FlightEntered enter_flight(IdempotencyCoordinator& coordinator,
+                           const std::shared_ptr<AsyncStore>& store, const IdempotentCall& call);
+// Completes with true once the joiner is told, false when its own cancellation slot fired.
+Task<bool> await_flight(FlightJoin& join);
+// The joiners' shared result; null: enter again (start over). Throws the owner's error, or
+// Cancelled (after leaving the flight) when `told` is false.
+std::shared_ptr<const CoordinatedResult> joined_outcome(FlightJoin& join, bool told,
+                                                        const IdempotentCall& call);
+// The leader's claim / replay / execution; `execute` runs the lifecycle of an owner.
 using AsyncExecute = std::function<Task<Execution>(ClaimHold&)>;
-Task<CoordinatedResult> coordinate(std::shared_ptr<IdempotencyCoordinator> coordinator,
-                                   std::shared_ptr<AsyncStore> store, IdempotencyPolicy policy,
-                                   IdempotentCall call, AsyncExecute execute);
+Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
+                                    std::shared_ptr<idem::detail::FlightLead> lead,
+                                    const IdempotencyPolicy& policy, const IdempotentCall& call,
+                                    const AsyncExecute& execute);
 
 template <class R, class... Params>
 using AsyncSpec = idem::detail::BasicOperationSpec<AsyncFace, R, Params...>;
@@ -161,22 +187,29 @@ class AsyncEngine {
   template <class P>
   using ArgRef = idem::detail::ArgRef<P>;
 
-  static Task<Result> call(std::shared_ptr<const Spec> spec, ArgRef<Params>... args) {
-    // The engine checks the caller's cancellation itself (to report it, and to still decide
-    // after it), so co_await must not throw on its own once the slot fired; the caller's
-    // setting is restored on the way out.
+  // One call: the idempotency layer when a key is configured, then the lifecycle. The returned
+  // coroutine owns the arguments.
+  static Task<Result> call(std::shared_ptr<const Spec> spec, Params... args) {
+    if constexpr (std::is_void_v<Value> || std::is_copy_constructible_v<Value>) {
+      if (spec->key) return call_keyed(std::move(spec), std::forward<Params>(args)...);
+    }
+    return call_plain(std::move(spec), std::forward<Params>(args)...);
+  }
+
+ private:
+  // The engine checks the caller's cancellation itself (to report it, and to still decide after
+  // it), so co_await must not throw on its own once the slot fired; the caller's setting is
+  // restored before the call returns or throws.
+  static Task<Result> call_plain(std::shared_ptr<const Spec> spec, Params... args) {
     const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
     co_await asio::this_coro::throw_if_cancelled(false);
     std::optional<Result> result;
     std::exception_ptr error;
     try {
-      if (!spec->key) {
-        result.emplace(co_await run_lifecycle(spec, nullptr, args...));
-      } else if constexpr (std::is_void_v<Value> || std::is_copy_constructible_v<Value>) {
-        result.emplace(co_await call_idempotent(spec, args...));
-      } else {
+      if (spec->key) {
         throw ConfigError("unreachable: resolve() rejects idempotency for move-only results");
       }
+      result.emplace(co_await run_lifecycle(spec, nullptr, args...));
     } catch (...) {
       error = std::current_exception();
     }
@@ -185,12 +218,77 @@ class AsyncEngine {
     co_return std::move(*result);
   }
 
- private:
-  static Task<Result> call_idempotent(std::shared_ptr<const Spec> spec, ArgRef<Params>... args) {
+  struct KeyedCall {
+    std::string user_key;
+    IdempotentCall request;
+  };
+
+  // A keyed call. A joiner costs this one coroutine frame (it holds no result of its own until
+  // it resumes), its FlightJoin and one asynchronous operation; the leader goes on in lead_call.
+  static Task<Result> call_keyed(std::shared_ptr<const Spec> spec, Params... args) {
+    const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
+    co_await asio::this_coro::throw_if_cancelled(false);
+    KeyedCall keyed;
+    std::shared_ptr<const CoordinatedResult> joined;
+    // The leader's result: on the heap, so a joiner's frame has no room for a Result of its own
+    // beside the one its promise holds.
+    std::unique_ptr<Result> led;
+    std::exception_ptr error;     // the key or fingerprint function's: rethrown as is
+    std::exception_ptr rejected;  // the coordinator's
+    try {
+      keyed.user_key = spec->key(args...);
+      keyed.request = idem::detail::idempotent_request(*spec, keyed.user_key, args...);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    while (!error && !rejected && !joined) {
+      FlightEntered entered;
+      try {
+        entered = enter_flight(*spec->coordinator, spec->store, keyed.request);
+      } catch (...) {
+        rejected = std::current_exception();
+        break;
+      }
+      if (entered.lead) {
+        co_await lead_call(spec, std::move(entered.lead), keyed, throw_if_cancelled, led, args...);
+        co_return std::move(*led);
+      }
+      const bool told = co_await await_flight(*entered.join);
+      try {
+        joined = joined_outcome(*entered.join, told, keyed.request);
+      } catch (...) {
+        rejected = std::current_exception();
+      }
+    }
+    co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
+    if (error) std::rethrow_exception(error);
+    if (rejected) rethrow_rejection(*spec, rejected, keyed.user_key);
+    co_return joined_result(*spec, *joined, keyed);
+  }
+
+  [[noreturn]] static void rethrow_rejection(const Spec& s, const std::exception_ptr& rejected,
+                                             const std::string& user_key) {
+    try {
+      std::rethrow_exception(rejected);
+    } catch (...) {
+      idem::detail::rethrow_idempotency_rejection(s.core, user_key);
+    }
+  }
+
+  static Result joined_result(const Spec& s, const CoordinatedResult& joined,
+                              const KeyedCall& keyed) {
+    return idem::detail::idempotent_result<Value>(s, CoordinatedResult(joined), keyed.user_key,
+                                                  keyed.request.key);
+  }
+
+  // The leader's part of call_keyed, which restores the caller's throw_if_cancelled and leaves
+  // the result in `led`.
+  static Task<void> lead_call(std::shared_ptr<const Spec> spec,
+                              std::shared_ptr<idem::detail::FlightLead> lead,
+                              const KeyedCall& keyed, bool throw_if_cancelled,
+                              std::unique_ptr<Result>& led, ArgRef<Params>... args) {
     const Spec& s = *spec;
-    const std::string user_key = s.key(args...);
-    IdempotentCall request = idem::detail::idempotent_request(s, user_key, args...);
-    const std::string stored_key = request.key;
+    const std::string& user_key = keyed.user_key;
     std::tuple<ArgRef<Params>...> arguments{args...};
     AsyncExecute execute = [&](ClaimHold& hold) -> Task<Execution> {
       idem::detail::emit_idempotency_event(s.core, EventType::idempotency_executed, user_key, {});
@@ -201,19 +299,15 @@ class AsyncEngine {
     std::exception_ptr rejected;
     CoordinatedResult outcome;
     try {
-      outcome = co_await coordinate(s.coordinator, store_or_default(s.store), s.policy,
-                                    std::move(request), std::move(execute));
+      outcome = co_await lead_flight(store_or_default(s.store), std::move(lead), s.policy,
+                                     keyed.request, execute);
     } catch (...) {
       rejected = std::current_exception();
     }
-    if (rejected) {
-      try {
-        std::rethrow_exception(rejected);
-      } catch (...) {
-        idem::detail::rethrow_idempotency_rejection(s.core, user_key);
-      }
-    }
-    co_return idem::detail::idempotent_result<Value>(s, std::move(outcome), user_key, stored_key);
+    co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
+    if (rejected) rethrow_rejection(s, rejected, user_key);
+    led = std::make_unique<Result>(
+        idem::detail::idempotent_result<Value>(s, std::move(outcome), user_key, keyed.request.key));
   }
 
   static void validate(const Spec& s, bool retryable, const Box& box) {
@@ -377,16 +471,12 @@ class AsyncResilient<R(Params...)> {
 
   // The arguments (and a share of the configuration) live in this call's frame until it ends.
   Task<result_type> operator()(Params... args) const {
-    return invoke(spec_, std::forward<Params>(args)...);
+    return detail::AsyncEngine<R, Params...>::call(spec_, std::forward<Params>(args)...);
   }
 
   const std::string& name() const noexcept { return spec_->core.name; }
 
  private:
-  static Task<result_type> invoke(std::shared_ptr<const Spec> spec, Params... args) {
-    co_return co_await detail::AsyncEngine<R, Params...>::call(std::move(spec), args...);
-  }
-
   std::shared_ptr<const Spec> spec_{};
 };
 

@@ -5,12 +5,16 @@
 // enter() never blocks and never touches a store: it only places the caller in the key's
 // in-process flight, the same table run() uses, so blocking callers and enter() callers of one
 // key join one execution whichever of them leads. A leader does the store work itself (through
-// whatever store protocol it has) and reports each step to its FlightLead; a waiter gets one
-// callback when the flight it waits on ends.
+// whatever store protocol it has) and reports each step to its FlightLead; a waiter is told once,
+// through its FlightWaiter, when the flight it waits on ends.
+//
+// Memory: a waiter costs the coordinator one FlightWaiter (the caller's object, which holds its
+// registration, so the caller can make registration and completion one allocation) and one
+// slot in the flight's list; the outcome is built once per flight and shared by every waiter.
 #pragma once
 
+#include <cstddef>
 #include <exception>
-#include <functional>
 #include <memory>
 #include <mutex>
 
@@ -35,20 +39,46 @@ class SharedClaimHold final : public ClaimHold {
 // What a waiter is told, once.
 struct FlightOutcome {
   enum class Kind {
-    result,      // the owner's success or a replay: `result` (idempotency metadata merged in)
+    result,      // the owner's success or a replay: `result`
     error,       // the owner's failure (or its store's error): `error`
     start_over,  // nothing to share (a failed owner's key was released, a leader gave up):
                  // enter() again
   };
   Kind kind = Kind::start_over;
-  CoordinatedResult result{};
+  // The flight's result as every joiner gets it (status joined or replayed, idempotency
+  // metadata merged in): built once per flight, shared by all its waiters. Copy what you keep.
+  std::shared_ptr<const CoordinatedResult> result{};
   std::exception_ptr error{};
 };
 
-// Called once, on the thread that ends the flight (a blocking owner's thread, or wherever an
-// async leader reports), never under a coordinator lock. It must not block: the async face
-// posts the outcome to the waiter's executor.
-using FlightCallback = std::function<void(FlightOutcome)>;
+struct FlightAccess;
+
+// A waiter that entered through enter(): the caller's object, held by the flight from enter()
+// until it is told (notify) or withdraws (detach). It carries its own registration, so the
+// coordinator allocates nothing per waiter beyond a slot in the flight's list.
+class FlightWaiter {
+ public:
+  FlightWaiter() = default;
+  FlightWaiter(const FlightWaiter&) = delete;
+  FlightWaiter& operator=(const FlightWaiter&) = delete;
+  virtual ~FlightWaiter() = default;
+
+  // Withdraws this waiter (its caller stopped waiting): after detach() returns, notify() is not
+  // called unless it already was (or is running). Any thread; a second call does nothing.
+  void detach();
+
+  // Called once, on the thread that ends the flight (a blocking owner's thread, or wherever an
+  // async leader reports), never under a coordinator lock. It must neither block nor throw: the
+  // async face posts the outcome to the waiter's executor.
+  virtual void notify(FlightOutcome outcome) noexcept = 0;
+
+ private:
+  friend struct FlightAccess;  // the coordinator's bookkeeping (core/src/idempotency.cpp)
+  static constexpr std::size_t kUnlisted = static_cast<std::size_t>(-1);
+  std::shared_ptr<void> flight_;   // set by enter(), before the waiter is listed; then constant
+  std::size_t index_ = kUnlisted;  // its slot in the flight's list (the flight's mutex)
+  bool joining_ = false;           // found the flight running (else: waits for a release)
+};
 
 // The leader's side of a flight. Exactly one of replay / abandon / succeeded / failed is called
 // (replay and abandon may be preceded by nothing else; failed is followed by released).
@@ -74,17 +104,10 @@ class FlightLead {
   virtual std::shared_ptr<const OwnedKeys> owned_keys() const { return nullptr; }
 };
 
-// A waiter's registration. detach() withdraws it (the caller stopped waiting); after detach()
-// returns the callback is not called, unless it was already running.
-class FlightWait {
- public:
-  virtual ~FlightWait() = default;
-  virtual void detach() = 0;
-};
-
 struct FlightEntry {
-  std::shared_ptr<FlightLead> lead;  // set: this caller leads the flight
-  std::shared_ptr<FlightWait> wait;  // set: this caller waits; the callback will be called
+  // Set: this caller leads the flight. Null: its FlightWaiter is listed and will be notified
+  // (perhaps already was, during enter()).
+  std::shared_ptr<FlightLead> lead;
 };
 
 }  // namespace idem::detail
