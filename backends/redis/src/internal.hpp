@@ -90,6 +90,25 @@ void load_script(RedisConnection& connection, const Script& script, std::string_
 // A reply of an unexpected shape (a bug or a foreign script under our name).
 [[noreturn]] void throw_unexpected_reply(const RedisReply& reply, std::string_view what,
                                          const std::string& endpoint);
+
+// Calls each_page(keys) for every page of SCAN MATCH `pattern` (COUNT `count`): the purges and
+// operator views of the recorder and the store. A key may come in two pages (SCAN's rule).
+template <class EachPage>
+void scan_keys(RedisConnection& connection, const std::string& pattern, std::size_t count,
+               std::string_view what, EachPage&& each_page) {
+  const std::string count_text = std::to_string(count);
+  std::string cursor = "0";
+  do {
+    const RedisReply page = connection.command(
+        {"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}, CommandKind::read, what);
+    if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
+        page.elements[1].type != RedisReply::Type::array) {
+      throw_unexpected_reply(page, what, connection.endpoint());
+    }
+    cursor = page.elements[0].str;
+    each_page(page.elements[1].elements);
+  } while (cursor != "0");
+}
 // An integer reply's value, or the integer a string reply holds; throws otherwise.
 long long reply_integer(const RedisReply& reply, std::string_view what,
                         const std::string& endpoint);

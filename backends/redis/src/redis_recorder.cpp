@@ -190,24 +190,6 @@ bool RedisIdempotencyRecorder::do_renew(std::string_view consumer, std::string_v
 
 namespace {
 
-// Calls each_page(keys) for every page of SCAN MATCH `pattern`.
-template <class EachPage>
-void scan_keys(RedisConnection& connection, const std::string& pattern, std::size_t count,
-               std::string_view what, EachPage&& each_page) {
-  const std::string count_text = std::to_string(count);
-  std::string cursor = "0";
-  do {
-    const RedisReply page = connection.command(
-        {"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}, CommandKind::read, what);
-    if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
-        page.elements[1].type != RedisReply::Type::array) {
-      detail::throw_unexpected_reply(page, what, connection.endpoint());
-    }
-    cursor = page.elements[0].str;
-    each_page(page.elements[1].elements);
-  } while (cursor != "0");
-}
-
 // The consumer of a marker or claim key "<prefix>m:{<escaped consumer>:<event id>}".
 std::optional<std::string> consumer_of(std::string_view key, std::size_t prefix_size) {
   std::string consumer;
@@ -251,23 +233,23 @@ std::size_t RedisIdempotencyRecorder::do_purge(std::chrono::system_clock::durati
   // SCAN may return a key twice; the second compare-and-delete then finds nothing, so nothing
   // is counted twice. One SCAN page is one chunk.
   std::size_t purged_markers = 0;
-  scan_keys(*connection, pattern, options.scan_count, "purge",
-            [&](const std::vector<RedisReply>& keys) {
-              std::vector<bool> is_marker;
-              std::vector<detail::ScriptCall> calls;
-              for (const RedisReply& key : keys) {
-                const bool marker = key.str[kind_at] == 'm';
-                calls.push_back({{key.str}, {marker ? "m" : "c", cutoff}});
-                is_marker.push_back(marker);
-              }
-              const auto replies = detail::run_script_pipelined(
-                  *connection, detail::recorder_purge_script(), calls, CommandKind::write, "purge");
-              const std::size_t before = purged_markers;
-              for (std::size_t i = 0; i < replies.size(); ++i) {
-                if (flag_reply(replies[i], "purge", endpoint) && is_marker[i]) ++purged_markers;
-              }
-              if (purged_markers > before && progress) progress(purged_markers);
-            });
+  detail::scan_keys(
+      *connection, pattern, options.scan_count, "purge", [&](const std::vector<RedisReply>& keys) {
+        std::vector<bool> is_marker;
+        std::vector<detail::ScriptCall> calls;
+        for (const RedisReply& key : keys) {
+          const bool marker = key.str[kind_at] == 'm';
+          calls.push_back({{key.str}, {marker ? "m" : "c", cutoff}});
+          is_marker.push_back(marker);
+        }
+        const auto replies = detail::run_script_pipelined(
+            *connection, detail::recorder_purge_script(), calls, CommandKind::write, "purge");
+        const std::size_t before = purged_markers;
+        for (std::size_t i = 0; i < replies.size(); ++i) {
+          if (flag_reply(replies[i], "purge", endpoint) && is_marker[i]) ++purged_markers;
+        }
+        if (purged_markers > before && progress) progress(purged_markers);
+      });
   return purged_markers;
 }
 
@@ -281,22 +263,23 @@ std::size_t RedisIdempotencyRecorder::do_count_purgeable(
   auto connection = pool_->lease();
   std::unordered_set<std::string> seen;  // SCAN may return a key more than once
   std::size_t old = 0;
-  scan_keys(*connection, pattern, options.scan_count, "count_purgeable",
-            [&](const std::vector<RedisReply>& keys) {
-              std::size_t sent = 0;
-              for (const RedisReply& key : keys) {
-                if (!seen.insert(key.str).second) continue;
-                connection->append({"GET", key.str});
-                ++sent;
-              }
-              if (sent == 0) return;
-              // The same test as the purge script: a time that does not parse is never purged.
-              for (const RedisReply& reply :
-                   connection->read_replies(CommandKind::read, "count_purgeable")) {
-                const auto at = parse_ms(reply);
-                if (at && *at < cutoff) ++old;
-              }
-            });
+  detail::scan_keys(*connection, pattern, options.scan_count, "count_purgeable",
+                    [&](const std::vector<RedisReply>& keys) {
+                      std::size_t sent = 0;
+                      for (const RedisReply& key : keys) {
+                        if (!seen.insert(key.str).second) continue;
+                        connection->append({"GET", key.str});
+                        ++sent;
+                      }
+                      if (sent == 0) return;
+                      // The same test as the purge script: a time that does not parse is never
+                      // purged.
+                      for (const RedisReply& reply :
+                           connection->read_replies(CommandKind::read, "count_purgeable")) {
+                        const auto at = parse_ms(reply);
+                        if (at && *at < cutoff) ++old;
+                      }
+                    });
   return old;
 }
 
@@ -313,27 +296,28 @@ std::vector<ConsumerCounts> RedisIdempotencyRecorder::do_consumer_counts() {
   };
   auto connection = pool_->lease();
   std::unordered_set<std::string> seen;  // SCAN may return a key more than once
-  scan_keys(*connection, pattern, options.scan_count, "consumer_counts",
-            [&](const std::vector<RedisReply>& keys) {
-              std::vector<std::string> claim_consumers;
-              for (const RedisReply& key : keys) {
-                if (!seen.insert(key.str).second) continue;
-                auto consumer = consumer_of(key.str, options.key_prefix.size());
-                if (!consumer) continue;
-                if (key.str[kind_at] == 'm') {
-                  ++entry(*consumer).processed;
-                } else {
-                  connection->append({"HGET", key.str, "lease_until"});
-                  claim_consumers.push_back(std::move(*consumer));
-                }
-              }
-              if (claim_consumers.empty()) return;
-              const auto replies = connection->read_replies(CommandKind::read, "consumer_counts");
-              for (std::size_t i = 0; i < replies.size() && i < claim_consumers.size(); ++i) {
-                const auto lease_until = parse_ms(replies[i]);
-                if (lease_until && *lease_until > now) ++entry(claim_consumers[i]).in_progress;
-              }
-            });
+  detail::scan_keys(
+      *connection, pattern, options.scan_count, "consumer_counts",
+      [&](const std::vector<RedisReply>& keys) {
+        std::vector<std::string> claim_consumers;
+        for (const RedisReply& key : keys) {
+          if (!seen.insert(key.str).second) continue;
+          auto consumer = consumer_of(key.str, options.key_prefix.size());
+          if (!consumer) continue;
+          if (key.str[kind_at] == 'm') {
+            ++entry(*consumer).processed;
+          } else {
+            connection->append({"HGET", key.str, "lease_until"});
+            claim_consumers.push_back(std::move(*consumer));
+          }
+        }
+        if (claim_consumers.empty()) return;
+        const auto replies = connection->read_replies(CommandKind::read, "consumer_counts");
+        for (std::size_t i = 0; i < replies.size() && i < claim_consumers.size(); ++i) {
+          const auto lease_until = parse_ms(replies[i]);
+          if (lease_until && *lease_until > now) ++entry(claim_consumers[i]).in_progress;
+        }
+      });
   std::vector<ConsumerCounts> result;
   for (auto& [name, counts] : by_name) {
     // A consumer whose only key is a lapsed claim has nothing to show.

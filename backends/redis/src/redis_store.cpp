@@ -109,28 +109,6 @@ std::optional<IdempotencyRecord> RedisIdempotencyStore::do_lookup(std::string_vi
   return std::move(lookup.outcome());
 }
 
-namespace {
-
-// Calls `each_page(keys)` for every page of SCAN MATCH `pattern`.
-template <class EachPage>
-void scan(RedisConnection& connection, const std::string& pattern, std::size_t count,
-          std::string_view what, EachPage&& each_page) {
-  const std::string count_text = std::to_string(count);
-  std::string cursor = "0";
-  do {
-    const RedisReply page = connection.command(
-        {"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}, CommandKind::read, what);
-    if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
-        page.elements[1].type != RedisReply::Type::array) {
-      detail::throw_unexpected_reply(page, what, connection.endpoint());
-    }
-    cursor = page.elements[0].str;
-    each_page(page.elements[1].elements);
-  } while (cursor != "0");
-}
-
-}  // namespace
-
 std::size_t RedisIdempotencyStore::do_purge_expired(const PurgeProgress& progress) {
   const RedisOptions& options = pool_->options();
   const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
@@ -139,21 +117,21 @@ std::size_t RedisIdempotencyStore::do_purge_expired(const PurgeProgress& progres
   detail::load_script(*connection, detail::store_purge_script(), "purge_expired");
   std::size_t purged = 0;
   // One SCAN page is one chunk: a pipeline of compare-and-delete scripts, each atomic alone.
-  scan(*connection, pattern, options.scan_count, "purge_expired",
-       [&](const std::vector<RedisReply>& keys) {
-         std::vector<detail::ScriptCall> calls;
-         calls.reserve(keys.size());
-         for (const RedisReply& key : keys)
-           calls.push_back({{key.str}, {now}});
-         // A key SCAN returned twice is found gone the second time: counted once.
-         const std::size_t before = purged;
-         for (const RedisReply& reply :
-              detail::run_script_pipelined(*connection, detail::store_purge_script(), calls,
-                                           CommandKind::write, "purge_expired")) {
-           if (flag_reply(reply, "purge_expired", connection->endpoint())) ++purged;
-         }
-         if (purged > before && progress) progress(purged);
-       });
+  detail::scan_keys(*connection, pattern, options.scan_count, "purge_expired",
+                    [&](const std::vector<RedisReply>& keys) {
+                      std::vector<detail::ScriptCall> calls;
+                      calls.reserve(keys.size());
+                      for (const RedisReply& key : keys)
+                        calls.push_back({{key.str}, {now}});
+                      // A key SCAN returned twice is found gone the second time: counted once.
+                      const std::size_t before = purged;
+                      for (const RedisReply& reply : detail::run_script_pipelined(
+                               *connection, detail::store_purge_script(), calls, CommandKind::write,
+                               "purge_expired")) {
+                        if (flag_reply(reply, "purge_expired", connection->endpoint())) ++purged;
+                      }
+                      if (purged > before && progress) progress(purged);
+                    });
   return purged;
 }
 
@@ -179,48 +157,48 @@ StoreCounts RedisIdempotencyStore::do_counts() {
     }
   };
   std::unordered_set<std::string> seen;  // SCAN may return a key more than once
-  scan(*connection, pattern, options.scan_count, "counts",
-       [&](const std::vector<RedisReply>& keys) {
-         std::vector<const std::string*> sent;
-         for (const RedisReply& key : keys) {
-           if (!seen.insert(key.str).second) continue;
-           // The record's start: its state and deadline, without the value.
-           connection->append({"GETRANGE", key.str, "0", "95"});
-           sent.push_back(&key.str);
-         }
-         if (sent.empty()) return;
-         std::vector<const std::string*> hashes;  // written by an older idem
-         const std::vector<RedisReply> replies =
-             connection->read_replies(CommandKind::read, "counts");
-         for (std::size_t i = 0; i < replies.size() && i < sent.size(); ++i) {
-           const RedisReply& reply = replies[i];
-           if (reply.is_error()) {
-             if (reply.str.find("WRONGTYPE") != std::string::npos) hashes.push_back(sent[i]);
-             continue;
-           }
-           // A value idem cannot read is counted nowhere, as lookup() of it would fail; the key
-           // was deleted between SCAN and GETRANGE: "".
-           if (reply.type != RedisReply::Type::string) continue;
-           if (const auto header = detail::RecordText::header(reply.str)) {
-             count(header->completed, header->deadline);
-           }
-         }
-         if (hashes.empty()) return;
-         for (const std::string* key : hashes)
-           connection->append({"HMGET", *key, "state", "lease_until", "expires_at"});
-         for (const RedisReply& reply : connection->read_replies(CommandKind::read, "counts")) {
-           if (reply.is_error() || reply.type != RedisReply::Type::array ||
-               reply.elements.size() != 3) {
-             continue;
-           }
-           const RedisReply& state = reply.elements[0];
-           if (state.str == "in_progress") {
-             if (auto lease_until = number(reply.elements[1])) count(false, *lease_until);
-           } else if (state.str == "completed") {
-             if (auto expires_at = number(reply.elements[2])) count(true, *expires_at);
-           }
-         }
-       });
+  detail::scan_keys(
+      *connection, pattern, options.scan_count, "counts", [&](const std::vector<RedisReply>& keys) {
+        std::vector<const std::string*> sent;
+        for (const RedisReply& key : keys) {
+          if (!seen.insert(key.str).second) continue;
+          // The record's start: its state and deadline, without the value.
+          connection->append({"GETRANGE", key.str, "0", "95"});
+          sent.push_back(&key.str);
+        }
+        if (sent.empty()) return;
+        std::vector<const std::string*> hashes;  // written by an older idem
+        const std::vector<RedisReply> replies =
+            connection->read_replies(CommandKind::read, "counts");
+        for (std::size_t i = 0; i < replies.size() && i < sent.size(); ++i) {
+          const RedisReply& reply = replies[i];
+          if (reply.is_error()) {
+            if (reply.str.find("WRONGTYPE") != std::string::npos) hashes.push_back(sent[i]);
+            continue;
+          }
+          // A value idem cannot read is counted nowhere, as lookup() of it would fail; the key
+          // was deleted between SCAN and GETRANGE: "".
+          if (reply.type != RedisReply::Type::string) continue;
+          if (const auto header = detail::RecordText::header(reply.str)) {
+            count(header->completed, header->deadline);
+          }
+        }
+        if (hashes.empty()) return;
+        for (const std::string* key : hashes)
+          connection->append({"HMGET", *key, "state", "lease_until", "expires_at"});
+        for (const RedisReply& reply : connection->read_replies(CommandKind::read, "counts")) {
+          if (reply.is_error() || reply.type != RedisReply::Type::array ||
+              reply.elements.size() != 3) {
+            continue;
+          }
+          const RedisReply& state = reply.elements[0];
+          if (state.str == "in_progress") {
+            if (auto lease_until = number(reply.elements[1])) count(false, *lease_until);
+          } else if (state.str == "completed") {
+            if (auto expires_at = number(reply.elements[2])) count(true, *expires_at);
+          }
+        }
+      });
   return counts;
 }
 
@@ -229,11 +207,11 @@ std::size_t RedisIdempotencyStore::do_entry_count() {
   const std::string pattern = detail::glob_escape(options.key_prefix) + "s:{*";
   auto connection = pool_->lease();
   std::unordered_set<std::string> seen;  // SCAN may return a key more than once
-  scan(*connection, pattern, options.scan_count, "entry_count",
-       [&](const std::vector<RedisReply>& keys) {
-         for (const RedisReply& key : keys)
-           seen.insert(key.str);
-       });
+  detail::scan_keys(*connection, pattern, options.scan_count, "entry_count",
+                    [&](const std::vector<RedisReply>& keys) {
+                      for (const RedisReply& key : keys)
+                        seen.insert(key.str);
+                    });
   return seen.size();
 }
 
