@@ -113,7 +113,7 @@ int run(const Args& args) {
   const Operation op = make_operation(
       args, store,
       [&effects, work](const std::string& key) {
-        effects.append(key);
+        effects.append(key + " " + std::to_string(::getpid()));  // "<key> <pid>": who ran it
         const auto until = std::chrono::steady_clock::now() + work;
         while (std::chrono::steady_clock::now() < until) {
         }
@@ -168,7 +168,7 @@ int call(const Args& args) {
   const Operation op = make_operation(
       args, store,
       [&effects, hold](const std::string& key) {
-        effects.append(key);
+        effects.append(key + " " + std::to_string(::getpid()));  // "<key> <pid>": who ran it
         if (hold) {
           say("ready");
           std::string line;
