@@ -45,9 +45,19 @@ namespace idem::test {
 // std::exception_ptr counts its references inside libstdc++, which ThreadSanitizer does not see,
 // so a last release on the I/O thread would look like a free racing with the test's read. Kept
 // here, the exception is freed on the test's thread, after the join.
+// Only while an IoThread runs: without one every release happens on the test's thread anyway,
+// and an exception kept past its io_context (a timed-out attempt holds a strand of it) would be
+// freed after that io_context, at exit.
 inline std::vector<std::exception_ptr>& kept_exceptions() {
   static std::vector<std::exception_ptr> kept;
   return kept;
+}
+inline int& live_io_threads() {
+  static int live = 0;  // IoThreads are made and stopped on the test's thread
+  return live;
+}
+inline void keep_exception(std::exception_ptr error) {
+  if (error && live_io_threads() > 0) kept_exceptions().push_back(std::move(error));
 }
 
 // Runs `task` on `io` on this thread until it and everything it started are done, and returns
@@ -75,7 +85,7 @@ T run(asio::io_context& io, idem::async::Task<T> task,
         "the async call did not finish in time (did it wait for itself, or did no work keep the "
         "loop alive?)");
   }
-  if (error) kept_exceptions().push_back(error);
+  keep_exception(error);
   if (error) std::rethrow_exception(error);
   if constexpr (!std::is_void_v<T>) return std::move(*value);
 }
@@ -118,7 +128,7 @@ Outcome run_cancelled(asio::io_context& io, idem::async::Task<T> task, int steps
   signal.emit(asio::cancellation_type::terminal);
   io.run_for(limit);
   if (!done) throw std::runtime_error("the cancelled call did not finish in time");
-  if (error) kept_exceptions().push_back(error);
+  keep_exception(error);
   try {
     if (error) std::rethrow_exception(error);
     return Outcome::completed;
@@ -145,12 +155,15 @@ inline void run_on_two_threads(asio::io_context& io) {
 // first; or stop() it first (see the teardown order above).
 class IoThread {
  public:
-  IoThread() : work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {}
+  IoThread() : work_(asio::make_work_guard(io_)), thread_([this] { io_.run(); }) {
+    ++live_io_threads();
+  }
   IoThread(const IoThread&) = delete;
   IoThread& operator=(const IoThread&) = delete;
   ~IoThread() {
     work_.reset();
     if (thread_.joinable()) thread_.join();
+    stopped();
   }
 
   asio::io_context::executor_type executor() noexcept { return io_.get_executor(); }
@@ -162,9 +175,19 @@ class IoThread {
     work_.reset();
     io_.stop();
     if (thread_.joinable()) thread_.join();
+    stopped();
   }
 
  private:
+  // The thread is joined: what it may have released last is no longer racing the test's thread.
+  void stopped() {
+    if (counted_) {
+      counted_ = false;
+      if (--live_io_threads() == 0) kept_exceptions().clear();
+    }
+  }
+
+  bool counted_ = true;
   asio::io_context io_;
   asio::executor_work_guard<asio::io_context::executor_type> work_;
   std::thread thread_;
