@@ -1271,4 +1271,31 @@ TEST(SqliteRecorderCheckpoints, ManyMarksKeepTheWalBoundedAndLoseNothing) {
   EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log"), kThreads * kBatches * kBatchSize);
 }
 
+// One thread marking at durability full, a commit at a time: after each background checkpoint
+// the committing thread copies the few frames committed meanwhile, so the WAL restarts and stays
+// near kWakePages pages instead of growing toward kInlinePages (commits that extend the file
+// cost an extra metadata sync each).
+TEST(SqliteRecorderCheckpoints, ALoneWritersWalRestartsNearTheThreshold) {
+  TempDir dir;
+  const std::string path = dir.file("lone.db");
+  SqliteOptions options;
+  options.durability = Durability::full;
+  constexpr int kMarks = 2500;  // ~2.5 pages a commit: about 6,000 pages of WAL without restarts
+  std::uintmax_t largest_wal = 0;
+  {
+    SqliteIdempotencyRecorder recorder(path, options);
+    for (int i = 0; i < kMarks; ++i) {
+      const std::string id = idem::new_event_id();
+      ASSERT_FALSE(recorder.is_processed("c", id));
+      recorder.mark_processed("c", id);
+      largest_wal = std::max(largest_wal, file_size_or_zero(path + "-wal"));
+    }
+  }
+  constexpr std::uintmax_t kBound =
+      3 * idem::sqlite::detail::Checkpointer::kWakePages * (4096 + 24);
+  EXPECT_LT(largest_wal, kBound) << "the WAL did not restart after the thread's checkpoints";
+  RawDb raw(path);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log"), kMarks);
+}
+
 }  // namespace

@@ -474,13 +474,23 @@ int Checkpointer::on_commit(void* self, sqlite3* db, const char* schema, int wal
   checkpointer->last_wal_pages_ = wal_pages;
   const int copied = checkpointer->copied_pages_.load();
   const int uncopied = copied <= wal_pages ? wal_pages - copied : wal_pages;
-  if (wal_pages >= kInlinePages) {
-    // The thread is behind: checkpoint here, as SQLite's automatic checkpoint would, ignoring
-    // its result as SQLite does (the commit itself has succeeded).
+  const auto checkpoint_here = [&] {
+    // Ignoring the result as SQLite's automatic checkpoint does (the commit has succeeded).
     int copied_now = 0;
     if (sqlite3_wal_checkpoint_v2(db, schema, SQLITE_CHECKPOINT_PASSIVE, nullptr, &copied_now) ==
         SQLITE_OK)
       checkpointer->copied_pages_.store(copied_now);
+  };
+  const std::uint64_t finished = checkpointer->finished_.load();
+  if (wal_pages >= kInlinePages) {
+    checkpoint_here();  // the thread is behind: as SQLite's automatic checkpoint would
+  } else if (wal_pages >= kWakePages && uncopied <= kTailPages &&
+             finished != checkpointer->tail_after_) {
+    // The thread has copied all but the frames committed while it ran: copy those here, so the
+    // next commit restarts the WAL. Once per background checkpoint, so a reader that keeps the
+    // copy from completing costs at most one small checkpoint per cycle.
+    checkpointer->tail_after_ = finished;
+    checkpoint_here();
   } else if (uncopied >= kWakePages) {
     {
       std::lock_guard lock(checkpointer->mutex_);
@@ -504,6 +514,7 @@ void Checkpointer::run() {
     if (sqlite3_wal_checkpoint_v2(connection_.db(), "main", SQLITE_CHECKPOINT_PASSIVE, nullptr,
                                   &copied) == SQLITE_OK)
       copied_pages_.store(copied);
+    finished_.fetch_add(1);
     lock.lock();
     ++checkpoints_;
     checkpointed_.notify_all();

@@ -177,8 +177,15 @@ bool has_table(Connection& connection, std::string_view name);
 // when it copied every frame, which under a steady stream of commits it rarely does (new frames
 // arrive while it copies), so the WAL's total size stays past the threshold; asking on total
 // size then ran a checkpoint, with its two fsyncs, after nearly every commit (DESIGN-NOTES §32).
-// The WAL restarts once the committing thread's fallback runs: when it holds kInlinePages, that
-// thread checkpoints (the few frames not yet copied) as SQLite would have, which bounds the file.
+// So after each of the thread's checkpoints, once the frames committed while it ran number at
+// most kTailPages, the committing thread copies them itself (one small PASSIVE checkpoint, once per
+// background checkpoint): every frame is then copied and the next commit restarts the WAL from
+// its beginning. The WAL stays near kWakePages pages and commits overwrite a file of that size
+// rather than extend it, which matters at durability full: an fdatasync that grows the file also
+// commits its size, about doubling the cost of a mark (DESIGN-NOTES §63). Under a stream of
+// commits faster than the thread (more than kTailPages frames arrive while it copies), the
+// committing thread's fallback bounds the file: when it holds kInlinePages, that thread
+// checkpoints as SQLite would have.
 //
 // Owned next to the writer and destroyed before it (the hook points here). The destructor stops
 // the thread and hands the writer back to SQLite's automatic checkpoints. Failed checkpoints are
@@ -188,6 +195,7 @@ class Checkpointer {
  public:
   static constexpr int kWakePages = 1000;  // SQLite's own default (wal_autocheckpoint)
   static constexpr int kInlinePages = 8 * kWakePages;
+  static constexpr int kTailPages = 256;
 
   // Opens its own connection to `path` and takes over `writer`'s automatic checkpoints.
   // Throws SqliteError when the connection cannot be opened.
@@ -215,8 +223,11 @@ class Checkpointer {
   bool stopping_ = false;                         // guarded by mutex_
   std::uint64_t checkpoints_ = 0;                 // guarded by mutex_
   std::atomic<int> copied_pages_{0};              // WAL frames the last checkpoint had copied
+  std::atomic<std::uint64_t> finished_{0};        // the thread's checkpoints, counted lock-free
   int last_wal_pages_ = 0;  // the WAL's size at the last commit (writer's thread)
-  std::thread thread_;      // started last, once connection_ is ready
+  // finished_ when the writer last copied the tail (writer's thread)
+  std::uint64_t tail_after_ = 0;
+  std::thread thread_;  // started last, once connection_ is ready
 };
 
 // A Checkpointer for `writer` when its file has a WAL (not ":memory:", not read_only); else null.
