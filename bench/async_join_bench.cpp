@@ -3,7 +3,8 @@
 // replaced operator new/delete, while all wait) and the time from the owner's completion until
 // every caller has its result; then, as the baseline of the same run, what as many co_spawned
 // coroutines of the same result type cost while each is suspended on one asio timer (asio's own
-// floor: the co_spawn entry frame and the coroutine frame), and idem's share (the difference);
+// floor: the co_spawn entry frame and the coroutine frame), and idem's share (the difference),
+// and how long waking them all with one cancel of that timer takes (the floor of the resolve);
 // then the cost of a plain (keyless) async call against a blocking call in the same run.
 //
 //   bench_async_join [--waiters=N] [--calls=N] [--breakdown=1]
@@ -140,6 +141,7 @@ int main(int argc, char** argv) {
 
   // ---- baseline: the same number of co_spawned coroutines, each suspended on a timer ----
   double floor_per_caller = 0;
+  double floor_resolve_ms = 0;
   {
     asio::io_context io3(1);
     asio::steady_timer wall(io3, asio::steady_timer::time_point::max());
@@ -162,13 +164,20 @@ int main(int argc, char** argv) {
     }
     floor_per_caller =
         static_cast<double>(g_live.load() - floor_before) / static_cast<double>(callers);
+    const auto floor_start = Clock::now();
     wall.cancel();
     io3.run();
+    floor_resolve_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - floor_start).count();
   }
   std::printf(
       "baseline_per_coroutine_bytes=%.0f (co_spawned Task<OperationResult<string>> "
       "suspended on a timer)\n",
       floor_per_caller);
+  std::printf(
+      "baseline_resolve_all_ms=%.3f (the same coroutines woken by one timer's cancel and "
+      "completed) ratio_resolve_over_baseline=%.2f\n",
+      floor_resolve_ms, resolve_ms / floor_resolve_ms);
   std::printf("idem_per_waiter_bytes=%.0f (memory_per_waiter - baseline)\n",
               static_cast<double>(live) / static_cast<double>(callers) - floor_per_caller);
 
