@@ -1,6 +1,7 @@
 // Check+mark pairs on the in-memory recorder: the consumer face's hot path, one unseen event per
 // iteration (is_processed → false, then mark_processed), on a recorder that already holds 1 M
-// markers, for ids of every shape (32 hex digits, dashed UUID, short text, 255-byte text). The
+// markers, for ids of every shape (32 hex digits, dashed UUID, short text, 255-byte text), the
+// recorder sized for every id it will hold (InMemoryRecorderOptions::expected_markers). The
 // baseline in the same binary is what a hand-written dedup set costs: std::unordered_set of
 // std::string, reserved for every id it will hold, on the same ids (bench/report.py prints the
 // ratios).
@@ -34,7 +35,9 @@ std::shared_ptr<idem::InMemoryIdempotencyRecorder> g_recorder;
 void BM_MemoryRecorder_CheckMark(benchmark::State& state) {
   const IdShape shape = shape_of(state);
   if (state.thread_index() == 0) {
-    g_recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
+    // Sized for every id it will hold, as the reference set is reserved.
+    g_recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>(idem::InMemoryRecorderOptions{
+        .expected_markers = static_cast<std::size_t>(kPrefill + kIterations * state.threads())});
     ShapedIds old(shape, kPrefillStream);
     for (std::int64_t i = 0; i < kPrefill; ++i)
       g_recorder->mark_processed("billing", old.next());

@@ -454,16 +454,27 @@ class Markers {
     ++size_;
   }
 
+  // Sizes the table for `markers` markers now, and never shrinks it below that: no growth (and
+  // no rehash of every marker) until it holds more.
+  void reserve(std::size_t markers) {
+    std::size_t capacity = kMinCapacity;
+    while (markers * kMaxLoadDen > capacity * kMaxLoadNum)
+      capacity *= 2;
+    min_capacity_ = capacity;
+    if (capacity > slots_.size()) relocate(capacity, [](const Slot&) { return true; });
+  }
+
   // Removes markers older than `cutoff`; returns how many. Rebuilds the table and the arena
-  // (linear probing has no cheap single delete), shrinking them when most markers went.
+  // (linear probing has no cheap single delete), shrinking them when most markers went (not
+  // below what reserve() asked for).
   std::size_t erase_older(Ticks cutoff) {
     const std::size_t survivors = size_ - count_older(cutoff);
     const std::size_t removed = size_ - survivors;
     if (removed == 0) return 0;
-    std::size_t capacity = kMinCapacity;
+    std::size_t capacity = std::max(kMinCapacity, min_capacity_);
     while (survivors * kMaxLoadDen > capacity * kMaxLoadNum / 2)
       capacity *= 2;
-    relocate(survivors == 0 ? 0 : capacity,
+    relocate(survivors == 0 && min_capacity_ == 0 ? 0 : capacity,
              [cutoff](const Slot& s) { return s.marked_at >= cutoff; });
     return removed;
   }
@@ -564,6 +575,7 @@ class Markers {
   std::size_t mask_ = 0;
   int shift_ = 63;
   std::size_t size_ = 0;
+  std::size_t min_capacity_ = 0;  // reserve()'s: the table never shrinks below it
 };
 
 }  // namespace
@@ -647,9 +659,21 @@ InMemoryIdempotencyRecorder::InMemoryIdempotencyRecorder(InMemoryRecorderOptions
   if (options.shards > (std::size_t{1} << 16)) {
     throw ConfigError("InMemoryRecorderOptions::shards must be at most 65536");
   }
+  if (options.expected_markers > (std::size_t{1} << 36)) {
+    throw ConfigError("InMemoryRecorderOptions::expected_markers must be at most 2^36, got " +
+                      std::to_string(options.expected_markers));
+  }
   const std::size_t count = std::bit_ceil(options.shards);
   shard_mask_ = count - 1;
   shards_ = std::make_unique<MemoryRecorderShard[]>(count);
+  if (options.expected_markers > 0) {
+    // Each shard's share, with room for the spread of a hash over the shards (a few standard
+    // deviations of a share of thousands is well under an eighth of it).
+    const std::size_t share = options.expected_markers / count;
+    const std::size_t per_shard = share + share / 8 + 64;
+    for (std::size_t i = 0; i < count; ++i)
+      shards_[i].markers.reserve(per_shard);
+  }
 }
 
 InMemoryIdempotencyRecorder::~InMemoryIdempotencyRecorder() = default;

@@ -29,8 +29,10 @@ InMemoryRecorderOptions memory_recorder_options(const UrlContext& context, std::
   for (const QueryParameter& parameter : memory_parameters(context, rest)) {
     if (parameter.name == "shards") {
       options.shards = count_value(context, parameter, 1, kMaxShards);
+    } else if (parameter.name == "expected_markers") {
+      options.expected_markers = count_value(context, parameter, 0, kMaxExpectedMarkers);
     } else {
-      unknown_parameter(context, parameter, "a memory:// recorder", "shards");
+      unknown_parameter(context, parameter, "a memory:// recorder", "shards, expected_markers");
     }
   }
   return options;

@@ -25,6 +25,7 @@ namespace idem::detail {
 
 // Upper bounds of counts given in URLs (see count_value).
 inline constexpr std::size_t kMaxShards = 65'536;
+inline constexpr std::size_t kMaxExpectedMarkers = std::size_t{1} << 36;
 inline constexpr std::size_t kMaxPoolSize = 10'000;
 inline constexpr std::size_t kMaxCount = 1'000'000'000;
 inline constexpr std::size_t kMaxSeconds = 86'400'000;  // 1000 days, as durations (url.cpp)

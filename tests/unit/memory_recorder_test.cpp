@@ -39,6 +39,32 @@ TEST(MemoryRecorderOptions, ShardCountIsValidated) {
   }
 }
 
+// expected_markers sizes the tables up front (as unordered_set::reserve); marking past it, and
+// purging below it, work as without it.
+TEST(MemoryRecorderOptions, ExpectedMarkersReservesWithoutChangingBehaviour) {
+  EXPECT_THROW(InMemoryIdempotencyRecorder({.expected_markers = (std::size_t{1} << 36) + 1}),
+               idem::ConfigError);
+  auto clock = std::make_shared<ManualClock>();
+  InMemoryIdempotencyRecorder recorder({.clock = clock, .shards = 4, .expected_markers = 1'000});
+  std::vector<std::string> ids;
+  for (int i = 0; i < 3'000; ++i)  // three times what was reserved: the tables still grow
+    ids.push_back(i % 2 == 0 ? idem::new_event_id() : "order-" + std::to_string(i));
+  for (int i = 0; i < 1'500; ++i)
+    recorder.mark_processed("c", ids[static_cast<std::size_t>(i)]);
+  clock->advance(2h);
+  for (int i = 1'500; i < 3'000; ++i)
+    recorder.mark_processed("c", ids[static_cast<std::size_t>(i)]);
+  EXPECT_EQ(recorder.marker_count(), 3'000u);
+  EXPECT_EQ(recorder.purge(1h), 1'500u);
+  for (int i = 0; i < 3'000; ++i)
+    ASSERT_EQ(recorder.is_processed("c", ids[static_cast<std::size_t>(i)]), i >= 1'500) << i;
+  clock->advance(1s);
+  EXPECT_EQ(recorder.purge(0s), 1'500u);  // everything: the tables keep their reserved size
+  EXPECT_EQ(recorder.marker_count(), 0u);
+  recorder.mark_processed("c", ids[0]);
+  EXPECT_TRUE(recorder.is_processed("c", ids[0]));
+}
+
 TEST(MemoryRecorderOptions, DefaultsToTheSystemClock) {
   InMemoryIdempotencyRecorder recorder;
   const auto before = std::chrono::system_clock::now();

@@ -104,8 +104,9 @@ class WorkingDir {
 // ---- memory ----------------------------------------------------------------------------------
 
 TEST(OpenMemory, RecorderForEverySpelling) {
-  for (const char* url : {"memory://", "memory:", "MEMORY://", "Memory:?shards=8",
-                          "memory://?shards=1", "memory://?shards=3&"}) {
+  for (const char* url :
+       {"memory://", "memory:", "MEMORY://", "Memory:?shards=8", "memory://?shards=1",
+        "memory://?shards=3&", "memory://?expected_markers=1000&shards=2"}) {
     auto recorder = open_recorder(url);
     ASSERT_NE(dynamic_cast<idem::InMemoryIdempotencyRecorder*>(recorder.get()), nullptr) << url;
     EXPECT_FALSE(recorder->is_processed("c", "e1"));
@@ -147,6 +148,14 @@ TEST(OpenMemory, StoreCapacityAndWhenFull) {
 TEST(OpenMemory, BadParameters) {
   expect_bad_url("memory://?shards=0", {"query parameter 'shards'", "from 1 to 65536", "'0'"});
   expect_bad_url("memory://?shards=1000000000000", {"'shards'", "65536"});
+  {
+    // A recorder's parameter: the recorder checks its range, the store does not know it.
+    const Thrown t =
+        thrown_by([] { return open_recorder("memory://?expected_markers=100000000000"); });
+    EXPECT_TRUE(t.config_error) << t.message;
+    EXPECT_NE(t.message.find("68719476736"), std::string::npos) << t.message;
+    EXPECT_TRUE(thrown_by([] { return open_store("memory://?expected_markers=10"); }).config_error);
+  }
   expect_bad_url("memory://?shards=-1", {"'shards'"});
   expect_bad_url("memory://?shards=99999999999999999999999", {"'shards'"});
   expect_bad_url("memory://?shards=", {"'shards'"});

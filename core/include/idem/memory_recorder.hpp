@@ -24,7 +24,9 @@
 // makes) and dashed lowercase UUIDs are packed into the marker's 16 bytes; any other valid id
 // (up to kMaxKeyLength bytes) is copied once into the shard's arena when it is marked. Only
 // adding a marker or a claim reads the clock; is_processed() and a repeated mark do not. There
-// is no capacity bound: call purge() to reclaim space (it also compacts the arena).
+// is no capacity bound: call purge() to reclaim space (it also compacts the arena). A table that
+// fills doubles and moves every marker under its shard's lock; expected_markers sizes them up
+// front when the volume is known, as std::unordered_set::reserve does.
 //
 // Thread-safety: all members are safe to call from any number of threads.
 //
@@ -50,6 +52,14 @@ struct InMemoryRecorderOptions {
   std::shared_ptr<Clock> clock = nullptr;
   // Number of lock stripes; rounded up to a power of two. Default 64. 0 is a ConfigError.
   std::size_t shards = 64;
+  // How many markers the recorder is expected to hold, as std::unordered_set::reserve: the
+  // tables are allocated (and their memory touched) for that many at construction, so marking
+  // up to it never stops to grow a table and move every marker, and purge() does not shrink them
+  // below it. That takes 50 to 105 bytes per expected marker (the tables' sizes are powers of
+  // two), held for the recorder's life; text ids that are neither 32-hex nor UUIDs still take
+  // arena space as they are marked. At most 2^36 (a ConfigError beyond). Default 0: the tables
+  // start small and double as needed.
+  std::size_t expected_markers = 0;
 };
 
 namespace detail {
