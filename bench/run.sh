@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs idem's benchmarks (Release build) with repetitions and prints medians and the ratios
-# against the baselines measured in the same run. Writes bench/results/<name>.json.
+# against the baselines measured in the same run. Writes bench/results/<name>.json. The
+# repetitions of idem and of its baseline are interleaved at random, so a slow spell of the
+# machine (a disk's fsync latency, another process) falls on both rather than on one.
 #
 #   bench/run.sh                 # everything
 #   bench/run.sh sqlite_recorder # one benchmark binary
@@ -18,6 +20,7 @@ for name in "${names[@]}"; do
   echo "== bench_${name}" >&2
   "build/release/bench/bench_${name}" --benchmark_repetitions="${IDEM_BENCH_REPETITIONS:-5}" \
     --benchmark_min_time="${IDEM_BENCH_MIN_TIME:-0.5}" \
+    --benchmark_enable_random_interleaving=true \
     --benchmark_report_aggregates_only=true --benchmark_out_format=json \
     --benchmark_out="bench/results/${name}.json" >/dev/null
 done
