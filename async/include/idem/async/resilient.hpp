@@ -26,6 +26,9 @@
 // retry, no fallback, OperationError whose report status is `cancelled`; an owner cancelled so
 // releases its key, so the next caller executes. A joiner's cancellation (idem::Cancelled)
 // detaches that joiner only.
+// call_with(CallOptions, args...) bounds a caller's wait for a key in flight, as blocking
+// Resilient::call_with does: its stop token (idem::Cancelled, requested from any thread) or its
+// wait deadline on the operation's clock (idem::TimeoutError) detaches that caller only.
 //
 // Idempotency: the coordinator is the blocking face's (IdempotencyCoordinator::enter), so a
 // coroutine and a thread calling one key with one store object join one execution.
