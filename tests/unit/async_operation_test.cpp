@@ -253,17 +253,20 @@ TEST(AsyncOperation, RunWithLetsAJoinerGiveUp) {
   std::stop_source stop;
   std::stop_source stopped_already;
   stopped_already.request_stop();
+  // Named: g++ 12 can mishandle a temporary made in the call that starts a coroutine
+  // (idem/async/task.hpp).
+  const idem::CallOptions passed{.wait_deadline = now};
+  const idem::CallOptions soon{.wait_deadline = now + 20ms};
+  const idem::CallOptions stoppable{.stop = stop.get_token()};
+  const idem::CallOptions stopped_before{.stop = stopped_already.get_token()};
+  const idem::CallOptions far_off{.wait_deadline = now + 60s};
   auto owner = asio::co_spawn(io, charge.run("o-1"), asio::use_future);
-  auto late = asio::co_spawn(io, charge.run_with({.wait_deadline = now}, "o-1"), asio::use_future);
-  auto impatient =
-      asio::co_spawn(io, charge.run_with({.wait_deadline = now + 20ms}, "o-1"), asio::use_future);
-  auto stopped =
-      asio::co_spawn(io, charge.run_with({.stop = stop.get_token()}, "o-1"), asio::use_future);
-  auto gone = asio::co_spawn(io, charge.run_with({.stop = stopped_already.get_token()}, "o-1"),
-                             asio::use_future);
+  auto late = asio::co_spawn(io, charge.run_with(passed, "o-1"), asio::use_future);
+  auto impatient = asio::co_spawn(io, charge.run_with(soon, "o-1"), asio::use_future);
+  auto stopped = asio::co_spawn(io, charge.run_with(stoppable, "o-1"), asio::use_future);
+  auto gone = asio::co_spawn(io, charge.run_with(stopped_before, "o-1"), asio::use_future);
   // Bounded far off: it joins, and its deadline's timer ends with the wait.
-  auto patient = asio::co_spawn(
-      io, charge.callable().call_with({.wait_deadline = now + 60s}, "o-1"), asio::use_future);
+  auto patient = asio::co_spawn(io, charge.callable().call_with(far_off, "o-1"), asio::use_future);
   std::thread stopper([&] {
     std::this_thread::sleep_for(10ms);
     stop.request_stop();  // from another thread
@@ -280,7 +283,7 @@ TEST(AsyncOperation, RunWithLetsAJoinerGiveUp) {
   EXPECT_EQ(status_of(owner.get().report), "executed");
   EXPECT_EQ(calls.load(), 1);
   // Given up waiting, not dropped: the execution was recorded for the next caller.
-  EXPECT_EQ(status_of(run(io, charge.run_with({.wait_deadline = now}, "o-1")).report), "replayed");
+  EXPECT_EQ(status_of(run(io, charge.run_with(passed, "o-1")).report), "replayed");
 }
 
 // With an injected clock the wait deadline is that clock's time: the joiner gives up when the
@@ -300,8 +303,8 @@ TEST(AsyncOperation, RunWithDeadlineOnTheOperationsClock) {
           .with_clock(clock)
           .with_idempotency({.key = [](const std::string& k) { return k; }, .store = stores.async});
   auto owner = asio::co_spawn(io, op.run("k"), asio::use_future);
-  auto joiner = asio::co_spawn(io, op.run_with({.wait_deadline = clock->steady_now() + 1h}, "k"),
-                               asio::use_future);
+  const idem::CallOptions in_an_hour{.wait_deadline = clock->steady_now() + 1h};
+  auto joiner = asio::co_spawn(io, op.run_with(in_an_hour, "k"), asio::use_future);
   asio::steady_timer later(io, 10ms);
   later.async_wait([&](asio::error_code) { clock->advance(2h); });
   io.run();
@@ -325,7 +328,8 @@ TEST(AsyncOperation, RunWithBoundsTheWaitForAnotherProcess) {
   EXPECT_THROW(run(io, op.run_with(soon, "k")), idem::TimeoutError);
   std::stop_source stop;
   stop.request_stop();
-  EXPECT_THROW(run(io, op.callable().call_with({.stop = stop.get_token()}, "k")), idem::Cancelled);
+  const idem::CallOptions stopped{.stop = stop.get_token()};
+  EXPECT_THROW(run(io, op.callable().call_with(stopped, "k")), idem::Cancelled);
   EXPECT_EQ(calls, 0);
   // The other process lets go: a bounded caller executes.
   (void)stores.memory->release(stored, other.token);
