@@ -665,8 +665,7 @@ struct StopGivesUp {
   void operator()() const noexcept { join->give_up(FlightJoin::stopped); }
 };
 
-}  // namespace
-
+// await_flight with the caller's stop token and wait deadline.
 Task<bool> await_flight_bounded(std::shared_ptr<FlightJoin> join, const IdempotentCall& call,
                                 std::shared_ptr<Clock> clock) {
   if (!clock) clock = system_clock();
@@ -689,6 +688,14 @@ Task<bool> await_flight_bounded(std::shared_ptr<FlightJoin> join, const Idempote
     asio::post(*strand, [watch] { watch->emit(asio::cancellation_type::terminal); });
   }
   co_return told;
+}
+
+}  // namespace
+
+Task<bool> await_join(const std::shared_ptr<FlightJoin>& join, const IdempotentCall& call,
+                      const std::shared_ptr<Clock>& clock) {
+  if (!call.stop.stop_possible() && !call.wait_deadline) return await_flight(*join);
+  return await_flight_bounded(join, call, clock);
 }
 
 std::shared_ptr<const CoordinatedResult> joined_outcome(FlightJoin& join, bool told,

@@ -165,10 +165,11 @@ FlightEntered enter_flight(IdempotencyCoordinator& coordinator,
                            const std::shared_ptr<AsyncStore>& store, const IdempotentCall& call);
 // Completes with true once the joiner is told, false when its own cancellation slot fired.
 Task<bool> await_flight(FlightJoin& join);
-// await_flight that also gives up when `call.stop` is requested or at `call.wait_deadline` (on
-// `clock`'s steady time; null: the system clock): a caller's CallOptions.
-Task<bool> await_flight_bounded(std::shared_ptr<FlightJoin> join, const IdempotentCall& call,
-                                std::shared_ptr<Clock> clock);
+// await_flight, or (when the caller gave CallOptions) a wait that also gives up when
+// `call.stop` is requested or at `call.wait_deadline` (on `clock`'s steady time; null: the
+// system clock). Not a coroutine: a joiner without options awaits await_flight itself.
+Task<bool> await_join(const std::shared_ptr<FlightJoin>& join, const IdempotentCall& call,
+                      const std::shared_ptr<Clock>& clock);
 // The joiners' shared result; null: enter again (start over). Throws the owner's error, or
 // (after leaving the flight) when `told` is false TimeoutError if it gave up at its wait
 // deadline, else Cancelled.
@@ -265,10 +266,7 @@ class AsyncEngine {
         co_await lead_call(spec, std::move(entered.lead), keyed, throw_if_cancelled, led, args...);
         co_return std::move(*led);
       }
-      const bool told =
-          keyed.request.stop.stop_possible() || keyed.request.wait_deadline
-              ? co_await await_flight_bounded(entered.join, keyed.request, spec->core.clock)
-              : co_await await_flight(*entered.join);
+      const bool told = co_await await_join(entered.join, keyed.request, spec->core.clock);
       try {
         joined = joined_outcome(*entered.join, told, keyed.request);
       } catch (...) {
