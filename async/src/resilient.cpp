@@ -17,6 +17,8 @@
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <atomic>
+#include <optional>
+#include <stop_token>
 #include <unordered_map>
 
 #include "idem/async/memory_store.hpp"
@@ -447,8 +449,19 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
           lead->abandon(busy);
           std::rethrow_exception(busy);
         }
+        if (call.stop.stop_requested()) {
+          lead->abandon(nullptr);  // its joiners start over without it
+          throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
+                          " (in progress in another process)");
+        }
         const SteadyTime now = clock->steady_now();
         if (!until) until = now + policy.max_wait;
+        if (call.wait_deadline && *call.wait_deadline <= *until && now >= *call.wait_deadline) {
+          // This caller gave up; its joiners did not: they start over without it.
+          lead->abandon(nullptr);
+          throw TimeoutError("gave up waiting for idempotency key " + quote_key(call.key) +
+                             " (in progress in another process) at its wait deadline");
+        }
         if (now >= *until) {
           auto busy = std::make_exception_ptr(AlreadyInProgress(
               "idempotency key " + quote_key(call.key) + " is still in progress elsewhere after " +
@@ -458,7 +471,8 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
         }
         // Poll with capped exponential backoff: claim again decides (completed -> replay,
         // absent or abandoned -> execute).
-        const auto wait = std::min<std::chrono::nanoseconds>(poll, *until - now);
+        const SteadyTime wake = call.wait_deadline ? std::min(*until, *call.wait_deadline) : *until;
+        const auto wait = std::min<std::chrono::nanoseconds>(poll, wake - now);
         poll = std::min<std::chrono::nanoseconds>(poll * 2, std::chrono::milliseconds(250));
         if (!co_await wait_delay(wait, clock)) {
           lead->abandon(nullptr);  // its joiners start over without it
@@ -535,16 +549,22 @@ class InlineCompletion {
 }  // namespace
 
 // A joiner's whole wait in one object: its registration in the flight (the FlightWaiter base),
-// the outcome it is told, and the awaiting coroutine's completion. `state` orders the three
-// parties: notify() (any thread), the initiation and the cancellation handler (the joiner's
-// executor); whichever of notify() and the initiation comes second posts the completion.
+// the outcome it is told, and the awaiting coroutine's completion. `state` orders the parties:
+// notify() (any thread), the initiation and the cancellation handler (the joiner's executor),
+// and give_up() (a caller's stop token or wait deadline, any thread); whichever of notify() and
+// the initiation comes second posts the completion, and a withdrawal posts it only if it moves
+// the state from `suspended`. The withdrawn states are final, and say why.
 class FlightJoin final : public FlightWaiter {
  public:
-  enum State : int { waiting, suspended, told, withdrawn };
+  enum State : int { waiting, suspended, told, withdrawn, stopped, past_deadline };
 
   void notify(FlightOutcome outcome) noexcept override {
     outcome_ = std::move(outcome);
-    if (state_.exchange(told, std::memory_order_acq_rel) == suspended) completion_.post(true);
+    int expected = state_.load(std::memory_order_acquire);
+    while ((expected == waiting || expected == suspended) &&
+           !state_.compare_exchange_weak(expected, told, std::memory_order_acq_rel)) {
+    }
+    if (expected == suspended) completion_.post(true);
   }
 
   // The initiation of await_flight(), on the joiner's executor.
@@ -567,11 +587,30 @@ class FlightJoin final : public FlightWaiter {
     completion_.emplace(std::forward<Handler>(handler));
     int expected = waiting;
     if (!state_.compare_exchange_strong(expected, suspended, std::memory_order_acq_rel)) {
-      completion_.post(true);  // told already
+      completion_.post(expected == told);  // told already, or gave up already
+    }
+  }
+
+  // The caller's stop token or wait deadline (`why`: stopped or past_deadline): the joiner
+  // resumes with false unless it was told or withdrawn first. Any thread.
+  void give_up(State why) noexcept {
+    int expected = waiting;
+    if (state_.compare_exchange_strong(expected, why, std::memory_order_acq_rel)) {
+      detach();  // suspend() resumes it with false
+      return;
+    }
+    if (expected == suspended &&
+        state_.compare_exchange_strong(expected, why, std::memory_order_acq_rel)) {
+      detach();
+      completion_.post(false);
     }
   }
 
   const FlightOutcome& outcome() const { return outcome_; }
+  // Read by the joiner once it resumed.
+  bool past_its_deadline() const noexcept {
+    return state_.load(std::memory_order_acquire) == past_deadline;
+  }
 
  private:
   std::atomic<int> state_{waiting};
@@ -598,10 +637,75 @@ Task<bool> await_flight(FlightJoin& join) {
       [&join](auto handler) { join.suspend(std::move(handler)); }, asio::use_awaitable);
 }
 
+namespace {
+
+// Gives a joiner up at its wait deadline: a timer loop on its own strand, stopped when the wait
+// ends. With an injected clock it reads that clock's time every kDeadlineSlice of real time.
+constexpr auto kDeadlineSlice = std::chrono::milliseconds(20);
+
+Task<void> watch_deadline(std::shared_ptr<FlightJoin> join, SteadyTime deadline,
+                          std::shared_ptr<Clock> clock) {
+  const bool real = clock == system_clock();
+  asio::steady_timer timer(co_await asio::this_coro::executor);
+  for (;;) {
+    const SteadyTime now = clock->steady_now();
+    if (now >= deadline) {
+      join->give_up(FlightJoin::past_deadline);
+      co_return;
+    }
+    const std::chrono::nanoseconds left = deadline - now;
+    timer.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
+        real ? left : std::min<std::chrono::nanoseconds>(left, kDeadlineSlice)));
+    if (!co_await await_timer(timer)) co_return;
+  }
+}
+
+struct StopGivesUp {
+  FlightJoin* join;
+  void operator()() const noexcept { join->give_up(FlightJoin::stopped); }
+};
+
+// await_flight with the caller's stop token and wait deadline.
+Task<bool> await_flight_bounded(std::shared_ptr<FlightJoin> join, const IdempotentCall& call,
+                                std::shared_ptr<Clock> clock) {
+  if (!clock) clock = system_clock();
+  std::optional<std::stop_callback<StopGivesUp>> on_stop;
+  if (call.stop.stop_possible()) on_stop.emplace(call.stop, StopGivesUp{join.get()});
+  std::shared_ptr<asio::cancellation_signal> watch;
+  std::optional<asio::strand<asio::any_io_executor>> strand;
+  if (call.wait_deadline) {
+    watch = std::make_shared<asio::cancellation_signal>();
+    strand.emplace(asio::make_strand(co_await asio::this_coro::executor));
+    // The signal holds the watch's cancellation state: the completion keeps it alive until the
+    // watch is gone.
+    asio::co_spawn(
+        *strand, watch_deadline(join, *call.wait_deadline, clock),
+        asio::bind_cancellation_slot(watch->slot(), [watch](const std::exception_ptr&) {}));
+  }
+  const bool told = co_await await_flight(*join);
+  on_stop.reset();
+  if (watch) {
+    asio::post(*strand, [watch] { watch->emit(asio::cancellation_type::terminal); });
+  }
+  co_return told;
+}
+
+}  // namespace
+
+Task<bool> await_join(const std::shared_ptr<FlightJoin>& join, const IdempotentCall& call,
+                      const std::shared_ptr<Clock>& clock) {
+  if (!call.stop.stop_possible() && !call.wait_deadline) return await_flight(*join);
+  return await_flight_bounded(join, call, clock);
+}
+
 std::shared_ptr<const CoordinatedResult> joined_outcome(FlightJoin& join, bool told,
                                                         const IdempotentCall& call) {
   if (!told) {
     join.detach();
+    if (join.past_its_deadline()) {
+      throw TimeoutError("gave up waiting for idempotency key " + quote_key(call.key) +
+                         " at its wait deadline (the execution it waited for goes on)");
+    }
     throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
                     " (the execution it waited for goes on)");
   }

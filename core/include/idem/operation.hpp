@@ -32,6 +32,7 @@
 #include <utility>
 #include <vector>
 
+#include "idem/detail/operation_builder.hpp"
 #include "idem/resilient.hpp"
 
 namespace idem {
@@ -40,114 +41,33 @@ template <class Signature>
 class Operation;
 
 template <class R, class... Params>
-class Operation<R(Params...)> {
+class Operation<R(Params...)>
+    : public detail::OperationBuilder<Operation<R(Params...)>,
+                                      detail::OperationSpec<R, Params...>> {
+  using Builder =
+      detail::OperationBuilder<Operation<R(Params...)>, detail::OperationSpec<R, Params...>>;
+
  public:
   using Signature = R(Params...);
   using value_type = std::remove_cvref_t<R>;
   using result_type = OperationResult<value_type>;
   using Spec = detail::OperationSpec<R, Params...>;
 
-  explicit Operation(std::shared_ptr<const Spec> spec) : spec_(std::move(spec)) {}
+  explicit Operation(std::shared_ptr<const Spec> spec) : Builder(std::move(spec)) {}
 
-  Operation with_retry(RetryPolicy policy) const {
-    return change([&](Spec& s) { s.core.retry = std::move(policy); });
-  }
-  // Retries after the first attempt, keeping the rest of the retry policy: the same count as
-  // ResilientOptions::retries (with_retries(2) == with_retry({.max_attempts = 3})).
-  Operation with_retries(int retries) const {
-    if (retries < 0) {
-      throw ConfigError("operation '" + spec_->core.name + "': retries must be >= 0, got " +
-                        std::to_string(retries));
-    }
-    return change([&](Spec& s) { s.core.retry.max_attempts = retries + 1; });
-  }
-  // Deadline of each primary attempt (real time). Positive. `grace`: see
-  // ResilientOptions::timeout_grace (default 0).
-  Operation with_timeout(std::chrono::nanoseconds timeout,
-                         std::chrono::nanoseconds grace = std::chrono::nanoseconds::zero()) const {
-    return change([&](Spec& s) {
-      s.core.timeout = timeout;
-      s.core.timeout_grace = grace;
-    });
-  }
-  // Rate-limit recovery (rate_limit.hpp); a default RateLimitPolicy{} removes it.
-  Operation with_rate_limit(RateLimitPolicy policy) const {
-    return change([&](Spec& s) { s.core.rate_limit = std::move(policy); });
-  }
-  Operation with_validation(std::vector<Validator<value_type>> validators) const {
-    return change([&](Spec& s) { s.validators = std::move(validators); });
-  }
-  // Null removes the breaker.
-  Operation with_circuit_breaker(std::shared_ptr<CircuitBreaker> breaker) const {
-    return change([&](Spec& s) { s.core.breaker = std::move(breaker); });
-  }
-  // `fallback_on`: which failures of the primary start the chain (default: every failure).
-  Operation with_fallbacks(std::vector<Fallback<Signature>> fallbacks,
-                           FailurePredicate fallback_on = {}) const {
-    return change([&](Spec& s) {
-      s.fallbacks = std::move(fallbacks);
-      s.core.fallback_on = std::move(fallback_on);
-    });
-  }
-  Operation with_events(std::vector<std::shared_ptr<EventSink>> sinks) const {
-    return change([&](Spec& s) { s.core.sinks = std::move(sinks); });
-  }
-  Operation with_idempotency(IdempotencyOptions<Signature> options) const {
-    if (!options.key) {
-      throw ConfigError("operation '" + spec_->core.name +
-                        "': with_idempotency needs a key function");
-    }
-    return change([&](Spec& s) {
-      s.key = std::move(options.key);
-      s.scope = std::move(options.scope);
-      s.ttl = options.ttl;
-      s.store = std::move(options.store);
-      s.fingerprint = std::move(options.fingerprint);
-      s.in_progress = options.in_progress;
-      s.max_wait = options.max_wait;
-      s.lease = options.lease;
-    });
-  }
-  // Removes idempotency.
-  Operation without_idempotency() const {
-    return change([](Spec& s) {
-      s.key = nullptr;
-      s.scope.reset();
-      s.ttl.reset();
-      s.store.reset();
-      s.fingerprint = {};
-      s.in_progress.reset();
-      s.max_wait.reset();
-      s.lease.reset();
-    });
-  }
-  // Time source (see ResilientOptions::clock). Null: the system clock.
-  Operation with_clock(std::shared_ptr<Clock> clock) const {
-    return change([&](Spec& s) { s.core.clock_option = std::move(clock); });
-  }
+  // with_retry, with_retries, with_timeout, with_rate_limit, with_validation,
+  // with_circuit_breaker, with_fallbacks, with_events, with_idempotency, without_idempotency,
+  // with_clock and name(): detail::OperationBuilder (detail/operation_builder.hpp).
 
   result_type run(Params... args) const {
-    return detail::Engine<R, Params...>::call(spec_, CallOptions{}, args...);
+    return detail::Engine<R, Params...>::call(this->spec_, CallOptions{}, args...);
   }
   result_type run_with(const CallOptions& options, Params... args) const {
-    return detail::Engine<R, Params...>::call(spec_, options, args...);
+    return detail::Engine<R, Params...>::call(this->spec_, options, args...);
   }
 
   // The same operation as a plain callable (shares the configuration).
-  Resilient<Signature> callable() const { return Resilient<Signature>(spec_); }
-
-  const std::string& name() const noexcept { return spec_->core.name; }
-
- private:
-  template <class Change>
-  Operation change(Change&& apply) const {
-    auto next = std::make_shared<Spec>(*spec_);
-    apply(*next);
-    next->resolve();
-    return Operation(std::move(next));
-  }
-
-  std::shared_ptr<const Spec> spec_;
+  Resilient<Signature> callable() const { return Resilient<Signature>(this->spec_); }
 };
 
 // With the signature named (needed for generic lambdas).

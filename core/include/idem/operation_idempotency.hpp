@@ -75,11 +75,13 @@ class IdempotencyFingerprint<R(Params...)> {
   Function function_{};
 };
 
-template <class Signature>
+// `Store` is the face's store protocol: IdempotencyStore here, idem::async::AsyncStore for
+// idem::async::operation (idem::async::IdempotencyOptions<Sig>).
+template <class Signature, class Store = IdempotencyStore>
 struct IdempotencyOptions;
 
-template <class R, class... Params>
-struct IdempotencyOptions<R(Params...)> {
+template <class R, class... Params, class Store>
+struct IdempotencyOptions<R(Params...), Store> {
   using KeyFunction = std::function<std::string(detail::ConstArg<Params>...)>;
 
   // The key of a call, from its arguments. Required. At most 255 bytes together with the scope
@@ -93,7 +95,7 @@ struct IdempotencyOptions<R(Params...)> {
   // How long a success is replayed, from completion. Positive. Default 1 h.
   Millis ttl = std::chrono::hours(1);
   // Where records live. Default (null): the process-wide in-memory store.
-  std::shared_ptr<IdempotencyStore> store{};
+  std::shared_ptr<Store> store{};
   // Detect a key reused with different arguments. Default: off.
   IdempotencyFingerprint<R(Params...)> fingerprint{};
   // A caller finding the key in progress in another process waits or is rejected. Default wait.

@@ -26,6 +26,9 @@
 // retry, no fallback, OperationError whose report status is `cancelled`; an owner cancelled so
 // releases its key, so the next caller executes. A joiner's cancellation (idem::Cancelled)
 // detaches that joiner only.
+// call_with(CallOptions, args...) bounds a caller's wait for a key in flight, as blocking
+// Resilient::call_with does: its stop token (idem::Cancelled, requested from any thread) or its
+// wait deadline on the operation's clock (idem::TimeoutError) detaches that caller only.
 //
 // Idempotency: the coordinator is the blocking face's (IdempotencyCoordinator::enter), so a
 // coroutine and a thread calling one key with one store object join one execution.
@@ -162,8 +165,14 @@ FlightEntered enter_flight(IdempotencyCoordinator& coordinator,
                            const std::shared_ptr<AsyncStore>& store, const IdempotentCall& call);
 // Completes with true once the joiner is told, false when its own cancellation slot fired.
 Task<bool> await_flight(FlightJoin& join);
+// await_flight, or (when the caller gave CallOptions) a wait that also gives up when
+// `call.stop` is requested or at `call.wait_deadline` (on `clock`'s steady time; null: the
+// system clock). Not a coroutine: a joiner without options awaits await_flight itself.
+Task<bool> await_join(const std::shared_ptr<FlightJoin>& join, const IdempotentCall& call,
+                      const std::shared_ptr<Clock>& clock);
 // The joiners' shared result; null: enter again (start over). Throws the owner's error, or
-// Cancelled (after leaving the flight) when `told` is false.
+// (after leaving the flight) when `told` is false TimeoutError if it gave up at its wait
+// deadline, else Cancelled.
 std::shared_ptr<const CoordinatedResult> joined_outcome(FlightJoin& join, bool told,
                                                         const IdempotentCall& call);
 // The leader's claim / replay / execution; `execute` runs the lifecycle of an owner.
@@ -188,10 +197,11 @@ class AsyncEngine {
   using ArgRef = idem::detail::ArgRef<P>;
 
   // One call: the idempotency layer when a key is configured, then the lifecycle. The returned
-  // coroutine owns the arguments.
-  static Task<Result> call(std::shared_ptr<const Spec> spec, Params... args) {
+  // coroutine owns the arguments. `options` concern a keyed caller that waits (call_options.hpp).
+  static Task<Result> call(std::shared_ptr<const Spec> spec, const CallOptions& options,
+                           Params... args) {
     if constexpr (std::is_void_v<Value> || std::is_copy_constructible_v<Value>) {
-      if (spec->key) return call_keyed(std::move(spec), std::forward<Params>(args)...);
+      if (spec->key) return call_keyed(std::move(spec), options, std::forward<Params>(args)...);
     }
     return call_plain(std::move(spec), std::forward<Params>(args)...);
   }
@@ -225,7 +235,8 @@ class AsyncEngine {
 
   // A keyed call. A joiner costs this one coroutine frame (it holds no result of its own until
   // it resumes), its FlightJoin and one asynchronous operation; the leader goes on in lead_call.
-  static Task<Result> call_keyed(std::shared_ptr<const Spec> spec, Params... args) {
+  static Task<Result> call_keyed(std::shared_ptr<const Spec> spec, CallOptions options,
+                                 Params... args) {
     const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
     co_await asio::this_coro::throw_if_cancelled(false);
     KeyedCall keyed;
@@ -238,6 +249,8 @@ class AsyncEngine {
     try {
       keyed.user_key = spec->key(args...);
       keyed.request = idem::detail::idempotent_request(*spec, keyed.user_key, args...);
+      keyed.request.stop = std::move(options.stop);
+      keyed.request.wait_deadline = options.wait_deadline;
     } catch (...) {
       error = std::current_exception();
     }
@@ -253,7 +266,7 @@ class AsyncEngine {
         co_await lead_call(spec, std::move(entered.lead), keyed, throw_if_cancelled, led, args...);
         co_return std::move(*led);
       }
-      const bool told = co_await await_flight(*entered.join);
+      const bool told = co_await await_join(entered.join, keyed.request, spec->core.clock);
       try {
         joined = joined_outcome(*entered.join, told, keyed.request);
       } catch (...) {
@@ -471,7 +484,16 @@ class AsyncResilient<R(Params...)> {
 
   // The arguments (and a share of the configuration) live in this call's frame until it ends.
   Task<result_type> operator()(Params... args) const {
-    return detail::AsyncEngine<R, Params...>::call(spec_, std::forward<Params>(args)...);
+    return detail::AsyncEngine<R, Params...>::call(spec_, CallOptions{},
+                                                   std::forward<Params>(args)...);
+  }
+
+  // The same call with per-call settings (call_options.hpp): a caller that waits for a key in
+  // flight (a joiner, or a leader polling another process's owner) gives up when
+  // `options.stop` is requested (idem::Cancelled) or at `options.wait_deadline` on the
+  // operation's clock (idem::TimeoutError); the execution it waited for goes on.
+  Task<result_type> call_with(const CallOptions& options, Params... args) const {
+    return detail::AsyncEngine<R, Params...>::call(spec_, options, std::forward<Params>(args)...);
   }
 
   const std::string& name() const noexcept { return spec_->core.name; }

@@ -109,6 +109,7 @@ template <class Face, class R, class... Params>
 struct BasicOperationSpec {
   using Value = typename Face::template value_t<R>;
   using Signature = R(Params...);
+  using Store = typename Face::Store;
   using Primary = std::function<R(AttemptContext&, ArgRef<Params>...)>;
   using KeyFunction = std::function<std::string(ConstArg<Params>...)>;
 
