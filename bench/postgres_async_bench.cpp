@@ -2,8 +2,9 @@
 // the same run, with the ratio printed.
 //
 //   mark+check     mark_processed then is_processed of a new event, per call
-//   claim+complete the store's claim of a new key, then complete (value and report)
-//   claim          the store's claim of a new key alone (no NOTIFY)
+//   claim+complete the store's claim of a new key, then complete (value and report; nobody
+//                  waits, so no NOTIFY)
+//   claim          the store's claim of a new key alone
 //
 // blocking: 50 threads share one PostgresIdempotencyRecorder / PostgresIdempotencyStore with the
 //           default pool (pool_size 8).
@@ -171,8 +172,7 @@ int main(int argc, char** argv) {
       });
   report("claim+complete", blocking_store, async_store_figure);
 
-  // The claim alone: no NOTIFY. complete() sends one, and PostgreSQL serialises the commits of
-  // notifying transactions (one queue lock), which bounds both faces alike.
+  // The claim alone: one statement per call, as a baseline for the pair above.
   const Figure blocking_claims = blocking_run(inflight, seconds, [&](int t, long i) {
     (void)store.claim(id("cb", t, i), std::nullopt, std::chrono::seconds(30));
   });

@@ -6,7 +6,9 @@
 #include <asio/io_context.hpp>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <string>
+#include <thread>
 
 #include "../async_test_support.hpp"
 #include "../postgres_test_support.hpp"
@@ -141,6 +143,41 @@ TEST_F(AsyncStoreTest, InteroperatesWithTheBlockingStore) {
   const ClaimOutcome replay = run(io_, s.claim("op2", std::nullopt, 60s));
   ASSERT_EQ(replay.status, ClaimOutcome::Status::completed);
   EXPECT_EQ(replay.record->value.bytes, std::optional<std::string>("7"));
+}
+
+// A blocking waiter (in another process, as far as PostgreSQL can tell) is woken by the async
+// face's complete and release: the same statements notify when its listener waits on the key.
+// It re-checks only once an hour, so returning at all means it was notified.
+TEST_F(AsyncStoreTest, WakesABlockingWaiterOnCompleteAndRelease) {
+  auto& s = *store_;
+  auto options = schema_.options();
+  options.wait_recheck_interval = std::chrono::hours(1);
+  idem::postgres::PostgresIdempotencyStore blocking(options);
+  ASSERT_TRUE(blocking.listen());
+  const auto wait_for = [&](const std::string& key, std::optional<IdempotencyRecord>& seen) {
+    const std::size_t before = blocking.stats().blocked_waiters;
+    std::thread waiting(
+        [&, key] { seen = blocking.wait(key, std::chrono::steady_clock::now() + 1h, {}); });
+    EXPECT_TRUE(pg::eventually([&] { return blocking.stats().blocked_waiters > before; }));
+    return waiting;
+  };
+
+  const ClaimOutcome done = run(io_, s.claim("done", std::nullopt, 60s));
+  std::optional<IdempotencyRecord> completed;
+  std::thread waiting = wait_for("done", completed);
+  EXPECT_TRUE(run(io_, s.complete("done", done.token, bytes("42"), ExecutionReport{}, 60s)));
+  waiting.join();
+  ASSERT_TRUE(completed);
+  EXPECT_EQ(completed->value.bytes, std::optional<std::string>("42"));
+
+  const ClaimOutcome gone = run(io_, s.claim("gone", std::nullopt, 60s));
+  std::optional<IdempotencyRecord> released = IdempotencyRecord{};
+  waiting = wait_for("gone", released);
+  EXPECT_TRUE(run(io_, s.release("gone", gone.token)));
+  waiting.join();
+  EXPECT_FALSE(released);
+  EXPECT_EQ(blocking.stats().wakeups_by_notification, 2u);
+  EXPECT_EQ(blocking.stats().rechecks, 0u);
 }
 
 }  // namespace

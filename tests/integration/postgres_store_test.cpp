@@ -3,6 +3,7 @@
 // the store's counters, never by timing), the listener reconnects, corrupt rows give clear
 // errors, resilient() across two stores (= two processes), statement timeouts, bad input.
 #include <gtest/gtest.h>
+#include <poll.h>
 
 #include <atomic>
 #include <chrono>
@@ -47,12 +48,13 @@ class PostgresStoreTest : public ::testing::Test {
     owner_ = std::make_shared<PostgresIdempotencyStore>(schema_.options());
     PostgresOptions options = schema_.options();
     options.wait_recheck_interval = std::chrono::hours(1);
-    options.application_name = "idem-waiter-" + schema_.name();
+    options.application_name = waiter_app();
     waiter_ = std::make_shared<PostgresIdempotencyStore>(options);
     ASSERT_TRUE(waiter_->listen());
   }
 
   std::string records() const { return schema_.table("records"); }
+  std::string waiter_app() const { return "idem-waiter-" + schema_.name(); }
 
   // Starts wait() on the waiter store in a thread and returns once it is blocked.
   std::thread start_waiting(const std::string& key, std::optional<idem::IdempotencyRecord>& seen,
@@ -71,6 +73,46 @@ class PostgresStoreTest : public ::testing::Test {
 };
 
 // ---- LISTEN / NOTIFY ------------------------------------------------------------------------
+
+// A LISTEN of the test's own on a store's channel, to see which notifications are sent.
+class ChannelListener {
+ public:
+  explicit ChannelListener(const std::string& channel)
+      : conn_(pg::connect(pg::server_url().value())) {
+    PQclear(PQexec(conn_.get(), ("LISTEN \"" + channel + "\"").c_str()));
+  }
+
+  // The payload of the next notification; nullopt when none came within `timeout`.
+  std::optional<std::string> next(std::chrono::milliseconds timeout) {
+    const auto until = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      if (PQconsumeInput(conn_.get()) == 0) return std::nullopt;
+      if (PGnotify* notify = PQnotifies(conn_.get())) {
+        std::string payload = notify->extra;
+        PQfreemem(notify);
+        return payload;
+      }
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd fd{PQsocket(conn_.get()), POLLIN, 0};
+      (void)::poll(&fd, 1, static_cast<int>(left.count()));
+    }
+  }
+
+ private:
+  std::unique_ptr<PGconn, pg::ConnCloser> conn_;
+};
+
+// The interest locks (advisory locks in idem's class) the sessions named `application`
+// hold, or wait for when `granted` is false.
+long long interest_locks(const std::string& application, bool granted = true) {
+  return pg::query_int(
+      "SELECT count(*) FROM pg_locks AS l JOIN pg_stat_activity AS a USING (pid) WHERE "
+      "l.locktype = 'advisory' AND l.objsubid = 2 AND l.classid = " +
+      std::to_string(0x6964656d) + " AND l.granted = " + (granted ? "true" : "false") +
+      " AND a.application_name = '" + application + "'");
+}
 
 TEST_F(PostgresStoreTest, CompleteWakesAWaiterOnAnotherConnectionByNotification) {
   const auto claim = owner_->claim("order-1", std::nullopt, 1h);
@@ -119,13 +161,96 @@ TEST_F(PostgresStoreTest, ANotificationForAnotherKeyDoesNotWakeTheWaiter) {
   const auto other = owner_->claim("other", std::nullopt, 1h);
   std::optional<idem::IdempotencyRecord> seen;
   std::thread waiting = start_waiting("mine", seen);
+  // Someone waits for "other" too (another listener), or its complete would notify nobody.
+  ASSERT_TRUE(owner_->listen());
+  std::thread other_waiting(
+      [&] { (void)owner_->wait("other", std::chrono::steady_clock::now() + 1h, {}); });
+  ASSERT_TRUE(pg::eventually([&] { return owner_->stats().blocked_waiters == 1; }));
   ASSERT_TRUE(owner_->complete("other", other.token, bytes("v"), idem::ExecutionReport{}, 1h));
+  other_waiting.join();
   ASSERT_TRUE(pg::eventually([&] { return waiter_->stats().notifications_received >= 1; }));
   EXPECT_EQ(waiter_->stats().blocked_waiters, 1u) << "still waiting for its own key";
   EXPECT_EQ(waiter_->stats().wakeups_by_notification, 0u);
   ASSERT_TRUE(owner_->complete("mine", mine.token, bytes("v"), idem::ExecutionReport{}, 1h));
   waiting.join();
   EXPECT_EQ(waiter_->stats().wakeups_by_notification, 1u);
+  EXPECT_EQ(waiter_->stats().rechecks, 0u);
+}
+
+TEST_F(PostgresStoreTest, OnlyAKeyWithAWaiterIsNotified) {
+  ChannelListener channel(schema_.name() + "_records");
+  // Nobody waits: neither complete nor release nor a zero-ttl complete notifies.
+  const auto completed = owner_->claim("completed", std::nullopt, 1h);
+  ASSERT_TRUE(
+      owner_->complete("completed", completed.token, bytes("v"), idem::ExecutionReport{}, 1h));
+  const auto released = owner_->claim("released", std::nullopt, 1h);
+  ASSERT_TRUE(owner_->release("released", released.token));
+  const auto dropped = owner_->claim("dropped", std::nullopt, 1h);
+  ASSERT_TRUE(owner_->complete("dropped", dropped.token, bytes("v"), idem::ExecutionReport{}, 0ms));
+  // A key with a waiter is notified; notifications arrive in commit order, so the first one
+  // the channel sees is this one.
+  const auto waited = owner_->claim("waited", std::nullopt, 1h);
+  std::optional<idem::IdempotencyRecord> seen;
+  std::thread waiting = start_waiting("waited", seen);
+  EXPECT_EQ(interest_locks(waiter_app()), 1);
+  ASSERT_TRUE(owner_->complete("waited", waited.token, bytes("v"), idem::ExecutionReport{}, 1h));
+  waiting.join();
+  EXPECT_EQ(channel.next(std::chrono::minutes(1)), std::optional<std::string>("waited"));
+  EXPECT_EQ(waiter_->stats().wakeups_by_notification, 1u);
+  // The waiter left: its lock goes, and the key is not notified any more.
+  ASSERT_TRUE(pg::eventually([&] { return interest_locks(waiter_app()) == 0; }));
+  const auto again = owner_->claim("waited-again", std::nullopt, 1h);
+  ASSERT_TRUE(owner_->release("waited-again", again.token));
+  const auto last = owner_->claim("last", std::nullopt, 1h);
+  waiting = start_waiting("last", seen);
+  ASSERT_TRUE(owner_->release("last", last.token));
+  waiting.join();
+  EXPECT_EQ(channel.next(std::chrono::minutes(1)), std::optional<std::string>("last"));
+  EXPECT_FALSE(seen.has_value());
+}
+
+TEST_F(PostgresStoreTest, AWaiterThatComesWhileACompleteCommitsGetsTheResult) {
+  // A deferred trigger holds the complete's transaction open at COMMIT, after its statement
+  // found no waiter (and so took the key's interest lock itself), until the test opens a gate.
+  const std::string schema = "\"" + schema_.name() + "\"";
+  pg::query("CREATE FUNCTION " + schema +
+            ".gate() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "PERFORM pg_advisory_xact_lock(hashtext(TG_TABLE_SCHEMA)); RETURN NULL; END $$");
+  pg::query("CREATE CONSTRAINT TRIGGER gate AFTER UPDATE ON " + records() +
+            " DEFERRABLE INITIALLY DEFERRED FOR EACH ROW EXECUTE FUNCTION " + schema + ".gate()");
+  auto gate = pg::connect(pg::server_url().value());
+  PQclear(
+      PQexec(gate.get(), ("SELECT pg_advisory_lock(hashtext('" + schema_.name() + "'))").c_str()));
+  const std::string blocked_by_gate = "SELECT count(*) FROM pg_stat_activity WHERE " +
+                                      std::to_string(PQbackendPID(gate.get())) +
+                                      " = ANY (pg_blocking_pids(pid))";
+
+  const auto claim = owner_->claim("order-1", std::nullopt, 1h);
+  std::atomic<bool> completed{false};
+  std::thread completing([&] {
+    completed = owner_->complete("order-1", claim.token, bytes("v"), idem::ExecutionReport{}, 1h);
+  });
+  ASSERT_TRUE(pg::eventually([&] { return pg::query_int(blocked_by_gate) == 1; }));
+
+  std::atomic<bool> returned{false};
+  std::optional<idem::IdempotencyRecord> seen;
+  std::thread waiting([&] {
+    seen = waiter_->wait("order-1", std::chrono::steady_clock::now() + 1h, {});
+    returned = true;
+  });
+  // The waiter's listener asks for the key's interest lock, and waits for the complete's.
+  ASSERT_TRUE(pg::eventually([&] { return interest_locks(waiter_app(), false) == 1; }));
+  EXPECT_FALSE(returned.load());
+  EXPECT_FALSE(completed.load());
+
+  PQclear(PQexec(gate.get(),
+                 ("SELECT pg_advisory_unlock(hashtext('" + schema_.name() + "'))").c_str()));
+  completing.join();
+  waiting.join();
+  EXPECT_TRUE(completed.load());
+  ASSERT_TRUE(seen.has_value());
+  EXPECT_EQ(seen->state, State::completed) << "read after the complete's commit";
+  EXPECT_EQ(waiter_->stats().wakeups_by_notification, 0u) << "no notification was needed";
   EXPECT_EQ(waiter_->stats().rechecks, 0u);
 }
 

@@ -242,6 +242,30 @@ TEST_F(PostgresCrash, AWaiterInAnotherProcessIsWokenByNotify) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
+// A waiting process holds its key's interest lock (complete() notifies only keys somebody
+// waits on); killed, its session ends and takes the lock with it, and the key completes as usual.
+TEST_F(PostgresCrash, AKilledWaiterTakesItsInterestInTheKeyWithIt) {
+  idem::postgres::PostgresIdempotencyStore owner(schema_.options());
+  const auto claim = owner.claim("job-1", std::nullopt, 1h);
+  ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
+  const std::string interest =
+      "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND classid = " +
+      std::to_string(0x6964656d) + " AND objid = (hashtext('" + schema_.name() +
+      "_records:job-1')::bigint & 4294967295)::oid";
+  {
+    ChildProcess child(worker({"wait", "--key", "job-1"}));
+    ASSERT_EQ(child.read_line(), "blocked");
+    EXPECT_EQ(pg::query_int(interest), 1) << "the waiter's listener holds the key's lock";
+    child.kill(SIGKILL);
+    EXPECT_TRUE(killed_by_sigkill(child.wait()));
+  }
+  ASSERT_TRUE(pg::eventually([&] { return pg::query_int(interest) == 0; }));
+  idem::StoredValue value;
+  value.bytes = "done";
+  ASSERT_TRUE(owner.complete("job-1", claim.token, value, idem::ExecutionReport{}, 1h));
+  EXPECT_EQ(owner.lookup("job-1")->state, idem::IdempotencyRecord::State::completed);
+}
+
 }  // namespace
 
 IDEM_POSTGRES_WORKER_MAIN()

@@ -9,11 +9,13 @@
 #include <atomic>
 #include <cerrno>
 #include <condition_variable>
+#include <deque>
 #include <limits>
 #include <mutex>
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -61,17 +63,25 @@ constexpr auto kMaxReconnectDelay = std::chrono::seconds(2);
 // of the key named in each notification. Waiters compare a per-key generation (bumped by a
 // notification) and an epoch (bumped whenever the listener connects or loses its connection) with
 // what they saw before reading the record, so nothing that happens in between is missed.
+//
+// complete() and release() notify only when some listener holds the key's interest lock (a
+// shared advisory lock, sql_text.hpp; DESIGN-NOTES §62). This thread takes it on its LISTENing
+// session when a key gets its first waiter and releases it when the last one leaves; a key is
+// `armed` while the lock is held. A waiter reads the record only once its key is armed (or in
+// polling mode): a complete that committed before the lock was granted is then visible to that
+// read (the lock waits for it), and one that commits after it notifies. A lost session takes its
+// locks with it; they are taken again on the next one.
 class Listener {
  public:
   struct Seen {
-    bool listening = false;
+    bool listening = false;  // LISTENing with the key armed: a change of the key notifies
     std::uint64_t generation = 0;
     std::uint64_t epoch = 0;
   };
   enum class Wake { notified, state_changed, timed_out, stopped };
 
-  Listener(std::shared_ptr<ConnectionPool> pool, std::string channel)
-      : pool_(std::move(pool)), channel_(std::move(channel)) {}
+  Listener(std::shared_ptr<ConnectionPool> pool, const detail::StoreSql& sql)
+      : pool_(std::move(pool)), sql_(sql) {}
 
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
@@ -79,8 +89,7 @@ class Listener {
   ~Listener() {
     if (!thread_.joinable()) return;
     stopping_.store(true);
-    const char byte = 1;
-    (void)!::write(wake_pipe_[1], &byte, 1);
+    poke();
     thread_.join();
     ::close(wake_pipe_[0]);
     ::close(wake_pipe_[1]);
@@ -101,30 +110,68 @@ class Listener {
     return changed_.wait_for(lock, timeout, [&] { return listening_; });
   }
 
-  // Registers interest in `key` while a waiter waits on it.
+  // Registers interest in `key` while a waiter waits on it (after start()).
   void enter(const std::string& key) {
-    std::lock_guard lock(mutex_);
-    ++keys_[key].waiters;
+    bool wake = false;
+    {
+      std::lock_guard lock(mutex_);
+      KeyState& state = keys_[key];
+      if (++state.waiters == 1) {
+        if (held_.count(key) != 0) {
+          state.armed = true;  // still locked on this session: no unlock was started
+        } else if (listening_) {
+          todo_.push_back(key);
+          wake = true;
+        }
+      }
+    }
+    if (wake) poke();
   }
   void leave(const std::string& key) noexcept {
-    std::lock_guard lock(mutex_);
-    auto it = keys_.find(key);
-    if (it != keys_.end() && --it->second.waiters == 0) keys_.erase(it);
+    bool wake = false;
+    {
+      std::lock_guard lock(mutex_);
+      auto it = keys_.find(key);
+      if (it == keys_.end() || --it->second.waiters != 0) return;
+      keys_.erase(it);
+      if (held_.count(key) != 0) {
+        try {
+          todo_.push_back(key);
+          wake = true;
+        } catch (...) {
+          // Out of memory: the lock stays until the session ends; it costs spurious notifies.
+        }
+      }
+    }
+    if (wake) poke();
+  }
+
+  // Until the key is armed, the listener is not LISTENing, its lock could not be taken, or
+  // `timeout` or `stop`.
+  void await_armed(const std::string& key, std::chrono::nanoseconds timeout, std::stop_token stop) {
+    std::unique_lock lock(mutex_);
+    changed_.wait_for(lock, stop, timeout, [&] {
+      const KeyState& state = keys_.at(key);
+      return !listening_ || state.armed || state.unarmable;
+    });
   }
 
   Seen seen(const std::string& key) {
     std::lock_guard lock(mutex_);
-    return Seen{listening_, keys_[key].generation, epoch_};
+    const KeyState& state = keys_.at(key);
+    return Seen{listening_ && state.armed, state.generation, epoch_};
   }
 
   Wake wait(const std::string& key, const Seen& seen, std::chrono::nanoseconds timeout,
             std::stop_token stop) {
     std::unique_lock lock(mutex_);
     const auto changed = [&] {
-      return keys_[key].generation != seen.generation || epoch_ != seen.epoch;
+      const KeyState& state = keys_.at(key);
+      return state.generation != seen.generation || epoch_ != seen.epoch ||
+             (listening_ && state.armed) != seen.listening;
     };
     const bool woke = changed_.wait_for(lock, stop, timeout, changed);
-    if (keys_[key].generation != seen.generation) return Wake::notified;
+    if (keys_.at(key).generation != seen.generation) return Wake::notified;
     if (woke) return Wake::state_changed;
     return stop.stop_requested() ? Wake::stopped : Wake::timed_out;
   }
@@ -137,12 +184,33 @@ class Listener {
   std::uint64_t connects() const noexcept { return connects_.load(); }
 
  private:
+  static constexpr std::string_view kCall = "PostgresIdempotencyStore listener";
+
+  void poke() noexcept {
+    const char byte = 1;
+    (void)!::write(wake_pipe_[1], &byte, 1);  // a full pipe wakes the thread just as well
+  }
+  void drain() noexcept {
+    char bytes[64];
+    while (::read(wake_pipe_[0], bytes, sizeof bytes) > 0) {
+    }
+  }
+
+  // A new session LISTENs (every key with waiters is to be locked on it), or the session is
+  // lost (its locks are gone with it).
   void set_listening(bool listening) {
     {
       std::lock_guard lock(mutex_);
       if (listening_ == listening) return;
       listening_ = listening;
       ++epoch_;
+      held_.clear();
+      todo_.clear();
+      for (auto& [key, state] : keys_) {
+        state.armed = false;
+        state.unarmable = false;
+        if (listening) todo_.push_back(key);
+      }
     }
     changed_.notify_all();
   }
@@ -161,28 +229,100 @@ class Listener {
     }
   }
 
+  // Takes the interest locks of keys that gained their first waiter and releases those of keys
+  // whose last waiter left, one statement each, until none is left to do. Throws when the
+  // session is lost.
+  void update_interest(detail::Connection& connection) {
+    for (;;) {
+      std::string key;
+      bool take = false;
+      {
+        std::lock_guard lock(mutex_);
+        for (;;) {
+          if (todo_.empty()) return;
+          key = std::move(todo_.front());
+          todo_.pop_front();
+          auto it = keys_.find(key);
+          const bool held = held_.count(key) != 0;
+          if (it != keys_.end() && !held && !it->second.unarmable) {
+            take = true;
+            break;
+          }
+          if (it == keys_.end() && held) {
+            held_.erase(key);  // before the unlock: a waiter that comes meanwhile locks again
+            break;
+          }
+        }
+      }
+      Params params;
+      params.text(sql_.channel).text(key);
+      try {
+        (void)connection.run(take ? sql_.lock_interest : sql_.unlock_interest, params, kCall,
+                             StatementKind::read);
+      } catch (const PostgresError&) {
+        if (connection.broken() || PQstatus(connection.raw()) != CONNECTION_OK) throw;
+        // The lock table is full, or statement_timeout ran out: this key's waiters poll. A
+        // failed unlock leaves a lock that costs spurious notifies until the session ends.
+        if (take) {
+          std::lock_guard lock(mutex_);
+          auto it = keys_.find(key);
+          if (it != keys_.end()) it->second.unarmable = true;
+        }
+        changed_.notify_all();
+        dispatch(connection.raw());
+        continue;
+      }
+      if (take) {
+        {
+          std::lock_guard lock(mutex_);
+          held_.insert(key);
+          auto it = keys_.find(key);
+          if (it != keys_.end()) {
+            it->second.armed = true;
+          } else {
+            todo_.push_back(key);  // its waiters left meanwhile: unlock
+          }
+        }
+        changed_.notify_all();
+      }
+      dispatch(connection.raw());
+    }
+  }
+
   // Waits for `delay` or a stop request; false when stopping.
   bool pause(std::chrono::milliseconds delay) {
-    pollfd fd{wake_pipe_[0], POLLIN, 0};
-    (void)::poll(&fd, 1, static_cast<int>(delay.count()));
+    const auto until = std::chrono::steady_clock::now() + delay;
+    while (!stopping_.load()) {
+      const auto left =
+          std::chrono::ceil<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) break;
+      pollfd fd{wake_pipe_[0], POLLIN, 0};
+      (void)::poll(&fd, 1, static_cast<int>(left.count()));
+      drain();  // a waiter that came meanwhile is served once connected
+    }
     return !stopping_.load();
   }
 
   void listen_until_lost() {
     std::unique_ptr<detail::Connection> connection = pool_->open_dedicated();
-    connection->exec("LISTEN " + detail::quote_identifier(channel_),
-                     "PostgresIdempotencyStore listener", StatementKind::read);
+    connection->exec("LISTEN " + detail::quote_identifier(sql_.channel), kCall,
+                     StatementKind::read);
     connects_.fetch_add(1);
     set_listening(true);
     PGconn* conn = connection->raw();
     dispatch(conn);
     while (!stopping_.load()) {
+      update_interest(*connection);
+      // A notification that came in with a statement's result may sit unparsed in libpq's
+      // buffer, where polling the socket would not see it.
+      if (PQconsumeInput(conn) == 0) return;  // lost
+      dispatch(conn);
       pollfd fds[2] = {{PQsocket(conn), POLLIN, 0}, {wake_pipe_[0], POLLIN, 0}};
       if (::poll(fds, 2, -1) < 0) {
         if (errno == EINTR) continue;
         return;
       }
-      if (fds[1].revents != 0) return;  // stopping
+      if (fds[1].revents != 0) drain();  // stopping, or interest to update
       if (fds[0].revents != 0) {
         if (PQconsumeInput(conn) == 0) return;  // lost
         dispatch(conn);
@@ -210,13 +350,17 @@ class Listener {
   struct KeyState {
     std::size_t waiters = 0;
     std::uint64_t generation = 0;
+    bool armed = false;      // its interest lock is held on the LISTENing session
+    bool unarmable = false;  // taking the lock failed on this session: its waiters poll
   };
 
   std::shared_ptr<ConnectionPool> pool_;
-  std::string channel_;
+  const detail::StoreSql& sql_;
   mutable std::mutex mutex_;
   std::condition_variable_any changed_;
-  std::unordered_map<std::string, KeyState> keys_;
+  std::unordered_map<std::string, KeyState> keys_;  // the keys with waiters
+  std::unordered_set<std::string> held_;            // interest locks held on the session
+  std::deque<std::string> todo_;                    // keys whose lock to take or release
   bool listening_ = false;
   std::uint64_t epoch_ = 0;
   std::atomic<std::uint64_t> notifications_{0};
@@ -237,7 +381,7 @@ class PostgresIdempotencyStore::Impl : public detail::StoreSql {
       : StoreSql(shared_pool->options()),
         pool(std::move(shared_pool)),
         clock(pool->options().clock ? pool->options().clock : system_clock()),
-        listener(pool, channel) {}
+        listener(pool, *this) {}
 
   void create_table() {
     const PostgresOptions& options = pool->options();
@@ -467,6 +611,15 @@ std::optional<IdempotencyRecord> PostgresIdempotencyStore::do_wait(std::string_v
     const std::string& key;
     ~Leave() { listener.leave(key); }
   } leave{impl.listener, name};
+  // A complete notifies only while the listener holds the key's interest lock: wait until it
+  // does (a round trip on the listener's connection) before the first read, so that read sees
+  // the result or a notification follows it.
+  if (const SteadyTime now = impl.clock->steady_now(); !stop.stop_requested() && now < deadline) {
+    impl.listener.await_armed(name,
+                              std::min<std::chrono::nanoseconds>(
+                                  deadline - now, impl.pool->options().wait_recheck_interval),
+                              stop);
+  }
 
   bool counted = false;
   std::chrono::nanoseconds poll_delay = kFirstPollDelay;

@@ -2,6 +2,12 @@
 
 namespace idem::postgres::detail {
 
+std::string interest_lock(std::string_view function, std::string_view channel,
+                          std::string_view key) {
+  return std::string(function) + "(" + std::to_string(kInterestLockClass) + ", hashtext(" +
+         std::string(channel) + " || ':' || " + std::string(key) + "))";
+}
+
 RecorderSql::RecorderSql(const PostgresOptions& options)
     : schema(detail::quote_identifier(options.schema)),
       log(schema + "." + detail::quote_identifier(options.processed_log_table)),
@@ -156,16 +162,31 @@ StoreSql::StoreSql(const PostgresOptions& options)
             {kTextOid, kTextOid, kTimestamptzOid, kTimestamptzOid}),
       lookup(std::string("SELECT ") + kRecordColumns + " FROM " + table + " WHERE key = $1",
              {kTextOid}),
+      // complete and drop notify only when a waiter's listener holds the key's interest lock
+      // (DESIGN-NOTES §62): a NOTIFY serializes every notifying commit in the cluster. When the
+      // exclusive try succeeds, no listener holds the shared lock, and one that asks for it now
+      // waits until this transaction has committed, then reads the record. One row per changed
+      // record either way: the caller counts rows.
       complete(
           "WITH done AS (UPDATE " + table +
               " SET state = 'completed', completed_at = $3, expires_at = $4, value = $5, "
               "report = $6 WHERE key = $1 AND token = $2 AND state = 'in_progress' "
-              "RETURNING key) SELECT pg_notify($7, key) FROM done",
+              "RETURNING key) SELECT CASE WHEN " +
+              interest_lock("pg_try_advisory_xact_lock", "$7", "key") +
+              " THEN NULL ELSE pg_notify($7, key) END FROM done",
           {kTextOid, kInt8Oid, kTimestamptzOid, kTimestamptzOid, kByteaOid, kTextOid, kTextOid}),
       drop("WITH gone AS (DELETE FROM " + table +
                " WHERE key = $1 AND token = $2 AND state = 'in_progress' RETURNING key) "
-               "SELECT pg_notify($3, key) FROM gone",
+               "SELECT CASE WHEN " +
+               interest_lock("pg_try_advisory_xact_lock", "$3", "key") +
+               " THEN NULL ELSE pg_notify($3, key) END FROM gone",
            {kTextOid, kInt8Oid, kTextOid}),
+      // The listener's session-level shared lock on a key it has waiters for ($1 the channel,
+      // $2 the key); pg_advisory_lock_shared stacks, so each lock is unlocked exactly once.
+      lock_interest("SELECT " + interest_lock("pg_advisory_lock_shared", "$1", "$2"),
+                    {kTextOid, kTextOid}),
+      unlock_interest("SELECT " + interest_lock("pg_advisory_unlock_shared", "$1", "$2"),
+                      {kTextOid, kTextOid}),
       renew("UPDATE " + table +
                 " SET lease_until = $3 WHERE key = $1 AND token = $2 AND state = 'in_progress'",
             {kTextOid, kInt8Oid, kTimestamptzOid}),

@@ -7,7 +7,9 @@
 // Thread-safety: immutable after construction.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "connection.hpp"
 #include "idem/postgres/postgres_options.hpp"
@@ -25,6 +27,15 @@ inline constexpr const char* kRecordColumns =
     "state, token, fingerprint, lease_until, took_over, completed_at, expires_at, value, report";
 // The store's claim statement returns (acquired, token, took_over) before them.
 inline constexpr int kClaimLeadingColumns = 3;
+
+// A waiter's interest in a store key is a shared advisory lock in the two-int key space (which
+// never meets the one-bigint space): this class id first ("idem" in ASCII), then
+// hashtext(channel || ':' || key). A hash collision only costs a NOTIFY nobody needed.
+inline constexpr std::int32_t kInterestLockClass = 0x6964656d;
+// "<function>(<class>, hashtext(<channel> || ':' || <key>))": the SQL that takes, tries or
+// releases the interest lock, for the given SQL expressions of the channel and the key.
+std::string interest_lock(std::string_view function, std::string_view channel,
+                          std::string_view key);
 
 struct RecorderSql {
   explicit RecorderSql(const PostgresOptions& options);
@@ -64,6 +75,8 @@ struct StoreSql {
   Statement lookup;
   Statement complete;
   Statement drop;
+  Statement lock_interest;
+  Statement unlock_interest;
   Statement renew;
   Statement purge_chunk;
   Statement count_by_state;

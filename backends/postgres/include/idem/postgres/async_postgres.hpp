@@ -132,7 +132,8 @@ class AsyncPostgresRecorder final : public async::AsyncRecorder {
 };
 
 // Idempotency records (see PostgresIdempotencyStore: same table, same statements, tokens from the
-// same sequence; complete() and release() send the same NOTIFY, so blocking waiters wake).
+// same sequence; complete() and release() notify blocking waiters as the blocking store does).
+// Its own waiters (resilient()'s InProgressPolicy::wait) claim again with backoff: no listener.
 class AsyncPostgresStore final : public async::AsyncStore {
  public:
   static constexpr int kSchemaVersion = 1;

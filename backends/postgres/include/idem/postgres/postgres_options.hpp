@@ -24,8 +24,9 @@ namespace idem::postgres {
 // How PostgresIdempotencyStore::wait() learns that a key in progress in another process
 // finished.
 enum class WaitStrategy {
-  // LISTEN on `notify_channel`: complete() and release() send NOTIFY with the key as payload,
-  // and a waiter blocks until the notification for its key arrives (re-reading the record every
+  // LISTEN on `notify_channel`: complete() and release() send NOTIFY with the key as payload
+  // when a waiter's listener has asked for it (an advisory lock, see postgres_store.hpp), and a
+  // waiter blocks until the notification for its key arrives (re-reading the record every
   // `wait_recheck_interval` as a safety net, and polling while the listener is reconnecting).
   notify,
   // Poll lookup() with capped exponential backoff (2 ms doubling up to 200 ms). No listener

@@ -12,7 +12,9 @@
 //     or a purge) and are unique across keys;
 //   * complete/release/renew are fenced by the token; complete() and release() also send
 //     NOTIFY on options.notify_channel with the key as payload (pg_notify, the key bound as a
-//     parameter), delivered when they commit;
+//     parameter), delivered when they commit — but only when some store's listener waits on
+//     that key (it holds the key's interest lock, below): a NOTIFY makes every notifying commit
+//     on the server wait for the one before it;
 //   * values are stored as bytes (needs_bytes() == true: the coordinator encodes results with
 //     idem::Codec<T>) and the original ExecutionReport as its JSON text (text rather than jsonb:
 //     jsonb refuses the \u0000 escape an exception message may carry);
@@ -21,9 +23,14 @@
 //
 // wait() (WaitStrategy::notify, the default) LISTENs on the channel through one dedicated
 // connection per store, held by a listener thread that is started by the first wait() or by
-// listen(). A waiter blocks until its key's notification arrives, its deadline passes, the
-// owner's lease ends or its stop token fires — re-reading the record every
-// wait_recheck_interval as a safety net, and polling while the listener is (re)connecting.
+// listen(). While a key has waiters, that connection holds the key's interest lock: a
+// session-level shared advisory lock in the two-int space, class 0x6964656d ("idem"), second key
+// hashtext(channel || ':' || key); complete() and release() notify when they cannot take it
+// exclusively. A waiter reads the record only once its key's lock is held, so a complete that
+// committed earlier is read and a later one notifies. A waiter blocks until its key's
+// notification arrives, its deadline passes, the owner's lease ends or its stop token fires —
+// re-reading the record every wait_recheck_interval as a safety net, and polling while the
+// listener is (re)connecting.
 //
 // Corrupt rows (an unknown state, a completed row without expiry or value, a report that is not
 // valid JSON) throw StoreError with code store_corrupt_record naming the key and the table;
