@@ -6,6 +6,7 @@
 // std::string, reserved for every id it will hold, on the same ids (bench/report.py prints the
 // ratios).
 #include <benchmark/benchmark.h>
+#include <malloc.h>
 
 #include <memory>
 #include <string>
@@ -35,6 +36,7 @@ std::shared_ptr<idem::InMemoryIdempotencyRecorder> g_recorder;
 void BM_MemoryRecorder_CheckMark(benchmark::State& state) {
   const IdShape shape = shape_of(state);
   if (state.thread_index() == 0) {
+    ::malloc_trim(0);  // as for the reference set below
     // Sized for every id it will hold, as the reference set is reserved.
     g_recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>(idem::InMemoryRecorderOptions{
         .expected_markers = static_cast<std::size_t>(kPrefill + kIterations * state.threads())});
@@ -64,6 +66,9 @@ BENCHMARK(BM_MemoryRecorder_CheckMark)
 // with find() and filled with insert() of the owned string, single-threaded (it has no locking).
 void BM_UnorderedSet_CheckMark(benchmark::State& state) {
   const IdShape shape = shape_of(state);
+  // Start from memory the process has not used yet, as the recorder does (its arena is mapped
+  // afresh): else the strings reuse the heap that the benchmark before (in random order) freed.
+  ::malloc_trim(0);
   std::unordered_set<std::string> set;
   set.reserve(static_cast<std::size_t>(kPrefill + kIterations));
   ShapedIds old(shape, kPrefillStream);
