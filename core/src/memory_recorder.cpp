@@ -395,22 +395,31 @@ class Arena {
   }
 
  private:
-  // Mapped with its pages populated in one call: a page faulted in one at a time costs over ten
-  // times as much on a virtual machine, and 255-byte ids fill a page every 16 marks.
+  // From kMappedChunk on, a chunk is mapped with its pages populated in one call: a page faulted
+  // in one at a time costs over ten times as much on a virtual machine, and 255-byte ids fill a
+  // page every 16 marks. Smaller chunks come from the heap, so a process with many recorders
+  // holding a few text ids each does not spend a memory mapping per shard.
   struct Chunk {
-    explicit Chunk(std::size_t bytes) : size(bytes) {
+    explicit Chunk(std::size_t bytes) : size(bytes), mapped(bytes >= kMappedChunk) {
+      if (!mapped) {
+        data = new char[bytes];
+        return;
+      }
       void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
       if (memory == MAP_FAILED) throw std::bad_alloc();
       data = static_cast<char*>(memory);
     }
     Chunk(Chunk&& other) noexcept
-        : data(std::exchange(other.data, nullptr)), size(std::exchange(other.size, 0)) {}
+        : data(std::exchange(other.data, nullptr)),
+          size(std::exchange(other.size, 0)),
+          mapped(other.mapped) {}
     Chunk& operator=(Chunk&& other) noexcept {
       if (this != &other) {
         release();
         data = std::exchange(other.data, nullptr);
         size = std::exchange(other.size, 0);
+        mapped = other.mapped;
       }
       return *this;
     }
@@ -418,13 +427,20 @@ class Arena {
     Chunk& operator=(const Chunk&) = delete;
     ~Chunk() { release(); }
     void release() noexcept {
-      if (data != nullptr) ::munmap(data, size);
+      if (data == nullptr) return;
+      if (mapped) {
+        ::munmap(data, size);
+      } else {
+        delete[] data;
+      }
       data = nullptr;
     }
     char* data = nullptr;
     std::size_t size = 0;
+    bool mapped = false;
   };
   static constexpr std::size_t kFirstChunk = std::size_t{64} << 10;
+  static constexpr std::size_t kMappedChunk = std::size_t{256} << 10;
   static constexpr std::size_t kLastChunk = std::size_t{2} << 20;
   static_assert(kMaxKeyLength <= kFirstChunk);
   std::vector<Chunk> chunks_;
