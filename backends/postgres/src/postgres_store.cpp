@@ -115,14 +115,10 @@ class Listener {
     bool wake = false;
     {
       std::lock_guard lock(mutex_);
-      KeyState& state = keys_[key];
-      if (++state.waiters == 1) {
-        if (held_.count(key) != 0) {
-          state.armed = true;  // still locked on this session: no unlock was started
-        } else if (listening_) {
-          todo_.push_back(key);
-          wake = true;
-        }
+      // A key whose lock is still held (its unlock not yet run) needs nothing more.
+      if (++keys_[key].waiters == 1 && !armed(key) && listening_) {
+        todo_.push_back(key);
+        wake = true;
       }
     }
     if (wake) poke();
@@ -150,25 +146,21 @@ class Listener {
   // `timeout` or `stop`.
   void await_armed(const std::string& key, std::chrono::nanoseconds timeout, std::stop_token stop) {
     std::unique_lock lock(mutex_);
-    changed_.wait_for(lock, stop, timeout, [&] {
-      const KeyState& state = keys_.at(key);
-      return !listening_ || state.armed || state.unarmable;
-    });
+    changed_.wait_for(lock, stop, timeout,
+                      [&] { return !listening_ || armed(key) || keys_.at(key).unarmable; });
   }
 
   Seen seen(const std::string& key) {
     std::lock_guard lock(mutex_);
-    const KeyState& state = keys_.at(key);
-    return Seen{listening_ && state.armed, state.generation, epoch_};
+    return Seen{listening_ && armed(key), keys_.at(key).generation, epoch_};
   }
 
   Wake wait(const std::string& key, const Seen& seen, std::chrono::nanoseconds timeout,
             std::stop_token stop) {
     std::unique_lock lock(mutex_);
     const auto changed = [&] {
-      const KeyState& state = keys_.at(key);
-      return state.generation != seen.generation || epoch_ != seen.epoch ||
-             (listening_ && state.armed) != seen.listening;
+      return keys_.at(key).generation != seen.generation || epoch_ != seen.epoch ||
+             (listening_ && armed(key)) != seen.listening;
     };
     const bool woke = changed_.wait_for(lock, stop, timeout, changed);
     if (keys_.at(key).generation != seen.generation) return Wake::notified;
@@ -207,7 +199,6 @@ class Listener {
       held_.clear();
       todo_.clear();
       for (auto& [key, state] : keys_) {
-        state.armed = false;
         state.unarmable = false;
         if (listening) todo_.push_back(key);
       }
@@ -276,12 +267,7 @@ class Listener {
         {
           std::lock_guard lock(mutex_);
           held_.insert(key);
-          auto it = keys_.find(key);
-          if (it != keys_.end()) {
-            it->second.armed = true;
-          } else {
-            todo_.push_back(key);  // its waiters left meanwhile: unlock
-          }
+          if (keys_.count(key) == 0) todo_.push_back(key);  // its waiters left meanwhile: unlock
         }
         changed_.notify_all();
       }
@@ -347,11 +333,13 @@ class Listener {
     }
   }
 
+  // A key is armed while its interest lock is held on the LISTENing connection (mutex_ held).
+  bool armed(const std::string& key) const { return held_.count(key) != 0; }
+
   struct KeyState {
     std::size_t waiters = 0;
     std::uint64_t generation = 0;
-    bool armed = false;      // its interest lock is held on the LISTENing session
-    bool unarmable = false;  // taking the lock failed on this session: its waiters poll
+    bool unarmable = false;  // its lock could not be taken on the current connection: it polls
   };
 
   std::shared_ptr<ConnectionPool> pool_;
