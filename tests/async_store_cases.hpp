@@ -393,11 +393,7 @@ TYPED_TEST_P(IdemAsyncStoreCases, RenewKeepsAShortLeaseAlive) {
   ASSERT_TRUE(after.has_value());
   EXPECT_GT(after->lease_until, before->lease_until) << "renew extends the lease from now";
   // Long after the short lease would have ended, the renewed claim still holds the key.
-  auto nap = [](idem::Millis d) -> idem::async::Task<void> {
-    asio::steady_timer timer(co_await asio::this_coro::executor, d);
-    co_await timer.async_wait(asio::use_awaitable);
-  };
-  this->run(nap(lease * 3));
+  this->run(idem::test::nap(lease * 3));
   const auto outcome = this->run(this->store_->claim(key, std::nullopt, this->kLease));
   EXPECT_EQ(outcome.status, idem::ClaimOutcome::Status::in_progress);
   EXPECT_TRUE(this->complete(key, token, "done"));
@@ -534,26 +530,13 @@ TYPED_TEST_P(IdemAsyncStoreCases, CancelledClaimIsAbortedOrHeld) {
 
 // ---- idem::async::resilient over the store --------------------------------------------------
 
-namespace idem::test::async_store_cases {
-
-inline idem::async::Task<void> nap(std::chrono::milliseconds duration) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, duration);
-  co_await timer.async_wait(asio::use_awaitable);
-}
-
-inline std::string status_of(const idem::ExecutionReport& report) {
-  return report.metadata.at("idempotency_status");
-}
-
-}  // namespace idem::test::async_store_cases
-
 TYPED_TEST_P(IdemAsyncStoreCases, ResilientCallersJoinOneExecutionAndReplay) {
-  using idem::test::async_store_cases::status_of;
+  using idem::test::status_of;
   std::atomic<int> calls{0};
   auto charge = idem::async::resilient(
       [&calls](std::string order) -> idem::async::Task<std::string> {
         calls.fetch_add(1);
-        co_await idem::test::async_store_cases::nap(std::chrono::milliseconds(30));
+        co_await idem::test::nap(std::chrono::milliseconds(30));
         co_return "receipt-" + order;
       },
       {.name = "charge",
@@ -584,12 +567,12 @@ TYPED_TEST_P(IdemAsyncStoreCases, ResilientCallersJoinOneExecutionAndReplay) {
 }
 
 TYPED_TEST_P(IdemAsyncStoreCases, CancelledJoinerDetachesAlone) {
-  using idem::test::async_store_cases::status_of;
+  using idem::test::status_of;
   std::atomic<int> calls{0};
   auto charge = idem::async::resilient(
       [&calls](std::string order) -> idem::async::Task<std::string> {
         calls.fetch_add(1);
-        co_await idem::test::async_store_cases::nap(std::chrono::milliseconds(100));
+        co_await idem::test::nap(std::chrono::milliseconds(100));
         co_return "receipt-" + order;
       },
       {.name = "charge",

@@ -1,7 +1,8 @@
 // Scaffolding shared by the coroutine face's tests: running a coroutine to its end on a test's
 // io_context (checked to resume on the thread that awaited it, or cancelled part-way), running an
 // io_context on two threads, and an io_context of its own on a background thread (the I/O
-// executor of an async backend whose callers run elsewhere).
+// executor of an async backend whose callers run elsewhere); nap() on a timer, a report's
+// idempotency status, and an in-memory store with its coroutine face.
 //
 // Teardown order for a backend on an IoThread. The I/O thread posts every completion into the
 // test's io_context; an io_context destroyed while that thread is still returning from its last
@@ -24,20 +25,47 @@
 #include <asio/error.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/system_error.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "idem/async/memory_store.hpp"
 #include "idem/async/task.hpp"
 #include "idem/error.hpp"
+#include "idem/memory_store.hpp"
+#include "idem/report.hpp"
 
 namespace idem::test {
+
+// Sleeps on a timer of the awaiting coroutine's executor.
+inline idem::async::Task<void> nap(std::chrono::milliseconds duration) {
+  asio::steady_timer timer(co_await asio::this_coro::executor, duration);
+  co_await timer.async_wait(asio::use_awaitable);
+}
+
+// The report's "idempotency_status" (executed, joined, replayed, ...).
+inline std::string status_of(const idem::ExecutionReport& report) {
+  return report.metadata.at("idempotency_status");
+}
+
+// One in-memory store and its coroutine face: blocking and coroutine callers share its flights.
+struct MemoryStores {
+  std::shared_ptr<idem::InMemoryIdempotencyStore> memory =
+      std::make_shared<idem::InMemoryIdempotencyStore>();
+  std::shared_ptr<idem::async::AsyncMemoryStore> async =
+      std::make_shared<idem::async::AsyncMemoryStore>(memory);
+};
 
 // The exceptions of the calls run() and run_cancelled() finished, kept until stop_io_thread()
 // has joined the backend's I/O thread. An exception a backend makes on its I/O thread (an

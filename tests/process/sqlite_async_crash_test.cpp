@@ -39,13 +39,9 @@ namespace {
 using namespace std::chrono_literals;
 using idem::async::Task;
 using idem::test::ForkedChild;
+using idem::test::nap;
 
 constexpr const char* kConsumer = "billing";
-
-Task<void> nap(std::chrono::milliseconds d) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, d);
-  co_await timer.async_wait(asio::use_awaitable);
-}
 
 // The handler both the killed child and the restarted consumer run. `reached` >= 0: write a
 // byte there once `handle` has done its in-transaction write (transactional) or before its side

@@ -35,23 +35,10 @@ namespace {
 using namespace std::chrono_literals;
 using idem::async::Task;
 
+using idem::test::nap;
 using idem::test::run;
-
-Task<void> nap(std::chrono::milliseconds duration) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, duration);
-  co_await timer.async_wait(asio::use_awaitable);
-}
-
-std::string status_of(const idem::ExecutionReport& report) {
-  return report.metadata.at("idempotency_status");
-}
-
-struct Stores {
-  std::shared_ptr<idem::InMemoryIdempotencyStore> memory =
-      std::make_shared<idem::InMemoryIdempotencyStore>();
-  std::shared_ptr<idem::async::AsyncMemoryStore> async =
-      std::make_shared<idem::async::AsyncMemoryStore>(memory);
-};
+using idem::test::status_of;
+using Stores = idem::test::MemoryStores;
 
 TEST(AsyncJoin, OneOwnerManyCoroutineJoinersOneExecution) {
   asio::io_context io;

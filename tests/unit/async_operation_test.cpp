@@ -28,28 +28,15 @@ namespace {
 using namespace std::chrono_literals;
 using idem::async::Task;
 
+using idem::test::nap;
 using idem::test::run;
-
-Task<void> nap(std::chrono::milliseconds duration) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, duration);
-  co_await timer.async_wait(asio::use_awaitable);
-}
+using idem::test::status_of;
+using Stores = idem::test::MemoryStores;
 
 const idem::Backoff kFast{.base = 1ms, .multiplier = 1.0, .cap = 1ms, .jitter = 0.0};
 
 struct Flaky : std::runtime_error {
   using std::runtime_error::runtime_error;
-};
-
-std::string status_of(const idem::ExecutionReport& report) {
-  return report.metadata.at("idempotency_status");
-}
-
-struct Stores {
-  std::shared_ptr<idem::InMemoryIdempotencyStore> memory =
-      std::make_shared<idem::InMemoryIdempotencyStore>();
-  std::shared_ptr<idem::async::AsyncMemoryStore> async =
-      std::make_shared<idem::async::AsyncMemoryStore>(memory);
 };
 
 TEST(AsyncOperation, WithLeavesTheBaseUnchanged) {

@@ -28,15 +28,11 @@ namespace {
 using namespace std::chrono_literals;
 using idem::async::Task;
 
+using idem::test::nap;
 using idem::test::run;
 
 // A re-entry that waited for itself would stop after this, not hang the suite.
 constexpr auto kLimit = 10s;
-
-Task<void> nap(std::chrono::milliseconds duration) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, duration);
-  co_await timer.async_wait(asio::use_awaitable);
-}
 
 // What the nested call ended with.
 enum class Nested { none, reentry, other_error, value };

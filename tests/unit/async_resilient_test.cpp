@@ -26,13 +26,8 @@ namespace {
 using namespace std::chrono_literals;
 using idem::async::Task;
 
+using idem::test::nap;
 using idem::test::run;
-
-// Sleeps on a timer of the awaiting coroutine's executor.
-Task<void> nap(std::chrono::milliseconds duration) {
-  asio::steady_timer timer(co_await asio::this_coro::executor, duration);
-  co_await timer.async_wait(asio::use_awaitable);
-}
 
 const idem::Backoff kFast{.base = 1ms, .multiplier = 1.0, .cap = 1ms, .jitter = 0.0};
 
