@@ -1,11 +1,13 @@
 // AsyncPostgresRecorder on a real server: the recorder protocol, many coroutines on one thread,
 // the transactional inbox, cancellation at every step, and blocking/async interoperation.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
 #include <asio/system_error.hpp>
 #include <asio/use_future.hpp>
@@ -386,6 +388,48 @@ TEST_F(AsyncRecorderTest, InteroperatesWithTheBlockingRecorder) {
   const Claim next = run(io_, r.claim("billing", "k2", 60s));
   ASSERT_EQ(next.status, Claim::Status::acquired);
   EXPECT_GT(next.token, theirs.token);  // one sequence for both faces
+}
+
+// Asio destroys what is pending on an execution context when the context goes. An io_context
+// stopped and destroyed while a transaction's statement is in the pipeline must not keep the
+// pool alive through the coroutine that waits on it: the connections close (the server sees the
+// sessions end and rolls the transaction back) and nothing leaks (LeakSanitizer, in CI).
+TEST(AsyncPostgresShutdown, DestroyingTheContextMidTransactionClosesTheSessions) {
+  IDEM_REQUIRE_POSTGRES();
+  pg::TempSchema schema;
+  auto options = schema.options();
+  options.pool_size = 2;
+  options.application_name = "idem-context-shutdown-" + std::to_string(::getpid());
+  const std::string sessions = "SELECT count(*) FROM pg_stat_activity WHERE application_name = '" +
+                               options.application_name + "'";
+  const std::string sleeping = sessions + " AND query LIKE 'SELECT pg_sleep%'";
+  {
+    asio::io_context io;
+    auto recorder = std::make_unique<AsyncPostgresRecorder>(io.get_executor(), options);
+    auto work = asio::make_work_guard(io);
+    std::thread runner([&] { io.run(); });
+    // One coroutine waits in a transaction, another on a plain statement of the shared pool.
+    asio::co_spawn(io,
+                   recorder->run_transactional("billing", "e1",
+                                               [](AsyncSqlTransaction& tx) -> Task<void> {
+                                                 co_await tx.exec("SELECT pg_sleep(1)", {});
+                                               }),
+                   asio::detached);
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (pg::query_int(sleeping) == 0 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(5ms);
+    ASSERT_EQ(pg::query_int(sleeping), 1) << "the handler's statement never reached the server";
+    asio::co_spawn(io, recorder->is_processed("billing", "e2"), asio::detached);
+    io.stop();
+    runner.join();
+    recorder.reset();
+  }  // the io_context goes with the transaction's coroutine still waiting
+  // The server notices a closed session when pg_sleep returns and it answers.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (pg::query_int(sessions) != 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(pg::query_int(sessions), 0) << "a session of the destroyed context stayed open";
+  EXPECT_EQ(pg::query_int("SELECT count(*) FROM " + schema.table("processed_log")), 0);
 }
 
 TEST(AsyncPostgresOptions, BadOptionsAndUnreachableServer) {

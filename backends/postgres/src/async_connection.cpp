@@ -3,10 +3,15 @@
 #include <poll.h>
 
 #include <asio/error.hpp>
+#include <asio/execution_context.hpp>
+#include <asio/query.hpp>
 #include <asio/system_error.hpp>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "idem/error.hpp"
 
@@ -45,9 +50,50 @@ std::exception_ptr cancelled_after_send(const Query& query, const std::string& t
 
 }  // namespace
 
+// The connections of one execution context. Asio calls shutdown() when the context is destroyed
+// (or shut down), after its threads stopped and before it destroys the handlers still queued:
+// every connection then drops its pending queries (abandon()), which breaks the cycle a query's
+// handler may form with the connection it waits on.
+class AsyncConnection::Registry final : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;  // NOLINT: Asio's service identification
+
+  explicit Registry(asio::execution_context& context) : service(context) {}
+
+  void add(AsyncConnection* connection) {
+    std::lock_guard lock(mutex_);
+    connections_.insert(connection);
+  }
+  void remove(AsyncConnection* connection) noexcept {
+    std::lock_guard lock(mutex_);
+    connections_.erase(connection);
+  }
+
+ private:
+  void shutdown() override {
+    std::vector<std::shared_ptr<AsyncConnection>> live;
+    {
+      std::lock_guard lock(mutex_);
+      for (AsyncConnection* connection : connections_) {
+        // Empty for a connection whose destructor is waiting for the mutex.
+        if (auto owner = connection->weak_from_this().lock()) live.push_back(std::move(owner));
+      }
+    }
+    // Outside the lock: dropping a query's handler may destroy another connection (or this
+    // one, once `live` goes), whose destructor calls remove().
+    for (const auto& connection : live)
+      connection->abandon();
+  }
+
+  std::mutex mutex_;
+  std::unordered_set<AsyncConnection*> connections_;
+};
+
 AsyncConnection::AsyncConnection(asio::any_io_executor executor, const PostgresOptions& options,
                                  std::string target)
     : strand_(asio::make_strand(std::move(executor))),
+      registry_(asio::use_service<Registry>(
+          asio::query(strand_.get_inner_executor(), asio::execution::context))),
       options_(options),
       target_(std::move(target)),
       connect_timer_(strand_) {
@@ -55,9 +101,11 @@ AsyncConnection::AsyncConnection(asio::any_io_executor executor, const PostgresO
     set_timeout_sql_ =
         "SET statement_timeout = " + std::to_string(options_.statement_timeout.count());
   }
+  registry_.add(this);
 }
 
 AsyncConnection::~AsyncConnection() {
+  registry_.remove(this);
   teardown();
 }
 
@@ -135,6 +183,16 @@ void AsyncConnection::shut_down() {
     for (auto& r : in_flight)
       self->finish(*r, aborted(), Result{});
   });
+}
+
+void AsyncConnection::abandon() noexcept {
+  auto queued = std::move(queued_);
+  auto in_flight = std::move(in_flight_);
+  queued_.clear();
+  in_flight_.clear();
+  teardown();
+  load_.store(0, std::memory_order_relaxed);
+  // `queued` and `in_flight` go here, with the handlers (and coroutine frames) they own.
 }
 
 // ---- connecting ----------------------------------------------------------------------------

@@ -110,6 +110,12 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   void reset();
   // Closes now: every pending query fails with operation_aborted. For the pool's destructor.
   void shut_down();
+  // The executor's execution context is shutting down (its destructor, nothing runs it any
+  // more): the queries still queued or in the pipeline are destroyed without being completed,
+  // as Asio destroys every operation pending on a context that goes, and the session is closed.
+  // Their handlers may own this connection (a coroutine frame holding the pool's lease), so
+  // keeping them would keep the connection, and everything the frames own, forever.
+  void abandon() noexcept;
 
   // Counters for tests and the benchmark.
   std::uint64_t connects() const noexcept { return connects_.load(); }
@@ -146,6 +152,8 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   enum class Phase { down, connecting, up };
 
   asio::strand<asio::any_io_executor> strand_;
+  class Registry;
+  Registry& registry_;  // of strand_'s execution context: calls abandon() when it shuts down
   const PostgresOptions options_;
   std::string target_;
   PGconn* conn_ = nullptr;
