@@ -448,27 +448,36 @@ class Arena {
 };
 
 // Every marker of one shard, whatever its id's shape: an open-addressing table (linear probing)
-// of 32-byte slots in one array. Packed ids live in the slot; other ids' bytes live in an arena
-// the slot points into (offset, length) next to the id's 64-bit hash, so a probe compares the
-// text only when the hashes agree. A check and the mark that follows it touch the same one or
-// two adjacent cache lines; nothing is allocated but when the table or the arena grows. (A
-// separate array of one control byte per slot, probed first, was measured slower: the mark of a
-// new id then misses on the slot anyway.)
+// of 32-byte slots, with one control byte per slot in an array of its own. Packed ids live in
+// the slot; other ids' bytes live in an arena the slot points into (offset, length) next to the
+// id's 64-bit hash, so a probe compares the text only when the hashes agree.
+//
+// The control byte is "free" or 7 bits of the slot's hash. A lookup reads control bytes and
+// opens a slot only when its 7 bits agree (one in 128 for another id), so the check of a new id
+// reads one line of the control array (1 byte a slot: it stays in the CPU's cache when the slots
+// do not) and no slot. A new marker's control byte is set at once, but its slot is written
+// later: the mark prefetches the slot's line and parks the slot in a short pending list, which
+// is written out when it is full or before anything reads slots. So the cache miss a new marker
+// costs overlaps the calls that follow instead of stalling the shard's unlock (a locked
+// instruction waits for every earlier store to reach the cache; a prefetch it does not wait for).
 class Markers {
  public:
-  std::optional<Ticks> marked_at(const SlotKey& key) const noexcept {
+  std::optional<Ticks> marked_at(const SlotKey& key) noexcept {
     if (slots_.empty()) return std::nullopt;
-    for (std::size_t i = index_of(slot_hash(key.id->hash, key.consumer));; i = (i + 1) & mask_) {
-      const Slot& slot = slots_[i];
-      if (slot.consumer == kFree) return std::nullopt;
-      if (matches(slot, key)) return slot.marked_at;
+    const std::uint64_t h = slot_hash(key.id->hash, key.consumer);
+    const std::uint8_t tag = tag_of(h);
+    for (std::size_t i = index_of(h);; i = (i + 1) & mask_) {
+      const std::uint8_t c = ctrl_[i];
+      if (c == kEmpty) return std::nullopt;
+      if (c == tag && matches(slot_at(i), key)) return slots_[i].marked_at;
     }
   }
-  bool contains(const SlotKey& key) const noexcept { return marked_at(key).has_value(); }
+  bool contains(const SlotKey& key) noexcept { return marked_at(key).has_value(); }
 
   // Calls fn(consumer index) once per marker.
   template <class Fn>
-  void for_each_consumer(Fn&& fn) const {
+  void for_each_consumer(Fn&& fn) {
+    flush();
     for (const Slot& slot : slots_) {
       if (slot.consumer != kFree) fn(slot.consumer);
     }
@@ -482,11 +491,13 @@ class Markers {
       relocate(std::max<std::size_t>(kMinCapacity, slots_.size() * 2),
                [](const Slot&) { return true; });
     }
-    std::size_t i = index_of(slot_hash(key.id->hash, key.consumer));
+    const std::uint64_t h = slot_hash(key.id->hash, key.consumer);
+    const std::uint8_t tag = tag_of(h);
+    std::size_t i = index_of(h);
     for (;; i = (i + 1) & mask_) {
-      const Slot& slot = slots_[i];
-      if (slot.consumer == kFree) break;
-      if (matches(slot, key)) return;
+      const std::uint8_t c = ctrl_[i];
+      if (c == kEmpty) break;
+      if (c == tag && matches(slot_at(i), key)) return;
     }
     const IdKey& id = *key.id;
     Slot slot{};
@@ -501,7 +512,10 @@ class Markers {
       slot.b = id.bits.lo;
     }
     slot.marked_at = now();
-    slots_[i] = slot;
+    if (pending_count_ == kPending) flush();
+    pending_[pending_count_++] = Pending{i, slot};
+    __builtin_prefetch(&slots_[i], 1);
+    ctrl_[i] = tag;
     ++size_;
   }
 
@@ -532,7 +546,8 @@ class Markers {
 
   std::size_t size() const noexcept { return size_; }
 
-  std::size_t count_older(Ticks cutoff) const noexcept {
+  std::size_t count_older(Ticks cutoff) noexcept {
+    flush();
     std::size_t n = 0;
     for (const Slot& slot : slots_) {
       if (slot.consumer != kFree && slot.marked_at < cutoff) ++n;
@@ -558,12 +573,24 @@ class Markers {
   static_assert(sizeof(Slot) == 32);
   static_assert(kMaxKeyLength <= 255, "text slots store the length in one byte");
   static constexpr std::uint32_t kFree = std::numeric_limits<std::uint32_t>::max();
+  static constexpr std::uint8_t kEmpty = 0x80;  // control byte of a free slot; a tag is 0..127
   static constexpr std::size_t kMinCapacity = 16;
+  // New slots parked before they are written (each one's line prefetched meanwhile): enough for
+  // a miss to complete while the next marks run, few enough to stay in the first-level cache.
+  static constexpr std::size_t kPending = 16;
+  struct Pending {
+    std::size_t index;
+    Slot slot;
+  };
   static constexpr std::size_t kMaxLoadNum = 7;  // grow past 70% full
   static constexpr std::size_t kMaxLoadDen = 10;
 
   static std::uint64_t slot_hash(std::uint64_t id_hash, std::uint32_t consumer) noexcept {
     return id_hash ^ (std::uint64_t{consumer} * 0x9e3779b97f4a7c15ull);
+  }
+  // 7 bits of the hash that index_of() does not use.
+  static std::uint8_t tag_of(std::uint64_t h) noexcept {
+    return static_cast<std::uint8_t>(h & 0x7f);
   }
   std::size_t index_of(std::uint64_t h) const noexcept {
     // Fibonacci hashing: the top bits of the product index a power-of-two table.
@@ -573,6 +600,17 @@ class Markers {
   static std::uint64_t stored_id_hash(const Slot& slot) noexcept {
     if (slot.kind == static_cast<std::uint8_t>(IdKind::text)) return slot.b;
     return packed_hash(PackedId{slot.a, slot.b}, static_cast<IdKind>(slot.kind));
+  }
+
+  // Slot i, once the pending slots are written (a lookup opens a slot only when its tag agrees).
+  const Slot& slot_at(std::size_t i) noexcept {
+    flush();
+    return slots_[i];
+  }
+  void flush() noexcept {
+    for (std::size_t k = 0; k < pending_count_; ++k)
+      slots_[pending_[k].index] = pending_[k].slot;
+    pending_count_ = 0;
   }
 
   bool matches(const Slot& slot, const SlotKey& key) const noexcept {
@@ -589,12 +627,14 @@ class Markers {
   // the arena compacted when anything was dropped.
   template <class Keep>
   void relocate(std::size_t capacity, Keep&& keep) {
+    flush();
     SlotArray<Slot> old_slots = std::move(slots_);
     // Growing keeps every marker and so the arena as it is; dropping any compacts the arena.
     const bool compact = count_kept(old_slots, keep) != size_;
     Arena old_arena;
     if (compact) old_arena = std::exchange(arena_, Arena());
     slots_.assign(capacity, Slot{0, 0, 0, kFree, 0, 0, 0});
+    ctrl_.assign(capacity, kEmpty);
     mask_ = capacity == 0 ? 0 : capacity - 1;
     shift_ = capacity == 0 ? 63 : 64 - std::countr_zero(capacity);
     size_ = 0;
@@ -605,8 +645,9 @@ class Markers {
       }
       const std::uint64_t h = slot_hash(stored_id_hash(slot), slot.consumer);
       std::size_t i = index_of(h);
-      while (slots_[i].consumer != kFree)
+      while (ctrl_[i] != kEmpty)
         i = (i + 1) & mask_;
+      ctrl_[i] = tag_of(h);
       slots_[i] = slot;
       ++size_;
     }
@@ -622,6 +663,9 @@ class Markers {
   }
 
   SlotArray<Slot> slots_;
+  SlotArray<std::uint8_t> ctrl_;  // one per slot: kEmpty or the slot's tag
+  std::array<Pending, kPending> pending_;
+  std::size_t pending_count_ = 0;
   Arena arena_;  // bytes of text ids, in the order they were marked
   std::size_t mask_ = 0;
   int shift_ = 63;

@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdio>
 #include <latch>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -284,6 +287,84 @@ TEST_F(MemoryRecorder, TextIdsSurviveGrowthAndPurge) {
   for (int i = 0; i < 5'000; ++i)
     recorder.mark_processed("a", id(i));
   EXPECT_EQ(recorder.marker_count(), 10'000u);
+}
+
+// A new marker's slot is written some marks later (the table parks it while its cache line is
+// fetched): every reader must see it at once, whatever it reads. One shard, so every mark lands
+// in the same table and the parked list is full and written out many times over.
+TEST_F(MemoryRecorder, EveryReaderSeesAMarkerAtOnce) {
+  InMemoryIdempotencyRecorder recorder({.clock = clock_, .shards = 1});
+  for (int i = 0; i < 100; ++i) {
+    const std::string id = i % 2 == 0 ? idem::new_event_id() : "order-" + std::to_string(i);
+    clock_->advance(2s);
+    recorder.mark_processed("c", id);
+    // One reader after each mark, so that each one meets a marker not yet written out.
+    switch (i % 4) {
+      case 0:
+        ASSERT_TRUE(recorder.is_processed("c", id)) << i;
+        break;
+      case 1: {
+        const idem::MarkerInspection seen = recorder.inspect("c", id);
+        ASSERT_TRUE(seen.processed) << i;
+        ASSERT_EQ(seen.processed_at, clock_->wall_now()) << i;
+        break;
+      }
+      case 2: {
+        const std::vector<idem::ConsumerCounts> counts = recorder.consumer_counts();
+        ASSERT_EQ(counts.size(), 1u);
+        ASSERT_EQ(counts[0].processed, static_cast<std::size_t>(i + 1));
+        break;
+      }
+      default:
+        // Everything but the marker just made is more than 1 s old.
+        ASSERT_EQ(recorder.count_purgeable(1s), static_cast<std::size_t>(i)) << i;
+    }
+  }
+  EXPECT_EQ(recorder.purge(99s), 50u);  // marked 2 s apart, the last one now
+  EXPECT_EQ(recorder.marker_count(), 50u);
+}
+
+// Many ids of every shape in one shard, marked and checked in turn against a std::set: lookups
+// compare 7 bits of the hash first, so with tens of thousands of ids many agree on those bits
+// for different ids, and none may be taken for another. Two consumers share the table.
+TEST_F(MemoryRecorder, AgreesWithASetOnManyIdsInOneShard) {
+  InMemoryIdempotencyRecorder recorder({.clock = clock_, .shards = 1});
+  std::set<std::pair<std::string, std::string>> marked;
+  const auto id_of = [](int i) {
+    switch (i % 3) {
+      case 0: {
+        char hex[33];
+        std::snprintf(hex, sizeof hex, "%032x", i * 2654435761u);
+        return std::string(hex);
+      }
+      case 1: {
+        char uuid[37];
+        std::snprintf(uuid, sizeof uuid, "%08x-0000-4000-8000-%012x", i, i * 7u);
+        return std::string(uuid);
+      }
+      default:
+        return "event " + std::to_string(i);
+    }
+  };
+  for (int i = 0; i < 30'000; ++i) {
+    const std::string consumer = i % 5 == 0 ? "audit" : "billing";
+    const std::string id = id_of(i);
+    // Every third id is marked; each is checked before and after, and so is an id never marked.
+    ASSERT_FALSE(recorder.is_processed(consumer, id)) << i;
+    if (i % 3 != 2 || i % 2 == 0) {
+      recorder.mark_processed(consumer, id);
+      marked.emplace(consumer, id);
+    }
+    ASSERT_EQ(recorder.is_processed(consumer, id), marked.count({consumer, id}) == 1) << i;
+    ASSERT_FALSE(recorder.is_processed(consumer, id_of(i + 1))) << i;
+  }
+  EXPECT_EQ(recorder.marker_count(), marked.size());
+  for (int i = 0; i < 30'000; ++i) {
+    for (const std::string consumer : {"audit", "billing"}) {
+      ASSERT_EQ(recorder.is_processed(consumer, id_of(i)), marked.count({consumer, id_of(i)}) == 1)
+          << consumer << " " << i;
+    }
+  }
 }
 
 }  // namespace
