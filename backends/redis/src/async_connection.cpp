@@ -11,8 +11,10 @@
 #include <asio/async_result.hpp>
 #include <asio/bind_executor.hpp>
 #include <asio/error.hpp>
+#include <asio/execution_context.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/post.hpp>
+#include <asio/query.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 #include <asio/system_error.hpp>
@@ -22,8 +24,11 @@
 #include <chrono>
 #include <deque>
 #include <exception>
+#include <mutex>
 #include <system_error>
+#include <unordered_set>
 #include <utility>
+#include <vector>
 
 #include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
@@ -97,6 +102,32 @@ bool is_timeout(int error_number) {
   return error_number == ETIMEDOUT || error_number == EAGAIN || error_number == EWOULDBLOCK;
 }
 
+// The connections of one execution context. Asio calls shutdown() when the context is destroyed
+// (or shut down), after its threads stopped and before it destroys the handlers still queued:
+// every connection then drops its pending calls (State::abandon()), which breaks the cycle a
+// call's handler forms with the connection it waits on (the coroutine frame owns the state).
+class Registry final : public asio::execution_context::service {
+ public:
+  static inline asio::execution_context::id id;  // NOLINT: Asio's service identification
+
+  explicit Registry(asio::execution_context& context) : service(context) {}
+
+  void add(AsyncConnection::State* state) {
+    std::lock_guard lock(mutex_);
+    states_.insert(state);
+  }
+  void remove(AsyncConnection::State* state) noexcept {
+    std::lock_guard lock(mutex_);
+    states_.erase(state);
+  }
+
+ private:
+  void shutdown() override;
+
+  std::mutex mutex_;
+  std::unordered_set<AsyncConnection::State*> states_;
+};
+
 }  // namespace
 
 struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::State> {
@@ -109,9 +140,14 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
         endpoint(options.endpoint()),
         strand(asio::make_strand(executor)),
         descriptor(strand),
-        timer(strand) {}
+        timer(strand),
+        registry(asio::use_service<Registry>(
+            asio::query(strand.get_inner_executor(), asio::execution::context))) {
+    registry.add(this);
+  }
 
   ~State() {
+    registry.remove(this);
     if (descriptor.is_open()) (void)descriptor.release();  // the Stream owns the descriptor
   }
 
@@ -219,6 +255,22 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     inflight.clear();
     close_socket();
     phase = Phase::idle;
+  }
+
+  // The strand's execution context is shutting down (nothing runs it any more): the calls still
+  // queued or written are destroyed without being completed, as Asio destroys every handler
+  // pending on a context that goes, and the socket is closed. Their handlers own this state (a
+  // coroutine frame holds it, often with the recorder or store that holds the connection), so
+  // keeping them would keep the state, its socket and everything the frames own, forever.
+  void abandon() noexcept {
+    closed = true;
+    auto queued = std::move(queue);
+    auto written = std::move(inflight);
+    queue.clear();
+    inflight.clear();
+    close_socket();
+    phase = Phase::idle;
+    // `queued` and `written` go here, with the handlers (and coroutine frames) they own.
   }
 
   void close_socket() {
@@ -711,6 +763,9 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   asio::strand<asio::any_io_executor> strand;
   asio::posix::stream_descriptor descriptor;  // non-owning view of stream's descriptor
   asio::steady_timer timer;  // connect timeout, backoff, or the oldest command's timeout
+  // Of strand's execution context (made after the strand's, the reactor's and the timer's
+  // services, so shut down before them): calls abandon() when the context shuts down.
+  Registry& registry;
   net::Stream stream;
   std::unique_ptr<detail::ReplyReader> reader;
   std::vector<net::Address> addresses;
@@ -743,6 +798,22 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
 };
 
 namespace {
+
+void Registry::shutdown() {
+  std::vector<std::shared_ptr<AsyncConnection::State>> live;
+  {
+    std::lock_guard lock(mutex_);
+    for (AsyncConnection::State* state : states_) {
+      // Empty for a state whose destructor is waiting for the mutex.
+      if (auto owner = state->weak_from_this().lock()) live.push_back(std::move(owner));
+    }
+  }
+  // Outside the lock: dropping a call's handler may destroy another connection's state (or this
+  // one, once `live` goes), whose destructor calls remove().
+  for (const auto& state : live)
+    state->abandon();
+}
+
 RedisOptions validated(RedisOptions options) {
   options.validate();
   return options;

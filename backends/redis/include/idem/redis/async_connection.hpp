@@ -33,6 +33,11 @@
 // may come from any executor and resumes on its own (never on the connection's strand).
 // Destroying the connection fails the calls still waiting with operation_aborted and closes the
 // socket once no I/O is pending (work in flight keeps its state alive, never the owner).
+// Destroying (or shutting down) the execution context of `executor` with calls still waiting
+// destroys those calls without completing them — Asio's rule for the handlers pending on a
+// context that goes: a coroutine waiting on a call is destroyed, never resumed — and closes the
+// socket, so the state and whatever the waiting coroutines own (the recorder, the pool) are
+// freed. A command already written may or may not have been applied (nobody hears which).
 //
 // Thread safety: every member may be called from any thread at once.
 #pragma once
