@@ -367,4 +367,43 @@ TEST_F(MemoryRecorder, AgreesWithASetOnManyIdsInOneShard) {
   }
 }
 
+// One shard, so every call contends for one lock: threads that find it held spin, then sleep
+// until the holder wakes them (the sweeps below hold it long enough for that). No marker may be
+// lost or doubled, and every thread must get through (run under ThreadSanitizer too).
+TEST_F(MemoryRecorder, OneShardUnderContentionLosesNoMarker) {
+  InMemoryIdempotencyRecorder recorder({.clock = clock_, .shards = 1});
+  constexpr int kThreads = 6;
+  constexpr int kPerThread = 2'000;
+  std::atomic<bool> marking{true};
+  std::latch start(kThreads + 1);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      // Threads 2k and 2k+1 mark the same ids, each checking first.
+      for (int i = 0; i < kPerThread; ++i) {
+        const std::string id = "e" + std::to_string(t / 2) + "-" + std::to_string(i);
+        if (!recorder.is_processed("c", id)) recorder.mark_processed("c", id);
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    while (marking.load()) {
+      EXPECT_EQ(recorder.purge(24h), 0u);  // nothing is that old: a sweep under the lock
+      static_cast<void>(recorder.consumer_counts());
+      std::this_thread::sleep_for(200us);
+    }
+  });
+  for (int t = 0; t < kThreads; ++t)
+    threads[static_cast<std::size_t>(t)].join();
+  marking = false;
+  threads.back().join();
+  EXPECT_EQ(recorder.marker_count(), static_cast<std::size_t>(kThreads / 2 * kPerThread));
+  for (int pair = 0; pair < kThreads / 2; ++pair) {
+    for (int i = 0; i < kPerThread; ++i)
+      ASSERT_TRUE(recorder.is_processed("c", "e" + std::to_string(pair) + "-" + std::to_string(i)));
+  }
+}
+
 }  // namespace
