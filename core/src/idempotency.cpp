@@ -24,6 +24,8 @@
 #include <cstdlib>
 #include <ctime>
 #include <exception>
+#include <iterator>
+#include <map>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -148,28 +150,60 @@ bool fingerprints_differ(const std::optional<std::string>& a, const std::optiona
   return a && b && *a != *b;
 }
 
-ExecutionReport with_metadata(ExecutionReport report, const std::string& key,
+using Metadata = std::map<std::string, std::string>;
+
+// The metadata keys the coordinator writes, built once: a lookup by a string literal would build
+// (and for most of these, allocate) a std::string each time.
+struct MetadataKeys {
+  const std::string cache_hit = "idempotency_cache_hit";
+  const std::string enabled = "idempotency_enabled";
+  const std::string key = "idempotency_key";
+  const std::string recorded = "idempotency_recorded";
+  const std::string status = "idempotency_status";
+};
+
+const MetadataKeys& metadata_keys() {
+  // Never destroyed: calls may still run while static objects are torn down.
+  static const MetadataKeys* const keys = new MetadataKeys();
+  return *keys;
+}
+
+// Sets metadata[key] = value, `hint` being where `key` goes when it is new, and returns the
+// position after it. Keys that share the "idempotency_" prefix sit next to each other, so keys
+// written in ascending order from one search each insert with a hint that holds (two
+// comparisons, no search per key); a hint that does not hold only costs a search.
+Metadata::iterator set_after(Metadata& metadata, Metadata::iterator hint, const std::string& key,
+                             std::string_view value) {
+  const std::size_t size = metadata.size();
+  const auto at = metadata.emplace_hint(hint, key, value);
+  if (metadata.size() == size) at->second.assign(value);  // the key was there already
+  return std::next(at);
+}
+
+// Merges the idempotency_* entries of a coordinated result into its report, in key order.
+void add_idempotency_metadata(ExecutionReport& report, const std::string& key,
                               IdempotencyStatus status, bool recorded) {
+  const MetadataKeys& keys = metadata_keys();
   auto& metadata = report.metadata;
-  metadata["idempotency_enabled"] = "true";
-  metadata["idempotency_key"] = key;
-  metadata["idempotency_status"] = std::string(to_string(status));
-  metadata["idempotency_cache_hit"] = status == IdempotencyStatus::executed ? "false" : "true";
-  if (!recorded) metadata["idempotency_recorded"] = "false";
-  return report;
+  auto at = metadata.lower_bound(keys.cache_hit);
+  at = set_after(metadata, at, keys.cache_hit,
+                 status == IdempotencyStatus::executed ? "false" : "true");
+  at = set_after(metadata, at, keys.enabled, "true");
+  at = set_after(metadata, at, keys.key, key);
+  if (!recorded) at = set_after(metadata, at, keys.recorded, "false");
+  set_after(metadata, at, keys.status, to_string(status));
 }
 
 // The stored value as the caller's type: the in-process object when there is one (its type
-// checked against the call's), else the bytes decoded with the call's codec.
-std::shared_ptr<const void> replayed_value(const IdempotencyRecord& record,
-                                           const IdempotentCall& call) {
-  const StoredValue& stored = record.value;
+// checked against the call's; moved out of `stored`), else the bytes decoded with the call's
+// codec.
+std::shared_ptr<const void> replayed_value(StoredValue& stored, const IdempotentCall& call) {
   if (call.type && stored.type && *call.type != *stored.type) {
     throw DecodeError("idempotency key " + quoted(call.key) + ": the stored result is a " +
                       type_name(*stored.type) + " but this call expects a " +
                       type_name(*call.type) + " (is the key shared by two operations?)");
   }
-  if (stored.object) return stored.object;
+  if (stored.object) return std::move(stored.object);
   if (stored.bytes) {
     if (call.codec == nullptr || !call.codec->decode) {
       throw DecodeError("idempotency key " + quoted(call.key) +
@@ -182,6 +216,24 @@ std::shared_ptr<const void> replayed_value(const IdempotencyRecord& record,
 
 // ---- in-flight state --------------------------------------------------------------------------
 
+// A key with its hash, computed once per call and kept by the key's Flight, so the in-flight
+// table is searched, filled and emptied without hashing the key again.
+struct HashedKey {
+  std::string_view text;
+  std::size_t hash;
+
+  static HashedKey of(std::string_view text) noexcept {
+    return {text, std::hash<std::string_view>{}(text)};
+  }
+  bool operator==(const HashedKey& other) const noexcept {
+    return hash == other.hash && text == other.text;
+  }
+};
+
+struct HashedKeyHash {
+  std::size_t operator()(const HashedKey& key) const noexcept { return key.hash; }
+};
+
 // One in-process execution of a key, shared by its leader and its joiners.
 struct Flight {
   enum class Phase {
@@ -191,16 +243,27 @@ struct Flight {
     released,   // the lingering claim was released; no longer in the table
   };
 
-  Flight(std::string k, std::optional<std::string> fp, std::optional<std::type_index> t)
-      : key(std::move(k)), fingerprint(std::move(fp)), type(t) {}
+  Flight(std::string k, std::size_t h, std::optional<std::string> fp,
+         std::optional<std::type_index> t)
+      : key(std::move(k)), hash(h), fingerprint(std::move(fp)), type(t) {}
+
+  HashedKey table_key() const noexcept { return {key, hash}; }
+
+  // Wakes the callers blocked in join() (mutex held).
+  void notify_changed() {
+    if (changed) changed->notify_all();
+  }
 
   const std::string key;
+  const std::size_t hash;  // of `key`, computed once per call (HashedKey)
   const std::optional<std::string> fingerprint;
   const std::optional<std::type_index> type;  // the leader's value type
   std::size_t attached = 0;  // callers that found this flight in the table (table mutex)
 
   std::mutex mutex;
-  std::condition_variable_any changed;
+  // Made by the first caller that blocks in join(): most flights (every replay, and every
+  // execution nobody joins) have no one to wake.
+  std::unique_ptr<std::condition_variable_any> changed;
   Phase phase = Phase::running;
   std::size_t waiting = 0;
   // The outcome (phase done or lingering). Neither a result nor an error: start over. The
@@ -351,8 +414,9 @@ class Coordinator final : public IdempotencyCoordinator,
                         const std::function<Execution(ClaimHold&)>& execute) override;
 
   std::size_t waiters(std::string_view key) const override {
+    const HashedKey hashed = HashedKey::of(key);
     std::lock_guard lock(table_mutex_);
-    auto it = table_.find(key);
+    auto it = table_.find(hashed);
     if (it == table_.end()) return 0;
     std::lock_guard flight_lock(it->second->mutex);
     return it->second->waiting;
@@ -361,7 +425,7 @@ class Coordinator final : public IdempotencyCoordinator,
   // The flight leaves the table; returns how many callers had found it there.
   std::size_t erase(const std::shared_ptr<Flight>& flight) {
     std::lock_guard lock(table_mutex_);
-    auto it = table_.find(flight->key);
+    auto it = table_.find(flight->table_key());
     if (it != table_.end() && it->second == flight) table_.erase(it);
     return flight->attached;
   }
@@ -377,7 +441,7 @@ class Coordinator final : public IdempotencyCoordinator,
               const CoordinatedResult* result);
   // A completed record's replay for the leader of `flight` (and, through finish, its joiners).
   CoordinatedResult replay(const std::shared_ptr<Flight>& flight, const IdempotentCall& call,
-                           IdempotencyRecord record);
+                           IdempotencyRecord&& record);
   // The owner's success: hand it to the joiners.
   CoordinatedResult executed(const std::shared_ptr<Flight>& flight, Execution execution,
                              bool recorded, bool took_over);
@@ -387,13 +451,6 @@ class Coordinator final : public IdempotencyCoordinator,
   void released(const std::shared_ptr<Flight>& flight);
 
  private:
-  struct KeyHash {
-    using is_transparent = void;
-    std::size_t operator()(std::string_view key) const noexcept {
-      return std::hash<std::string_view>{}(key);
-    }
-  };
-
   std::shared_ptr<IdempotencyStore> lock_store() const {
     renewer_.check_process();  // in a child of fork(): ConfigError before the store is touched
     if (store_strong_) return store_strong_;
@@ -415,6 +472,15 @@ class Coordinator final : public IdempotencyCoordinator,
                                   const ClaimOutcome& claim, const IdempotencyPolicy& policy,
                                   const IdempotentCall& call,
                                   const std::function<Execution(ClaimHold&)>& execute);
+  // The store's claim; a store error ends the flight (its joiners get the error too).
+  ClaimOutcome claim_or_fail(IdempotencyStore& store, const std::shared_ptr<Flight>& flight,
+                             const IdempotencyPolicy& policy, const IdempotentCall& call) {
+    try {
+      return store.claim(call.key, call.fingerprint, policy.lease);
+    } catch (...) {
+      fail(flight, std::current_exception());
+    }
+  }
   [[noreturn]] void fail(const std::shared_ptr<Flight>& flight, std::exception_ptr error) {
     finish(flight, error, nullptr);
     std::rethrow_exception(error);
@@ -424,7 +490,8 @@ class Coordinator final : public IdempotencyCoordinator,
   std::shared_ptr<IdempotencyStore> store_strong_;
   const void* identity_;  // of the keys this coordinator's owners own (OwnedKeys)
   mutable std::mutex table_mutex_;
-  std::unordered_map<std::string_view, std::shared_ptr<Flight>, KeyHash, std::equal_to<>> table_;
+  // Keyed by the flight's own key (Flight::table_key()).
+  std::unordered_map<HashedKey, std::shared_ptr<Flight>, HashedKeyHash> table_;
   // Renews the leases of the claims this coordinator's owners hold. Last: its thread stops before
   // the table goes.
   detail::LeaseRenewer renewer_;
@@ -449,7 +516,7 @@ void Coordinator::released(const std::shared_ptr<Flight>& flight) {
   {
     std::lock_guard lock(flight->mutex);
     flight->phase = Flight::Phase::released;
-    flight->changed.notify_all();
+    flight->notify_changed();
     ready = take_ready(*flight);
   }
   notify_all(std::move(ready));
@@ -461,7 +528,7 @@ void Coordinator::linger(Flight& flight, std::exception_ptr error) {
     std::lock_guard lock(flight.mutex);
     flight.phase = Flight::Phase::lingering;
     flight.error = std::move(error);
-    flight.changed.notify_all();
+    flight.notify_changed();
     ready = take_ready(flight);
   }
   notify_all(std::move(ready));
@@ -484,15 +551,16 @@ CoordinatedResult Coordinator::run(const IdempotencyPolicy& policy, const Idempo
                       ": the store keeps results as bytes, so the call needs a codec "
                       "(IdempotentCall::codec)");
   }
+  const HashedKey hashed = HashedKey::of(call.key);
   for (;;) {
     std::shared_ptr<Flight> flight;
     bool leader = false;
     {
       std::lock_guard lock(table_mutex_);
-      auto it = table_.find(call.key);
+      auto it = table_.find(hashed);
       if (it == table_.end()) {
-        flight = std::make_shared<Flight>(call.key, call.fingerprint, call.type);
-        table_.emplace(flight->key, flight);
+        flight = std::make_shared<Flight>(call.key, hashed.hash, call.fingerprint, call.type);
+        table_.emplace(flight->table_key(), flight);
         leader = true;
       } else {
         flight = it->second;
@@ -520,6 +588,7 @@ CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
                    : flight->phase != Flight::Phase::lingering;
   };
   if (!ready()) {
+    if (!flight->changed) flight->changed = std::make_unique<std::condition_variable_any>();
     ++flight->waiting;
     struct Waiting {
       Flight& flight;
@@ -539,7 +608,7 @@ CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
         }
         slice = std::min<RealClock::duration>(slice, *call.wait_deadline - now);
       }
-      if (flight->changed.wait_for(lock, call.stop, slice, ready)) break;
+      if (flight->changed->wait_for(lock, call.stop, slice, ready)) break;
     }
   }
   if (joining && flight->error) std::rethrow_exception(flight->error);
@@ -565,7 +634,8 @@ void Coordinator::finish(const std::shared_ptr<Flight>& flight, std::exception_p
     joined->status = result->status == IdempotencyStatus::replayed ? IdempotencyStatus::replayed
                                                                    : IdempotencyStatus::joined;
     joined->recorded = result->recorded;
-    joined->report = with_metadata(result->report, flight->key, joined->status, joined->recorded);
+    joined->report = result->report;
+    add_idempotency_metadata(joined->report, flight->key, joined->status, joined->recorded);
   }
   Ready ready;
   {
@@ -576,17 +646,17 @@ void Coordinator::finish(const std::shared_ptr<Flight>& flight, std::exception_p
     } else {
       flight->joined = std::move(joined);
     }
-    flight->changed.notify_all();
+    flight->notify_changed();
     ready = take_ready(*flight);
   }
   notify_all(std::move(ready));
 }
 
 CoordinatedResult Coordinator::replay(const std::shared_ptr<Flight>& flight,
-                                      const IdempotentCall& call, IdempotencyRecord record) {
+                                      const IdempotentCall& call, IdempotencyRecord&& record) {
   CoordinatedResult result;
   try {
-    result.value = replayed_value(record, call);
+    result.value = replayed_value(record.value, call);
   } catch (...) {
     fail(flight, std::current_exception());
   }
@@ -597,8 +667,7 @@ CoordinatedResult Coordinator::replay(const std::shared_ptr<Flight>& flight,
     result.report.operation = call.operation;
   }
   finish(flight, nullptr, &result);
-  result.report =
-      with_metadata(std::move(result.report), call.key, IdempotencyStatus::replayed, true);
+  add_idempotency_metadata(result.report, call.key, IdempotencyStatus::replayed, true);
   return result;
 }
 
@@ -611,23 +680,16 @@ CoordinatedResult Coordinator::executed(const std::shared_ptr<Flight>& flight, E
   result.recorded = recorded;
   result.report = std::move(execution.report);
   finish(flight, nullptr, &result);
-  result.report =
-      with_metadata(std::move(result.report), flight->key, IdempotencyStatus::executed, recorded);
+  add_idempotency_metadata(result.report, flight->key, IdempotencyStatus::executed, recorded);
   return result;
 }
 
 CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_ptr<Flight>& flight,
                                     const IdempotencyPolicy& policy, const IdempotentCall& call,
                                     const std::function<Execution(ClaimHold&)>& execute) {
-  const auto& clock = policy.clock ? policy.clock : system_clock();
   std::optional<SteadyTime> max_wait_until;
   for (;;) {
-    ClaimOutcome claim;
-    try {
-      claim = store.claim(call.key, call.fingerprint, policy.lease);
-    } catch (...) {
-      fail(flight, std::current_exception());
-    }
+    ClaimOutcome claim = claim_or_fail(store, flight, policy, call);
     switch (claim.status) {
       case ClaimOutcome::Status::acquired:
         return execute_owned(store, flight, claim, policy, call, execute);
@@ -656,7 +718,7 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
                            " is in progress elsewhere (another process holds its claim until " +
                            lease_until + ")")));
         }
-        const SteadyTime now = clock->steady_now();
+        const SteadyTime now = (policy.clock ? policy.clock : system_clock())->steady_now();
         if (!max_wait_until) max_wait_until = now + policy.max_wait;
         const bool caller_deadline_first =
             call.wait_deadline && *call.wait_deadline <= *max_wait_until;
@@ -814,12 +876,13 @@ FlightEntry Coordinator::enter(const IdempotentCall& call, std::shared_ptr<Fligh
                                      "; a nested call with the same key would wait for itself");
   }
   std::shared_ptr<Flight> flight;
+  const HashedKey hashed = HashedKey::of(call.key);
   {
     std::lock_guard lock(table_mutex_);
-    auto it = table_.find(call.key);
+    auto it = table_.find(hashed);
     if (it == table_.end()) {
-      flight = std::make_shared<Flight>(call.key, call.fingerprint, call.type);
-      table_.emplace(flight->key, flight);
+      flight = std::make_shared<Flight>(call.key, hashed.hash, call.fingerprint, call.type);
+      table_.emplace(flight->table_key(), flight);
       FlightEntry entry;
       entry.lead = std::make_shared<AsyncLead>(
           shared_from_this(), flight, call,

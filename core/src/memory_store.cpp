@@ -16,14 +16,28 @@
 namespace idem {
 namespace {
 
+// A key with its hash, for a lookup that has hashed the key already (to pick its shard).
+struct HashedKey {
+  std::string_view text;
+  std::size_t hash;
+};
+
 struct KeyHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view key) const noexcept {
     return std::hash<std::string_view>{}(key);
   }
+  std::size_t operator()(const HashedKey& key) const noexcept { return key.hash; }
 };
 
-using RecordMap = std::unordered_map<std::string, IdempotencyRecord, KeyHash, std::equal_to<>>;
+struct KeyEqual {
+  using is_transparent = void;
+  bool operator()(std::string_view a, std::string_view b) const noexcept { return a == b; }
+  bool operator()(const HashedKey& a, std::string_view b) const noexcept { return a.text == b; }
+  bool operator()(std::string_view a, const HashedKey& b) const noexcept { return a == b.text; }
+};
+
+using RecordMap = std::unordered_map<std::string, IdempotencyRecord, KeyHash, KeyEqual>;
 
 // wait() re-reads the clock at least this often, so a ManualClock moved by a test (which no
 // condition variable can observe) is noticed promptly.
@@ -86,12 +100,14 @@ InMemoryIdempotencyStore::Shard& InMemoryIdempotencyStore::shard_for(std::string
 ClaimOutcome InMemoryIdempotencyStore::do_claim(std::string_view key,
                                                 std::optional<std::string_view> fingerprint,
                                                 Millis lease) {
-  Shard& shard = shard_for(key);
+  // The shard shard_for(key) picks, with the hash kept for the lookup.
+  const HashedKey hashed{key, KeyHash{}(key)};
+  Shard& shard = *shards_[hashed.hash % shards_.size()];
   for (;;) {
     {
       std::lock_guard lock(shard.mutex);
       const WallTime now = clock_->wall_now();
-      auto it = shard.records.find(key);
+      auto it = shard.records.find(hashed);
       if (it != shard.records.end()) {
         IdempotencyRecord& record = it->second;
         if (!is_dead(record, now)) {

@@ -7,6 +7,10 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <iterator>
+#include <map>
+#include <string>
+#include <string_view>
 #include <typeinfo>
 #include <utility>
 
@@ -102,8 +106,18 @@ void throw_operation_error(ExecutionReport report, std::exception_ptr cause) {
 
 std::string scoped_idempotency_key(std::string_view scope, std::string_view key) {
   if (scope.empty()) return std::string(key);
-  std::string out = std::to_string(scope.size());
-  out.reserve(out.size() + scope.size() + key.size() + 2);
+  // "<scope length>:<scope>:<key>", built in one allocation.
+  char digits[20];
+  std::size_t n = 0;
+  std::size_t length = scope.size();
+  do {
+    digits[n++] = static_cast<char>('0' + length % 10);
+    length /= 10;
+  } while (length > 0);
+  std::string out;
+  out.reserve(n + scope.size() + key.size() + 2);
+  while (n > 0)
+    out += digits[--n];
   out += ':';
   out += scope;
   out += ':';
@@ -181,6 +195,38 @@ void rethrow_idempotency_rejection(const PolicyCore& core, const std::string& us
   }
 }
 
+namespace {
+
+using Metadata = std::map<std::string, std::string>;
+
+// The metadata keys written here, built once: a lookup by a string literal would build (and
+// allocate) a std::string each time.
+struct MetadataKeys {
+  const std::string key = "idempotency_key";
+  const std::string scope = "idempotency_scope";
+  const std::string stored_key = "idempotency_stored_key";
+};
+
+const MetadataKeys& metadata_keys() {
+  // Never destroyed: calls may still run while static objects are torn down.
+  static const MetadataKeys* const keys = new MetadataKeys();
+  return *keys;
+}
+
+// Sets metadata[key] = value, `hint` being where `key` goes when it is new, and returns the
+// position after it. Keys written in ascending order from one search each insert with a hint
+// that holds (two comparisons) instead of searching the map, comparing the shared
+// "idempotency_" prefix, once per key; a hint that does not hold only costs a search.
+Metadata::iterator set_metadata_after(Metadata& metadata, Metadata::iterator hint,
+                                      const std::string& key, std::string_view value) {
+  const std::size_t size = metadata.size();
+  const auto at = metadata.emplace_hint(hint, key, value);
+  if (metadata.size() == size) at->second.assign(value);  // the key was there already
+  return std::next(at);
+}
+
+}  // namespace
+
 void note_idempotent_outcome(const PolicyCore& core, CoordinatedResult& outcome,
                              const std::string& user_key, const std::string& scope,
                              const std::string& stored_key) {
@@ -193,10 +239,20 @@ void note_idempotent_outcome(const PolicyCore& core, CoordinatedResult& outcome,
   } else if (outcome.status == IdempotencyStatus::replayed) {
     emit_idempotency_event(core, EventType::idempotency_replayed, user_key, {});
   }
-  // The report speaks of the caller's key; the store holds it scoped.
-  outcome.report.metadata["idempotency_key"] = user_key;
-  outcome.report.metadata["idempotency_scope"] = scope;
-  outcome.report.metadata["idempotency_stored_key"] = stored_key;
+  // The report speaks of the caller's key; the store holds it scoped. The three keys are written
+  // in key order from one search (see set_metadata_after): the coordinator has written
+  // idempotency_key (overwritten in place here), and the other two sort right after it.
+  const MetadataKeys& keys = metadata_keys();
+  auto& metadata = outcome.report.metadata;
+  auto at = metadata.lower_bound(keys.key);
+  if (at != metadata.end() && at->first == keys.key) {
+    at->second = user_key;
+    ++at;
+  } else {
+    at = set_metadata_after(metadata, at, keys.key, user_key);
+  }
+  at = set_metadata_after(metadata, at, keys.scope, scope);
+  set_metadata_after(metadata, at, keys.stored_key, stored_key);
 }
 
 std::string demangle(const char* mangled) {

@@ -12,6 +12,7 @@
 #include <condition_variable>
 #include <exception>
 #include <latch>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -242,6 +243,43 @@ TEST_F(CoordinatorTest, ExecutesOnceThenReplaysWithTheOriginalReport) {
   EXPECT_EQ(second.report.attempts[0].error_message, "flaky");
   EXPECT_EQ(second.report.metadata.at("custom"), "kept");
   EXPECT_EQ(second.report.metadata.count("idempotency_recorded"), 0u);
+}
+
+// The idempotency_* entries the coordinator writes replace any the execution's report already
+// had (executed and replayed alike); every other entry, idempotency_* or not, is kept as it was.
+TEST_F(CoordinatorTest, ItsMetadataReplacesStaleEntriesAndKeepsTheRest) {
+  auto execute = [&](ClaimHold&) {
+    Execution execution = int_result(7);
+    execution.report.metadata = {{"a_first", "kept"},
+                                 {"idempotency_a", "kept"},
+                                 {"idempotency_cache_hit", "stale"},
+                                 {"idempotency_enabled", "stale"},
+                                 {"idempotency_k", "kept"},
+                                 {"idempotency_key", "stale"},
+                                 {"idempotency_recorded", "kept"},
+                                 {"idempotency_status", "stale"},
+                                 {"idempotency_zz", "kept"},
+                                 {"z_last", "kept"}};
+    return execution;
+  };
+  auto expected = [](const std::string& status) {
+    return std::map<std::string, std::string>{
+        {"a_first", "kept"},
+        {"idempotency_a", "kept"},
+        {"idempotency_cache_hit", status == "executed" ? "false" : "true"},
+        {"idempotency_enabled", "true"},
+        {"idempotency_k", "kept"},
+        {"idempotency_key", "pay:stale"},
+        {"idempotency_recorded", "kept"},
+        {"idempotency_status", status},
+        {"idempotency_zz", "kept"},
+        {"z_last", "kept"}};
+  };
+  const CoordinatedResult first = coordinator_->run(policy_, call("pay:stale"), execute);
+  EXPECT_EQ(first.report.metadata, expected("executed"));
+  const CoordinatedResult second = coordinator_->run(policy_, call("pay:stale"), execute);
+  EXPECT_EQ(second.status, IdempotencyStatus::replayed);
+  EXPECT_EQ(second.report.metadata, expected("replayed"));
 }
 
 TEST_F(CoordinatorTest, VoidResultsAreReplayed) {

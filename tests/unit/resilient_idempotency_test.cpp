@@ -8,6 +8,7 @@
 #include <chrono>
 #include <exception>
 #include <latch>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -109,6 +110,50 @@ TEST_F(ResilientIdempotency, ExecutedThenReplayedWithTheOriginalReport) {
   // A different key executes.
   EXPECT_EQ(create_payment("request-456", 1).report.metadata.at("idempotency_status"), "executed");
   EXPECT_EQ(calls.load(), 2);
+}
+
+// Every replay gets a report of its own: the same fields each time, and changing one caller's
+// copy changes neither the stored record nor what the next replay gets.
+TEST_F(ResilientIdempotency, ReplaysOfOneKeyGetEqualButIndependentReports) {
+  auto create_payment = idem::resilient(
+      [](const std::string& request_id, int amount) {
+        return Receipt{"rcpt-" + request_id, amount};
+      },
+      {.name = "create_payment",
+       .idempotency_key = [](const std::string& id, int) { return "create-payment:" + id; },
+       .idempotency_store = store,
+       .clock = clock});
+  const auto executed = create_payment("request-123", 2499);
+  auto first = create_payment("request-123", 2499);
+  const std::map<std::string, std::string> expected{
+      {"circuit_breaker_open", "false"},
+      {"fallback_used", "false"},
+      {"idempotency_cache_hit", "true"},
+      {"idempotency_enabled", "true"},
+      {"idempotency_key", "create-payment:request-123"},
+      {"idempotency_scope", "create_payment"},
+      {"idempotency_status", "replayed"},
+      {"idempotency_stored_key", scoped("create_payment", "create-payment:request-123")},
+      {"validation_performed", "false"}};
+  EXPECT_EQ(first.report.metadata, expected);
+  EXPECT_EQ(executed.report.metadata.at("idempotency_status"), "executed");
+
+  first.report.metadata["idempotency_status"] = "changed by the caller";
+  first.report.metadata["extra"] = "added by the caller";
+  first.report.metadata.erase("idempotency_key");
+  first.report.attempts.clear();
+  first.report.operation = "renamed";
+
+  const auto second = create_payment("request-123", 2499);
+  EXPECT_EQ(second.report.metadata, expected);
+  EXPECT_EQ(second.report.operation, "create_payment");
+  ASSERT_EQ(second.report.attempts.size(), 1u);
+  EXPECT_EQ(second.report.attempts[0].status, idem::AttemptStatus::succeeded);
+  EXPECT_EQ(second.report.started_at, executed.report.started_at);
+  EXPECT_EQ(second.value.id, "rcpt-request-123");
+  const auto third = create_payment("request-123", 2499);
+  EXPECT_EQ(third.report.metadata, second.report.metadata);
+  EXPECT_NE(&third.report.metadata, &second.report.metadata);
 }
 
 TEST_F(ResilientIdempotency, ReplayLastsForTheTtlFromCompletion) {
