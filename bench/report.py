@@ -84,7 +84,7 @@ def main(argv):
     shapes = ["hex32", "uuid36", "text", "text255"]
     for i, shape in enumerate(shapes):
         one = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:1000000/real_time/threads:1")
-        two = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:1000000/real_time/threads:2")
+        two = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:500000/real_time/threads:2")
         ref = rate(f"BM_UnorderedSet_CheckMark/shape:{i}/iterations:1000000/real_time")
         if one and ref:
             ratios.append((f"memory check+mark, new {shape} ids, 1 M held / unordered_set with reserve",
