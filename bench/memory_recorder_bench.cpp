@@ -8,6 +8,8 @@
 #include <benchmark/benchmark.h>
 #include <malloc.h>
 
+#include <atomic>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <unordered_set>
@@ -126,6 +128,21 @@ void BM_MemoryRecorder_CheckMarkWindow(benchmark::State& state) {
   idem::bench::check_mark_window(state, recorder, "billing", ids, state.range(0) != 0);
 }
 BENCHMARK(BM_MemoryRecorder_CheckMarkWindow)->Arg(0)->Arg(1)->ArgName("batch");
+
+// What moving one cache line between two cores costs on this machine, the bound of the 2-thread
+// rows: two threads take turns incrementing one counter, each spinning until the other's
+// increment arrives, so one iteration is one round trip of the line (as many iterations on
+// each thread; the counter ends even, so thread 0 starts every run).
+std::atomic<std::uint64_t> g_turn{0};
+void BM_CacheLineRoundTrip(benchmark::State& state) {
+  const auto me = static_cast<std::uint64_t>(state.thread_index());
+  for (auto _ : state) {
+    while (g_turn.load(std::memory_order_acquire) % 2 != me) {
+    }
+    g_turn.fetch_add(1, std::memory_order_acq_rel);
+  }
+}
+BENCHMARK(BM_CacheLineRoundTrip)->Iterations(1'000'000)->Threads(2)->UseRealTime();
 
 void BM_NewEventId(benchmark::State& state) {
   for (auto _ : state)
