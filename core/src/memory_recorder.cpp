@@ -79,9 +79,6 @@ struct PackedId {
   std::uint64_t lo = 0;
 };
 
-constexpr std::uint64_t kOnes = 0x0101010101010101ull;
-constexpr std::uint64_t kHighs = 0x8080808080808080ull;
-
 inline std::uint64_t load8(const char* p) noexcept {
   std::uint64_t word;
   std::memcpy(&word, p, 8);
@@ -117,6 +114,9 @@ inline bool hex16(std::uint64_t first, std::uint64_t second, std::uint64_t& out)
   return valid == 0xffff;
 }
 #else
+constexpr std::uint64_t kOnes = 0x0101010101010101ull;
+constexpr std::uint64_t kHighs = 0x8080808080808080ull;
+
 // 8 characters (loaded little-endian into `word`) that must all be lowercase hex digits, turned
 // into their 32 bits without a branch or a table: each byte is compared against the bounds of
 // '0'-'9' and 'a'-'f' by adding a bias that sets its high bit; a byte of 0x80 or above fails
