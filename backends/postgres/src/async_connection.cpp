@@ -50,50 +50,10 @@ std::exception_ptr cancelled_after_send(const Query& query, const std::string& t
 
 }  // namespace
 
-// The connections of one execution context. Asio calls shutdown() when the context is destroyed
-// (or shut down), after its threads stopped and before it destroys the handlers still queued:
-// every connection then drops its pending queries (abandon()), which breaks the cycle a query's
-// handler may form with the connection it waits on.
-class AsyncConnection::Registry final : public asio::execution_context::service {
- public:
-  static inline asio::execution_context::id id;  // NOLINT: Asio's service identification
-
-  explicit Registry(asio::execution_context& context) : service(context) {}
-
-  void add(AsyncConnection* connection) {
-    std::lock_guard lock(mutex_);
-    connections_.insert(connection);
-  }
-  void remove(AsyncConnection* connection) noexcept {
-    std::lock_guard lock(mutex_);
-    connections_.erase(connection);
-  }
-
- private:
-  void shutdown() override {
-    std::vector<std::shared_ptr<AsyncConnection>> live;
-    {
-      std::lock_guard lock(mutex_);
-      for (AsyncConnection* connection : connections_) {
-        // Empty for a connection whose destructor is waiting for the mutex.
-        if (auto owner = connection->weak_from_this().lock()) live.push_back(std::move(owner));
-      }
-    }
-    // Outside the lock: dropping a query's handler may destroy another connection (or this
-    // one, once `live` goes), whose destructor calls remove().
-    for (const auto& connection : live)
-      connection->abandon();
-  }
-
-  std::mutex mutex_;
-  std::unordered_set<AsyncConnection*> connections_;
-};
-
 AsyncConnection::AsyncConnection(asio::any_io_executor executor, const PostgresOptions& options,
                                  std::string target)
     : strand_(asio::make_strand(std::move(executor))),
-      registry_(asio::use_service<Registry>(
-          asio::query(strand_.get_inner_executor(), asio::execution::context))),
+      registry_(async::detail::ShutdownRegistry<AsyncConnection>::of(strand_.get_inner_executor())),
       options_(options),
       target_(std::move(target)),
       connect_timer_(strand_) {

@@ -44,6 +44,7 @@
 #include <unordered_set>
 
 #include "connection.hpp"
+#include "idem/async/detail/shutdown_registry.hpp"
 #include "idem/postgres/postgres_options.hpp"
 
 namespace idem::postgres::detail {
@@ -152,8 +153,8 @@ class AsyncConnection : public std::enable_shared_from_this<AsyncConnection> {
   enum class Phase { down, connecting, up };
 
   asio::strand<asio::any_io_executor> strand_;
-  class Registry;
-  Registry& registry_;  // of strand_'s execution context: calls abandon() when it shuts down
+  // Of strand_'s execution context: calls abandon() when it shuts down.
+  async::detail::ShutdownRegistry<AsyncConnection>& registry_;
   const PostgresOptions options_;
   std::string target_;
   PGconn* conn_ = nullptr;

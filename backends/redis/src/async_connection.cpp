@@ -30,6 +30,7 @@
 #include <utility>
 #include <vector>
 
+#include "idem/async/detail/shutdown_registry.hpp"
 #include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/net/stream.hpp"
@@ -102,36 +103,11 @@ bool is_timeout(int error_number) {
   return error_number == ETIMEDOUT || error_number == EAGAIN || error_number == EWOULDBLOCK;
 }
 
-// The connections of one execution context. Asio calls shutdown() when the context is destroyed
-// (or shut down), after its threads stopped and before it destroys the handlers still queued:
-// every connection then drops its pending calls (State::abandon()), which breaks the cycle a
-// call's handler forms with the connection it waits on (the coroutine frame owns the state).
-class Registry final : public asio::execution_context::service {
- public:
-  static inline asio::execution_context::id id;  // NOLINT: Asio's service identification
-
-  explicit Registry(asio::execution_context& context) : service(context) {}
-
-  void add(AsyncConnection::State* state) {
-    std::lock_guard lock(mutex_);
-    states_.insert(state);
-  }
-  void remove(AsyncConnection::State* state) noexcept {
-    std::lock_guard lock(mutex_);
-    states_.erase(state);
-  }
-
- private:
-  void shutdown() override;
-
-  std::mutex mutex_;
-  std::unordered_set<AsyncConnection::State*> states_;
-};
-
 }  // namespace
 
 struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::State> {
   enum class Phase { idle, backoff, connecting, handshaking, ready };
+  using Registry = async::detail::ShutdownRegistry<State>;
 
   State(asio::any_io_executor executor, RedisOptions opts,
         std::shared_ptr<const net::TlsContext> tls)
@@ -141,8 +117,7 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
         strand(asio::make_strand(executor)),
         descriptor(strand),
         timer(strand),
-        registry(asio::use_service<Registry>(
-            asio::query(strand.get_inner_executor(), asio::execution::context))) {
+        registry(Registry::of(strand.get_inner_executor())) {
     registry.add(this);
   }
 
@@ -798,21 +773,6 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
 };
 
 namespace {
-
-void Registry::shutdown() {
-  std::vector<std::shared_ptr<AsyncConnection::State>> live;
-  {
-    std::lock_guard lock(mutex_);
-    for (AsyncConnection::State* state : states_) {
-      // Empty for a state whose destructor is waiting for the mutex.
-      if (auto owner = state->weak_from_this().lock()) live.push_back(std::move(owner));
-    }
-  }
-  // Outside the lock: dropping a call's handler may destroy another connection's state (or this
-  // one, once `live` goes), whose destructor calls remove().
-  for (const auto& state : live)
-    state->abandon();
-}
 
 RedisOptions validated(RedisOptions options) {
   options.validate();
