@@ -2,8 +2,8 @@
 // idempotently.
 //
 // The simulated gateway answers after a network delay (a timer, so no thread waits), fails now
-// and then and once hangs. Each charge is wrapped by idem::async::resilient with retries and a
-// per-attempt timeout that cancels a hung request, and keyed by the order id: the client's
+// and then and once hangs. Each charge is an idem::async::operation with retries and a
+// per-attempt timeout that cancels a hung request, keyed by the order id: the client's
 // duplicate submissions of one order — here three coroutines racing, and a blocking worker thread
 // of the same service — are charged once. A later resubmission replays the stored receipt.
 //
@@ -23,7 +23,7 @@
 #include <thread>
 
 #include "idem/async/memory_store.hpp"
-#include "idem/async/resilient.hpp"
+#include "idem/async/operation.hpp"
 #include "idem/memory_store.hpp"
 #include "idem/resilient.hpp"
 
@@ -61,22 +61,19 @@ int main() {
   auto store = std::make_shared<idem::async::AsyncMemoryStore>(memory);
   auto by_order = [](const std::string& order, int) { return order; };
 
-  auto charge = idem::async::resilient(
-      [&](std::string order, int cents) -> Task<Receipt> {
-        co_return co_await gateway.charge(order, cents);
-      },
-      {.name = "charge",
-       .retries = 3,
-       .backoff = {.base = 10ms, .cap = 100ms},
-       .timeout = 200ms,
-       .idempotency_key = by_order,
-       .idempotency_store = store,
-       .idempotency_fingerprint = true});
+  // The builder (idem::async::operation): each with_*() returns a new, checked operation.
+  const auto charge = idem::async::operation("charge",
+                                             [&](std::string order, int cents) -> Task<Receipt> {
+                                               co_return co_await gateway.charge(order, cents);
+                                             })
+                          .with_retry({.max_attempts = 4, .backoff = {.base = 10ms, .cap = 100ms}})
+                          .with_timeout(200ms)
+                          .with_idempotency({.key = by_order, .store = store, .fingerprint = true});
 
   asio::io_context io;
   auto submit = [&](const char* who) -> Task<void> {
     try {
-      auto result = co_await charge("order-42", 2499);
+      auto result = co_await charge.run("order-42", 2499);
       std::cout << who << ": " << result.value.id << " ("
                 << result.report.metadata["idempotency_status"] << ", "
                 << result.report.attempts.size() << " attempt(s))\n";
