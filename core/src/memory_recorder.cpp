@@ -669,11 +669,15 @@ class ShardLock {
         return;
       }
     }
-    while (state_.exchange(2, std::memory_order_acquire) != 0)
+    while (state_.exchange(2, std::memory_order_seq_cst) != 0)
       state_.wait(2, std::memory_order_relaxed);
   }
+  // seq_cst, not just release: notify_one() skips the futex call when it reads no registered
+  // sleeper, and that read must not be ordered before this store (a sleeper registering at that
+  // moment would then see the lock still held and sleep with nobody to wake it). On x86 both are
+  // the same one locked instruction.
   void unlock() noexcept {
-    if (state_.exchange(0, std::memory_order_release) == 2) state_.notify_one();
+    if (state_.exchange(0, std::memory_order_seq_cst) == 2) state_.notify_one();
   }
 
  private:
