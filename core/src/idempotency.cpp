@@ -40,6 +40,7 @@
 #include "idem/idempotency.hpp"
 #include "idem/key.hpp"
 #include "idem/memory_store.hpp"
+#include "idempotency_metadata.hpp"
 
 namespace idem {
 
@@ -150,48 +151,18 @@ bool fingerprints_differ(const std::optional<std::string>& a, const std::optiona
   return a && b && *a != *b;
 }
 
-using Metadata = std::map<std::string, std::string>;
-
-// The metadata keys the coordinator writes, built once: a lookup by a string literal would build
-// (and for most of these, allocate) a std::string each time.
-struct MetadataKeys {
-  const std::string cache_hit = "idempotency_cache_hit";
-  const std::string enabled = "idempotency_enabled";
-  const std::string key = "idempotency_key";
-  const std::string recorded = "idempotency_recorded";
-  const std::string status = "idempotency_status";
-};
-
-const MetadataKeys& metadata_keys() {
-  // Never destroyed: calls may still run while static objects are torn down.
-  static const MetadataKeys* const keys = new MetadataKeys();
-  return *keys;
-}
-
-// Sets metadata[key] = value, `hint` being where `key` goes when it is new, and returns the
-// position after it. Keys that share the "idempotency_" prefix sit next to each other, so keys
-// written in ascending order from one search each insert with a hint that holds (two
-// comparisons, no search per key); a hint that does not hold only costs a search.
-Metadata::iterator set_after(Metadata& metadata, Metadata::iterator hint, const std::string& key,
-                             std::string_view value) {
-  const std::size_t size = metadata.size();
-  const auto at = metadata.emplace_hint(hint, key, value);
-  if (metadata.size() == size) at->second.assign(value);  // the key was there already
-  return std::next(at);
-}
-
 // Merges the idempotency_* entries of a coordinated result into its report, in key order.
 void add_idempotency_metadata(ExecutionReport& report, const std::string& key,
                               IdempotencyStatus status, bool recorded) {
-  const MetadataKeys& keys = metadata_keys();
+  const detail::MetadataKeys& keys = detail::metadata_keys();
   auto& metadata = report.metadata;
   auto at = metadata.lower_bound(keys.cache_hit);
-  at = set_after(metadata, at, keys.cache_hit,
-                 status == IdempotencyStatus::executed ? "false" : "true");
-  at = set_after(metadata, at, keys.enabled, "true");
-  at = set_after(metadata, at, keys.key, key);
-  if (!recorded) at = set_after(metadata, at, keys.recorded, "false");
-  set_after(metadata, at, keys.status, to_string(status));
+  at = detail::set_metadata_after(metadata, at, keys.cache_hit,
+                                  status == IdempotencyStatus::executed ? "false" : "true");
+  at = detail::set_metadata_after(metadata, at, keys.enabled, "true");
+  at = detail::set_metadata_after(metadata, at, keys.key, key);
+  if (!recorded) at = detail::set_metadata_after(metadata, at, keys.recorded, "false");
+  detail::set_metadata_after(metadata, at, keys.status, to_string(status));
 }
 
 // The stored value as the caller's type: the in-process object when there is one (its type

@@ -20,6 +20,7 @@
 #include "idem/operation_result.hpp"
 #include "idem/timeout.hpp"
 #include "idem/validation.hpp"
+#include "idempotency_metadata.hpp"
 
 namespace idem {
 
@@ -195,38 +196,6 @@ void rethrow_idempotency_rejection(const PolicyCore& core, const std::string& us
   }
 }
 
-namespace {
-
-using Metadata = std::map<std::string, std::string>;
-
-// The metadata keys written here, built once: a lookup by a string literal would build (and
-// allocate) a std::string each time.
-struct MetadataKeys {
-  const std::string key = "idempotency_key";
-  const std::string scope = "idempotency_scope";
-  const std::string stored_key = "idempotency_stored_key";
-};
-
-const MetadataKeys& metadata_keys() {
-  // Never destroyed: calls may still run while static objects are torn down.
-  static const MetadataKeys* const keys = new MetadataKeys();
-  return *keys;
-}
-
-// Sets metadata[key] = value, `hint` being where `key` goes when it is new, and returns the
-// position after it. Keys written in ascending order from one search each insert with a hint
-// that holds (two comparisons) instead of searching the map, comparing the shared
-// "idempotency_" prefix, once per key; a hint that does not hold only costs a search.
-Metadata::iterator set_metadata_after(Metadata& metadata, Metadata::iterator hint,
-                                      const std::string& key, std::string_view value) {
-  const std::size_t size = metadata.size();
-  const auto at = metadata.emplace_hint(hint, key, value);
-  if (metadata.size() == size) at->second.assign(value);  // the key was there already
-  return std::next(at);
-}
-
-}  // namespace
-
 void note_idempotent_outcome(const PolicyCore& core, CoordinatedResult& outcome,
                              const std::string& user_key, const std::string& scope,
                              const std::string& stored_key) {
@@ -239,20 +208,15 @@ void note_idempotent_outcome(const PolicyCore& core, CoordinatedResult& outcome,
   } else if (outcome.status == IdempotencyStatus::replayed) {
     emit_idempotency_event(core, EventType::idempotency_replayed, user_key, {});
   }
-  // The report speaks of the caller's key; the store holds it scoped. The three keys are written
-  // in key order from one search (see set_metadata_after): the coordinator has written
-  // idempotency_key (overwritten in place here), and the other two sort right after it.
-  const MetadataKeys& keys = metadata_keys();
+  // The report speaks of the caller's key; the store holds it scoped. The coordinator has written
+  // idempotency_key (overwritten in place here); the three are written in key order from one
+  // search (see set_metadata_after).
+  const detail::MetadataKeys& keys = detail::metadata_keys();
   auto& metadata = outcome.report.metadata;
   auto at = metadata.lower_bound(keys.key);
-  if (at != metadata.end() && at->first == keys.key) {
-    at->second = user_key;
-    ++at;
-  } else {
-    at = set_metadata_after(metadata, at, keys.key, user_key);
-  }
-  at = set_metadata_after(metadata, at, keys.scope, scope);
-  set_metadata_after(metadata, at, keys.stored_key, stored_key);
+  at = detail::set_metadata_after(metadata, at, keys.key, user_key);
+  at = detail::set_metadata_after(metadata, at, keys.scope, scope);
+  detail::set_metadata_after(metadata, at, keys.stored_key, stored_key);
 }
 
 std::string demangle(const char* mangled) {
