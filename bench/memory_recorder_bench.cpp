@@ -144,6 +144,69 @@ void BM_CacheLineRoundTrip(benchmark::State& state) {
 }
 BENCHMARK(BM_CacheLineRoundTrip)->Iterations(1'000'000)->Threads(2)->UseRealTime();
 
+// The 2-thread rows' ceiling on this machine, with no lock and no idem code: the memory traffic
+// of one check+mark of a new 32-hex id on tables the size the recorder's are at 2 M markers (one
+// control byte read then written in a 4 MiB array, one 32-byte slot written in a 128 MiB array,
+// at hashed positions). Run on one thread, then on two sharing the arrays and the million
+// positions, as the recorder's rows are: the ratio of the two is what a second core adds to a
+// table both cores write, whatever its locking (relaxed atomics, plain moves on x86).
+constexpr std::size_t kCeilingCtrl = std::size_t{4} << 20;
+struct CeilingSlot {
+  std::atomic<std::uint64_t> words[4];
+};
+std::unique_ptr<std::atomic<std::uint8_t>[]> g_ceiling_ctrl;
+std::unique_ptr<CeilingSlot[]> g_ceiling_slots;
+std::atomic<std::uint64_t> g_ceiling_sink{0};
+
+std::uint64_t splitmix(std::uint64_t x) noexcept {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+void BM_SharedTableCeiling(benchmark::State& state) {
+  if (state.thread_index() == 0) {
+    ::malloc_trim(0);
+    g_ceiling_ctrl = std::make_unique<std::atomic<std::uint8_t>[]>(kCeilingCtrl);
+    g_ceiling_slots = std::make_unique<CeilingSlot[]>(kCeilingCtrl);  // value-initialized: touched
+    for (std::size_t i = 0; i < kCeilingCtrl; i += 2)  // about half full, as after 1 M markers
+      g_ceiling_ctrl[i].store(1, std::memory_order_relaxed);
+  }
+  const auto stream = static_cast<std::uint64_t>(state.thread_index()) << 40;
+  std::uint64_t n = 0;
+  std::uint64_t seen = 0;
+  for (auto _ : state) {
+    const std::uint64_t h = splitmix(stream + n++);
+    const std::size_t at = h & (kCeilingCtrl - 1);
+    std::atomic<std::uint8_t>& ctrl = g_ceiling_ctrl[at];
+    seen += ctrl.load(std::memory_order_relaxed);                               // the check
+    ctrl.store(static_cast<std::uint8_t>(h >> 57), std::memory_order_relaxed);  // the mark
+    CeilingSlot& slot = g_ceiling_slots[(h >> 22) & (kCeilingCtrl - 1)];
+    for (auto& word : slot.words)
+      word.store(h, std::memory_order_relaxed);
+  }
+  g_ceiling_sink.fetch_add(seen, std::memory_order_relaxed);
+  state.SetItemsProcessed(state.iterations());
+  if (state.thread_index() == 0) {
+    g_ceiling_ctrl.reset();
+    g_ceiling_slots.reset();
+  }
+}
+BENCHMARK(BM_SharedTableCeiling)->Iterations(kIterations)->Threads(1)->UseRealTime();
+BENCHMARK(BM_SharedTableCeiling)->Iterations(kIterations / 2)->Threads(2)->UseRealTime();
+
+// What the rows above spend making their ids (ShapedIds::next()), so their figures can be read
+// net of it.
+void BM_ShapedIds(benchmark::State& state) {
+  ShapedIds ids(shape_of(state), 1);
+  for (auto _ : state)
+    benchmark::DoNotOptimize(ids.next());
+  state.SetLabel(idem::bench::shape_name(shape_of(state)));
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_ShapedIds)->ArgName("shape")->DenseRange(0, 3);
+
 void BM_NewEventId(benchmark::State& state) {
   for (auto _ : state)
     benchmark::DoNotOptimize(idem::new_event_id());

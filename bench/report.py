@@ -92,9 +92,20 @@ def main(argv):
         if one and two:
             ratios.append((f"memory check+mark, new {shape} ids, 2 threads / 1 thread", two / one,
                            f"{fmt_rate(two)}; target >= 1.7"))
+        ids = time(f"BM_ShapedIds/shape:{i}")
+        if ids is not None:
+            ratios.append((f"the benchmark making one {shape} id (ns; part of each row above)", ids, ""))
         checked = rate(f"BM_MemoryRecorder_CheckProcessed/shape:{i}")
         if checked:
             ratios.append((f"memory check of a processed {shape} id (M/s)", checked / 1e6, "target >= 20"))
+    one = rate("BM_SharedTableCeiling/iterations:1000000/real_time/threads:1")
+    two = rate("BM_SharedTableCeiling/iterations:500000/real_time/threads:2")
+    if one and two:
+        ratios.append(("lock-free shared-table traffic, 2 threads / 1 thread (the 2-thread ceiling)",
+                       two / one, f"{fmt_rate(two)}"))
+    handover = time("BM_CacheLineRoundTrip/iterations:1000000/real_time/threads:2")
+    if handover is not None:
+        ratios.append(("one cache line's round trip between the two threads' cores (ns)", handover, ""))
     counters = {}
     for path in argv[1:]:
         path = path if path.endswith(".json") else path + ".json"

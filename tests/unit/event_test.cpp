@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -69,6 +70,35 @@ TEST(ValidateKey, RejectsBadKeysWithClearMessages) {
   EXPECT_NO_THROW(idem::validate_key("event id", std::string(255, 'x')));
   EXPECT_NO_THROW(idem::validate_key("key", "payment:'; DROP TABLE x;--"));
   EXPECT_NO_THROW(idem::validate_key("key", "zahlung:\xc3\xbc"));
+}
+
+// The scan reads 16 bytes at a time with an overlapping tail: every length, and a bad byte at
+// every position of it, must be found, as must a key of spaces of any length.
+TEST(ValidateKey, FindsABadByteAtEveryPositionOfEveryLength) {
+  const unsigned char bad_bytes[] = {0x00, 0x01, 0x09, 0x0a, 0x1f, 0x7f};
+  for (std::size_t length = 1; length <= idem::kMaxKeyLength; ++length) {
+    std::string key(length, 'k');
+    ASSERT_TRUE(idem::is_valid_key(key)) << length;
+    ASSERT_FALSE(idem::is_valid_key(std::string(length, ' '))) << length;
+    std::string one_letter(length, ' ');
+    one_letter[length - 1] = 'k';
+    ASSERT_TRUE(idem::is_valid_key(one_letter)) << length;
+    one_letter[length - 1] = ' ';
+    one_letter[0] = 'k';
+    ASSERT_TRUE(idem::is_valid_key(one_letter)) << length;
+    for (std::size_t at = 0; at < length; ++at) {
+      for (const unsigned char bad : bad_bytes) {
+        key[at] = static_cast<char>(bad);
+        ASSERT_FALSE(idem::is_valid_key(key))
+            << "length " << length << ", byte " << int{bad} << " at " << at;
+      }
+      key[at] = static_cast<char>(0x20 + at % 0x5f);  // every printable byte, some of them spaces
+      ASSERT_TRUE(idem::is_valid_key(key) || key.find_first_not_of(' ') == std::string::npos);
+      key[at] = static_cast<char>(0x80 | at);  // UTF-8 bytes are allowed
+      ASSERT_TRUE(idem::is_valid_key(key)) << length << " " << at;
+      key[at] = 'k';
+    }
+  }
 }
 
 TEST(Error, CarriesCodeAndFlags) {
