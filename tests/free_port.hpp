@@ -1,7 +1,5 @@
-// A TCP port on 127.0.0.1 that nothing listens on at the moment of the call: bound to port 0
-// (the kernel picks a free one), read back, then released. A test either connects to it to get
-// "connection refused" at once, or hands it to a server it starts itself (which may, rarely,
-// race another process for it).
+// Loopback sockets for tests that need a port: one nothing listens on, or a listener that never
+// speaks (a server that accepts TCP connections, or lets the kernel do it, and then hangs).
 #pragma once
 
 #include <netinet/in.h>
@@ -12,19 +10,57 @@
 
 namespace idem::test {
 
-inline int unused_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) throw std::runtime_error("socket() failed");
+namespace detail {
+
+// Binds `fd` to 127.0.0.1 on a port the kernel picks, optionally listens, and returns the port;
+// throws (closing fd) on failure.
+inline int bind_loopback(int fd, int backlog) {
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   address.sin_port = 0;
   socklen_t length = sizeof address;
-  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+  const bool ok = fd >= 0 &&
+                  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0 &&
+                  (backlog < 0 || ::listen(fd, backlog) == 0) &&
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
-  ::close(fd);
-  if (!ok) throw std::runtime_error("no free port on 127.0.0.1");
+  if (!ok) {
+    if (fd >= 0) ::close(fd);
+    throw std::runtime_error("cannot bind a socket on 127.0.0.1");
+  }
   return ntohs(address.sin_port);
 }
+
+}  // namespace detail
+
+// A TCP port on 127.0.0.1 that nothing listens on at the moment of the call: bound to port 0
+// (the kernel picks a free one), read back, then released. A test either connects to it to get
+// "connection refused" at once, or hands it to a server it starts itself (which may, rarely,
+// race another process for it).
+inline int unused_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int port = detail::bind_loopback(fd, -1);
+  ::close(fd);
+  return port;
+}
+
+// A listening TCP socket on 127.0.0.1 that never accepts by itself: the kernel completes up to
+// `backlog` connections, and the peer then waits for an answer that never comes. Closed on
+// destruction.
+class LoopbackListener {
+ public:
+  explicit LoopbackListener(int backlog)
+      : fd_(::socket(AF_INET, SOCK_STREAM, 0)), port_(detail::bind_loopback(fd_, backlog)) {}
+  ~LoopbackListener() { ::close(fd_); }
+  LoopbackListener(const LoopbackListener&) = delete;
+  LoopbackListener& operator=(const LoopbackListener&) = delete;
+
+  int fd() const { return fd_; }
+  int port() const { return port_; }
+
+ private:
+  int fd_;
+  int port_;
+};
 
 }  // namespace idem::test

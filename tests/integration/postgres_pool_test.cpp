@@ -1,11 +1,7 @@
 // The PostgreSQL backend's plumbing: SQLSTATE classification, option and URL checks (no server
 // needed), and the connection pool against a real server (IDEM_TEST_POSTGRES_URL): reuse, a
 // bounded pool, stale connections replaced, statement_timeout, credential-free messages.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <memory>
 #include <string>
@@ -205,16 +201,9 @@ TEST(PostgresPoolWithoutServer, AnUnreachableServerFailsFastAndRetryable) {
 
 TEST(PostgresPoolWithoutServer, AServerThatNeverAnswersHitsConnectTimeout) {
   // Accepts TCP connections (the kernel completes them from the backlog) but never speaks.
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
-  ASSERT_EQ(::listen(fd, 4), 0);
-  socklen_t length = sizeof address;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  const idem::test::LoopbackListener silent(4);
   PostgresOptions options =
-      with_url("postgresql://idem@127.0.0.1:" + std::to_string(ntohs(address.sin_port)) + "/db");
+      with_url("postgresql://idem@127.0.0.1:" + std::to_string(silent.port()) + "/db");
   options.connect_timeout = std::chrono::milliseconds(100);
   ConnectionPool pool(options);
   try {
@@ -224,7 +213,6 @@ TEST(PostgresPoolWithoutServer, AServerThatNeverAnswersHitsConnectTimeout) {
     EXPECT_TRUE(e.retryable());
     EXPECT_NE(std::string(e.what()).find("connect_timeout"), std::string::npos) << e.what();
   }
-  ::close(fd);
 }
 
 TEST(PostgresPoolWithoutServer, ARecorderOnAnUnreachableServerFailsAtConstruction) {

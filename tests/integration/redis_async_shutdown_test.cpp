@@ -9,7 +9,6 @@
 // Commands are held in flight with CLIENT PAUSE WRITE (the server parks every write, reads still
 // answer); TearDown unpauses, so a failing case fails instead of stalling the server.
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -27,6 +26,7 @@
 #include <vector>
 
 #include "../async_test_support.hpp"
+#include "../free_port.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "idem/redis/async_redis_store.hpp"
@@ -202,32 +202,15 @@ TEST_F(RedisTlsAsyncShutdown, DestroyingTheContextAfterTheStoreClosesTheTlsConne
 // kernel completes it) and its first command waits for a reply forever.
 class SilentListener {
  public:
-  SilentListener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-        ::listen(fd_, 4) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      throw std::runtime_error("SilentListener: bind/listen failed");
-    }
-    port_ = ntohs(address.sin_port);
-  }
-  ~SilentListener() { ::close(fd_); }
-  SilentListener(const SilentListener&) = delete;
-  SilentListener& operator=(const SilentListener&) = delete;
-
-  int port() const { return port_; }
+  int port() const { return listener_.port(); }
   // A connection waits to be accepted.
   bool pending() const {
-    pollfd p{fd_, POLLIN, 0};
+    pollfd p{listener_.fd(), POLLIN, 0};
     return ::poll(&p, 1, 0) == 1;
   }
   // Accepts the pending connection and reads it to its end: true once the peer closed it.
   bool peer_closes() const {
-    const int client = ::accept(fd_, nullptr, nullptr);
+    const int client = ::accept(listener_.fd(), nullptr, nullptr);
     if (client < 0) return false;
     bool closed = false;
     char buffer[256];
@@ -242,8 +225,7 @@ class SilentListener {
   }
 
  private:
-  int fd_ = -1;
-  int port_ = 0;
+  idem::test::LoopbackListener listener_{4};
 };
 
 // A call queued behind its connection's handshake (SELECT is written, never answered).

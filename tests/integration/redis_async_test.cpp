@@ -21,6 +21,7 @@
 #include <asio/use_future.hpp>
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <future>
 #include <string>
@@ -64,17 +65,10 @@ using idem::test::run;  // bounded: a hang fails the test instead of blocking it
 class StuckListener {
  public:
   StuckListener() {
-    fd_ = ::socket(AF_INET, SOCK_STREAM, 0);
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t length = sizeof address;
-    if (::bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-        ::listen(fd_, 0) != 0 ||
-        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-      throw std::runtime_error("StuckListener: bind/listen failed");
-    }
-    port_ = ntohs(address.sin_port);
+    address.sin_port = htons(static_cast<std::uint16_t>(listener_.port()));
     for (int i = 0; i < 4; ++i) {  // fill the accept queue (non-blocking: the later ones hang)
       const int filler = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
       (void)::connect(filler, reinterpret_cast<sockaddr*>(&address), sizeof address);
@@ -85,13 +79,13 @@ class StuckListener {
   ~StuckListener() {
     for (int filler : fillers_)
       ::close(filler);
-    ::close(fd_);
   }
-  int port() const { return port_; }
+  StuckListener(const StuckListener&) = delete;
+  StuckListener& operator=(const StuckListener&) = delete;
+  int port() const { return listener_.port(); }
 
  private:
-  int fd_ = -1;
-  int port_ = 0;
+  idem::test::LoopbackListener listener_{0};  // backlog 0: the fillers take the whole queue
   std::vector<int> fillers_;
 };
 
