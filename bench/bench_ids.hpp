@@ -38,10 +38,12 @@ class IdSequence {
 namespace idem::bench {
 
 // Fresh ids of one shape, each a new id on every next(): 32 lowercase hex digits (what
-// new_event_id() makes), a dashed UUID (36 characters), a short text id ("order-" and a number,
-// up to 26 bytes) or a 255-byte text id (the key length limit). A counter makes them, so
-// generating one costs a few nanoseconds.
-enum class IdShape { hex32 = 0, uuid36 = 1, short_text = 2, long_text = 3 };
+// new_event_id() makes), a dashed UUID (36 characters), a short text id ("order-<stream>-<n>":
+// 9 to 15 bytes in the timed loops, whose streams are 1 and 2; the prefill's stream makes 15 to
+// 21), a 26-byte text id (the length of a ULID) or a 255-byte text id (the key length limit). A
+// counter makes them, so generating one costs a few nanoseconds.
+enum class IdShape { hex32 = 0, uuid36 = 1, short_text = 2, long_text = 3, text26 = 4 };
+inline constexpr int kIdShapes = 5;
 
 inline const char* shape_name(IdShape shape) {
   switch (shape) {
@@ -53,6 +55,8 @@ inline const char* shape_name(IdShape shape) {
       return "text";
     case IdShape::long_text:
       return "text255";
+    case IdShape::text26:
+      return "text26";
   }
   return "?";
 }
@@ -87,7 +91,8 @@ class ShapedIds {
         return {buffer_, 36};
       }
       case IdShape::short_text:
-      case IdShape::long_text: {
+      case IdShape::long_text:
+      case IdShape::text26: {
         // "order-<stream>-<n>": the varying digits come last, as in most text ids.
         char* out = buffer_;
         for (const char c : std::string_view("order-"))
@@ -97,16 +102,18 @@ class ShapedIds {
         out = write_decimal(out, n);
         if (shape_ == IdShape::short_text)
           return {buffer_, static_cast<std::size_t>(out - buffer_)};
-        // A 255-byte id: the same prefix padded, its digits at the end so ids differ late.
+        // A 26- or 255-byte id: the same text padded in front, its digits at the end so ids
+        // differ late.
+        const std::size_t size = shape_ == IdShape::text26 ? 26 : 255;
         char tail[48];
         const std::size_t length = static_cast<std::size_t>(out - buffer_);
         for (std::size_t i = 0; i < length; ++i)
           tail[i] = buffer_[i];
-        for (std::size_t i = 0; i < 255 - length; ++i)
+        for (std::size_t i = 0; i < size - length; ++i)
           buffer_[i] = 'p';
         for (std::size_t i = 0; i < length; ++i)
-          buffer_[255 - length + i] = tail[i];
-        return {buffer_, 255};
+          buffer_[size - length + i] = tail[i];
+        return {buffer_, size};
       }
     }
     return {};

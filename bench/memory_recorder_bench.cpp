@@ -1,8 +1,8 @@
 // Check+mark pairs on the in-memory recorder: the consumer face's hot path, one unseen event per
 // iteration (is_processed → false, then mark_processed), on a recorder that already holds 1 M
-// markers, for ids of every shape (32 hex digits, dashed UUID, short text, 255-byte text), the
-// recorder sized for every id it will hold (InMemoryRecorderOptions::expected_markers). The
-// baseline in the same binary is what a hand-written dedup set costs: std::unordered_set of
+// markers, for ids of every shape (32 hex digits, dashed UUID, short text, 255-byte text, 26-byte
+// text), the recorder sized for every id it will hold (InMemoryRecorderOptions::expected_markers).
+// The baseline in the same binary is what a hand-written dedup set costs: std::unordered_set of
 // std::string, reserved for every id it will hold, on the same ids (bench/report.py prints the
 // ratios).
 #include <benchmark/benchmark.h>
@@ -60,13 +60,13 @@ void BM_MemoryRecorder_CheckMark(benchmark::State& state) {
 // (half each), so the ratio of the two is what a second thread adds, not a bigger table's cost.
 BENCHMARK(BM_MemoryRecorder_CheckMark)
     ->ArgName("shape")
-    ->DenseRange(0, 3)
+    ->DenseRange(0, idem::bench::kIdShapes - 1)
     ->Iterations(kIterations)
     ->Threads(1)
     ->UseRealTime();
 BENCHMARK(BM_MemoryRecorder_CheckMark)
     ->ArgName("shape")
-    ->DenseRange(0, 3)
+    ->DenseRange(0, idem::bench::kIdShapes - 1)
     ->Iterations(kIterations / 2)
     ->Threads(2)
     ->UseRealTime();
@@ -93,7 +93,7 @@ void BM_UnorderedSet_CheckMark(benchmark::State& state) {
 }
 BENCHMARK(BM_UnorderedSet_CheckMark)
     ->ArgName("shape")
-    ->DenseRange(0, 3)
+    ->DenseRange(0, idem::bench::kIdShapes - 1)
     ->Iterations(kIterations)
     ->UseRealTime();
 
@@ -118,7 +118,9 @@ void BM_MemoryRecorder_CheckProcessed(benchmark::State& state) {
   }
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_MemoryRecorder_CheckProcessed)->ArgName("shape")->DenseRange(0, 3);
+BENCHMARK(BM_MemoryRecorder_CheckProcessed)
+    ->ArgName("shape")
+    ->DenseRange(0, idem::bench::kIdShapes - 1);
 
 // A window of 64 fresh events: one check and one mark per event (batch:0) or one
 // is_processed_many and one mark_processed_many for the window (batch:1).
@@ -205,7 +207,7 @@ void BM_ShapedIds(benchmark::State& state) {
   state.SetLabel(idem::bench::shape_name(shape_of(state)));
   state.SetItemsProcessed(state.iterations());
 }
-BENCHMARK(BM_ShapedIds)->ArgName("shape")->DenseRange(0, 3);
+BENCHMARK(BM_ShapedIds)->ArgName("shape")->DenseRange(0, idem::bench::kIdShapes - 1);
 
 void BM_NewEventId(benchmark::State& state) {
   for (auto _ : state)

@@ -81,7 +81,7 @@ def main(argv):
             label = f"SQLite store claim+complete / raw sqlite3 loop (synchronous={durability})"
             ratios.append((label, r_store / r_raw, "target >= 0.50"))
             record(label, r_store / r_raw, 0.50, f"store {fmt_rate(r_store)}, raw {fmt_rate(r_raw)}")
-    shapes = ["hex32", "uuid36", "text", "text255"]
+    shapes = ["hex32", "uuid36", "text", "text255", "text26"]
     for i, shape in enumerate(shapes):
         one = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:1000000/real_time/threads:1")
         two = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:500000/real_time/threads:2")

@@ -71,8 +71,12 @@ inline std::uint64_t mix(std::uint64_t x) noexcept {
 // Event ids of the two common shapes are packed into 16 bytes: 32 lowercase hex digits (what
 // new_event_id() makes) and the dashed 8-4-4-4-12 form of the same digits (a textual UUID). Only
 // lowercase hex is packed, so each packing is one-to-one; the shape is part of the key, so
-// "0123...ef" and "01234567-...-ef" stay distinct, as their texts are.
-enum class IdKind : std::uint8_t { hex32 = 0, uuid36 = 1, text = 2 };
+// "0123...ef" and "01234567-...-ef" stay distinct, as their texts are. Any other id of up to 16
+// bytes is kept as it is in the same 16 bytes, zero-padded (short_text: the slot keeps the
+// length too, so "ab" and "ab\0" would differ, though a valid id has no NUL byte); longer ones go
+// to the shard's arena (text).
+enum class IdKind : std::uint8_t { hex32 = 0, uuid36 = 1, text = 2, short_text = 3 };
+constexpr std::size_t kShortText = 16;
 
 struct PackedId {
   std::uint64_t hi = 0;
@@ -191,6 +195,17 @@ inline std::uint64_t load_tail(const char* p, std::size_t n) noexcept {
   }
   if ((n & 1) != 0) word |= std::uint64_t{static_cast<unsigned char>(*p)} << shift;
   return word;
+}
+
+// Up to 8 bytes at p as one little-endian word, zero-padded.
+inline std::uint64_t load_upto8(const char* p, std::size_t n) noexcept {
+  return n >= 8 ? load8(p) : load_tail(p, n);
+}
+
+// An id of 1..kShortText bytes as two zero-padded words.
+inline PackedId pack_short_text(std::string_view id) noexcept {
+  const std::size_t n = id.size();
+  return PackedId{load_upto8(id.data(), n), n > 8 ? load_upto8(id.data() + 8, n - 8) : 0};
 }
 
 inline std::uint64_t hash_step(std::uint64_t h, std::uint64_t word) noexcept {
@@ -415,9 +430,10 @@ class Arena {
 };
 
 // Every marker of one shard, whatever its id's shape: an open-addressing table (linear probing)
-// of 32-byte slots, with one control byte per slot in an array of its own. Packed ids live in
-// the slot; other ids' bytes live in an arena the slot points into (offset, length) next to the
-// id's 64-bit hash, so a probe compares the text only when the hashes agree.
+// of 32-byte slots, with one control byte per slot in an array of its own. Packed ids (and ids
+// of up to 16 bytes) live in the slot; longer ids' bytes live in an arena the slot points into
+// (offset, length) next to the id's 64-bit hash, so a probe compares the text only when the
+// hashes agree.
 //
 // The control byte is "free" or 7 bits of the slot's hash. A lookup reads control bytes and
 // opens a slot only when its 7 bits agree (one in 128 for another id), so the check of a new id
@@ -470,10 +486,10 @@ class Markers {
     Slot slot{};
     slot.consumer = key.consumer;
     slot.kind = static_cast<std::uint8_t>(id.kind);
+    slot.length = static_cast<std::uint8_t>(id.text.size());
     if (id.kind == IdKind::text) {
       slot.a = arena_.add(id.text);
       slot.b = id.hash;
-      slot.length = static_cast<std::uint8_t>(id.text.size());
     } else {
       slot.a = id.bits.hi;
       slot.b = id.bits.lo;
@@ -535,7 +551,7 @@ class Markers {
     Ticks marked_at;
     std::uint32_t consumer;  // kFree: a free slot
     std::uint8_t kind;       // IdKind
-    std::uint8_t length;     // text: the id's length (1..255)
+    std::uint8_t length;     // the id's length (1..255)
     std::uint16_t unused;
   };
   static_assert(sizeof(Slot) == 32);
@@ -581,9 +597,9 @@ class Markers {
     if (slot.consumer != key.consumer || slot.kind != static_cast<std::uint8_t>(id.kind)) {
       return false;
     }
+    if (slot.length != id.text.size()) return false;
     if (id.kind != IdKind::text) return slot.a == id.bits.hi && slot.b == id.bits.lo;
-    return slot.b == id.hash && slot.length == id.text.size() &&
-           std::memcmp(arena_.at(slot.a), id.text.data(), id.text.size()) == 0;
+    return slot.b == id.hash && std::memcmp(arena_.at(slot.a), id.text.data(), id.text.size()) == 0;
   }
 
   // Moves the slots that `keep` accepts into a table of `capacity` (a power of two, or 0), with
@@ -736,6 +752,9 @@ Address address(std::string_view consumer, std::string_view event_id) {
     a.id.kind = IdKind::hex32;
   } else if (event_id.size() == 36 && pack_uuid36(event_id, a.id.bits)) {
     a.id.kind = IdKind::uuid36;
+  } else if (event_id.size() <= kShortText) {
+    a.id.bits = pack_short_text(event_id);
+    a.id.kind = IdKind::short_text;
   }
   if (a.id.kind == IdKind::text) {
     a.id.hash = hash_text(event_id);

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <latch>
@@ -237,6 +238,28 @@ TEST_F(MemoryRecorder, EveryIdShapeIsItsOwnKey) {
   EXPECT_EQ(recorder_.marker_count(), 2u);
 }
 
+// Ids of up to 16 bytes are kept in the slot, zero-padded: a prefix, an extension by one byte,
+// a trailing space or a different byte anywhere is another id, at every length up to 17.
+TEST_F(MemoryRecorder, ShortTextIdsAreTheirOwnKeys) {
+  const std::string text = "Az09 ~\xc3\xa9\xff-:/.?!xyz";
+  for (std::size_t length = 1; length <= 17; ++length) {
+    const std::string id = text.substr(0, length);
+    ASSERT_FALSE(recorder_.is_processed("c", id)) << length;  // the shorter prefixes are not it
+    recorder_.mark_processed("c", id);
+    ASSERT_TRUE(recorder_.is_processed("c", id)) << length;
+    ASSERT_FALSE(recorder_.is_processed("c", id + ' ')) << length;
+    ASSERT_FALSE(recorder_.is_processed("other", id)) << length;
+    for (std::size_t at = 0; at < length; ++at) {
+      std::string changed = id;
+      changed[at] = changed[at] == 'q' ? 'r' : 'q';
+      ASSERT_FALSE(recorder_.is_processed("c", changed)) << length << " " << at;
+    }
+  }
+  EXPECT_EQ(recorder_.marker_count(), 17u);
+  for (std::size_t length = 1; length <= 17; ++length)
+    EXPECT_TRUE(recorder_.is_processed("c", text.substr(0, length))) << length;
+}
+
 // The one-pass scan of text ids and consumer names rejects what validate_key() rejects, at every
 // position of a word and of the tail, and accepts everything else (UTF-8 included).
 TEST_F(MemoryRecorder, TextIdsAreValidatedAtEveryPosition) {
@@ -331,7 +354,7 @@ TEST_F(MemoryRecorder, AgreesWithASetOnManyIdsInOneShard) {
   InMemoryIdempotencyRecorder recorder({.clock = clock_, .shards = 1});
   std::set<std::pair<std::string, std::string>> marked;
   const auto id_of = [](int i) {
-    switch (i % 3) {
+    switch (i % 4) {
       case 0: {
         char hex[33];
         std::snprintf(hex, sizeof hex, "%032x", i * 2654435761u);
@@ -342,8 +365,14 @@ TEST_F(MemoryRecorder, AgreesWithASetOnManyIdsInOneShard) {
         std::snprintf(uuid, sizeof uuid, "%08x-0000-4000-8000-%012x", i, i * 7u);
         return std::string(uuid);
       }
-      default:
-        return "event " + std::to_string(i);
+      case 2:
+        return "event " + std::to_string(i);  // up to 16 bytes: kept in the slot
+      default: {
+        // 10 to 29 bytes, across the slot's 16: short ones in the slot, the rest in the arena.
+        std::string id = "event " + std::to_string(i);
+        id.resize(std::max<std::size_t>(id.size(), 10 + static_cast<std::size_t>(i % 20)), '.');
+        return id;
+      }
     }
   };
   for (int i = 0; i < 30'000; ++i) {

@@ -21,14 +21,14 @@
 // open-addressing table of 32-byte markers with a byte of hash bits per slot beside it, so
 // threads working on different events rarely contend, and checking a new id reads those bytes
 // (about 1/32 of the table, which stays in the CPU's cache far longer) instead of the markers. Each
-// call scans the consumer name and the event id once (validation and hash in one pass) and never
-// allocates to look up. Ids of 32 lowercase hex digits (what new_event_id() makes) and dashed
-// lowercase UUIDs are packed into the marker's 16 bytes; any other valid id (up to kMaxKeyLength
-// bytes) is copied once into the shard's arena when it is marked. Only adding a marker or a claim
-// reads the clock; is_processed() and a repeated mark do not. There is no capacity bound: call
-// purge() to reclaim space (it also compacts the arena). A table that fills doubles and moves every
-// marker under its shard's lock; expected_markers sizes them up front when the volume is known, as
-// std::unordered_set::reserve does.
+// call validates the consumer name and the event id once and never allocates to look up. Ids of
+// 32 lowercase hex digits (what new_event_id() makes) and dashed lowercase UUIDs are packed into
+// the marker's 16 bytes, and any other id of up to 16 bytes is kept there as it is; a longer one
+// (up to kMaxKeyLength bytes) is copied once into the shard's arena when it is marked. Only adding
+// a marker or a claim reads the clock; is_processed() and a repeated mark do not. There is no
+// capacity bound: call purge() to reclaim space (it also compacts the arena). A table that fills
+// doubles and moves every marker under its shard's lock; expected_markers sizes them up front when
+// the volume is known, as std::unordered_set::reserve does.
 //
 // Thread-safety: all members are safe to call from any number of threads.
 //
