@@ -21,7 +21,7 @@ for name in "${names[@]}"; do
   "build/release/bench/bench_${name}" --benchmark_repetitions="${IDEM_BENCH_REPETITIONS:-5}" \
     --benchmark_min_time="${IDEM_BENCH_MIN_TIME:-0.5}" \
     --benchmark_enable_random_interleaving=true \
-    --benchmark_report_aggregates_only=true --benchmark_out_format=json \
+    --benchmark_display_aggregates_only=true --benchmark_out_format=json \
     --benchmark_out="bench/results/${name}.json" >/dev/null
 done
 python3 bench/report.py "${names[@]/#/bench/results/}"
