@@ -109,6 +109,8 @@ def main(argv):
         if one and ref:
             ratios.append((f"memory check+mark, new {shape} ids, 1 M held / unordered_set with reserve",
                            one / ref, f"idem {fmt_rate(one)}, set {fmt_rate(ref)}; target >= 2, >= 5 M/s"))
+            record(f"memory recorder check+mark / reserved unordered_set ({shape} ids)", one / ref, 2.0,
+                   f"idem {fmt_rate(one)}, set {fmt_rate(ref)}")
         if one and two:
             ratios.append((f"memory check+mark, new {shape} ids, 2 threads / 1 thread", two / one,
                            f"{fmt_rate(two)}; target >= 1.7"))
