@@ -41,13 +41,15 @@ std::shared_ptr<idem::InMemoryIdempotencyRecorder> g_recorder;
 // round. Returns the nanoseconds one move took. The counter ends even, so thread 0 always
 // starts.
 std::atomic<std::uint64_t> g_turn{0};
+void take_turn(std::uint64_t me) {
+  while (g_turn.load(std::memory_order_acquire) % 2 != me) {
+  }
+  g_turn.fetch_add(1, std::memory_order_acq_rel);
+}
 double ping_pong(std::uint64_t me, int rounds) {
   const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < rounds; ++i) {
-    while (g_turn.load(std::memory_order_acquire) % 2 != me) {
-    }
-    g_turn.fetch_add(1, std::memory_order_acq_rel);
-  }
+  for (int i = 0; i < rounds; ++i)
+    take_turn(me);
   return std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start)
              .count() /
          (2.0 * rounds);
@@ -160,11 +162,8 @@ BENCHMARK(BM_MemoryRecorder_CheckMarkWindow)->Arg(0)->Arg(1)->ArgName("batch");
 // rows: as ping_pong(); the real time per iteration (of either thread's) is one move.
 void BM_CacheLineRoundTrip(benchmark::State& state) {
   const auto me = static_cast<std::uint64_t>(state.thread_index());
-  for (auto _ : state) {
-    while (g_turn.load(std::memory_order_acquire) % 2 != me) {
-    }
-    g_turn.fetch_add(1, std::memory_order_acq_rel);
-  }
+  for (auto _ : state)
+    take_turn(me);
 }
 BENCHMARK(BM_CacheLineRoundTrip)->Iterations(1'000'000)->Threads(2)->UseRealTime();
 

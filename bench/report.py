@@ -11,9 +11,8 @@ import sys
 from ratios import record
 
 
-def load_repetitions(paths):
-    """Each benchmark's single repetitions (in the file when aggregates are only displayed)."""
-    runs = {}
+def entries(paths):
+    """Every benchmark entry of the JSON files that exist among `paths` (".json" is added)."""
     for path in paths:
         if not path.endswith(".json"):
             path += ".json"
@@ -22,26 +21,23 @@ def load_repetitions(paths):
                 data = json.load(f)
         except FileNotFoundError:
             continue
-        for b in data["benchmarks"]:
-            if b.get("run_type") == "iteration":
-                runs.setdefault(b["run_name"], []).append(
-                    {"rate": b.get("items_per_second"), "handover_ns": b.get("handover_ns")})
+        yield from data["benchmarks"]
+
+
+def load_repetitions(paths):
+    """Each benchmark's single repetitions (in the file when aggregates are only displayed)."""
+    runs = {}
+    for b in entries(paths):
+        if b.get("run_type") == "iteration":
+            runs.setdefault(b["run_name"], []).append(
+                {"rate": b.get("items_per_second"), "handover_ns": b.get("handover_ns")})
     return runs
 
 
 def load(paths):
     medians = {}
-    for path in paths:
-        if not path.endswith(".json"):
-            path += ".json"
-        try:
-            with open(path) as f:
-                data = json.load(f)
-        except FileNotFoundError:
-            continue
-        for b in data["benchmarks"]:
-            if b.get("aggregate_name") != "median":
-                continue
+    for b in entries(paths):
+        if b.get("aggregate_name") == "median":
             name = b["run_name"]
             medians[name] = {
                 "ns": b["real_time"] if b.get("time_unit", "ns") == "ns" else None,
@@ -138,16 +134,8 @@ def main(argv):
     handover = time("BM_CacheLineRoundTrip/iterations:1000000/real_time/threads:2")
     if handover is not None:
         ratios.append(("one cache line's move between the two threads' cores (ns)", handover, ""))
-    counters = {}
-    for path in argv[1:]:
-        path = path if path.endswith(".json") else path + ".json"
-        try:
-            with open(path) as f:
-                for bench in json.load(f)["benchmarks"]:
-                    if bench.get("aggregate_name") == "median" and "server_us" in bench:
-                        counters[bench["run_name"]] = bench
-        except FileNotFoundError:
-            pass
+    counters = {b["run_name"]: b for b in entries(argv[1:])
+                if b.get("aggregate_name") == "median" and "server_us" in b}
     get = counters.get("BM_RawGet/real_time")
     setnx = counters.get("BM_RawSetNx/real_time")
     replay = counters.get("BM_RedisStore_Replay/real_time")
