@@ -260,8 +260,8 @@ TEST_F(MemoryRecorder, ShortTextIdsAreTheirOwnKeys) {
     EXPECT_TRUE(recorder_.is_processed("c", text.substr(0, length))) << length;
 }
 
-// The one-pass scan of text ids and consumer names rejects what validate_key() rejects, at every
-// position of a word and of the tail, and accepts everything else (UTF-8 included).
+// Text ids and consumer names are rejected as validate_key() rejects them, a bad byte at every
+// position of ids short and long, and everything else is accepted (UTF-8 included).
 TEST_F(MemoryRecorder, TextIdsAreValidatedAtEveryPosition) {
   for (std::size_t length = 1; length <= 20; ++length) {
     for (std::size_t at = 0; at < length; ++at) {
