@@ -107,7 +107,9 @@ void AsyncConnection::cancel(const std::shared_ptr<Request>& request) {
   // Sent: the result is read and dropped when it comes; the caller hears now.
   std::exception_ptr error = cancelled_after_send(request->query, target_);
   if (request->completion) {
-    request->completion->complete(error, Result{});
+    // Moved, not copied: the caller's executor then holds the only reference, so the error is
+    // released where it is read and not on this strand after the caller has seen it.
+    request->completion->complete(std::move(error), Result{});
     request->completion.reset();
     load_.fetch_sub(1, std::memory_order_relaxed);
   }

@@ -190,9 +190,9 @@ class AsyncConnection::CompletionFor final : public Completion {
   void complete(std::exception_ptr error, Result result) override {
     auto executor = work_.get_executor();
     asio::post(executor, [handler = std::move(handler_), work = std::move(work_), slot = slot_,
-                          error, result = std::move(result)]() mutable {
+                          error = std::move(error), result = std::move(result)]() mutable {
       if (slot.is_connected()) slot.clear();
-      std::move(handler)(error, std::move(result));
+      std::move(handler)(std::move(error), std::move(result));
     });
   }
 
