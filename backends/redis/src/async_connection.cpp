@@ -73,13 +73,14 @@ struct WaiterFor final : Waiter {
 
   void complete(std::exception_ptr error, Replies replies) override {
     auto slot = asio::get_associated_cancellation_slot(handler);
-    asio::post(executor,
-               [h = std::move(handler), slot, error, replies = std::move(replies)]() mutable {
-                 // On the caller's executor, where its cancellation is emitted: the slot's handler
-                 // (which refers to this call) goes before the caller resumes.
-                 if (slot.is_connected()) slot.clear();
-                 std::move(h)(error, std::move(replies));
-               });
+    asio::post(executor, [h = std::move(handler), slot, error = std::move(error),
+                          replies = std::move(replies)]() mutable {
+      // On the caller's executor, where its cancellation is emitted: the slot's handler
+      // (which refers to this call) goes before the caller resumes. The error is moved
+      // here, not copied, so its last reference is released where it is read.
+      if (slot.is_connected()) slot.clear();
+      std::move(h)(std::move(error), std::move(replies));
+    });
   }
 
   Handler handler;
