@@ -4,6 +4,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -297,13 +298,60 @@ struct SlotKey {
   std::uint32_t consumer;
 };
 
+constexpr std::size_t kHugePage = std::size_t{2} << 20;
+
+// `bytes` (a multiple of kHugePage) of fresh memory, aligned to kHugePage and asked to be backed
+// by transparent huge pages, its pages populated in one call. One huge page instead of 512 small
+// ones means one fault and one TLB entry instead of 512 of each; on a virtual machine that
+// shadows the guest's page tables, the first write to each small page costs a trap of several
+// microseconds even after MAP_POPULATE, which huge pages take out. Where THP is off, or no huge
+// page is free, this is populated small pages, as below.
+char* map_huge(std::size_t bytes) {
+  void* memory = ::mmap(nullptr, bytes + kHugePage, PROT_READ | PROT_WRITE,
+                        MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (memory == MAP_FAILED) throw std::bad_alloc();
+  const auto start = reinterpret_cast<std::uintptr_t>(memory);
+  const std::uintptr_t aligned = (start + kHugePage - 1) / kHugePage * kHugePage;
+  if (aligned > start) ::munmap(memory, aligned - start);
+  const std::uintptr_t tail = start + bytes + kHugePage - (aligned + bytes);
+  if (tail > 0) ::munmap(reinterpret_cast<void*>(aligned + bytes), tail);
+  char* data = reinterpret_cast<char*>(aligned);
+  ::madvise(data, bytes, MADV_HUGEPAGE);
+#if defined(MADV_POPULATE_WRITE)
+  if (::madvise(data, bytes, MADV_POPULATE_WRITE) == 0) return data;
+  if (errno == ENOMEM) {
+    ::munmap(data, bytes);
+    throw std::bad_alloc();
+  }
+#endif
+  // A kernel before 5.14: one write per small page (a huge page takes the first).
+  for (std::size_t i = 0; i < bytes; i += 4096)
+    static_cast<volatile char*>(data)[i] = 0;
+  return data;
+}
+
+// One kHugePage mapping that pieces of several shards' arenas share (PagePool), unmapped by
+// whichever piece, or the pool, lets go of it last. The count is atomic and the release takes no
+// lock, so a recorder destroyed in a child of fork() cannot block on a lock a parent's thread
+// held.
+struct SharedPage {
+  char* data;
+  std::atomic<std::size_t> references;
+};
+
+void let_go(SharedPage* page) noexcept {
+  if (page->references.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    ::munmap(page->data, kHugePage);
+    delete page;
+  }
+}
+
 // A block of memory for a shard's tables and text ids, cache-line aligned. Small blocks come
 // from the heap, so a process with many small recorders spends no memory mapping on them. From
 // kMapped on a block is a mapping of its own with its pages populated in one call: a page
 // faulted in on first write, one at a time, costs over ten times as much on a virtual machine
-// (255-byte ids fill a page every 16 marks). (Transparent huge pages were measured too, for
-// the tables and for 2 MiB arena chunks: no gain in time, and direct compaction could stall a
-// writer under its shard's lock, so they are not requested.)
+// (255-byte ids fill a page every 16 marks). A multiple of kHugePage is mapped for huge pages
+// (map_huge); so is a piece of a shared page (PagePool).
 class Block {
  public:
   static constexpr std::size_t kMapped = std::size_t{256} << 10;
@@ -314,25 +362,40 @@ class Block {
     if (bytes < kMapped) {
       data_ = static_cast<char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
       if (data_ == nullptr) throw std::bad_alloc();
+      kind_ = Kind::heap;
+    } else if (bytes % kHugePage == 0) {
+      data_ = map_huge(bytes);
+      kind_ = Kind::mapped;
     } else {
       void* memory = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE,
                             MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
       if (memory == MAP_FAILED) throw std::bad_alloc();
       data_ = static_cast<char*>(memory);
-      mapped_ = true;
+      kind_ = Kind::mapped;
     }
     size_ = bytes;
+  }
+  // `bytes` at `offset` of a shared page, holding one of its references (the caller took it).
+  static Block piece_of(SharedPage* page, std::size_t offset, std::size_t bytes) noexcept {
+    Block block;
+    block.data_ = page->data + offset;
+    block.size_ = bytes;
+    block.kind_ = Kind::piece;
+    block.page_ = page;
+    return block;
   }
   Block(Block&& other) noexcept
       : data_(std::exchange(other.data_, nullptr)),
         size_(std::exchange(other.size_, 0)),
-        mapped_(std::exchange(other.mapped_, false)) {}
+        kind_(std::exchange(other.kind_, Kind::none)),
+        page_(std::exchange(other.page_, nullptr)) {}
   Block& operator=(Block&& other) noexcept {
     if (this != &other) {
       release();
       data_ = std::exchange(other.data_, nullptr);
       size_ = std::exchange(other.size_, 0);
-      mapped_ = std::exchange(other.mapped_, false);
+      kind_ = std::exchange(other.kind_, Kind::none);
+      page_ = std::exchange(other.page_, nullptr);
     }
     return *this;
   }
@@ -344,20 +407,80 @@ class Block {
   std::size_t size() const noexcept { return size_; }
 
  private:
+  enum class Kind : std::uint8_t { none, heap, mapped, piece };
+
   void release() noexcept {
-    if (data_ == nullptr) return;
-    if (mapped_) {
-      ::munmap(data_, size_);
-    } else {
-      std::free(data_);
+    switch (kind_) {
+      case Kind::none:
+        break;
+      case Kind::heap:
+        std::free(data_);
+        break;
+      case Kind::mapped:
+        ::munmap(data_, size_);
+        break;
+      case Kind::piece:
+        let_go(page_);
+        break;
     }
     data_ = nullptr;
+    size_ = 0;
+    kind_ = Kind::none;
+    page_ = nullptr;
   }
 
   char* data_ = nullptr;
   std::size_t size_ = 0;
-  bool mapped_ = false;
+  Kind kind_ = Kind::none;
+  SharedPage* page_ = nullptr;  // Kind::piece: the page the piece belongs to
 };
+
+}  // namespace
+
+// Where a recorder's shards take arena chunks of kMapped and more: pieces cut in turn from one
+// huge page at a time, so a shard holding a few hundred KiB of text ids gets huge pages too
+// (with 64 shards, each one's own 2 MiB chunk would cost 128 MiB). A piece is what was asked for
+// or what is left of the page, whichever is less, but never under kMapped: at most kMapped of a
+// page goes unused. Taking a piece locks the pool; a shard does that once per chunk, under its
+// own lock (the pool never takes a shard's). Giving one back does not lock (SharedPage).
+class PagePool {
+ public:
+  PagePool() = default;
+  PagePool(const PagePool&) = delete;
+  PagePool& operator=(const PagePool&) = delete;
+  ~PagePool() {
+    if (current_ != nullptr) let_go(current_);
+  }
+
+  // A piece of kMapped to `bytes` bytes (kMapped <= bytes <= kHugePage).
+  Block take(std::size_t bytes) {
+    std::lock_guard lock(mutex_);
+    if (current_ == nullptr || kHugePage - used_ < Block::kMapped) {
+      char* data = map_huge(kHugePage);
+      // The pool's own reference: the page stays while pieces may still be cut from it.
+      auto* page = new (std::nothrow) SharedPage{data, 1};
+      if (page == nullptr) {
+        ::munmap(data, kHugePage);
+        throw std::bad_alloc();
+      }
+      if (current_ != nullptr) let_go(current_);
+      current_ = page;
+      used_ = 0;
+    }
+    const std::size_t size = std::min(bytes, kHugePage - used_);
+    current_->references.fetch_add(1, std::memory_order_relaxed);
+    Block piece = Block::piece_of(current_, used_, size);
+    used_ += size;
+    return piece;
+  }
+
+ private:
+  std::mutex mutex_;
+  SharedPage* current_ = nullptr;
+  std::size_t used_ = 0;
+};
+
+namespace {
 
 // A fixed array of trivially copyable T in one Block, without std::vector's bookkeeping.
 template <class T>
@@ -404,12 +527,15 @@ class SlotArray {
 // and a 255-byte id never straddles two chunks). A position is (chunk << 32) | offset.
 class Arena {
  public:
+  explicit Arena(PagePool* pages = nullptr) noexcept : pages_(pages) {}
+
   std::uint64_t add(std::string_view text) {
     if (chunks_.empty() || used_ + text.size() > chunks_.back().size()) {
-      // Chunks double from 64 KiB to 2 MiB: few mappings for many ids, little for few.
-      const std::size_t size =
-          chunks_.empty() ? kFirstChunk : std::min(chunks_.back().size() * 2, kLastChunk);
-      chunks_.emplace_back(size);
+      // Chunks double from 64 KiB to 2 MiB: few mappings for many ids, little for few. From
+      // kMapped on they are pieces of the recorder's huge pages, when it has a pool.
+      next_ = chunks_.empty() ? kFirstChunk : std::min(next_ * 2, kLastChunk);
+      chunks_.push_back(pages_ != nullptr && next_ >= Block::kMapped ? pages_->take(next_)
+                                                                     : Block(next_));
       used_ = 0;
     }
     const std::uint64_t position = (std::uint64_t{chunks_.size() - 1} << 32) | used_;
@@ -423,10 +549,12 @@ class Arena {
 
  private:
   static constexpr std::size_t kFirstChunk = std::size_t{64} << 10;
-  static constexpr std::size_t kLastChunk = std::size_t{2} << 20;
-  static_assert(kMaxKeyLength <= kFirstChunk);
+  static constexpr std::size_t kLastChunk = kHugePage;
+  static_assert(kMaxKeyLength <= kFirstChunk && kMaxKeyLength <= Block::kMapped);
   std::size_t used_ = 0;  // first: Markers keeps it in the line every mark writes
   std::vector<Block> chunks_;
+  std::size_t next_ = 0;  // the size asked for last (a piece may be smaller)
+  PagePool* pages_;
 };
 
 // Every marker of one shard, whatever its id's shape: an open-addressing table (linear probing)
@@ -505,6 +633,12 @@ class Markers {
 
   // Sizes the table for `markers` markers now, and never shrinks it below that: no growth (and
   // no rehash of every marker) until it holds more.
+  // Arena chunks of Block::kMapped and more come from `pages` (the recorder's), from now on.
+  void use_pages(PagePool* pages) noexcept {
+    pages_ = pages;
+    arena_ = Arena(pages);
+  }
+
   void reserve(std::size_t markers) {
     std::size_t capacity = kMinCapacity;
     while (markers * kMaxLoadDen > capacity * kMaxLoadNum)
@@ -614,7 +748,7 @@ class Markers {
     SlotArray<std::uint8_t> ctrl;
     slots.assign(capacity, Slot{0, 0, 0, kFree, 0, 0, 0});
     ctrl.assign(capacity, kEmpty);
-    Arena arena;
+    Arena arena(pages_);
     const std::size_t mask = capacity == 0 ? 0 : capacity - 1;
     const int shift = capacity == 0 ? 63 : 64 - std::countr_zero(capacity);
     std::size_t size = 0;
@@ -660,6 +794,7 @@ class Markers {
   std::size_t mask_ = 0;
   int shift_ = 63;
   std::size_t min_capacity_ = 0;  // reserve()'s: the table never shrinks below it
+  PagePool* pages_ = nullptr;     // the recorder's, for arena chunks (use_pages())
 };
 
 }  // namespace
@@ -788,7 +923,10 @@ InMemoryIdempotencyRecorder::InMemoryIdempotencyRecorder(InMemoryRecorderOptions
   }
   const std::size_t count = std::bit_ceil(options.shards);
   shard_mask_ = count - 1;
+  pages_ = std::make_unique<detail::PagePool>();
   shards_ = std::make_unique<MemoryRecorderShard[]>(count);
+  for (std::size_t i = 0; i < count; ++i)
+    shards_[i].markers.use_pages(pages_.get());
   if (options.expected_markers > 0) {
     // Each shard's share, with room for the spread of a hash over the shards (a few standard
     // deviations of a share of thousands is well under an eighth of it).

@@ -312,6 +312,32 @@ TEST_F(MemoryRecorder, TextIdsSurviveGrowthAndPurge) {
   EXPECT_EQ(recorder.marker_count(), 10'000u);
 }
 
+// Long text ids fill arena chunks cut from huge pages that the shards share: a purge gives one
+// shard's chunks back while the other shards' chunks on the same pages stay, and a purge of
+// everything gives back every page. Every survivor must still read back (a page unmapped too
+// early would fault here).
+TEST_F(MemoryRecorder, TextIdsOnSharedPagesSurvivePurges) {
+  InMemoryIdempotencyRecorder recorder({.clock = clock_, .shards = 4});
+  const auto id = [](int i) { return std::string(240, 'p') + "-" + std::to_string(i); };
+  constexpr int kIds = 40'000;  // about 10 MB of text: several 2 MiB pages
+  for (int i = 0; i < kIds; ++i) {
+    if (i == kIds / 2) clock_->advance(2h);
+    recorder.mark_processed("billing", id(i));
+  }
+  EXPECT_EQ(recorder.purge(1h), static_cast<std::size_t>(kIds / 2));
+  for (int i = 0; i < kIds; ++i)
+    ASSERT_EQ(recorder.is_processed("billing", id(i)), i >= kIds / 2) << i;
+  for (int i = 0; i < kIds / 2; ++i)
+    recorder.mark_processed("billing", id(i));
+  clock_->advance(3h);
+  EXPECT_EQ(recorder.purge(1h), static_cast<std::size_t>(kIds));
+  EXPECT_EQ(recorder.marker_count(), 0u);
+  for (int i = 0; i < kIds; i += 7)
+    recorder.mark_processed("billing", id(i));
+  for (int i = 0; i < kIds; ++i)
+    ASSERT_EQ(recorder.is_processed("billing", id(i)), i % 7 == 0) << i;
+}
+
 // A new marker's slot is written some marks later (the table parks it while its cache line is
 // fetched): every reader must see it at once, whatever it reads. One shard, so every mark lands
 // in the same table and the parked list is full and written out many times over.

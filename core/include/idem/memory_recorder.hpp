@@ -24,11 +24,14 @@
 // call validates the consumer name and the event id once and never allocates to look up. Ids of
 // 32 lowercase hex digits (what new_event_id() makes) and dashed lowercase UUIDs are packed into
 // the marker's 16 bytes, and any other id of up to 16 bytes is kept there as it is; a longer one
-// (up to kMaxKeyLength bytes) is copied once into the shard's arena when it is marked. Only adding
-// a marker or a claim reads the clock; is_processed() and a repeated mark do not. There is no
-// capacity bound: call purge() to reclaim space (it also compacts the arena). A table that fills
-// doubles and moves every marker under its shard's lock; expected_markers sizes them up front when
-// the volume is known, as std::unordered_set::reserve does.
+// (up to kMaxKeyLength bytes) is copied once into the shard's arena when it is marked (an arena's
+// chunks of 256 KiB and more are cut from 2 MiB pages that the shards share, and tables of 2 MiB
+// and more are mapped whole; both ask for transparent huge pages). Only adding a marker or a
+// claim reads the clock; is_processed() and a repeated mark do not. There is no capacity bound:
+// call purge() to reclaim space (it also compacts the arena and gives back the pages nobody
+// uses). A table that fills doubles and moves every marker under its shard's lock;
+// expected_markers sizes them up front when the volume is known, as std::unordered_set::reserve
+// does.
 //
 // Thread-safety: all members are safe to call from any number of threads.
 //
@@ -66,7 +69,8 @@ struct InMemoryRecorderOptions {
 
 namespace detail {
 struct MemoryRecorderShard;
-}
+class PagePool;
+}  // namespace detail
 
 class InMemoryIdempotencyRecorder final : public IdempotencyRecorder {
  public:
@@ -106,6 +110,7 @@ class InMemoryIdempotencyRecorder final : public IdempotencyRecorder {
 
   std::shared_ptr<Clock> clock_;
   std::size_t shard_mask_;
+  std::unique_ptr<detail::PagePool> pages_;  // before shards_: their arenas hold its pages
   std::unique_ptr<detail::MemoryRecorderShard[]> shards_;
   std::atomic<std::uint64_t> next_token_{1};
 };
