@@ -456,13 +456,9 @@ class PagePool {
   Block take(std::size_t bytes) {
     std::lock_guard lock(mutex_);
     if (current_ == nullptr || kHugePage - used_ < Block::kMapped) {
-      char* data = map_huge(kHugePage);
-      // The pool's own reference: the page stays while pieces may still be cut from it.
-      auto* page = new (std::nothrow) SharedPage{data, 1};
-      if (page == nullptr) {
-        ::munmap(data, kHugePage);
-        throw std::bad_alloc();
-      }
+      // The pool's own reference: the page stays while pieces may still be cut from it. (If
+      // map_huge throws, new frees what it allocated.)
+      auto* page = new SharedPage{map_huge(kHugePage), 1};
       if (current_ != nullptr) let_go(current_);
       current_ = page;
       used_ = 0;
@@ -546,6 +542,8 @@ class Arena {
   const char* at(std::uint64_t position) const noexcept {
     return chunks_[position >> 32].data() + (position & 0xffffffffu);
   }
+  // An empty arena taking its chunks where this one does.
+  Arena empty_like() const noexcept { return Arena(pages_); }
 
  private:
   static constexpr std::size_t kFirstChunk = std::size_t{64} << 10;
@@ -634,10 +632,7 @@ class Markers {
   // Sizes the table for `markers` markers now, and never shrinks it below that: no growth (and
   // no rehash of every marker) until it holds more.
   // Arena chunks of Block::kMapped and more come from `pages` (the recorder's), from now on.
-  void use_pages(PagePool* pages) noexcept {
-    pages_ = pages;
-    arena_ = Arena(pages);
-  }
+  void use_pages(PagePool* pages) noexcept { arena_ = Arena(pages); }
 
   void reserve(std::size_t markers) {
     std::size_t capacity = kMinCapacity;
@@ -748,7 +743,7 @@ class Markers {
     SlotArray<std::uint8_t> ctrl;
     slots.assign(capacity, Slot{0, 0, 0, kFree, 0, 0, 0});
     ctrl.assign(capacity, kEmpty);
-    Arena arena(pages_);
+    Arena arena = arena_.empty_like();
     const std::size_t mask = capacity == 0 ? 0 : capacity - 1;
     const int shift = capacity == 0 ? 63 : 64 - std::countr_zero(capacity);
     std::size_t size = 0;
@@ -794,7 +789,6 @@ class Markers {
   std::size_t mask_ = 0;
   int shift_ = 63;
   std::size_t min_capacity_ = 0;  // reserve()'s: the table never shrinks below it
-  PagePool* pages_ = nullptr;     // the recorder's, for arena chunks (use_pages())
 };
 
 }  // namespace
