@@ -41,6 +41,7 @@
 #include "idem/key.hpp"
 #include "idem/memory_store.hpp"
 #include "idempotency_metadata.hpp"
+#include "keyed_hash.hpp"
 
 namespace idem {
 
@@ -194,7 +195,7 @@ struct HashedKey {
   std::size_t hash;
 
   static HashedKey of(std::string_view text) noexcept {
-    return {text, std::hash<std::string_view>{}(text)};
+    return {text, static_cast<std::size_t>(detail::hash_bytes(text))};
   }
   bool operator==(const HashedKey& other) const noexcept {
     return hash == other.hash && text == other.text;

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -28,6 +29,7 @@
 
 #include "idem/error.hpp"
 #include "idem/key.hpp"
+#include "keyed_hash.hpp"
 
 namespace idem {
 namespace detail {
@@ -59,16 +61,6 @@ Ticks add_saturating(Ticks now, Duration d) {
   return now + delta;
 }
 
-inline std::uint64_t mix(std::uint64_t x) noexcept {
-  // splitmix64 finaliser: spreads every input bit over the whole word.
-  x ^= x >> 30;
-  x *= 0xbf58476d1ce4e5b9ull;
-  x ^= x >> 27;
-  x *= 0x94d049bb133111ebull;
-  x ^= x >> 31;
-  return x;
-}
-
 // Event ids of the two common shapes are packed into 16 bytes: 32 lowercase hex digits (what
 // new_event_id() makes) and the dashed 8-4-4-4-12 form of the same digits (a textual UUID). Only
 // lowercase hex is packed, so each packing is one-to-one; the shape is part of the key, so
@@ -84,11 +76,6 @@ struct PackedId {
   std::uint64_t lo = 0;
 };
 
-inline std::uint64_t load8(const char* p) noexcept {
-  std::uint64_t word;
-  std::memcpy(&word, p, 8);
-  return word;
-}
 // 4 characters at p and 4 at q as one word.
 inline std::uint64_t load4x2(const char* p, const char* q) noexcept {
   std::uint32_t a;
@@ -209,41 +196,24 @@ inline PackedId pack_short_text(std::string_view id) noexcept {
   return PackedId{load_upto8(id.data(), n), n > 8 ? load_upto8(id.data() + 8, n - 8) : 0};
 }
 
-inline std::uint64_t hash_step(std::uint64_t h, std::uint64_t word) noexcept {
-  h = (h ^ word) * 0xbf58476d1ce4e5b9ull;
-  return h ^ (h >> 31);
-}
-
-// The hash of a key's bytes (the public call has validated them): 8 bytes a step, splitmix
-// finish. From 32 bytes on the words go to four independent lanes, so a long id's multiplies
-// overlap instead of waiting on each other (a 255-byte id is a chain of 8 steps, not 32).
-std::uint64_t hash_text(std::string_view text) noexcept {
-  const char* p = text.data();
-  std::size_t n = text.size();
-  std::uint64_t h = 0x9e3779b97f4a7c15ull ^ n;
-  if (n >= 32) {
-    std::uint64_t l0 = h;
-    std::uint64_t l1 = h + 0x632be59bd9b4e019ull;
-    std::uint64_t l2 = h + 0x8cb92ba72f3d8dd7ull;
-    std::uint64_t l3 = h + 0xd6e8feb86659fd93ull;
-    for (; n >= 32; p += 32, n -= 32) {
-      l0 = hash_step(l0, load8(p));
-      l1 = hash_step(l1, load8(p + 8));
-      l2 = hash_step(l2, load8(p + 16));
-      l3 = hash_step(l3, load8(p + 24));
+// Whether n bytes at x and at y are the same: up to 32 bytes in word compares (overlapping at
+// the end), without memcmp's call.
+inline bool same_bytes(const char* x, const char* y, std::size_t n) noexcept {
+  if (n > 32) return std::memcmp(x, y, n) == 0;
+  if (n >= 8) {
+    std::uint64_t differ = (load8(x) ^ load8(y)) | (load8(x + n - 8) ^ load8(y + n - 8));
+    if (n > 16) {
+      differ |= (load8(x + 8) ^ load8(y + 8)) | (load8(x + n - 16) ^ load8(y + n - 16));
     }
-    h = l0 ^ std::rotl(l1, 16) ^ std::rotl(l2, 32) ^ std::rotl(l3, 48);
+    return differ == 0;
   }
-  for (; n >= 8; p += 8, n -= 8)
-    h = hash_step(h, load8(p));
-  if (n > 0) h = (h ^ load_tail(p, n)) * 0x94d049bb133111ebull;
-  return mix(h);
+  return load_tail(x, n) == load_tail(y, n);
 }
 
 struct StringHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view s) const noexcept {
-    return static_cast<std::size_t>(hash_text(s));
+    return static_cast<std::size_t>(hash_bytes(s));
   }
 };
 
@@ -260,7 +230,7 @@ struct TextKeyView {
 struct TextKeyHash {
   using is_transparent = void;
   std::size_t operator()(const TextKeyView& k) const noexcept {
-    return static_cast<std::size_t>(hash_text(k.id) ^
+    return static_cast<std::size_t>(hash_bytes(k.id) ^
                                     (std::uint64_t{k.consumer} * 0x9e3779b97f4a7c15ull));
   }
   std::size_t operator()(const TextKey& k) const noexcept {
@@ -669,8 +639,8 @@ class Markers {
   }
 
   static std::uint64_t packed_hash(const PackedId& bits, IdKind kind) noexcept {
-    // Random ids spread already, but a caller's ids may be sequential: mix both words.
-    return mix(bits.hi ^ std::rotl(bits.lo, 29) ^ static_cast<std::uint64_t>(kind));
+    // Keyed as hash_bytes() is: both words and the shape go through the multiplies.
+    return hash_finish(bits.hi, bits.lo, hash_key(), static_cast<std::uint64_t>(kind));
   }
 
  private:
@@ -728,7 +698,7 @@ class Markers {
     }
     if (slot.length != id.text.size()) return false;
     if (id.kind != IdKind::text) return slot.a == id.bits.hi && slot.b == id.bits.lo;
-    return slot.b == id.hash && std::memcmp(arena_.at(slot.a), id.text.data(), id.text.size()) == 0;
+    return slot.b == id.hash && same_bytes(arena_.at(slot.a), id.text.data(), id.text.size());
   }
 
   // Moves the slots that `keep` accepts into a table of `capacity` (a power of two, or 0), with
@@ -842,7 +812,10 @@ struct alignas(64) MemoryRecorderShard {
 
   // The consumer's index in this shard, or nullptr when it never wrote here.
   const std::uint32_t* find_consumer(std::string_view consumer) {
-    if (last != nullptr && last->first == consumer) return &last->second;
+    if (last != nullptr && last->first.size() == consumer.size() &&
+        same_bytes(last->first.data(), consumer.data(), consumer.size())) {
+      return &last->second;
+    }
     auto it = consumers.find(consumer);
     if (it == consumers.end()) return nullptr;
     last = &*it;
@@ -874,7 +847,7 @@ Address address(std::string_view consumer, std::string_view event_id) {
   Address a;
   a.consumer = consumer;
   // The public call has checked both keys.
-  const std::uint64_t consumer_hash = hash_text(consumer);
+  const std::uint64_t consumer_hash = hash_bytes(consumer);
   a.id.text = event_id;
   a.id.kind = IdKind::text;
   if (event_id.size() == 32 && pack_hex32(event_id, a.id.bits)) {
@@ -886,7 +859,7 @@ Address address(std::string_view consumer, std::string_view event_id) {
     a.id.kind = IdKind::short_text;
   }
   if (a.id.kind == IdKind::text) {
-    a.id.hash = hash_text(event_id);
+    a.id.hash = hash_bytes(event_id);
   } else {
     a.id.hash = Markers::packed_hash(a.id.bits, a.id.kind);
   }
@@ -915,6 +888,7 @@ InMemoryIdempotencyRecorder::InMemoryIdempotencyRecorder(InMemoryRecorderOptions
     throw ConfigError("InMemoryRecorderOptions::expected_markers must be at most 2^36, got " +
                       std::to_string(options.expected_markers));
   }
+  detail::hash_key();  // drawn now, not inside the first call under a shard's lock
   const std::size_t count = std::bit_ceil(options.shards);
   shard_mask_ = count - 1;
   pages_ = std::make_unique<detail::PagePool>();

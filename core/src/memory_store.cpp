@@ -12,6 +12,7 @@
 #include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
+#include "keyed_hash.hpp"
 
 namespace idem {
 namespace {
@@ -25,7 +26,7 @@ struct HashedKey {
 struct KeyHash {
   using is_transparent = void;
   std::size_t operator()(std::string_view key) const noexcept {
-    return std::hash<std::string_view>{}(key);
+    return static_cast<std::size_t>(detail::hash_bytes(key));
   }
   std::size_t operator()(const HashedKey& key) const noexcept { return key.hash; }
 };

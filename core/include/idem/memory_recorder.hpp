@@ -31,7 +31,9 @@
 // call purge() to reclaim space (it also compacts the arena and gives back the pages nobody
 // uses). A table that fills doubles and moves every marker under its shard's lock;
 // expected_markers sizes them up front when the volume is known, as std::unordered_set::reserve
-// does.
+// does. The hashes are keyed with a value drawn at random once per process, so nobody can choose
+// ids that share a hash (as they can against an unkeyed one) to pile them up in one shard and
+// make every lookup there walk them all.
 //
 // Thread-safety: all members are safe to call from any number of threads.
 //
