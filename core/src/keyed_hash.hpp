@@ -29,12 +29,15 @@ inline std::uint64_t load4(const char* p) noexcept {
   return word;
 }
 
-// The 128-bit product of a and b, folded to 64 bits: one multiply that mixes every bit of both
-// words into the result.
+// a, b and their 128-bit product, folded to 64 bits: one multiply mixes every bit of both words,
+// and keeping the inputs in the result means a word that cancels its constant (a zero factor)
+// cannot wipe out the other word or the running state. Without that, a key whose block equals a
+// constant below would reset the state and collide with every key that differs from it only
+// before that block, whatever the hash key (wyhash's "blinding").
 __extension__ typedef unsigned __int128 Uint128;
 inline std::uint64_t fold_multiply(std::uint64_t a, std::uint64_t b) noexcept {
   const Uint128 product = static_cast<Uint128>(a) * b;
-  return static_cast<std::uint64_t>(product) ^ static_cast<std::uint64_t>(product >> 64);
+  return a ^ b ^ static_cast<std::uint64_t>(product) ^ static_cast<std::uint64_t>(product >> 64);
 }
 
 // Odd 64-bit constants with half their bits set (wyhash's).
@@ -52,9 +55,12 @@ inline std::uint64_t hash_key() noexcept {
 // The last step: two words of input and the running state to 64 bits.
 inline std::uint64_t hash_finish(std::uint64_t a, std::uint64_t b, std::uint64_t state,
                                  std::uint64_t length) noexcept {
-  const Uint128 product = static_cast<Uint128>(a ^ kHashConstant[1]) * (b ^ state);
-  return fold_multiply(static_cast<std::uint64_t>(product) ^ kHashConstant[0] ^ length,
-                       static_cast<std::uint64_t>(product >> 64) ^ kHashConstant[1]);
+  a ^= kHashConstant[1];
+  b ^= state;
+  const Uint128 product = static_cast<Uint128>(a) * b;
+  // Both halves keep their input (as fold_multiply does), then go through one more multiply.
+  return fold_multiply(a ^ static_cast<std::uint64_t>(product) ^ kHashConstant[0] ^ length,
+                       b ^ static_cast<std::uint64_t>(product >> 64) ^ kHashConstant[1]);
 }
 
 // The keyed hash of any bytes (a 255-byte key is a chain of 5 multiplies).
