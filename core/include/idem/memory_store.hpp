@@ -1,7 +1,8 @@
 // InMemoryIdempotencyStore: the IdempotencyStore for one process (and for tests).
 //
 // Records live in a sharded hash map; each shard has its own mutex, so callers with different
-// keys rarely contend. Values are kept as the typed objects the caller passed
+// keys rarely contend. Keys are hashed with a value drawn at random once per process, so nobody
+// can choose keys that share a hash to pile them up in one bucket. Values are kept as the typed objects the caller passed
 // (needs_bytes() == false): nothing is serialised, and a replay hands back the very same
 // shared object. Every state transition follows the state machine in idempotency_store.hpp:
 //   * claim() is one step under the shard lock: absent, expired (now >= expires_at) or
