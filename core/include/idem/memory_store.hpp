@@ -2,9 +2,10 @@
 //
 // Records live in a sharded hash map; each shard has its own mutex, so callers with different
 // keys rarely contend. Keys are hashed with a value drawn at random once per process, so nobody
-// can choose keys that share a hash to pile them up in one bucket. Values are kept as the typed objects the caller passed
-// (needs_bytes() == false): nothing is serialised, and a replay hands back the very same
-// shared object. Every state transition follows the state machine in idempotency_store.hpp:
+// can choose keys that share a hash to pile them up in one bucket. Values are kept as the typed
+// objects the caller passed (needs_bytes() == false): nothing is serialised, and a replay hands
+// back the very same shared object. Every state transition follows the state machine in
+// idempotency_store.hpp:
 //   * claim() is one step under the shard lock: absent, expired (now >= expires_at) or
 //     abandoned (now >= lease_until) records are (re)claimed with a new, larger token;
 //   * tokens come from one store-wide counter, so they grow per key even across a release or
