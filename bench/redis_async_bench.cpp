@@ -4,9 +4,9 @@
 //   blocking  RedisIdempotencyStore, 50 threads over its default pool (pool_size 8)
 //   raw       one hiredis connection sending the very same commands 50 at a time
 //             (append 50, read 50): the floor any client of these commands pays
-// for new keys (claim: a GET and the acquire script; then complete: three round trips per call)
-// and replays (claim of a completed key: one GET). Each mode runs 3 times; the
-// medians and the ratios of the same run are printed.
+// for new keys (claim: the acquire script, as a claim after a new key starts; then complete: two
+// round trips per call) and replays (claim of a completed key: one GET, as after a replay). Each
+// mode runs 3 times; the medians and the ratios of the same run are printed.
 //
 //   bench_redis_async --url=redis://127.0.0.1:6379/0 [--calls=N]
 //
@@ -227,7 +227,10 @@ double run_raw(int calls, bool replay, int run) {
     claims.reserve(static_cast<std::size_t>(n));
     for (int i = first; i < first + n; ++i) {
       keys.push_back(key_of(run, i));
-      claims.emplace_back(g_options, now_ms(), keys.back(), std::nullopt, std::chrono::seconds(60));
+      // Started as idem's claims start in a run of the same kind (next_claim_reads_first()):
+      // replays read first, new keys go straight to the acquire script.
+      claims.emplace_back(g_options, now_ms(), keys.back(), std::nullopt, std::chrono::seconds(60),
+                          /*read_first=*/!complete);
     }
     std::vector<std::size_t> pending(claims.size());
     for (std::size_t i = 0; i < pending.size(); ++i)

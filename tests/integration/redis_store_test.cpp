@@ -1,6 +1,7 @@
 // RedisIdempotencyStore beyond the conformance suite: the string it writes, Redis expiries (only
 // for space), damaged records of every kind (a clear store_corrupt_record error naming what is
 // wrong, never a guess), the hashes of an older idem (read, replayed, replaced only when dead),
+// claims that start with a GET or with the acquire script (the store picks by its last claim),
 // NOSCRIPT after SCRIPT FLUSH, pages of SCAN, and idem::resilient() on top — executed then
 // replayed with the original report, across two stores (two "processes"), and a stored result
 // that no longer decodes.
@@ -83,6 +84,20 @@ class RedisStore : public ::testing::Test {
     }
   }
 
+  // Runs `claim` twice: after a claim of a new key (so the claim starts with the acquire
+  // script) and after a replay (so it starts with a GET). A claim that throws leaves the start
+  // as it was. Leaves primed_ keys in the store.
+  template <class Claim>
+  void for_each_claim_start(RedisIdempotencyStore& store, Claim&& claim) {
+    const std::string key = "primed-" + std::to_string(primed_++);
+    const auto fresh = store.claim(key, std::nullopt, 10s);
+    ASSERT_EQ(fresh.status, idem::ClaimOutcome::Status::acquired);
+    claim();
+    ASSERT_TRUE(store.complete(key, fresh.token, bytes("p"), {}, 1h));
+    ASSERT_EQ(store.claim(key, std::nullopt, 10s).status, idem::ClaimOutcome::Status::completed);
+    claim();
+  }
+
   idem::StoredValue bytes(std::string text) {
     idem::StoredValue value;
     value.bytes = std::move(text);
@@ -92,6 +107,7 @@ class RedisStore : public ::testing::Test {
   std::shared_ptr<idem::testing::ManualClock> clock_ =
       std::make_shared<idem::testing::ManualClock>();
   idem::test::RedisTestPrefix keys_{"store"};
+  std::size_t primed_ = 0;  // keys for_each_claim_start() made
 };
 
 TEST_F(RedisStore, OneStringPerKeyInTheDocumentedLayout) {
@@ -141,6 +157,73 @@ TEST_F(RedisStore, OneStringPerKeyInTheDocumentedLayout) {
   EXPECT_FALSE(store->renew("order-1", claim.token, 30s)) << "completed: fenced";
 }
 
+TEST_F(RedisStore, AClaimStartsAsTheStoresLastClaimEnded) {
+  // After a claim that took its key, the next claim goes straight to the acquire script (a new
+  // key in one round trip); after one that found a live record, it reads first (a replay is one
+  // GET). Both give the same outcome. Visible from outside through the token counter: only the
+  // script takes a token, also when it then finds the key taken.
+  auto store = make();
+  const std::string counter = keys_.prefix() + "tokens";
+  const auto tokens = [&] { return std::stoull(keys_.command({"GET", counter}).str); };
+
+  const auto first = store->claim("a", "fp", 10s);
+  ASSERT_EQ(first.status, idem::ClaimOutcome::Status::acquired);
+  ASSERT_TRUE(store->complete("a", first.token, bytes("A"), {}, 1h));
+  EXPECT_EQ(tokens(), first.token);
+
+  // Started with the script: the key is taken, so the script returns the record; one token used.
+  const auto replay = store->claim("a", "fp", 10s);
+  ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
+  EXPECT_EQ(*replay.record->value.bytes, "A");
+  EXPECT_EQ(replay.record->token, first.token);
+  EXPECT_EQ(tokens(), first.token + 1) << "the acquire script ran (its token is skipped)";
+
+  // Started with a GET: no token.
+  EXPECT_EQ(store->claim("a", "other", 10s).status, idem::ClaimOutcome::Status::mismatch);
+  EXPECT_EQ(store->claim("a", "fp", 10s).status, idem::ClaimOutcome::Status::completed);
+  EXPECT_EQ(tokens(), first.token + 1);
+
+  // A new key after a replay: the GET finds nothing, then the script takes it.
+  const auto second = store->claim("b", std::nullopt, 10s);
+  ASSERT_EQ(second.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_EQ(second.token, first.token + 2);
+  // A live claim found by the script: in progress, with its owner's token.
+  const auto held = store->claim("b", std::nullopt, 10s);
+  ASSERT_EQ(held.status, idem::ClaimOutcome::Status::in_progress);
+  EXPECT_EQ(held.record->token, second.token);
+  EXPECT_EQ(tokens(), second.token + 1);
+
+  // An expired result and an abandoned claim are replaced, whichever way the claim starts.
+  for (const bool read_first : {false, true}) {
+    SCOPED_TRACE(read_first ? "after a replay: GET first" : "after a new key: script first");
+    const std::string tag = read_first ? "-get" : "-script";
+    const auto done = store->claim("c" + tag, std::nullopt, 10s);
+    ASSERT_TRUE(store->complete("c" + tag, done.token, bytes("C"), {}, 1s));
+    const auto dead = store->claim("d" + tag, std::nullopt, 1s);
+    ASSERT_EQ(dead.status, idem::ClaimOutcome::Status::acquired);
+    clock_->advance(2s);
+    const auto prime = [&] {
+      if (read_first) {
+        ASSERT_EQ(store->claim("a", "fp", 10s).status, idem::ClaimOutcome::Status::completed);
+      } else {
+        ASSERT_EQ(store->claim("fresh" + tag + std::to_string(tokens()), std::nullopt, 10s).status,
+                  idem::ClaimOutcome::Status::acquired);
+      }
+    };
+    prime();
+    const auto renewed = store->claim("c" + tag, std::nullopt, 10s);
+    ASSERT_EQ(renewed.status, idem::ClaimOutcome::Status::acquired);
+    EXPECT_FALSE(renewed.took_over);
+    EXPECT_GT(renewed.token, dead.token);
+    prime();
+    const auto taken = store->claim("d" + tag, std::nullopt, 10s);
+    ASSERT_EQ(taken.status, idem::ClaimOutcome::Status::acquired);
+    EXPECT_TRUE(taken.took_over);
+    EXPECT_FALSE(store->complete("d" + tag, dead.token, bytes("late"), {}, 1h)) << "fenced off";
+    EXPECT_TRUE(store->complete("d" + tag, taken.token, bytes("D"), {}, 1h));
+  }
+}
+
 TEST_F(RedisStore, ARecordStillPresentAfterItsExpiryIsReportedAbsent) {
   // Redis expiries are set far beyond idem's own decision (the clock is years ahead of the
   // server), so this is idem deciding on read, not Redis having deleted it.
@@ -176,7 +259,9 @@ TEST_F(RedisStore, DamagedRecordsGiveAClearError) {
     SCOPED_TRACE(texts[i].first);
     keys_.command({"SET", store->record_key(key), texts[i].first});
     expect_corrupt([&] { (void)store->lookup(key); }, texts[i].second);
-    expect_corrupt([&] { (void)store->claim(key, std::nullopt, 10s); }, texts[i].second);
+    for_each_claim_start(*store, [&] {
+      expect_corrupt([&] { (void)store->claim(key, std::nullopt, 10s); }, texts[i].second);
+    });
     expect_corrupt([&] { (void)store->lookup(key); }, store->record_key(key));
   }
   // Hashes as an older idem wrote them, damaged.
@@ -216,18 +301,22 @@ TEST_F(RedisStore, DamagedRecordsGiveAClearError) {
     auto connection = store->pool()->lease();
     (void)connection->command(std::span<const std::string_view>(hset));
     expect_corrupt([&] { (void)store->lookup(damage.key); }, damage.complaint);
-    expect_corrupt([&] { (void)store->claim(damage.key, std::nullopt, 10s); }, damage.complaint);
+    for_each_claim_start(*store, [&] {
+      expect_corrupt([&] { (void)store->claim(damage.key, std::nullopt, 10s); }, damage.complaint);
+    });
     expect_corrupt([&] { (void)store->lookup(damage.key); }, record);  // names the redis key
   }
   // A key of another type under the record's name.
   keys_.command({"RPUSH", store->record_key("a-list"), "x"});
   expect_corrupt([&] { (void)store->lookup("a-list"); }, "WRONGTYPE");
-  expect_corrupt([&] { (void)store->claim("a-list", std::nullopt, 10s); }, "WRONGTYPE");
+  for_each_claim_start(*store, [&] {
+    expect_corrupt([&] { (void)store->claim("a-list", std::nullopt, 10s); }, "WRONGTYPE");
+  });
   // Nothing else is disturbed; purge and count step over what they cannot read.
   EXPECT_EQ(store->claim("healthy", std::nullopt, 10s).status,
             idem::ClaimOutcome::Status::acquired);
   EXPECT_EQ(store->purge_expired(), 0u);
-  EXPECT_EQ(store->entry_count(), texts.size() + damages.size() + 2);
+  EXPECT_EQ(store->entry_count(), texts.size() + damages.size() + 2 + primed_);
 }
 
 TEST_F(RedisStore, LeasesAndTtlsBeyondTheClocksRangeMeanForever) {
@@ -418,24 +507,30 @@ TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
   ASSERT_TRUE(done.has_value());
   EXPECT_EQ(done->token, 7u);
   EXPECT_EQ(*done->value.bytes, "old");
-  const auto replay = store->claim("done", "fp", 10s);
-  ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
-  EXPECT_EQ(*replay.record->value.bytes, "old");
-  EXPECT_EQ(store->claim("done", "other", 10s).status, idem::ClaimOutcome::Status::mismatch);
-  const auto running = store->claim("running", std::nullopt, 10s);
-  ASSERT_EQ(running.status, idem::ClaimOutcome::Status::in_progress);
-  EXPECT_EQ(running.record->token, 8u);
+  for_each_claim_start(*store, [&] {
+    const auto replay = store->claim("done", "fp", 10s);
+    ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
+    EXPECT_EQ(*replay.record->value.bytes, "old");
+    EXPECT_EQ(store->claim("done", "other", 10s).status, idem::ClaimOutcome::Status::mismatch);
+  });
+  for_each_claim_start(*store, [&] {
+    const auto running = store->claim("running", std::nullopt, 10s);
+    ASSERT_EQ(running.status, idem::ClaimOutcome::Status::in_progress);
+    EXPECT_EQ(running.record->token, 8u);
+  });
   EXPECT_FALSE(store->complete("running", 8, bytes("v"), {}, 1h)) << "not this idem's claim";
   EXPECT_FALSE(store->renew("running", 8, 10s));
   EXPECT_FALSE(store->release("running", 8));
   EXPECT_FALSE(store->lookup("expired").has_value());
 
   const idem::StoreCounts counts = store->counts();
-  EXPECT_EQ(counts.completed, 1u);
+  EXPECT_EQ(counts.completed, 1u + primed_);
   EXPECT_EQ(counts.expired, 2u);
   EXPECT_EQ(counts.in_progress, 1u);
   EXPECT_EQ(counts.abandoned, 1u);
 
+  // The last claim found a live record, so this one reads first and meets the hash with HGETALL;
+  // the next one starts with the acquire script, whose GET meets the hash (WRONGTYPE).
   const auto taken = store->claim("abandoned", std::nullopt, 10s);
   ASSERT_EQ(taken.status, idem::ClaimOutcome::Status::acquired);
   EXPECT_TRUE(taken.took_over);

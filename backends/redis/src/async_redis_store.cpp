@@ -36,12 +36,15 @@ async::Task<ClaimOutcome> AsyncRedisStore::do_claim(std::string_view key,
                                                     std::optional<std::string_view> fingerprint,
                                                     Millis lease) {
   detail::StoreClaim claim(pool_->options(), detail::to_ms(clock_->wall_now()), key, fingerprint,
-                           lease);
+                           lease, claim_reads_first_.load(std::memory_order_relaxed));
   AsyncConnection& connection = pool_->next();
   for (;;) {
     const RedisReply reply = co_await detail::send_async(connection, claim.request(), "claim");
-    if (claim.read(reply, connection.endpoint())) co_return std::move(claim.outcome());
+    if (claim.read(reply, connection.endpoint())) break;
   }
+  claim_reads_first_.store(detail::next_claim_reads_first(claim.outcome()),
+                           std::memory_order_relaxed);
+  co_return std::move(claim.outcome());
 }
 
 async::Task<bool> AsyncRedisStore::do_complete(std::string_view key, std::uint64_t token,

@@ -155,7 +155,7 @@ bool live(const IdempotencyRecord& record, WallTime now) {
 }  // namespace
 
 StoreClaim::StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::string_view key,
-                       std::optional<std::string_view> fingerprint, Millis lease)
+                       std::optional<std::string_view> fingerprint, Millis lease, bool read_first)
     : options_(options),
       now_ms_(now_ms),
       key_(key),
@@ -164,6 +164,11 @@ StoreClaim::StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::st
   const std::int64_t lease_until = now_ms + span_ms(now_ms, lease);
   tail_ = RecordText::claim_tail(lease_until, fingerprint);
   pxat_ = pxat_arg(options, lease_until);
+  if (!read_first) {
+    // As if a GET had found the key absent: the script takes it or returns what is there.
+    acquire("", false);
+    return;
+  }
   request_.kind = CommandKind::read;
   request_.command = {"GET", record_key_};
 }

@@ -86,8 +86,11 @@ struct Request {
 // read again like the GET's).
 class StoreClaim {
  public:
+  // `read_first`: start with a GET (a live record costs the server one plain command) rather
+  // than with the acquire script (an absent key is taken in one round trip; a record found there
+  // is returned by the script instead): next_claim_reads_first().
   StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::string_view key,
-             std::optional<std::string_view> fingerprint, Millis lease);
+             std::optional<std::string_view> fingerprint, Millis lease, bool read_first);
 
   const Request& request() const { return request_; }
   bool read(const RedisReply& reply, const std::string& endpoint);
@@ -114,6 +117,17 @@ class StoreClaim {
   Request request_;
   ClaimOutcome outcome_;
 };
+
+// How a store's next claim starts (StoreClaim's `read_first`): as its last claim ended. A claim
+// that found a live record (a replay, a claim in progress, a mismatch) makes the next one read
+// first, since replays come in runs (a client retrying, a batch resent); one that took its key
+// makes the next one go straight to the acquire script, since new keys come in runs too. The
+// outcome is the same either way; a wrong guess costs a new key one more round trip (the GET it
+// would have had anyway), or a replay a script instead of a GET (still one round trip). The
+// stores keep it in one relaxed atomic shared by their threads and coroutines.
+inline bool next_claim_reads_first(const ClaimOutcome& last) noexcept {
+  return last.status != ClaimOutcome::Status::acquired;
+}
 
 // lookup() likewise: a GET, then HGETALL when the key holds an older idem's hash.
 class StoreLookup {

@@ -69,10 +69,12 @@ ClaimOutcome RedisIdempotencyStore::do_claim(std::string_view key,
                                              std::optional<std::string_view> fingerprint,
                                              Millis lease) {
   detail::StoreClaim claim(pool_->options(), detail::to_ms(clock_->wall_now()), key, fingerprint,
-                           lease);
+                           lease, claim_reads_first_.load(std::memory_order_relaxed));
   auto connection = pool_->lease();
   while (!claim.read(send(*connection, claim.request(), "claim"), connection->endpoint())) {
   }
+  claim_reads_first_.store(detail::next_claim_reads_first(claim.outcome()),
+                           std::memory_order_relaxed);
   return std::move(claim.outcome());
 }
 

@@ -1,9 +1,10 @@
 // AsyncRedisStore: the Redis idempotency store (redis_store.hpp) for coroutines.
 //
-// The same record layout (P s:{key} hashes, the shared token counter), the same Lua scripts and
-// the same meaning call for call as the blocking RedisIdempotencyStore: blocking and coroutine
-// callers of one key meet in Redis — one claims, the other sees it in progress, and either can
-// replay the other's result. needs_bytes() is true: values are stored encoded.
+// The same record layout (one string at P s:{key}, the shared token counter), the same commands
+// and scripts (a claim starts with a GET or with the acquire script as the store's last claim
+// ended) and the same meaning call for call as the blocking RedisIdempotencyStore: blocking and
+// coroutine callers of one key meet in Redis — one claims, the other sees it in progress, and
+// either can replay the other's result. needs_bytes() is true: values are stored encoded.
 //
 // Calls go over an AsyncConnectionPool (async_connection.hpp; RedisOptions::async_connections
 // pipelined connections, default 1). Nothing is opened by the constructor. Errors are those of
@@ -16,6 +17,7 @@
 // resumes on its own executor. The I/O executor's execution context must outlive the store.
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <optional>
 #include <string>
@@ -57,6 +59,7 @@ class AsyncRedisStore final : public async::AsyncStore {
 
   std::shared_ptr<AsyncConnectionPool> pool_;
   std::shared_ptr<Clock> clock_;
+  std::atomic<bool> claim_reads_first_{false};  // how the next claim starts (docs/redis.md §5)
 };
 
 }  // namespace idem::redis

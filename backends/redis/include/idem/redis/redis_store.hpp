@@ -20,6 +20,10 @@
 //             saw (absent: SET NX), INCR the counter and SET the claim — the token is taken and
 //             the key owned in one atomic step (took_over for an abandoned claim); if it changed,
 //             the script returns it and the claim reads it like the GET's reply.
+//             A claim that follows a claim which took its key skips the GET and starts with the
+//             script (as if the key were absent): a new key in two round trips with complete;
+//             one that follows a claim which found a live record reads first (a replay is one
+//             GET). Same outcomes either way (docs/redis.md §5).
 //   complete  script: the record starts with "1i <token> " → SET completed, completed_at = now,
 //             expires_at = now + ttl (ttl 0: the record is deleted — expired at once).
 //   release   script: the same check → DEL.
@@ -53,6 +57,7 @@
 // and make new objects in the child (docs/guarantees.md §9).
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -105,6 +110,7 @@ class RedisIdempotencyStore final : public IdempotencyStore {
 
   std::shared_ptr<ConnectionPool> pool_;
   std::shared_ptr<Clock> clock_;
+  std::atomic<bool> claim_reads_first_{false};  // how the next claim starts (docs/redis.md §5)
 };
 
 }  // namespace idem::redis
