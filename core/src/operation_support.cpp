@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
@@ -66,6 +67,12 @@ std::string millis_text(std::chrono::nanoseconds duration) {
 
 // Seconds as a short decimal: "2", "2.5", "0.001".
 std::string seconds_text(std::chrono::nanoseconds duration) {
+  // Whole seconds (every report's "0") without printf, as %.9g prints them.
+  constexpr std::int64_t kBillion = 1'000'000'000;
+  if (duration.count() >= 0 && duration.count() % kBillion == 0 &&
+      duration.count() / kBillion < kBillion) {
+    return std::to_string(duration.count() / kBillion);
+  }
   char buffer[40];
   std::snprintf(buffer, sizeof buffer, "%.9g", static_cast<double>(duration.count()) / 1e9);
   return buffer;
@@ -73,6 +80,36 @@ std::string seconds_text(std::chrono::nanoseconds duration) {
 
 const char* flag(bool value) {
   return value ? "true" : "false";
+}
+
+// The report keys every call writes (operation_support.hpp's Lifecycle::finish_metadata and
+// note_rate_limit), built once: most are longer than a string holds without allocating, and
+// written in key order with hinted inserts (as the idempotency keys are, DESIGN-NOTES §66).
+struct ReportKeys {
+  const std::string circuit_breaker_open = "circuit_breaker_open";
+  const std::string fallback_failed = "fallback_failed";
+  const std::string fallback_failure_count = "fallback_failure_count";
+  const std::string fallback_used = "fallback_used";
+  const std::string rate_limit_delay_seconds = "rate_limit_delay_seconds";
+  const std::string rate_limit_delay_source = "rate_limit_delay_source";
+  const std::string rate_limit_encountered = "rate_limit_encountered";
+  const std::string rate_limit_retry_after_seconds = "rate_limit_retry_after_seconds";
+  const std::string rate_limit_wait_exceeded = "rate_limit_wait_exceeded";
+  const std::string rate_limit_wait_seconds = "rate_limit_wait_seconds";
+  const std::string rate_limited = "rate_limited";
+  const std::string reason = "reason";
+  const std::string valid = "valid";
+  const std::string validation_performed = "validation_performed";
+  const std::string validation_reason = "validation_reason";
+  const std::string validation_valid = "validation_valid";
+  const std::string validation_validator_name = "validation_validator_name";
+  const std::string validator_name = "validator_name";
+};
+
+const ReportKeys& report_keys() {
+  // Never destroyed: calls may still run while static objects are torn down.
+  static const ReportKeys* const keys = new ReportKeys();
+  return *keys;
 }
 
 }  // namespace
@@ -472,17 +509,21 @@ void Lifecycle::cancelled(int attempt, CircuitBreaker::Permit* permit, std::exce
 }
 
 void Lifecycle::note_rate_limit(AttemptRecord& record, const RateLimitNote& note) {
+  last_rate_limit_ = note;
   // In key order from the first rate_limit* key, so each insert's hint holds.
+  const ReportKeys& keys = report_keys();
   auto& metadata = record.metadata;
-  auto at = metadata.lower_bound("rate_limit_");
-  const auto put = [&](const char* key, std::string value) {
-    at = std::next(metadata.insert_or_assign(at, key, std::move(value)));
-  };
-  if (note.delay && !note.wait_exceeded) put("rate_limit_delay_seconds", seconds_text(*note.delay));
-  put("rate_limit_delay_source", std::string(to_string(note.source)));
-  if (note.retry_after) put("rate_limit_retry_after_seconds", seconds_text(*note.retry_after));
-  put("rate_limit_wait_exceeded", flag(note.wait_exceeded));
-  put("rate_limited", flag(note.rate_limited));
+  auto at = metadata.lower_bound(keys.rate_limit_delay_seconds);
+  if (note.delay && !note.wait_exceeded) {
+    at = set_metadata_after(metadata, at, keys.rate_limit_delay_seconds, seconds_text(*note.delay));
+  }
+  at = set_metadata_after(metadata, at, keys.rate_limit_delay_source, to_string(note.source));
+  if (note.retry_after) {
+    at = set_metadata_after(metadata, at, keys.rate_limit_retry_after_seconds,
+                            seconds_text(*note.retry_after));
+  }
+  at = set_metadata_after(metadata, at, keys.rate_limit_wait_exceeded, flag(note.wait_exceeded));
+  set_metadata_after(metadata, at, keys.rate_limited, flag(note.rate_limited));
 }
 
 bool Lifecycle::is_rate_limit(const std::exception_ptr& error) const {
@@ -758,52 +799,51 @@ bool Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
 }
 
 void Lifecycle::finish_metadata() {
+  // Every key in ascending order from one search (the fallback_candidate_* keys written earlier
+  // and the idempotency_* keys written later sort between them).
+  const ReportKeys& keys = report_keys();
   auto& metadata = report_.metadata;
-  metadata["validation_performed"] = flag(validation_performed_);
-  if (validation_performed_) {
-    // relprim's validation_* keys, and idem's own names (valid, validator_name, reason) beside.
-    if (report_.status == OperationStatus::succeeded) {
-      std::string names;
-      for (const auto& name : core_.validator_names) {
-        if (!names.empty()) names += ",";
-        names += name;
-      }
-      metadata["validation_valid"] = "true";
-      metadata["validation_validator_name"] = names;
-      metadata["valid"] = "true";
-      metadata["validator_name"] = std::move(names);
-    } else if (!validator_.empty()) {
-      metadata["validation_valid"] = "false";
-      metadata["validation_validator_name"] = validator_;
-      metadata["validation_reason"] = validation_reason_;
-      metadata["valid"] = "false";
-      metadata["validator_name"] = validator_;
-      metadata["reason"] = validation_reason_;
-    }
-  }
+  auto at = metadata.lower_bound(keys.circuit_breaker_open);
+  const auto put = [&](const std::string& key, std::string_view value) {
+    at = set_metadata_after(metadata, at, key, value);
+  };
   // The call ended on the breaker's rejection: a fallback that ran (rescued or not) ended it.
-  metadata["circuit_breaker_open"] = flag(breaker_rejected_ && !fallback_ran_);
-  metadata["fallback_used"] = flag(fallback_ran_);
-  if (fallback_ran_) metadata["fallback_failed"] = flag(!report_.fallback_source);
+  put(keys.circuit_breaker_open, flag(breaker_rejected_ && !fallback_ran_));
+  if (fallback_ran_) put(keys.fallback_failed, flag(!report_.fallback_source));
   if (!core_.fallback_sources.empty()) {
     const std::size_t failed = fallback_failures_.empty() ? 0 : fallback_failures_.size() - 1;
-    metadata["fallback_failure_count"] = std::to_string(failed);
+    put(keys.fallback_failure_count, std::to_string(failed));
   }
+  put(keys.fallback_used, flag(fallback_ran_));
   // The rate-limit summary, on every report; rate_limited and the provider's delay are the
   // primary's last attempt's.
-  metadata["rate_limit_encountered"] = flag(rate_limit_encountered_);
-  metadata["rate_limit_wait_seconds"] = seconds_text(rate_limit_wait_);
-  metadata["rate_limit_wait_exceeded"] = flag(rate_limit_wait_exceeded_);
-  bool last_rate_limited = false;
-  if (primary_attempts_ > 0) {
-    const auto& last = report_.attempts[static_cast<std::size_t>(primary_attempts_) - 1].metadata;
-    const auto limited = last.find("rate_limited");
-    last_rate_limited = limited != last.end() && limited->second == "true";
-    if (const auto after = last.find("rate_limit_retry_after_seconds"); after != last.end()) {
-      metadata["rate_limit_retry_after_seconds"] = after->second;
+  put(keys.rate_limit_encountered, flag(rate_limit_encountered_));
+  if (last_rate_limit_.retry_after) {
+    put(keys.rate_limit_retry_after_seconds, seconds_text(*last_rate_limit_.retry_after));
+  }
+  put(keys.rate_limit_wait_exceeded, flag(rate_limit_wait_exceeded_));
+  put(keys.rate_limit_wait_seconds, seconds_text(rate_limit_wait_));
+  put(keys.rate_limited, flag(last_rate_limit_.rate_limited));
+  // relprim's validation_* keys, and idem's own names (valid, validator_name, reason) beside.
+  const bool succeeded = report_.status == OperationStatus::succeeded;
+  const bool rejected = validation_performed_ && !succeeded && !validator_.empty();
+  std::string names;
+  if (validation_performed_ && succeeded) {
+    for (const auto& name : core_.validator_names) {
+      if (!names.empty()) names += ",";
+      names += name;
     }
   }
-  metadata["rate_limited"] = flag(last_rate_limited);
+  const bool valid = validation_performed_ && succeeded;
+  if (rejected) put(keys.reason, validation_reason_);
+  if (valid || rejected) put(keys.valid, flag(valid));
+  put(keys.validation_performed, flag(validation_performed_));
+  if (rejected) put(keys.validation_reason, validation_reason_);
+  if (valid || rejected) {
+    put(keys.validation_valid, flag(valid));
+    put(keys.validation_validator_name, valid ? names : validator_);
+    put(keys.validator_name, valid ? names : validator_);
+  }
   // Whether each timed-out attempt has ended by the time the call ends.
   for (const auto& [index, error] : timeouts_) {
     try {

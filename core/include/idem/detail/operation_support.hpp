@@ -131,8 +131,9 @@ class Lifecycle {
   };
 
   void record_failure(int attempt, std::string source, const FailureInfo& info);
-  // Writes the rate_limit* metadata every primary attempt carries (relprim's keys).
-  static void note_rate_limit(AttemptRecord& record, const RateLimitNote& note);
+  // Writes the rate_limit* metadata every primary attempt carries (relprim's keys), and keeps
+  // `note` as the primary's last for the report.
+  void note_rate_limit(AttemptRecord& record, const RateLimitNote& note);
   void note_validation(const FailureInfo& info);
   // Whether fallback_on accepts `error` (a failure it cannot test is not accepted).
   bool accepts_fallback(const std::exception_ptr& error) const;
@@ -174,6 +175,7 @@ class Lifecycle {
   bool rate_limit_encountered_ = false;
   bool rate_limit_wait_exceeded_ = false;
   std::chrono::nanoseconds rate_limit_wait_{0};
+  RateLimitNote last_rate_limit_{};  // the primary's last attempt's
   // Timed-out attempts (index into report_.attempts, the TimeoutError) for attempt_stopped.
   std::vector<std::pair<std::size_t, std::exception_ptr>> timeouts_{};
   std::vector<FallbackFailure> fallback_failures_{};
