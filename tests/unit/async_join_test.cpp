@@ -349,41 +349,15 @@ TEST(AsyncJoin, KeyHeldByAnotherProcessRejectsOrWaits) {
   EXPECT_EQ(status_of(r.report), "executed");
 }
 
-// An AsyncStore with no blocking twin: coroutine callers still join in this process.
+// An AsyncStore with no blocking twin: coroutine callers still join in this process. It keeps
+// the clock time of each renewal.
 class OpaqueStore final : public idem::async::AsyncStore {
  public:
-  idem::InMemoryIdempotencyStore memory;
-
- private:
-  bool do_needs_bytes() const noexcept override { return false; }
-  Task<idem::ClaimOutcome> do_claim(std::string_view key, std::optional<std::string_view> fp,
-                                    idem::Millis lease) override {
-    co_return memory.claim(key, fp, lease);
-  }
-  Task<bool> do_complete(std::string_view key, std::uint64_t token, idem::StoredValue value,
-                         const idem::ExecutionReport& report, idem::Millis ttl) override {
-    co_return memory.complete(key, token, std::move(value), report, ttl);
-  }
-  Task<bool> do_release(std::string_view key, std::uint64_t token) override {
-    co_return memory.release(key, token);
-  }
-  Task<bool> do_renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
-    co_return memory.renew(key, token, lease);
-  }
-  Task<std::optional<idem::IdempotencyRecord>> do_lookup(std::string_view key) override {
-    co_return memory.lookup(key);
-  }
-};
-
-// The owner's lease is renewed on the operation's clock, as the blocking coordinator's is: each
-// move of a ManualClock by a third of the lease makes one renewal due, without real time.
-class RenewalCountingStore final : public idem::async::AsyncStore {
- public:
-  explicit RenewalCountingStore(std::shared_ptr<idem::Clock> clock)
+  explicit OpaqueStore(std::shared_ptr<idem::Clock> clock = idem::system_clock())
       : memory(idem::InMemoryStoreOptions{.clock = clock}), clock_(std::move(clock)) {}
 
   idem::InMemoryIdempotencyStore memory;
-  std::vector<idem::WallTime> renewed_at;  // on the clock; the test's io thread only
+  std::vector<idem::WallTime> renewed_at;  // the test's io thread only
 
  private:
   bool do_needs_bytes() const noexcept override { return false; }
@@ -409,10 +383,35 @@ class RenewalCountingStore final : public idem::async::AsyncStore {
   std::shared_ptr<idem::Clock> clock_;
 };
 
+TEST(AsyncJoin, StoreWithoutABlockingTwinStillJoinsInProcess) {
+  asio::io_context io;
+  auto store = std::make_shared<OpaqueStore>();
+  std::atomic<int> calls{0};
+  auto op = idem::async::resilient(
+      [&](std::string) -> Task<int> {
+        ++calls;
+        co_await nap(20ms);
+        co_return 9;
+      },
+      {.name = "op",
+       .idempotency_key = [](const std::string& k) { return k; },
+       .idempotency_store = store,
+       .idempotency_lease = idem::Millis(30)});  // renewed on timers while it runs
+  std::vector<std::future<idem::OperationResult<int>>> results;
+  for (int i = 0; i < 5; ++i)
+    results.push_back(asio::co_spawn(io, op("k"), asio::use_future));
+  io.run();
+  for (auto& r : results)
+    EXPECT_EQ(r.get().value, 9);
+  EXPECT_EQ(calls.load(), 1);
+}
+
+// The owner's lease is renewed on the operation's clock, as the blocking coordinator's is: each
+// move of a ManualClock by a third of the lease makes one renewal due, without real time.
 TEST(AsyncJoin, AnOwnersLeaseIsRenewedOnTheOperationsClock) {
   asio::io_context io;
   auto clock = std::make_shared<idem::testing::ManualClock>();
-  auto store = std::make_shared<RenewalCountingStore>(clock);
+  auto store = std::make_shared<OpaqueStore>(clock);
   const idem::WallTime start = clock->wall_now();
   auto op = idem::async::resilient(
       [&](std::string) -> Task<int> {
@@ -436,29 +435,6 @@ TEST(AsyncJoin, AnOwnersLeaseIsRenewedOnTheOperationsClock) {
   ASSERT_EQ(store->renewed_at.size(), 6u);
   for (std::size_t i = 0; i < 6; ++i)
     EXPECT_EQ(store->renewed_at[i] - start, std::chrono::seconds(20 * (i + 1)));
-}
-
-TEST(AsyncJoin, StoreWithoutABlockingTwinStillJoinsInProcess) {
-  asio::io_context io;
-  auto store = std::make_shared<OpaqueStore>();
-  std::atomic<int> calls{0};
-  auto op = idem::async::resilient(
-      [&](std::string) -> Task<int> {
-        ++calls;
-        co_await nap(20ms);
-        co_return 9;
-      },
-      {.name = "op",
-       .idempotency_key = [](const std::string& k) { return k; },
-       .idempotency_store = store,
-       .idempotency_lease = idem::Millis(30)});  // renewed on timers while it runs
-  std::vector<std::future<idem::OperationResult<int>>> results;
-  for (int i = 0; i < 5; ++i)
-    results.push_back(asio::co_spawn(io, op("k"), asio::use_future));
-  io.run();
-  for (auto& r : results)
-    EXPECT_EQ(r.get().value, 9);
-  EXPECT_EQ(calls.load(), 1);
 }
 
 TEST(AsyncJoin, MultiThreadedIoContextOneExecutionPerKey) {
