@@ -19,16 +19,23 @@ packages=(
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   openssl
   python3
+  # `idem proxy` and idem::http: Boost.Beast (header-only) parses HTTP/1.1, toml++ reads its route
+  # file, cpp-httplib serves examples/http_middleware.cpp; its tests drive it with curl and Python
+  # clients against an aiohttp upstream.
+  libboost-dev libtomlplusplus-dev libcpp-httplib-dev curl python3-requests python3-aiohttp
 )
 # Extra groups: `format` adds clang-format (CI's check); `fuzz` adds clang, its libFuzzer
 # runtime and the LLVM binutils and linker it finds (scripts/fuzz.sh); `tools` adds what linting,
-# plotting and faster rebuilds need; `all` is every group.
+# plotting and faster rebuilds need; `bench` adds wrk and nginx (bench/http_proxy_bench.sh);
+# `all` is every group.
 for group in "$@"; do
   case "$group" in
     format) packages+=(clang-format) ;;
     fuzz) packages+=(clang libclang-rt-14-dev llvm lld) ;;
     tools) packages+=(clang-format clang-tidy python3-matplotlib ccache) ;;
-    all) packages+=(clang-format clang libclang-rt-14-dev llvm lld clang-tidy python3-matplotlib ccache) ;;
+    bench) packages+=(wrk nginx-light) ;;
+    all) packages+=(clang-format clang libclang-rt-14-dev llvm lld clang-tidy python3-matplotlib ccache
+                    wrk nginx-light) ;;
     *) echo "install-deps.sh: unknown group '$group'" >&2; exit 2 ;;
   esac
 done
