@@ -258,6 +258,10 @@ async::Task<Decision> Guard::begin(const Request& request) {
                  waited);
           co_return decision;
         }
+        if (!waited) {
+          event.kind = GuardEvent::Kind::waiting;
+          shared->emit(event);
+        }
         const auto wait = std::min<std::chrono::nanoseconds>(poll, *deadline - now);
         asio::steady_timer timer(co_await asio::this_coro::executor,
                                  std::chrono::duration_cast<asio::steady_timer::duration>(wait));

@@ -273,6 +273,7 @@ TEST_F(HttpGuard, JoinWaitsForTheRunningRequestAndReplaysIt) {
   EXPECT_EQ(second->response().body, "joined");
   EXPECT_EQ(idem::http::find_header(second->response().headers, "Idempotent-Replayed"), "true");
   ASSERT_EQ(count(GuardEvent::Kind::replayed), 1u);
+  EXPECT_EQ(count(GuardEvent::Kind::waiting), 1u);
   EXPECT_TRUE(events_.back().waited);
 }
 

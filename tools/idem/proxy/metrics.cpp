@@ -119,6 +119,9 @@ void Metrics::on_guard_event(const idem::http::GuardEvent& event) noexcept {
       r.decisions[1].fetch_add(1, std::memory_order_relaxed);
       if (event.took_over) r.takeovers.fetch_add(1, std::memory_order_relaxed);
       break;
+    case Kind::waiting:
+      r.waits.fetch_add(1, std::memory_order_relaxed);
+      break;
     case Kind::replayed:
       r.decisions[2].fetch_add(1, std::memory_order_relaxed);
       if (event.waited) r.joins.fetch_add(1, std::memory_order_relaxed);
@@ -179,6 +182,9 @@ std::string Metrics::render() const {
   }
   each_route("idem_proxy_replays_total", "counter", "Responses replayed from the store.",
              [](const PerRoute& r) { return r.decisions[2].load(std::memory_order_relaxed); });
+  each_route("idem_proxy_waits_total", "counter",
+             "Requests that found their key's request running and waited for it.",
+             [](const PerRoute& r) { return r.waits.load(std::memory_order_relaxed); });
   each_route("idem_proxy_joins_total", "counter",
              "Replays after waiting for the key's running request.",
              [](const PerRoute& r) { return r.joins.load(std::memory_order_relaxed); });

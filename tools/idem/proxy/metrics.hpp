@@ -2,8 +2,9 @@
 //
 //   idem_proxy_requests_total{route,decision}      passed, forwarded, replayed, refused
 //   idem_proxy_replays_total{route}                 answered from the store
-//   idem_proxy_joins_total{route}                   replays after waiting for the running request
-//   idem_proxy_conflicts_total{route}               409 while the key's request ran
+//   idem_proxy_waits_total{route}                   requests that found their key running and
+//   waited idem_proxy_joins_total{route}                   replays after waiting for the running
+//   request idem_proxy_conflicts_total{route}               409 while the key's request ran
 //   idem_proxy_rejections_total{reason}             every response the proxy made itself, by code
 //   idem_proxy_outcomes_total{route,result}         kept, released, fenced
 //   idem_proxy_takeovers_total{route}               claims taken over after a dead owner's lease
@@ -84,6 +85,7 @@ class Metrics {
   struct PerRoute {
     std::string name;
     std::array<std::atomic<std::uint64_t>, kDecisions> decisions{};
+    std::atomic<std::uint64_t> waits{0};
     std::atomic<std::uint64_t> joins{0};
     std::atomic<std::uint64_t> conflicts{0};
     std::atomic<std::uint64_t> kept{0};

@@ -301,18 +301,19 @@ class Connection final : public ConnectionBase,
       Metrics& metrics;
       ~InFlight() { metrics.in_flight.fetch_sub(1, std::memory_order_relaxed); }
     } in_flight{*shared.metrics};
-    const bool keep = meta.keep_alive && !shared.draining;
+    // Read again before each response: a drain that started meanwhile closes the connection.
+    const auto keep_alive = [&] { return meta.keep_alive && !shared.draining; };
     request.client_subject = client_subject_;
     idem::http::Decision decision = co_await shared.guard->begin(request);
     if (decision.action() == idem::http::Decision::Action::respond) {
       const bool replayed =
           idem::http::find_header(decision.response().headers, idem::http::kReplayedField)
               .has_value();
-      const std::string bytes = serialize_response(decision.response(), keep, meta.head);
+      const std::string bytes = serialize_response(decision.response(), keep_alive(), meta.head);
       const bool written = co_await write_all(bytes);
       finish_log(request, decision, replayed ? "replayed" : "refused", decision.response().status,
                  started, std::nullopt);
-      co_return written&& keep;
+      co_return written&& keep_alive();
     }
     const std::string_view decision_name = decision.holds_claim() ? "forwarded" : "passed";
     const idem::http::Headers extra = {{"X-Forwarded-For", remote_},
@@ -351,10 +352,10 @@ class Connection final : public ConnectionBase,
         // It may have been acted on: kept only under keep_transient, released otherwise.
         out = co_await decision.finish(std::move(problem));
       }
-      const std::string bytes = serialize_response(out, keep, meta.head);
+      const std::string bytes = serialize_response(out, keep_alive(), meta.head);
       const bool written = co_await write_all(bytes);
       finish_log(request, decision, decision_name, status, started, upstream_time);
-      co_return written&& keep;
+      co_return written&& keep_alive();
     }
     shared.metrics->on_upstream_duration(route, upstream_time);
     ResponseReader& reader = *exchange.reader;
@@ -370,20 +371,20 @@ class Connection final : public ConnectionBase,
       std::string bytes;
       if (meta.head) {
         bytes = serialize_response_head(out.status, out.headers, Framing::length,
-                                        reader.content_length(), keep);
+                                        reader.content_length(), keep_alive());
       } else {
-        bytes = serialize_response(out, keep);
+        bytes = serialize_response(out, keep_alive());
       }
       const bool written = co_await write_all(bytes);
       finish_log(request, decision, decision_name, out.status, started, upstream_time);
-      co_return written&& keep;
+      co_return written&& keep_alive();
     }
     // Too large to keep or to buffer: the key is released and the body streamed.
     co_await decision.release();
     const Framing framing = reader.content_length() ? Framing::length
                             : meta.version == 11    ? Framing::chunked
                                                     : Framing::close;
-    bool alive = keep && framing != Framing::close;
+    bool alive = keep_alive() && framing != Framing::close;
     std::string bytes = serialize_response_head(response.status, response.headers, framing,
                                                 reader.content_length(), alive);
     for (;;) {

@@ -298,6 +298,10 @@ ResponseReader::Step ResponseReader::feed(std::string_view data, std::size_t& us
 }
 
 ResponseReader::Step ResponseReader::eof() {
+  if (!parser_->parser->got_some()) {  // put_eof() needs at least one byte
+    error_ = "the upstream closed the connection without a response";
+    return Step::error;
+  }
   beast::error_code ec;
   parser_->parser->put_eof(ec);
   if (ec) {

@@ -57,6 +57,7 @@ struct GuardEvent {
   enum class Kind {
     passed,    // forwarded unguarded (no route, or no key on an optional route)
     claimed,   // forwarded holding the key's claim (took_over: after a dead owner's lease)
+    waiting,   // found the key's request running and began to wait for it (once per request)
     replayed,  // answered from the store (waited: after waiting for the first request)
     refused,   // answered with a problem (`refusal`)
     kept,      // finish() completed the record
