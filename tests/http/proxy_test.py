@@ -782,6 +782,11 @@ class DedicatedProxyCase(unittest.TestCase):
                                     text=True, timeout=LIMIT)
             self.assertEqual(result.returncode, 2, text)
             self.assertIn(named, result.stderr, text)
+        example = subprocess.run([IDEM, "proxy", "--check", "--config",
+                                  os.path.join(HERE, "..", "..", "examples", "idem-proxy.toml")],
+                                 capture_output=True, text=True, timeout=LIMIT)
+        self.assertEqual(example.returncode, 0, example.stderr)
+        self.assertIn("3 route(s)", example.stdout)
         ok = subprocess.run([IDEM, "proxy", "--check", "--upstream", "127.0.0.1:1", "--store",
                              "memory://", "--require-key", "--while-running", "reject"],
                             capture_output=True, text=True, timeout=LIMIT)
