@@ -1,5 +1,6 @@
 #include "wire.hpp"
 
+#include <algorithm>
 #include <boost/asio/buffer.hpp>
 #include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/core/error.hpp>
@@ -24,6 +25,12 @@ namespace beast = boost::beast;
 namespace bhttp = boost::beast::http;
 
 namespace {
+
+// Boost 1.74's chunk parser, once it has seen the last chunk ("0\r\n") but not the end of the
+// trailer, asserts that the next call brings at least 5 bytes (parse_chunk_header): a parser that
+// consumed nothing of a non-empty input is called again only when at least this many wait (a
+// chunked body that goes on always has them).
+constexpr std::size_t kChunkRetryBytes = 5;
 
 std::string_view view(beast::string_view text) noexcept {
   return {text.data(), text.size()};
@@ -157,8 +164,10 @@ RequestReader::Step RequestReader::feed(std::string_view data, std::size_t& used
   }
   while (!parser.is_done() && used < data.size()) {
     const std::string_view rest = data.substr(used);
+    if (rest.size() < retry_at_) break;
     const std::size_t n = parser.put(boost::asio::buffer(rest.data(), rest.size()), ec);
     used += n;
+    retry_at_ = n == 0 ? std::max(kChunkRetryBytes, rest.size() + 1) : 0;
     if (ec == bhttp::error::need_more) break;
     if (ec == bhttp::error::body_limit) {
       return fail(413, "body-too-large",
@@ -213,6 +222,7 @@ idem::http::Request RequestReader::take() {
   parser_->parser->body_limit(max_body_);
   header_seen_ = false;
   started_ = false;
+  retry_at_ = 0;
   return request;
 }
 
@@ -236,6 +246,7 @@ void ResponseReader::restart() {
   // the empty optional and refuses every body.)
   parser_->parser->body_limit(std::numeric_limits<std::uint64_t>::max());
   parser_->parser->skip(head_request_);
+  retry_at_ = 0;
 }
 
 ResponseReader::Step ResponseReader::feed(std::string_view data, std::size_t& used,
@@ -252,7 +263,11 @@ ResponseReader::Step ResponseReader::feed(std::string_view data, std::size_t& us
       return Step::error;
     }
     const int status = static_cast<int>(parser.get().result_int());
-    if (status >= 100 && status < 200) {
+    if (status < 100 || status > 599) {  // Beast takes any three digits; HTTP has 1xx-5xx
+      error_ = "the upstream answered with status " + std::to_string(status);
+      return Step::error;
+    }
+    if (status < 200) {
       if (status == 101) {
         error_ = "the upstream switched protocols, which the proxy does not relay";
         return Step::error;
@@ -279,9 +294,11 @@ ResponseReader::Step ResponseReader::feed(std::string_view data, std::size_t& us
     parser.get().body().data = buffer;
     parser.get().body().size = sizeof buffer;
     const std::string_view rest = data.substr(used);
+    if (rest.empty() || rest.size() < retry_at_) break;
     const std::size_t n = parser.put(boost::asio::buffer(rest.data(), rest.size()), ec);
     used += n;
     const std::size_t written = sizeof buffer - parser.get().body().size;
+    retry_at_ = n == 0 && written == 0 ? std::max(kChunkRetryBytes, rest.size() + 1) : 0;
     body.append(buffer, written);
     if (ec == bhttp::error::need_buffer) {
       ec = {};

@@ -80,6 +80,7 @@ class RequestReader {
   WireError error_;
   bool started_ = false;
   bool header_seen_ = false;
+  std::size_t retry_at_ = 0;  // feed the parser again only with this many bytes (wire.cpp)
 };
 
 class ResponseReader {
@@ -122,6 +123,7 @@ class ResponseReader {
   std::optional<std::uint64_t> content_length_;
   bool header_done_ = false;
   std::string error_;
+  std::size_t retry_at_ = 0;
 };
 
 // The request to the upstream: `request` with its connection and framing fields dropped (and
