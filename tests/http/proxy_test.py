@@ -646,6 +646,15 @@ class DedicatedProxyCase(unittest.TestCase):
         headers.update(kwargs.pop("headers", {}))
         return requests.post(proxy.url(path), headers=headers, timeout=LIMIT, **kwargs)
 
+    def test_the_memory_store_serves_one_process(self):
+        proxy = self.start(store="memory://")
+        k = key()
+        first = self.post(proxy, "/m", k)
+        self.assertEqual(first.status_code, 201)
+        again = self.post(proxy, "/m", k)
+        self.assertEqual(again.headers.get("Idempotent-Replayed"), "true")
+        self.assertEqual(again.content, first.content)
+
     def test_upstream_down_is_502_and_releases_the_key(self):
         with socket.socket() as unused:
             unused.bind(("127.0.0.1", 0))
