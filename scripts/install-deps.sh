@@ -13,10 +13,14 @@
 #           coroutine face's Asio, the Redis, PostgreSQL and RabbitMQ client libraries, and the
 #           servers scripts/servers.sh runs for the tests (redis-server, postgresql and
 #           rabbitmq-server: installing the last two on Debian also starts them as services);
-#           the sqlite3 shell, fmt (the soak run), openssl and python3 (scripts/servers.sh)
+#           the sqlite3 shell, fmt (the soak run), openssl and python3 (scripts/servers.sh);
+#           for `idem proxy` and idem::http, Boost.Beast (header-only) to parse HTTP/1.1, toml++
+#           for its route file, cpp-httplib for examples/http_middleware.cpp, and curl and
+#           Python's requests and aiohttp to drive it and serve as its upstream in the tests
 #   format  clang-format (CI's check)
 #   fuzz    clang, its libFuzzer runtime and the LLVM binutils and linker it finds (scripts/fuzz.sh)
 #   tools   what linting, plotting and faster rebuilds need
+#   bench   wrk and nginx (bench/http_proxy_bench.sh)
 #   all     every group
 set -euo pipefail
 
@@ -34,19 +38,23 @@ test_packages=(
   libgtest-dev libgmock-dev libbenchmark-dev libfmt-dev sqlite3 libasio-dev
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   openssl python3
+  libboost-dev libtomlplusplus-dev libcpp-httplib-dev curl python3-requests python3-aiohttp
 )
 format_packages=(clang-format)
 fuzz_packages=(clang libclang-rt-14-dev llvm lld)
 tools_packages=(clang-format clang-tidy python3-matplotlib ccache)
+bench_packages=(wrk nginx-light)
 for group in "$@"; do
   case "$group" in
     test) packages+=("${test_packages[@]}") ;;
     format) packages+=("${format_packages[@]}") ;;
     fuzz) packages+=("${fuzz_packages[@]}") ;;
     tools) packages+=("${tools_packages[@]}") ;;
+    bench) packages+=("${bench_packages[@]}") ;;
     all) packages+=("${test_packages[@]}" "${format_packages[@]}" "${fuzz_packages[@]}"
-                    "${tools_packages[@]}") ;;
-    *) echo "install-deps.sh: unknown group '$group' (test, format, fuzz, tools, all)" >&2; exit 2 ;;
+                    "${tools_packages[@]}" "${bench_packages[@]}") ;;
+    *) echo "install-deps.sh: unknown group '$group' (test, format, fuzz, tools, bench, all)" >&2
+       exit 2 ;;
   esac
 done
 

@@ -9,6 +9,7 @@
 #include "demo.hpp"
 #include "exit_codes.hpp"
 #include "outbox_commands.hpp"
+#include "proxy/proxy_command.hpp"
 #include "store_commands.hpp"
 
 namespace {
@@ -117,6 +118,7 @@ int main(int argc, char** argv) {
 
   idem::cli::add_store_commands(app);   // stats, purge, inspect (run from their callbacks)
   idem::cli::add_outbox_commands(app);  // relay (run from its callback)
+  idem::cli::add_proxy_command(app);    // proxy (run from its callback)
   app.allow_extras();                   // an unknown command or option: named below
   // Every usage error exits with kUsage and one line (CLI11's own exit codes, 104-114, would
   // leak otherwise); the store commands end the parse from their callbacks with
