@@ -20,7 +20,7 @@ constexpr const char* kLedgerColumns =
 // The consumer of run_sql()'s own marker, deleted in the transaction that made it.
 constexpr const char* kSqlConsumer = "idem-demo-sql";
 
-std::string quoted(const std::string& identifier) {
+[[maybe_unused]] std::string quoted(const std::string& identifier) {
   return "\"" + identifier + "\"";
 }
 

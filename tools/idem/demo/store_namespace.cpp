@@ -56,7 +56,7 @@ std::string percent_decoded(std::string_view text) {
   return out;
 }
 
-std::string percent_encoded(std::string_view text) {
+[[maybe_unused]] std::string percent_encoded(std::string_view text) {
   static constexpr char kHex[] = "0123456789ABCDEF";
   std::string out;
   for (const char c : text) {
