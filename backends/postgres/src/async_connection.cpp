@@ -202,7 +202,7 @@ void AsyncConnection::start_connect() {
   connect_timer_.async_wait(
       [self = shared_from_this(), generation = generation_](const asio::error_code& ec) {
         if (ec || generation != self->generation_ || self->phase_ != Phase::connecting) return;
-        self->connect_failed(connect_timeout_error(self->options_, self->target_));
+        self->connect_failed(connect_timeout_error(self->options_, self->target_, self->conn_));
       });
   connect_step(PGRES_POLLING_WRITING);
 }

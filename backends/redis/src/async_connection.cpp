@@ -36,6 +36,7 @@
 #include "idem/net/stream.hpp"
 #include "idem/net/tls.hpp"
 #include "idem/redis/redis_error.hpp"
+#include "internal.hpp"
 #include "resp.hpp"
 #include "tls_support.hpp"
 
@@ -279,8 +280,8 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     phase = Phase::connecting;
     try {
       addresses = net::resolve(options.host, options.port);
-    } catch (const std::system_error& e) {
-      connect_failed(e.code().value(), e.what());
+    } catch (const net::ResolveError& e) {
+      fail_connect(detail::resolve_error(endpoint, e.what(), e.temporary()));
       return;
     }
     address_index = 0;
@@ -351,16 +352,16 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   }
 
   void connect_failed(int error_number, const std::string& detail) {
+    fail_connect(detail::connect_error(endpoint, error_number, detail));
+  }
+
+  // Every queued request fails with `error`; the next connect waits out the backoff.
+  void fail_connect(const RedisError& error) {
     ++stats_connect_failures;
     phase = Phase::idle;
     backoff = backoff.count() == 0 ? kFirstBackoff : std::min(backoff * 2, kMaxBackoff);
     next_attempt = SteadyClock::now() + backoff;
-    const bool timed_out = is_timeout(error_number);
-    const std::string message = "idem redis: connect to " + endpoint + ": " + detail;
-    fail_queue([&] {
-      return std::make_exception_ptr(RedisError(RedisFailure::connect, message,
-                                                /*retryable=*/true, /*in_doubt=*/false, timed_out));
-    });
+    fail_queue([&] { return std::make_exception_ptr(error); });
   }
 
   template <class MakeError>
@@ -426,6 +427,23 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     backoff = backoff.count() == 0 ? kFirstBackoff : std::min(backoff * 2, kMaxBackoff);
     next_attempt = SteadyClock::now() + backoff;
     const RedisError error = detail::tls_error(endpoint, cause);
+    for (auto& request : lost)
+      if (request->waiter) request->waiter->complete(std::make_exception_ptr(error), {});
+    fail_queue([&] { return std::make_exception_ptr(error); });
+  }
+
+  // The first bytes of this socket are not RESP: something else listens there. Everything
+  // sent or queued fails with wrong_protocol.
+  void not_redis() {
+    auto lost = std::move(inflight);
+    inflight.clear();
+    close_socket();
+    ++stats_connect_failures;
+    phase = Phase::idle;
+    backoff = backoff.count() == 0 ? kFirstBackoff : std::min(backoff * 2, kMaxBackoff);
+    next_attempt = SteadyClock::now() + backoff;
+    const std::string what = lost.empty() ? std::string("connect") : lost.front()->what;
+    const RedisError error = detail::not_redis_error(what, endpoint, first_bytes);
     for (auto& request : lost)
       if (request->waiter) request->waiter->complete(std::make_exception_ptr(error), {});
     fail_queue([&] { return std::make_exception_ptr(error); });
@@ -614,14 +632,23 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
         refuse_tls(detail::tls_record_on_plaintext());
         return;
       }
+      if (socket_bytes_read == 0) {
+        first_bytes.assign(read_buffer.data(), std::min<std::size_t>(r.bytes, 16));
+        replied = false;
+      }
       socket_bytes_read += r.bytes;
       try {
         reader->feed(read_buffer.data(), r.bytes);
         while (auto reply = reader->next()) {
+          replied = true;
           deliver(std::move(*reply));
           if (gen != generation) return;  // a handshake failure dropped the connection
         }
       } catch (const detail::ProtocolError& e) {
+        if (!replied) {
+          not_redis();
+          return;
+        }
         drop(0, std::string("protocol error: ") + e.what(), /*protocol=*/true);
         return;
       }
@@ -758,6 +785,8 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   bool flush_scheduled = false;
   bool tls_handshaking = false;
   std::uint64_t socket_bytes_read = 0;  // on this socket: 0 until its first reply
+  bool replied = false;                 // a whole reply arrived on this socket
+  std::string first_bytes;              // the first bytes of this socket, for wrong_protocol
   std::uint64_t generation = 0;
   std::deque<std::unique_ptr<Request>> queue;     // not written yet
   std::deque<std::unique_ptr<Request>> inflight;  // batched (being) written, reply awaited
