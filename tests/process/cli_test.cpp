@@ -94,7 +94,32 @@ TEST(Cli, VersionPrintsTheVersionAndExitsZero) {
   IDEM_REQUIRE_CLI();
   const CliRun run = run_cli({"--version"});
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(run.output, std::string("idem ") + IDEM_TEST_VERSION + "\n");
+  EXPECT_EQ(run.output.rfind(std::string("idem ") + IDEM_TEST_VERSION + "\nfaces: blocking", 0), 0u)
+      << run.output;
+  EXPECT_NE(run.output.find("\nbackends: memory"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("\ntransports: "), std::string::npos) << run.output;
+  EXPECT_EQ(run_cli({"-v"}).output, run.output) << "-v is --version";
+}
+
+// The help names `idem`, shows a required URL as required and no CLI11 type strings; an unknown
+// command is an error even with --help after it; `idem help` and `idem help COMMAND` work.
+TEST(Cli, HelpSpeaksIdem) {
+  IDEM_REQUIRE_CLI();
+  const CliRun stats = run_cli({"stats", "--help"});
+  EXPECT_EQ(stats.exit_code, 0) << stats.output;
+  EXPECT_NE(stats.output.find("Usage: idem stats [OPTIONS] URL\n"), std::string::npos)
+      << stats.output;
+  EXPECT_EQ(run_cli({"help", "stats"}).output, stats.output);
+  const CliRun demo = run_cli({"help", "demo"});
+  EXPECT_EQ(demo.exit_code, 0) << demo.output;
+  for (const char* noise : {"UINT", "INT:", "FLOAT", "in [", "TEXT:"})
+    EXPECT_EQ(demo.output.find(noise), std::string::npos) << noise << " in:\n" << demo.output;
+  EXPECT_NE(demo.output.find("(0.01 to 0.99)"), std::string::npos) << demo.output;
+  const CliRun main_help = run_cli({"help"});
+  EXPECT_EQ(main_help.exit_code, 0) << main_help.output;
+  EXPECT_EQ(main_help.output, run_cli({"--help"}).output);
+  expect_usage_error({"frobnicate", "--help"}, "idem: unknown command 'frobnicate'", "frobnicate");
+  expect_usage_error({"help", "frobnicate"}, "idem: unknown command 'frobnicate'", "frobnicate");
 }
 
 TEST(Cli, HelpExitsZero) {
