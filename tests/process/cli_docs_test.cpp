@@ -52,7 +52,7 @@ std::string trim_blank_lines(std::string text) {
 
 TEST(CliDocs, EveryMessageSampleIsWhatTheBinaryPrints) {
   IDEM_REQUIRE_CLI();
-  const fs::path docs = fs::path(__FILE__).parent_path().parent_path().parent_path() / "docs";
+  const fs::path docs = IDEM_DOCS_DIR;
   std::ifstream markdown(docs / "cli.md");
   ASSERT_TRUE(markdown) << "cannot read " << (docs / "cli.md");
   const std::string version_line = idem::test::run_cli({"--version"}).output;
