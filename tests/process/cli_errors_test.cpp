@@ -4,15 +4,9 @@
 // Each is its own message and error code, marked retryable only where trying again may help;
 // messages name the URL's parts in the URL's words (no function or options struct of the
 // library) and echo the URL as the user wrote it.
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "../free_port.hpp"
@@ -23,47 +17,8 @@ namespace {
 
 using idem::test::CliRun;
 using idem::test::has;
+using idem::test::HttpListener;
 using idem::test::run_cli;
-
-// A listener on 127.0.0.1 that answers whatever arrives first with an HTTP error and closes, as
-// a web server does with a request it cannot parse.
-class HttpListener {
- public:
-  HttpListener()
-      : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)),
-        port_(idem::test::detail::bind_loopback(fd_, 16)),
-        thread_([this] { serve(); }) {}
-  ~HttpListener() {
-    stop_ = true;
-    ::shutdown(fd_, SHUT_RDWR);  // wakes accept()
-    thread_.join();
-    ::close(fd_);
-  }
-  HttpListener(const HttpListener&) = delete;
-  HttpListener& operator=(const HttpListener&) = delete;
-
-  int port() const { return port_; }
-
- private:
-  void serve() {
-    while (!stop_) {
-      const int client = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (client < 0) continue;
-      char buffer[512];
-      (void)::recv(client, buffer, sizeof buffer, 0);
-      static constexpr char kReply[] =
-          "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\nContent-Length: 11\r\n"
-          "Connection: close\r\n\r\n<html></html>";
-      (void)::send(client, kReply, sizeof kReply - 1, MSG_NOSIGNAL);
-      ::close(client);
-    }
-  }
-
-  int fd_;
-  int port_;
-  std::atomic<bool> stop_{false};
-  std::thread thread_;
-};
 
 // The backends and transports this idem was built with, from --version.
 bool built(const std::string& part) {
