@@ -12,6 +12,7 @@
 namespace {
 
 using idem::test::CliRun;
+using idem::test::has;
 using idem::test::run_cli;
 
 std::size_t count(const std::string& text, const std::string& part) {
@@ -66,6 +67,30 @@ TEST(Cli, AMalformedValueIsAUsageError) {
   for (const char* hops : {"0", "3", "x", "-1"})
     expect_usage_error({"demo", "--hops", hops}, "idem demo: ", "--hops");
   expect_usage_error({"demo", "--hops"}, "idem demo: ", "--hops");
+}
+
+// CLI11's own texts are put in idem's words: the value quoted, ranges as the user writes them,
+// no type strings.
+TEST(Cli, ParseErrorsSpeakIdem) {
+  IDEM_REQUIRE_CLI();
+  expect_usage_error({"demo", "--events", "many"},
+                     "idem demo: ", "--events: 'many' is not a number (expected 1 to 10000000)");
+  expect_usage_error({"demo", "--kill-at", "1"},
+                     "idem demo: ", "--kill-at: 1 is out of range (expected 0.01 to 0.99)");
+  expect_usage_error({"demo", "--mode", "sometimes"}, "idem demo: ",
+                     "--mode: 'sometimes' is not transactional, exclusive or check_then_mark");
+  expect_usage_error({"demo", "--events"}, "idem demo: ", "--events: a value is required");
+  expect_usage_error({"demo", "--seed", "abc"}, "idem demo: ", "--seed: 'abc' is not a number");
+  expect_usage_error({"demo", "extra"}, "idem demo: ", "unexpected argument 'extra'");
+  expect_usage_error({"demo", "--bogus"}, "idem demo: ", "unknown option '--bogus'");
+  for (const char* noise : {"Value ", "UINT", "INT in", "not expected", "Could not convert"}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"demo", "--events", "many"},
+          std::vector<std::string>{"demo", "--events"}, std::vector<std::string>{"demo", "x"},
+          std::vector<std::string>{"demo", "--seed", "abc"}}) {
+      EXPECT_FALSE(has(run_cli(args), noise)) << noise;
+    }
+  }
 }
 
 // --hops 2 needs transactional mode (the follow-ups are outbox rows of the marker's

@@ -166,8 +166,8 @@ int guarded(std::string_view command, const std::string& url, const std::vector<
   };
   try {
     if (!extra.empty()) {
-      throw UsageError("unexpected argument '" + printable(extra.front(), 64) + "' (see idem " +
-                       std::string(command) + " --help)");
+      throw UsageError("unexpected argument '" + printable(extra.front(), 64) + "' (see 'idem " +
+                       std::string(command) + " --help')");
     }
     if (url.empty()) {
       throw UsageError(

@@ -6,6 +6,7 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <regex>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -52,6 +53,57 @@ std::string listed(const std::vector<std::string>& names) {
   for (std::size_t i = 0; i < names.size(); ++i) {
     text += names[i];
     text += i + 2 == names.size() ? " or " : i + 1 == names.size() ? "" : ", ";
+  }
+  return text;
+}
+
+// A number as CLI11 prints a range's end ("0.010000") as a user writes it ("0.01").
+std::string plain_number(std::string text) {
+  if (text.find('.') == std::string::npos) return text;
+  while (text.back() == '0')
+    text.pop_back();
+  if (text.back() == '.') text.pop_back();
+  return text;
+}
+
+bool is_number(const std::string& text) {
+  static const std::regex kNumber(R"(-?[0-9]+(\.[0-9]+)?)");
+  return std::regex_match(text, kNumber);
+}
+
+// CLI11's parse errors in idem's words: the value quoted, ranges as a user writes them, no type
+// strings ("1 required UINT:INT in [1 - 10000000] missing") and no capitalised sentences.
+std::string plain_parse_error(const std::string& text) {
+  std::smatch m;
+  static const std::regex kRange(R"(^(--[\w-]+): Value (.*) not in range (\S+) to (\S+)$)");
+  static const std::regex kMember(R"(^(--[\w-]+): (.*) not in \{(.*)\}$)");
+  static const std::regex kMissing(R"(^(--[\w-]+): [0-9]+ required .* missing$)");
+  static const std::regex kConvert(R"(^Could not convert: (--[\w-]+) = (.*)$)");
+  static const std::regex kExtra(
+      R"(^The following arguments? (?:was|were) not expected: (\S+).*$)");
+  if (std::regex_match(text, m, kRange)) {
+    const std::string range =
+        "expected " + plain_number(m[3].str()) + " to " + plain_number(m[4].str());
+    if (!is_number(m[2].str()))
+      return m[1].str() + ": '" + m[2].str() + "' is not a number (" + range + ")";
+    return m[1].str() + ": " + m[2].str() + " is out of range (" + range + ")";
+  }
+  if (std::regex_match(text, m, kMember)) {
+    std::vector<std::string> names;
+    std::string list = m[3].str();
+    for (std::size_t at = 0; at <= list.size();) {
+      const std::size_t comma = std::min(list.find(',', at), list.size());
+      names.push_back(list.substr(at, comma - at));
+      at = comma + 1;
+    }
+    return m[1].str() + ": '" + m[2].str() + "' is not " + listed(names);
+  }
+  if (std::regex_match(text, m, kMissing)) return m[1].str() + ": a value is required";
+  if (std::regex_match(text, m, kConvert))
+    return m[1].str() + ": '" + m[2].str() + "' is not a number";
+  if (std::regex_match(text, m, kExtra)) {
+    const std::string word = m[1].str();
+    return (word.starts_with('-') ? "unknown option '" : "unexpected argument '") + word + "'";
   }
   return text;
 }
@@ -238,7 +290,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     const std::string command = command_name(app);
-    std::cerr << command << ": " << e.what() << " (see '" << command << " --help')\n";
+    std::cerr << command << ": " << plain_parse_error(e.what()) << " (see '" << command
+              << " --help')\n";
     return cli::kUsage;
   }
   const std::string command = command_name(app);
