@@ -200,11 +200,14 @@ class Completion<void(Args...), InlineSize> {
     Stored* stored = get<Stored>(storage);
     // Out of the storage first: the handler may destroy the object that holds this Completion.
     auto handler = std::move(stored->handler);
+    // The work stays here, not in the posted function, until asio::post has returned. Posted
+    // from another thread (the SQLite offload's worker), the function may run at once, and with
+    // the work in it gone the context's run() may return and the context be destroyed while
+    // asio::post is still waking one of its threads.
     auto work = std::move(stored->work);
     destroy<Stored>(storage);
     const auto executor = asio::get_associated_executor(handler, work);
-    asio::post(executor, [handler = std::move(handler), work = std::move(work),
-                          ... args = std::move(args)]() mutable {
+    asio::post(executor, [handler = std::move(handler), ... args = std::move(args)]() mutable {
       asio::get_associated_cancellation_slot(handler).clear();
       std::move(handler)(std::move(args)...);
     });
