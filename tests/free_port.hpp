@@ -1,12 +1,15 @@
 // Loopback sockets for tests that need a port: one nothing listens on, or a listener that never
-// speaks (a server that accepts TCP connections, or lets the kernel do it, and then hangs).
+// speaks (a server that accepts TCP connections, or lets the kernel do it, and then hangs), or
+// one that answers as a web server does (something that is not the server a client expects).
 #pragma once
 
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <stdexcept>
+#include <thread>
 
 namespace idem::test {
 
@@ -61,6 +64,46 @@ class LoopbackListener {
  private:
   int fd_;
   int port_;
+};
+
+// A listener on 127.0.0.1 that answers whatever arrives first with an HTTP error and closes, as
+// a web server does with a request it cannot parse.
+class HttpListener {
+ public:
+  HttpListener()
+      : fd_(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)),
+        port_(detail::bind_loopback(fd_, 16)),
+        thread_([this] { serve(); }) {}
+  ~HttpListener() {
+    stop_ = true;
+    ::shutdown(fd_, SHUT_RDWR);  // wakes accept()
+    thread_.join();
+    ::close(fd_);
+  }
+  HttpListener(const HttpListener&) = delete;
+  HttpListener& operator=(const HttpListener&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      const int client = ::accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      char buffer[512];
+      (void)::recv(client, buffer, sizeof buffer, 0);
+      static constexpr char kReply[] =
+          "HTTP/1.1 400 Bad Request\r\nContent-Type: text/html\r\nContent-Length: 11\r\n"
+          "Connection: close\r\n\r\n<html></html>";
+      (void)::send(client, kReply, sizeof kReply - 1, MSG_NOSIGNAL);
+      ::close(client);
+    }
+  }
+
+  int fd_;
+  int port_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
 };
 
 }  // namespace idem::test

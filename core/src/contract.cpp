@@ -3,6 +3,7 @@
 #include <string>
 
 #include "idem/error.hpp"
+#include "idem/idempotency_store.hpp"
 #include "idem/key.hpp"
 
 namespace idem::detail {
@@ -14,6 +15,24 @@ void check_marker_key(std::string_view consumer, std::string_view event_id) {
 
 void check_idempotency_key(std::string_view key) {
   validate_key("idempotency key", key);
+}
+
+void check_key_prefix(std::string_view prefix) {
+  if (prefix.size() > kMaxKeyLength) {
+    throw InvalidKey("key prefix is too long (" + std::to_string(prefix.size()) +
+                     " bytes, at most " + std::to_string(kMaxKeyLength) + ")");
+  }
+  for (const char c : prefix) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) throw InvalidKey("key prefix contains a control character");
+  }
+}
+
+void check_list_limit(std::size_t limit) {
+  if (limit == 0 || limit > kMaxListLimit) {
+    throw InvalidArgument("list: limit must be 1 to " + std::to_string(kMaxListLimit) + " (got " +
+                          std::to_string(limit) + ")");
+  }
 }
 
 void check_lease(Millis lease) {

@@ -16,34 +16,68 @@ namespace {
 detail::UrlDuration bad_duration(std::string_view text, std::string_view problem) {
   return {{},
           "duration '" + detail::printable(text, 64) + "' " + std::string(problem) +
-              " (expected a whole number and a unit: 500ms, 30s, 15m, 12h, 7d)"};
+              " (expected a number and a unit: 500ms, 30s, 1.5m, 12h, 7d, 2w)"};
 }
+
+// Digits of a fraction that are read: 0.000000001 of a week is well under a millisecond, so
+// more digits cannot give another whole number of milliseconds.
+constexpr std::size_t kMaxFractionDigits = 9;
 
 detail::UrlDuration checked_duration(std::string_view text) {
   if (text.empty()) return bad_duration(text, "is empty");
   if (text.front() == '-') return bad_duration(text, "is negative");
   std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (end == text.data()) return bad_duration(text, "does not start with a whole number");
-  const std::string_view unit = text.substr(static_cast<std::size_t>(end - text.data()));
+  const char* const last = text.data() + text.size();
+  const auto [end, ec] = std::from_chars(text.data(), last, value);
+  if (end == text.data()) return bad_duration(text, "does not start with a number");
+  const bool too_large = ec == std::errc::result_out_of_range;
+  // An optional fraction: ".5" of the unit.
+  std::uint64_t fraction = 0;
+  std::uint64_t scale = 1;
+  const char* at = end;
+  if (at != last && *at == '.') {
+    ++at;
+    const char* digits = at;
+    while (at != last && *at >= '0' && *at <= '9') {
+      if (static_cast<std::size_t>(at - digits) >= kMaxFractionDigits) {
+        return bad_duration(text, "has more than 9 digits after the point");
+      }
+      fraction = fraction * 10 + static_cast<std::uint64_t>(*at - '0');
+      scale *= 10;
+      ++at;
+    }
+    if (at == digits) return bad_duration(text, "has no digit after the point");
+  }
+  const std::string_view unit(at, static_cast<std::size_t>(last - at));
   struct Unit {
     std::string_view name;
     std::uint64_t millis;
   };
-  static constexpr std::array<Unit, 5> kUnits{
-      {{"ms", 1}, {"s", 1000}, {"m", 60'000}, {"h", 3'600'000}, {"d", 86'400'000}}};
+  static constexpr std::array<Unit, 6> kUnits{{{"ms", 1},
+                                               {"s", 1000},
+                                               {"m", 60'000},
+                                               {"h", 3'600'000},
+                                               {"d", 86'400'000},
+                                               {"w", 604'800'000}}};
   if (unit.empty()) return bad_duration(text, "has no unit");
   const auto found =
       std::find_if(kUnits.begin(), kUnits.end(), [&](const Unit& u) { return u.name == unit; });
   if (found == kUnits.end()) {
     return bad_duration(text, "has an unknown unit '" + detail::printable(unit, 16) + "'");
   }
+  // fraction * millis < 10^9 * 6.048 * 10^8: no overflow in 64 bits.
+  const std::uint64_t fraction_ms = fraction * found->millis;
+  if (fraction_ms % scale != 0) {
+    return bad_duration(text, "is not a whole number of milliseconds");
+  }
   using Rep = std::chrono::milliseconds::rep;
   constexpr auto kMax = static_cast<std::uint64_t>(std::numeric_limits<Rep>::max());
-  if (ec == std::errc::result_out_of_range || value > kMax / found->millis) {
+  if (too_large || value > kMax / found->millis ||
+      value * found->millis > kMax - fraction_ms / scale) {
     return bad_duration(text, "is too large");
   }
-  return {std::chrono::milliseconds(static_cast<Rep>(value * found->millis)), {}};
+  return {std::chrono::milliseconds(static_cast<Rep>(value * found->millis + fraction_ms / scale)),
+          {}};
 }
 
 }  // namespace

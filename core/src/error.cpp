@@ -52,6 +52,16 @@ std::string_view code_name(ErrorCode code) noexcept {
       return "store_replaced";
     case ErrorCode::store_corrupt:
       return "store_corrupt";
+    case ErrorCode::host_not_found:
+      return "host_not_found";
+    case ErrorCode::connection_refused:
+      return "connection_refused";
+    case ErrorCode::connect_timeout:
+      return "connect_timeout";
+    case ErrorCode::wrong_protocol:
+      return "wrong_protocol";
+    case ErrorCode::broker_error:
+      return "broker_error";
   }
   return "unknown";
 }

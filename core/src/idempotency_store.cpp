@@ -82,6 +82,26 @@ std::optional<IdempotencyRecord> IdempotencyStore::wait(std::string_view key, St
   return do_wait(key, deadline, std::move(stop));
 }
 
+RecordPage IdempotencyStore::list(std::string_view prefix, std::size_t limit,
+                                  std::string_view cursor) {
+  detail::check_key_prefix(prefix);
+  detail::check_list_limit(limit);
+  return do_list(prefix, limit, cursor);
+}
+
+bool IdempotencyStore::remove(std::string_view key, std::uint64_t token) {
+  detail::check_idempotency_key(key);
+  return do_remove(key, token);
+}
+
+RecordPage IdempotencyStore::do_list(std::string_view, std::size_t, std::string_view) {
+  throw NotSupported("this idempotency store cannot list its records (list)");
+}
+
+bool IdempotencyStore::do_remove(std::string_view, std::uint64_t) {
+  throw NotSupported("this idempotency store cannot remove a record (remove)");
+}
+
 StoreCounts IdempotencyStore::do_counts() {
   throw NotSupported("this idempotency store cannot count its records (counts)");
 }

@@ -304,6 +304,47 @@ StoreCounts InMemoryIdempotencyStore::do_counts() {
   return counts;
 }
 
+RecordPage InMemoryIdempotencyStore::do_list(std::string_view prefix, std::size_t limit,
+                                             std::string_view cursor) {
+  std::vector<IdempotencyRecord> found;
+  for (auto& shard : shards_) {
+    std::lock_guard lock(shard->mutex);
+    for (const auto& [key, record] : shard->records) {
+      if (!key.starts_with(prefix) || std::string_view(key) <= cursor) continue;
+      IdempotencyRecord summary = record;
+      summary.key = key;
+      summary.value = {};
+      summary.report.reset();
+      found.push_back(std::move(summary));
+    }
+  }
+  const auto by_key = [](const IdempotencyRecord& a, const IdempotencyRecord& b) {
+    return a.key < b.key;
+  };
+  RecordPage page;
+  if (found.size() > limit) {
+    std::partial_sort(found.begin(), found.begin() + static_cast<std::ptrdiff_t>(limit),
+                      found.end(), by_key);
+    found.resize(limit);
+    page.next = found.back().key;
+  } else {
+    std::sort(found.begin(), found.end(), by_key);
+  }
+  page.records = std::move(found);
+  return page;
+}
+
+bool InMemoryIdempotencyStore::do_remove(std::string_view key, std::uint64_t token) {
+  Shard& shard = shard_for(key);
+  std::lock_guard lock(shard.mutex);
+  auto it = shard.records.find(key);
+  if (it == shard.records.end() || it->second.token != token) return false;
+  shard.records.erase(it);
+  if (capacity_) --count_;
+  shard.notify_locked();
+  return true;
+}
+
 std::size_t InMemoryIdempotencyStore::do_entry_count() {
   std::size_t total = 0;
   for (auto& shard : shards_) {

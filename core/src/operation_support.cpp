@@ -163,6 +163,24 @@ std::string scoped_idempotency_key(std::string_view scope, std::string_view key)
   return out;
 }
 
+std::optional<ScopedIdempotencyKey> split_scoped_idempotency_key(std::string_view stored) noexcept {
+  std::size_t length = 0;
+  std::size_t i = 0;
+  // Digits of the scope's length, without a leading zero (a scope is never empty).
+  for (; i < stored.size() && stored[i] >= '0' && stored[i] <= '9'; ++i) {
+    if (i == 0 && stored[i] == '0') return std::nullopt;
+    if (i >= 3) return std::nullopt;  // a key is at most 255 bytes
+    length = length * 10 + static_cast<std::size_t>(stored[i] - '0');
+  }
+  if (i == 0 || i >= stored.size() || stored[i] != ':') return std::nullopt;
+  const std::size_t scope_at = i + 1;
+  if (length == 0 || stored.size() < scope_at + length + 1 || stored[scope_at + length] != ':') {
+    return std::nullopt;
+  }
+  return ScopedIdempotencyKey{stored.substr(scope_at, length),
+                              stored.substr(scope_at + length + 1)};
+}
+
 namespace detail {
 
 std::string next_anonymous_scope() {

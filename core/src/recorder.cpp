@@ -98,6 +98,12 @@ std::size_t IdempotencyRecorder::count_purgeable(std::chrono::system_clock::dura
   return do_count_purgeable(older_than);
 }
 
+PurgeableMarkers IdempotencyRecorder::purgeable_markers(
+    std::chrono::system_clock::duration older_than) {
+  detail::check_older_than(older_than);
+  return do_purgeable_markers(older_than);
+}
+
 MarkerInspection IdempotencyRecorder::inspect(std::string_view consumer,
                                               std::string_view event_id) {
   detail::check_marker_key(consumer, event_id);
@@ -148,6 +154,13 @@ std::vector<ConsumerCounts> IdempotencyRecorder::do_consumer_counts() {
 
 std::size_t IdempotencyRecorder::do_count_purgeable(std::chrono::system_clock::duration) {
   throw NotSupported("this recorder cannot count its markers (count_purgeable)");
+}
+
+PurgeableMarkers IdempotencyRecorder::do_purgeable_markers(
+    std::chrono::system_clock::duration older_than) {
+  PurgeableMarkers markers;
+  markers.old = do_count_purgeable(older_than);
+  return markers;
 }
 
 MarkerInspection IdempotencyRecorder::do_inspect(std::string_view, std::string_view) {

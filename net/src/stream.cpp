@@ -50,8 +50,9 @@ std::vector<Address> resolve(const std::string& host, int port) {
   const std::string service = std::to_string(port);
   const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found);
   if (rc != 0) {
-    throw std::system_error(EHOSTUNREACH, std::generic_category(),
-                            "resolve " + host + ": " + ::gai_strerror(rc));
+    // EAI_SYSTEM: the reason is in errno.
+    const std::string reason = rc == EAI_SYSTEM ? std::strerror(errno) : ::gai_strerror(rc);
+    throw ResolveError("cannot resolve host '" + host + "': " + reason, rc == EAI_AGAIN);
   }
   std::vector<Address> addresses;
   for (const addrinfo* entry = found; entry != nullptr; entry = entry->ai_next) {
@@ -65,8 +66,7 @@ std::vector<Address> resolve(const std::string& host, int port) {
   }
   ::freeaddrinfo(found);
   if (addresses.empty()) {
-    throw std::system_error(EHOSTUNREACH, std::generic_category(),
-                            "resolve " + host + ": no IPv4 or IPv6 address");
+    throw ResolveError("cannot resolve host '" + host + "': it has no IPv4 or IPv6 address", false);
   }
   return addresses;
 }

@@ -14,23 +14,6 @@ using detail::OpenFace;
 using detail::OpenPlan;
 using detail::UrlContext;
 
-// The scheme's names, for the message about an unknown one: "memory, sqlite, redis, rediss,
-// postgresql or postgres".
-std::string known_schemes() {
-  std::string known;
-  std::size_t left = 0;
-  for (const detail::Scheme& scheme : detail::schemes())
-    left += scheme.names.size();
-  for (const detail::Scheme& scheme : detail::schemes()) {
-    for (std::string_view name : scheme.names) {
-      --left;
-      known += name;
-      known += left == 0 ? "" : left == 1 ? " or " : ", ";
-    }
-  }
-  return known;
-}
-
 // Everything a URL asks for, parsed and checked, before anything is opened: open_recorder and
 // open_store share the parsing and differ only in the face they construct.
 OpenPlan plan(const UrlContext& context, OpenFace face, const OpenOptions& options) {
@@ -48,27 +31,27 @@ OpenPlan plan(const UrlContext& context, OpenFace face, const OpenOptions& optio
     }
   }
   context.fail("scheme", "'" + detail::printable(split.scheme, 32) +
-                             "' is not supported (expected " + known_schemes() + ")");
+                             "' is not supported (expected " + detail::known_schemes() + ")");
 }
 
 }  // namespace
 
 namespace detail {
 void check_open_url(std::string_view url, OpenFace face) {
-  const UrlContext context(face == OpenFace::recorder ? "open_recorder" : "open_store", url);
+  const UrlContext context(url);
   (void)plan(context, face, OpenOptions{});
 }
 }  // namespace detail
 
 std::shared_ptr<IdempotencyRecorder> open_recorder(std::string_view url,
                                                    const OpenOptions& options) {
-  const UrlContext context("open_recorder", url);
+  const UrlContext context(url);
   OpenPlan planned = plan(context, OpenFace::recorder, options);
   return detail::with_context(context, planned.recorder);
 }
 
 std::shared_ptr<IdempotencyStore> open_store(std::string_view url, const OpenOptions& options) {
-  const UrlContext context("open_store", url);
+  const UrlContext context(url);
   OpenPlan planned = plan(context, OpenFace::store, options);
   return detail::with_context(context, planned.store);
 }

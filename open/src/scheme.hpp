@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <string>
 #include <string_view>
 #include <utility>
 
@@ -53,6 +54,10 @@ struct Scheme {
 
 // Every scheme idem knows, built or not.
 std::span<const Scheme> schemes();
+
+// Their names, for the messages about a missing or unknown one: "memory, sqlite, redis, rediss,
+// postgresql or postgres".
+std::string known_schemes();
 
 // Splits "//authority/path?query" / "path?query" at the '?'.
 inline std::pair<std::string_view, std::string_view> split_query(std::string_view rest) {

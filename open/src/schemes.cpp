@@ -34,4 +34,19 @@ std::span<const Scheme> schemes() {
   return kSchemes;
 }
 
+std::string known_schemes() {
+  std::string known;
+  std::size_t left = 0;
+  for (const Scheme& scheme : schemes())
+    left += scheme.names.size();
+  for (const Scheme& scheme : schemes()) {
+    for (std::string_view name : scheme.names) {
+      --left;
+      known += name;
+      known += left == 0 ? "" : left == 1 ? " or " : ", ";
+    }
+  }
+  return known;
+}
+
 }  // namespace idem::detail

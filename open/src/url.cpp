@@ -1,6 +1,7 @@
 #include "url.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <cstdint>
 #include <system_error>
@@ -8,6 +9,7 @@
 #include "idem/duration.hpp"
 #include "idem/error.hpp"
 #include "idem/open.hpp"
+#include "scheme.hpp"
 
 namespace idem {
 namespace detail {
@@ -96,17 +98,43 @@ void replace_all(std::string& text, const std::string& secret) {
 
 }  // namespace
 
+namespace {
+
+// A backend's message in the words of a URL: the options struct is what the URL was turned into,
+// which its reader never wrote ("PostgresOptions::url is not ..." -> "the URL is not ...",
+// "RedisOptions::pool_size must ..." -> "pool_size must ...").
+std::string in_url_terms(std::string text) {
+  static constexpr std::string_view kSuffix = "Options::";
+  for (std::size_t at = text.find(kSuffix); at != std::string::npos; at = text.find(kSuffix, at)) {
+    std::size_t start = at;
+    while (start > 0 && std::isalpha(static_cast<unsigned char>(text[start - 1])) != 0)
+      --start;
+    const std::size_t after = at + kSuffix.size();
+    if (text.compare(after, 3, "url") == 0 &&
+        (after + 3 == text.size() ||
+         std::isalnum(static_cast<unsigned char>(text[after + 3])) == 0)) {
+      text.replace(start, after + 3 - start, "the URL");
+    } else {
+      text.erase(start, after - start);
+    }
+    at = start;
+  }
+  return text;
+}
+
+}  // namespace
+
 void UrlContext::fail(std::string_view part, std::string_view problem) const {
-  throw ConfigError(std::string(function_) + ": " + std::string(part) + ": " +
-                    std::string(problem) + " (URL '" + redact_url(url_) + "')");
+  throw ConfigError(std::string(part) + ": " + std::string(problem) + " (URL '" + redact_url(url_) +
+                    "')");
 }
 
 void UrlContext::not_built(std::string_view scheme, std::string_view backend,
                            std::string_view cmake_option, std::string_view package) const {
-  throw NotSupported(std::string(function_) + ": scheme '" + std::string(scheme) +
-                     "': this idem was built without the " + std::string(backend) +
-                     " backend (configure with -D" + std::string(cmake_option) + "=ON; it needs " +
-                     std::string(package) + ") (URL '" + redact_url(url_) + "')");
+  throw NotSupported("scheme '" + std::string(scheme) + "': this idem was built without the " +
+                     std::string(backend) + " backend (configure with -D" +
+                     std::string(cmake_option) + "=ON; it needs " + std::string(package) +
+                     ") (URL '" + redact_url(url_) + "')");
 }
 
 void UrlContext::rethrow_backend_config_error(std::string_view message) const {
@@ -125,8 +153,7 @@ void UrlContext::rethrow_backend_config_error(std::string_view message) const {
     replace_all(text, secret);
     replace_all(text, lenient_decode(secret));
   }
-  throw ConfigError(std::string(function_) + ": " + printable(text, 1024) + " (URL '" +
-                    redact_url(url_) + "')");
+  throw ConfigError(printable(in_url_terms(text), 1024) + " (URL '" + redact_url(url_) + "')");
 }
 
 SplitUrl split_scheme(const UrlContext& context) {
@@ -151,8 +178,7 @@ SplitUrl split_scheme(const UrlContext& context) {
   }
   const std::size_t colon = url.find(':');
   if (colon == std::string_view::npos || colon == 0) {
-    context.fail("scheme",
-                 "is missing (expected memory:, sqlite:, redis:, postgresql: or postgres:)");
+    context.fail("scheme", "is missing (expected " + known_schemes() + ")");
   }
   const std::string_view scheme = url.substr(0, colon);
   const auto valid = [](char c) {
@@ -162,9 +188,8 @@ SplitUrl split_scheme(const UrlContext& context) {
   const bool letter_first =
       (scheme[0] >= 'a' && scheme[0] <= 'z') || (scheme[0] >= 'A' && scheme[0] <= 'Z');
   if (!letter_first || !std::all_of(scheme.begin(), scheme.end(), valid)) {
-    context.fail("scheme", "'" + printable(scheme, 32) +
-                               "' is not a URL scheme (expected memory:, sqlite:, redis:, "
-                               "postgresql: or postgres:)");
+    context.fail("scheme", "'" + printable(scheme, 32) + "' is not a URL scheme (expected " +
+                               known_schemes() + ")");
   }
   SplitUrl split;
   split.scheme.reserve(scheme.size());

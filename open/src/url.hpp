@@ -18,24 +18,26 @@
 
 namespace idem::detail {
 
-// Where a URL is being opened, for messages: "open_store: <part>: <problem> (URL '<redacted>')".
+// The URL being opened, for messages: "<part>: <problem> (URL '<redacted>')". They name the URL's
+// parts and parameters, never the function or the options struct behind them (a CLI user never
+// called open_store).
 class UrlContext {
  public:
-  UrlContext(std::string_view function, std::string_view url) : function_(function), url_(url) {}
+  explicit UrlContext(std::string_view url) : url_(url) {}
 
   std::string_view url() const noexcept { return url_; }
 
-  // Throws ConfigError "<function>: <part>: <problem> (URL '<redacted url>')".
+  // Throws ConfigError "<part>: <problem> (URL '<redacted url>')".
   [[noreturn]] void fail(std::string_view part, std::string_view problem) const;
   // Throws NotSupported for a scheme whose backend was not built.
   [[noreturn]] void not_built(std::string_view scheme, std::string_view backend,
                               std::string_view cmake_option, std::string_view package) const;
-  // A backend's ConfigError message, prefixed like fail() and scrubbed of every secret the URL
-  // holds (libpq quotes the URL it could not parse, password included).
+  // A backend's ConfigError message, in the URL's words (its options struct not named) and
+  // scrubbed of every secret the URL holds (libpq quotes the URL it could not parse, password
+  // included).
   [[noreturn]] void rethrow_backend_config_error(std::string_view message) const;
 
  private:
-  std::string_view function_;
   std::string_view url_;
 };
 

@@ -9,8 +9,10 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "../async_test_support.hpp"
+#include "../free_port.hpp"
 #include "../postgres_test_support.hpp"
 #include "idem/error.hpp"
 #include "idem/postgres/async_postgres.hpp"
@@ -178,6 +180,48 @@ TEST_F(AsyncStoreTest, WakesABlockingWaiterOnCompleteAndRelease) {
   EXPECT_FALSE(released);
   EXPECT_EQ(blocking.stats().wakeups_by_notification, 2u);
   EXPECT_EQ(blocking.stats().rechecks, 0u);
+}
+
+// The coroutine face names a failed connect as the blocking face does: nothing listening is
+// connection_refused, a web server where PostgreSQL should be wrong_protocol (not retryable: it
+// fails the same way every time), a host name that does not resolve host_not_found.
+TEST(AsyncStoreConnect, EachFailureHasItsOwnCode) {
+  struct Case {
+    std::string url;
+    idem::ErrorCode code;
+    std::string says;
+  };
+  const idem::test::HttpListener web;
+  const std::vector<Case> cases{
+      {"postgresql://app@127.0.0.1:" + std::to_string(idem::test::unused_loopback_port()) + "/db",
+       idem::ErrorCode::connection_refused, "Connection refused"},
+      {"postgresql://app@127.0.0.1:" + std::to_string(web.port()) + "/db",
+       idem::ErrorCode::wrong_protocol, "is this a PostgreSQL port?"},
+      {"postgresql://app@nohost.invalid/db", idem::ErrorCode::host_not_found, "nohost.invalid"}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.url);
+    asio::io_context io;
+    idem::postgres::PostgresOptions options;
+    options.url = c.url;
+    options.create_schema = false;
+    try {
+      AsyncPostgresStore store(io.get_executor(), options);
+      (void)run(io, store.lookup("k"));
+      ADD_FAILURE() << "the call succeeded";
+    } catch (const idem::Error& e) {
+      EXPECT_EQ(e.code(), c.code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.says), std::string::npos) << e.what();
+      EXPECT_FALSE(e.in_doubt()) << e.what();
+      if (c.code == idem::ErrorCode::connection_refused) {
+        EXPECT_TRUE(e.retryable()) << e.what();
+      }
+      if (c.code == idem::ErrorCode::wrong_protocol) {
+        EXPECT_FALSE(e.retryable()) << e.what();
+      }
+    }
+    io.restart();
+    io.run();
+  }
 }
 
 }  // namespace

@@ -398,11 +398,51 @@ TEST_F(RedisAsync, ServerDownIsARetryableConnectError) {
       ADD_FAILURE() << "a call to a closed port succeeded";
     } catch (const RedisError& e) {
       EXPECT_EQ(e.failure(), RedisFailure::connect) << e.what();
+      EXPECT_EQ(e.code(), idem::ErrorCode::connection_refused) << e.what();
       EXPECT_TRUE(e.retryable());
       EXPECT_FALSE(e.in_doubt());
     }
   }
   EXPECT_EQ(recorder.pool()->stats().connect_failures, 2u);
+}
+
+// The coroutine face names a connect failure as the blocking face does: something else answering
+// at the port is wrong_protocol (not retryable: it fails the same way every time), a host name
+// that does not resolve host_not_found.
+TEST_F(RedisAsync, AServerThatIsNotRedisIsWrongProtocol) {
+  const idem::test::HttpListener web;
+  auto opts = options();
+  opts.port = web.port();
+  AsyncRedisStore store(io_.get_executor(), opts);
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    try {
+      (void)run(io_, store.lookup("k"));
+      ADD_FAILURE() << "a web server answered as Redis";
+    } catch (const RedisError& e) {
+      EXPECT_EQ(e.code(), idem::ErrorCode::wrong_protocol) << e.what();
+      EXPECT_FALSE(e.retryable()) << e.what();
+      EXPECT_FALSE(e.in_doubt()) << e.what();
+      EXPECT_NE(std::string(e.what()).find("is this a Redis port?"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("HTTP/1.1"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST_F(RedisAsync, AHostThatDoesNotResolveIsHostNotFound) {
+  auto opts = options();
+  opts.host = "nohost.invalid";  // RFC 2606: never resolves
+  AsyncRedisRecorder recorder(io_.get_executor(), opts);
+  try {
+    (void)run(io_, recorder.is_processed("c", "e"));
+    ADD_FAILURE() << "nohost.invalid resolved";
+  } catch (const RedisError& e) {
+    EXPECT_EQ(e.code(), idem::ErrorCode::host_not_found) << e.what();
+    // A resolver that cannot be reached says "Temporary failure": retryable then, not otherwise.
+    EXPECT_EQ(e.retryable(), std::string(e.what()).find("Temporary failure") != std::string::npos)
+        << e.what();
+    EXPECT_FALSE(e.in_doubt());
+    EXPECT_NE(std::string(e.what()).find("nohost.invalid"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(RedisAsync, RefusedSelectIsAnAuthError) {

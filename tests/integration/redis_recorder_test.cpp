@@ -192,9 +192,24 @@ TEST_F(RedisRecorder, ForeignValuesUnderTheMarkerPrefixAreKept) {
   const std::string foreign = recorder->marker_key("billing", "foreign");
   keys_.command({"SET", foreign, "not a time"});
   keys_.command({"HSET", recorder->marker_key("billing", "hash"), "a", "b"});
+  recorder->mark_processed("shipping", "e1");
   clock_->advance(24h * 365);
-  EXPECT_EQ(recorder->purge(1h), 0u);
+  // What purge will keep because it cannot read a time is counted, per consumer (idem purge
+  // reports it).
+  const idem::PurgeableMarkers markers = recorder->purgeable_markers(1h);
+  EXPECT_EQ(markers.old, 1u);
+  EXPECT_EQ(markers.unreadable, 2u);
+  ASSERT_EQ(markers.consumers.size(), 2u);
+  EXPECT_EQ(markers.consumers[0].consumer, "billing");
+  EXPECT_EQ(markers.consumers[0].old, 0u);
+  EXPECT_EQ(markers.consumers[0].unreadable, 2u);
+  EXPECT_EQ(markers.consumers[1].consumer, "shipping");
+  EXPECT_EQ(markers.consumers[1].old, 1u);
+  EXPECT_EQ(markers.consumers[1].unreadable, 0u);
+  EXPECT_EQ(recorder->count_purgeable(1h), 1u);
+  EXPECT_EQ(recorder->purge(1h), 1u);
   EXPECT_EQ(integer({"EXISTS", foreign}), 1) << "purge deletes only what it can read as a time";
+  EXPECT_EQ(recorder->purgeable_markers(1h).unreadable, 2u) << "and keeps counting the rest";
 }
 
 TEST_F(RedisRecorder, ScriptsAreReloadedAfterScriptFlush) {

@@ -12,6 +12,7 @@
 namespace {
 
 using idem::test::CliRun;
+using idem::test::has;
 using idem::test::run_cli;
 
 std::size_t count(const std::string& text, const std::string& part) {
@@ -68,6 +69,30 @@ TEST(Cli, AMalformedValueIsAUsageError) {
   expect_usage_error({"demo", "--hops"}, "idem demo: ", "--hops");
 }
 
+// CLI11's own texts are put in idem's words: the value quoted, ranges as the user writes them,
+// no type strings.
+TEST(Cli, ParseErrorsSpeakIdem) {
+  IDEM_REQUIRE_CLI();
+  expect_usage_error({"demo", "--events", "many"},
+                     "idem demo: ", "--events: 'many' is not a number (expected 1 to 10000000)");
+  expect_usage_error({"demo", "--kill-at", "1"},
+                     "idem demo: ", "--kill-at: 1 is out of range (expected 0.01 to 0.99)");
+  expect_usage_error({"demo", "--mode", "sometimes"}, "idem demo: ",
+                     "--mode: 'sometimes' is not transactional, exclusive or check_then_mark");
+  expect_usage_error({"demo", "--events"}, "idem demo: ", "--events: a value is required");
+  expect_usage_error({"demo", "--seed", "abc"}, "idem demo: ", "--seed: 'abc' is not a number");
+  expect_usage_error({"demo", "extra"}, "idem demo: ", "unexpected argument 'extra'");
+  expect_usage_error({"demo", "--bogus"}, "idem demo: ", "unknown option '--bogus'");
+  for (const char* noise : {"Value ", "UINT", "INT in", "not expected", "Could not convert"}) {
+    for (const std::vector<std::string>& args :
+         {std::vector<std::string>{"demo", "--events", "many"},
+          std::vector<std::string>{"demo", "--events"}, std::vector<std::string>{"demo", "x"},
+          std::vector<std::string>{"demo", "--seed", "abc"}}) {
+      EXPECT_FALSE(has(run_cli(args), noise)) << noise;
+    }
+  }
+}
+
 // --hops 2 needs transactional mode (the follow-ups are outbox rows of the marker's
 // transaction): refused with exit 2 and one line before anything starts.
 TEST(Cli, TwoHopsNeedTransactionalMode) {
@@ -94,7 +119,32 @@ TEST(Cli, VersionPrintsTheVersionAndExitsZero) {
   IDEM_REQUIRE_CLI();
   const CliRun run = run_cli({"--version"});
   EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_EQ(run.output, std::string("idem ") + IDEM_TEST_VERSION + "\n");
+  EXPECT_EQ(run.output.rfind(std::string("idem ") + IDEM_TEST_VERSION + "\nfaces: blocking", 0), 0u)
+      << run.output;
+  EXPECT_NE(run.output.find("\nbackends: memory"), std::string::npos) << run.output;
+  EXPECT_NE(run.output.find("\ntransports: "), std::string::npos) << run.output;
+  EXPECT_EQ(run_cli({"-v"}).output, run.output) << "-v is --version";
+}
+
+// The help names `idem`, shows a required URL as required and no CLI11 type strings; an unknown
+// command is an error even with --help after it; `idem help` and `idem help COMMAND` work.
+TEST(Cli, HelpSpeaksIdem) {
+  IDEM_REQUIRE_CLI();
+  const CliRun stats = run_cli({"stats", "--help"});
+  EXPECT_EQ(stats.exit_code, 0) << stats.output;
+  EXPECT_NE(stats.output.find("Usage: idem stats [OPTIONS] URL\n"), std::string::npos)
+      << stats.output;
+  EXPECT_EQ(run_cli({"help", "stats"}).output, stats.output);
+  const CliRun demo = run_cli({"help", "demo"});
+  EXPECT_EQ(demo.exit_code, 0) << demo.output;
+  for (const char* noise : {"UINT", "INT:", "FLOAT", "in [", "TEXT:"})
+    EXPECT_EQ(demo.output.find(noise), std::string::npos) << noise << " in:\n" << demo.output;
+  EXPECT_NE(demo.output.find("(0.01 to 0.99)"), std::string::npos) << demo.output;
+  const CliRun main_help = run_cli({"help"});
+  EXPECT_EQ(main_help.exit_code, 0) << main_help.output;
+  EXPECT_EQ(main_help.output, run_cli({"--help"}).output);
+  expect_usage_error({"frobnicate", "--help"}, "idem: unknown command 'frobnicate'", "frobnicate");
+  expect_usage_error({"help", "frobnicate"}, "idem: unknown command 'frobnicate'", "frobnicate");
 }
 
 TEST(Cli, HelpExitsZero) {

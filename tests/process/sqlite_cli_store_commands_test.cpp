@@ -23,147 +23,18 @@
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "sqlite_cli_fixture.hpp"
 
 namespace {
 
 namespace fs = std::filesystem;
+using idem::test::CliResult;
+using idem::test::CliStoreCommands;
+using idem::test::raw_exec;
+using idem::test::raw_text;
+using idem::test::side_files;
+using idem::test::slurp;
 using std::chrono::hours;
-
-struct CliResult {
-  int code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string slurp(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-class CliStoreCommands : public ::testing::Test {
- protected:
-  void SetUp() override {
-    IDEM_REQUIRE_CLI();
-    char pattern[] = "/tmp/idem-cli-test-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    db_ = dir_ / "idem.db";
-    url_ = "sqlite://" + db_.string();
-  }
-  void TearDown() override {
-    std::error_code ignored;
-    if (!dir_.empty()) fs::remove_all(dir_, ignored);
-  }
-
-  // Runs the CLI with `args`; stdout and stderr are captured separately (in files, so a large
-  // output can never block the child on a full pipe: a /bin/sh wrapper redirects them).
-  CliResult run(std::vector<std::string> args) {
-    const fs::path out = dir_ / "stdout";
-    const fs::path err = dir_ / "stderr";
-    std::vector<std::string> argv = {
-        "/bin/sh",    "-c",    R"(o=$1 e=$2; shift 2; exec "$@" >"$o" 2>"$e")", "sh", out.string(),
-        err.string(), IDEM_CLI};
-    argv.insert(argv.end(), args.begin(), args.end());
-    idem::test::ChildProcess child(argv);
-    child.close_stdin();
-    const int status = child.wait();
-    CliResult result;
-    if (WIFEXITED(status)) result.code = WEXITSTATUS(status);
-    result.out = slurp(out);
-    result.err = slurp(err);
-    return result;
-  }
-
-  // A clock at the real time shifted by `offset` (negative: in the past).
-  static std::shared_ptr<idem::testing::ManualClock> clock_at(
-      std::chrono::system_clock::duration offset) {
-    return std::make_shared<idem::testing::ManualClock>(std::chrono::system_clock::now() + offset);
-  }
-
-  idem::sqlite::SqliteOptions options_at(std::chrono::system_clock::duration offset) {
-    idem::sqlite::SqliteOptions options;
-    options.clock = clock_at(offset);
-    options.durability = idem::sqlite::Durability::off;  // test data: fast commits
-    return options;
-  }
-
-  // billing: 3 old markers (10 days) + 1 new one; shipping: 2 old ones; one live claim.
-  void fill_recorder() {
-    {
-      idem::sqlite::SqliteIdempotencyRecorder old(db_.string(), options_at(-hours(240)));
-      for (int i = 0; i < 3; ++i)
-        old.mark_processed("billing", "old-" + std::to_string(i));
-      old.mark_processed("shipping", "old-a");
-      old.mark_processed("shipping", "old-b");
-    }
-    idem::sqlite::SqliteIdempotencyRecorder now(db_.string(), options_at({}));
-    now.mark_processed("billing", "new-1");
-    ASSERT_EQ(now.claim("billing", "running", hours(1)).status, idem::Claim::Status::acquired);
-  }
-
-  // Two expired results, one live result ("order-1"), one live claim ("order-running").
-  void fill_store() {
-    const auto complete = [](idem::IdempotencyStore& store, const std::string& key,
-                             const std::string& bytes, idem::Millis ttl) {
-      const auto claim = store.claim(key, std::string("fp-") + key, hours(1));
-      ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired) << key;
-      idem::ExecutionReport report;
-      report.operation = "create_payment";
-      ASSERT_TRUE(store.complete(key, claim.token, idem::StoredValue{{}, {}, bytes}, report, ttl));
-    };
-    {
-      idem::sqlite::SqliteIdempotencyStore old(db_.string(), options_at(-hours(48)));
-      complete(old, "order-old-1", "x", hours(1));
-      complete(old, "order-old-2", "y", hours(1));
-    }
-    idem::sqlite::SqliteIdempotencyStore now(db_.string(), options_at({}));
-    complete(now, "order-1", std::string("{\"id\":42}\x01", 10), hours(24));
-    ASSERT_EQ(now.claim("order-running", std::nullopt, hours(1)).status,
-              idem::ClaimOutcome::Status::acquired);
-  }
-
-  fs::path dir_;
-  fs::path db_;
-  std::string url_;
-};
-
-// SQL run on a plain sqlite3 connection, as the Python program does (rollback journal).
-void raw_exec(const fs::path& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  const std::string message = error != nullptr ? error : "";
-  sqlite3_free(error);
-  sqlite3_close(db);
-  ASSERT_EQ(rc, SQLITE_OK) << message << " in: " << sql;
-}
-
-// The first column of the first row, as text ("" when none).
-std::string raw_text(const fs::path& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_stmt* stmt = nullptr;
-  std::string result;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
-      sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
-    result = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return result;
-}
-
-// The files next to a database that SQLite makes when it writes (or switches to WAL).
-std::vector<std::string> side_files(const fs::path& db) {
-  std::vector<std::string> found;
-  for (const char* suffix : {"-wal", "-shm", "-journal"}) {
-    if (fs::exists(db.string() + suffix)) found.push_back(db.string() + suffix);
-  }
-  return found;
-}
 
 // A file only infinity_bus has touched: its processed_log, created with the DDL its
 // SqliteIdempotencyRecorder runs, in SQLite's default rollback-journal mode; 3 markers older than
@@ -225,6 +96,42 @@ TEST_F(CliOnInfinityBusFile, PurgeDeletesOldMarkersAndAddsNothing) {
             "processed_log")
       << "no table added";
   EXPECT_TRUE(side_files(db_).empty());
+}
+
+// Rows another program wrote with a ts SQLite cannot read are never purged (their age is
+// unknown): purge says how many it kept, per consumer, in text and JSON, dry run or not.
+TEST_F(CliOnInfinityBusFile, PurgeReportsMarkersWhoseTimeCannotBeRead) {
+  raw_exec(db_,
+           "INSERT INTO processed_log VALUES ('odd', 'bad-1', 'not a time'), "
+           "('odd', 'bad-2', ''), ('billing', 'bad-3', 'yesterday')");
+  const CliResult dry = run({"purge", url_, "--older-than", "7d", "--dry-run"});
+  ASSERT_EQ(dry.code, 0) << dry.err;
+  EXPECT_NE(dry.out.find("recorder: would purge 3 markers older than 7d\n"
+                         "recorder: kept 3 markers whose time cannot be read (never purged):\n"
+                         "  billing             1\n"
+                         "  odd                 2\n"),
+            std::string::npos)
+      << dry.out;
+  const CliResult json = run({"purge", url_, "--older-than", "7d", "--json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  const auto out = nlohmann::json::parse(json.out);
+  EXPECT_EQ(out["recorder"]["purged"], 3) << json.out;
+  EXPECT_EQ(out["recorder"]["unreadable"], 3) << json.out;
+  ASSERT_EQ(out["recorder"]["consumers"].size(), 3u) << json.out;
+  EXPECT_EQ(out["recorder"]["consumers"][0]["consumer"], "billing");
+  EXPECT_EQ(out["recorder"]["consumers"][0]["old"], 2);
+  EXPECT_EQ(out["recorder"]["consumers"][0]["unreadable"], 1);
+  EXPECT_EQ(out["recorder"]["consumers"][1]["consumer"], "odd");
+  EXPECT_EQ(out["recorder"]["consumers"][1]["old"], 0);
+  EXPECT_EQ(out["recorder"]["consumers"][1]["unreadable"], 2);
+  EXPECT_EQ(out["recorder"]["consumers"][2]["consumer"], "shipping");
+  EXPECT_EQ(out["recorder"]["consumers"][2]["unreadable"], 0);
+  EXPECT_TRUE(out["store"].is_null());
+  EXPECT_EQ(raw_text(db_, "SELECT count(*) FROM processed_log"), "4") << "new-1 and the 3 kept";
+  const CliResult again = run({"purge", url_, "--older-than", "0s"});
+  ASSERT_EQ(again.code, 0) << again.err;
+  EXPECT_NE(again.out.find("kept 3 markers whose time cannot be read"), std::string::npos)
+      << again.out;
 }
 
 // A processed_log of another shape is refused before anything is written, whichever command.

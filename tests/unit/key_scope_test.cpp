@@ -5,8 +5,11 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "idem/error.hpp"
 #include "idem/memory_store.hpp"
@@ -26,6 +29,26 @@ TEST(ScopedKey, FormatIsLengthPrefixed) {
   EXPECT_EQ(idem::scoped_idempotency_key("a", "b:c"), "1:a:b:c");
   EXPECT_NE(idem::scoped_idempotency_key("a:b", "c"), idem::scoped_idempotency_key("a", "b:c"));
   EXPECT_EQ(idem::scoped_idempotency_key("", "plain"), "plain");
+}
+
+TEST(ScopedKey, SplitIsTheInverse) {
+  for (const auto& [scope, key] :
+       std::initializer_list<std::pair<std::string, std::string>>{{"create_payment", "request-123"},
+                                                                  {"a", "b"},
+                                                                  {"with:colons:", ":and:more"},
+                                                                  {std::string(100, 's'), ""},
+                                                                  {"s", std::string(200, 'k')}}) {
+    const std::string stored = idem::scoped_idempotency_key(scope, key);
+    const auto split = idem::split_scoped_idempotency_key(stored);
+    ASSERT_TRUE(split.has_value()) << stored;
+    EXPECT_EQ(split->scope, scope);
+    EXPECT_EQ(split->key, key);
+  }
+  for (const std::string_view unscoped :
+       {"request-123", "", "14", "14:", "0:x:y", "01:x:y", "2:x:y", "3:abc", "3:abcd", "1000:x:y",
+        ":x:y", "a3:abc:d"}) {
+    EXPECT_FALSE(idem::split_scoped_idempotency_key(unscoped).has_value()) << unscoped;
+  }
 }
 
 TEST(KeyScope, TwoOperationsWithTheSameKeyTextNeverShareAResult) {

@@ -464,6 +464,13 @@ TEST(ParseDuration, Units) {
   EXPECT_EQ(parse_duration("7d"), 7 * 24h);
   EXPECT_EQ(parse_duration("0007s"), 7s);
   EXPECT_EQ(parse_duration("9223372036854775807ms"), std::chrono::milliseconds::max());
+  EXPECT_EQ(parse_duration("2w"), 14 * 24h);
+  EXPECT_EQ(parse_duration("1.5h"), 90min);
+  EXPECT_EQ(parse_duration("0.25s"), 250ms);
+  EXPECT_EQ(parse_duration("1.0d"), 24h);
+  EXPECT_EQ(parse_duration("0.001s"), 1ms);
+  EXPECT_EQ(parse_duration("0.5w"), 84h);
+  EXPECT_EQ(parse_duration("9223372036854775.807s"), std::chrono::milliseconds::max());
 }
 
 TEST(ParseDuration, RefusesEverythingElse) {
@@ -472,14 +479,21 @@ TEST(ParseDuration, RefusesEverythingElse) {
            {"", "empty"},
            {"5", "no unit"},
            {"-5s", "negative"},
-           {"+5s", "whole number"},
-           {" 5s", "whole number"},
+           {"+5s", "start with a number"},
+           {" 5s", "start with a number"},
            {"5 s", "unknown unit"},
            {"5S", "unknown unit"},
-           {"1.5s", "unknown unit"},
+           {"1.5us", "unknown unit"},
+           {"0.0001s", "whole number of milliseconds"},
+           {"1.5ms", "whole number of milliseconds"},
+           {"1.s", "no digit after the point"},
+           {"1.5", "no unit"},
+           {".5s", "number"},
+           {"0.1234567891h", "more than 9 digits"},
+           {"9223372036854775.808s", "too large"},
            {"5sec", "unknown unit"},
            {"5us", "unknown unit"},
-           {"s", "whole number"},
+           {"s", "start with a number"},
            {"9223372036854775808ms", "too large"},
            {"106751991167301d", "too large"},
            {"99999999999999999999999999s", "too large"},

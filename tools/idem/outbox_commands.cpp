@@ -2,13 +2,13 @@
 
 #include <CLI/CLI.hpp>
 
-#include <atomic>
 #include <chrono>
-#include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <thread>
 
+#include "command_support.hpp"
 #include "exit_codes.hpp"
 #include "idem/error.hpp"
 #include "idem/open.hpp"
@@ -78,27 +78,42 @@ struct RelayArgs {
   std::size_t batch = 256;
   int poll_ms = 1000;
   int max_attempts = 5;
+  std::string retry_delay = "500ms";  // first wait after a failed connect; doubles up to retry_max
+  std::string retry_max = "30s";
+  std::string status_every = "1m";     // a summary line this often while the broker stays down
+  std::uint64_t connect_attempts = 0;  // give up after this many failed connects (0: never)
 };
 
 #if IDEM_HAVE_RABBITMQ
-std::atomic<bool> g_stop{false};
-
-extern "C" void on_stop_signal(int) {
-  g_stop.store(true);
-}
-
-void print_stats(const OutboxRelayStats& s, const OutboxStats& outbox) {
+void print_stats(const OutboxRelayStats& s, const std::optional<OutboxStats>& outbox) {
   std::printf("relay: %llu published, %llu refused, %llu parked, %llu failed passes\n",
               static_cast<unsigned long long>(s.published),
               static_cast<unsigned long long>(s.refused), static_cast<unsigned long long>(s.parked),
               static_cast<unsigned long long>(s.failures));
-  std::printf("outbox: %llu waiting, %llu parked\n", static_cast<unsigned long long>(outbox.depth),
-              static_cast<unsigned long long>(outbox.parked));
+  if (outbox) {
+    std::printf("outbox: %llu waiting, %llu parked\n",
+                static_cast<unsigned long long>(outbox->depth),
+                static_cast<unsigned long long>(outbox->parked));
+  }
   std::fflush(stdout);
+}
+
+// The outbox's counts for the summary; a database that fails now does not hide what the relay
+// did (the failure is on stderr).
+std::optional<OutboxStats> outbox_stats(Outbox& outbox) {
+  try {
+    return outbox.stats();
+  } catch (const std::exception& e) {
+    std::cerr << "idem relay: outbox: " << describe(e) << "\n";
+    return std::nullopt;
+  }
 }
 #endif
 
 int run_relay(const RelayArgs& args) {
+  // From the first line: a SIGINT or SIGTERM while the broker is still down ends the relay with
+  // its summary too.
+  const StopSignals signals;
   if (args.store.empty()) {
     std::cerr << "idem relay: --store URL is required (sqlite:PATH or postgresql://...)\n";
     return kUsage;
@@ -109,6 +124,9 @@ int run_relay(const RelayArgs& args) {
   }
 #if IDEM_HAVE_RABBITMQ
   try {
+    const auto retry_delay = parse_duration(args.retry_delay);
+    const auto retry_max = std::max(parse_duration(args.retry_max), retry_delay);
+    const auto status_every = parse_duration(args.status_every);
     const auto connection = rabbitmq::ConnectionOptions::from_url(args.broker);
     auto recorder = open_recorder(args.store);
     std::string absent;
@@ -119,47 +137,68 @@ int run_relay(const RelayArgs& args) {
     }
     rabbitmq::PublisherOptions publisher_options;
     publisher_options.exchange = args.exchange;
+    auto broker = std::make_shared<OutageLog>("idem relay", "broker", status_every);
+    auto database = std::make_shared<OutageLog>("idem relay", "outbox database", status_every);
     OutboxRelayOptions options;
     options.batch_size = args.batch;
     options.poll_interval = std::chrono::milliseconds(args.poll_ms);
     options.max_attempts = args.max_attempts;
-    // One line per kind of failure in a row, not one per pass: a broker restart is one message.
-    options.on_failure = [last = std::string()](const std::exception& e) mutable {
-      std::string message = describe(e);
-      if (message == last) return;
-      std::cerr << "idem relay: publishing failed, retrying: " << message << "\n";
-      last = std::move(message);
+    options.failure_backoff = retry_delay;
+    options.on_failure = [broker, database](const std::exception& e) {
+      (dynamic_cast<const rabbitmq::BrokerError*>(&e) != nullptr ? broker : database)
+          ->failed(describe(e));
     };
+    const std::string endpoint = rabbitmq::redact_amqp_url(args.broker);
+
+    // The broker may be down when the relay starts: wait for it as for a restart, backing off.
     std::shared_ptr<rabbitmq::Publisher> publisher;
-    // The broker may be down when the relay starts: wait for it as for a restart.
-    for (;;) {
+    auto delay = retry_delay;
+    while (!publisher) {
       try {
         publisher = std::make_shared<rabbitmq::Publisher>(connection, publisher_options);
-        break;
       } catch (const rabbitmq::BrokerError& e) {
-        if (args.once || g_stop.load()) throw;
-        std::cerr << "idem relay: broker unreachable, retrying: " << describe(e) << "\n";
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        if (args.once || !e.retryable()) throw;
+        broker->failed(describe(e));
+        if (args.connect_attempts != 0 && broker->attempts() >= args.connect_attempts) {
+          print_stats(OutboxRelayStats{}, outbox_stats(*outbox));
+          std::cerr << "idem relay: gave up: broker " << broker->status() << "\n";
+          return exit_code_of(e);
+        }
+        if (StopSignals::sleep_for(delay)) {
+          print_stats(OutboxRelayStats{}, outbox_stats(*outbox));
+          std::cerr << "idem relay: stopped by " << StopSignals::name() << " while the broker was "
+                    << broker->status() << "\n";
+          return kOk;
+        }
+        delay = std::min(delay * 2, retry_max);
       }
     }
+    broker->recovered();
     OutboxRelay relay(outbox, std::make_shared<rabbitmq::RabbitMqOutboxPublisher>(publisher),
                       options);
     if (args.once) {
       relay.drain();
-      print_stats(relay.stats(), outbox->stats());
+      print_stats(relay.stats(), outbox_stats(*outbox));
       return kOk;
     }
-    std::signal(SIGINT, on_stop_signal);
-    std::signal(SIGTERM, on_stop_signal);
     std::printf("relay: %s -> %s (exchange %s); stop with SIGINT/SIGTERM\n",
-                redact_url(args.store).c_str(), rabbitmq::redact_amqp_url(args.broker).c_str(),
-                args.exchange.c_str());
+                redact_url(args.store).c_str(), endpoint.c_str(), args.exchange.c_str());
     std::fflush(stdout);
     relay.start();
-    while (!g_stop.load())
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    // A pass that did not fail after failed ones means the broker answers again.
+    std::uint64_t good_passes = 0;
+    while (!StopSignals::sleep_for(std::chrono::milliseconds(50))) {
+      const OutboxRelayStats now = relay.stats();
+      if (now.passes - now.failures > good_passes) {
+        good_passes = now.passes - now.failures;
+        broker->recovered();
+        database->recovered();
+      }
+    }
     relay.stop();
-    print_stats(relay.stats(), outbox->stats());
+    print_stats(relay.stats(), outbox_stats(*outbox));
+    if (broker->down()) std::cerr << "idem relay: broker " << broker->status() << "\n";
+    if (database->down()) std::cerr << "idem relay: outbox database " << database->status() << "\n";
     return kOk;
   } catch (const std::exception& e) {
     std::cerr << "idem relay: " << describe(e) << "\n";
@@ -195,6 +234,17 @@ void add_outbox_commands(CLI::App& app) {
                    "Refusals after which a row is parked (dead-lettered)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1'000'000));
+  relay_cmd->add_option(
+      "--retry-delay", args->retry_delay,
+      "Wait after a failed attempt to reach the broker; doubles up to --retry-max "
+      "(default 500ms)");
+  relay_cmd->add_option("--retry-max", args->retry_max,
+                        "Longest wait between attempts to reach the broker (default 30s)");
+  relay_cmd->add_option("--status-every", args->status_every,
+                        "While the broker is down, a summary line this often (default 1m)");
+  relay_cmd->add_option("--connect-attempts", args->connect_attempts,
+                        "Give up (exit 3) after this many failed attempts to reach the broker at "
+                        "start (default 0: keep trying)");
   relay_cmd->callback([args] {
     const int code = run_relay(*args);
     std::cout.flush();

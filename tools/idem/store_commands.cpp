@@ -16,10 +16,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "command_support.hpp"
 #include "exit_codes.hpp"
 #include "idem/error.hpp"
 #include "idem/idempotency_store.hpp"
 #include "idem/open.hpp"
+#include "idem/operation_idempotency.hpp"
 #include "idem/recorder.hpp"
 #include "outbox_commands.hpp"
 #include "progress.hpp"
@@ -34,208 +36,6 @@ constexpr std::uint64_t kProgressThreshold = 1000;
 // Bytes of a stored value shown by inspect.
 constexpr std::size_t kPreviewBytes = 64;
 
-// A usage error found by a command itself (CLI11 is told nothing is required, so that every
-// usage error exits with 2 and one clear message).
-struct UsageError : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-// The password of `url`'s user info ("scheme://user:PASSWORD@host"), if any, so that it can
-// be masked in messages that a backend built from the URL (redact_url covers the URL itself).
-std::string url_password(std::string_view url) {
-  const std::size_t authority = url.find("://");
-  if (authority == std::string_view::npos) return {};
-  const std::size_t start = authority + 3;
-  const std::size_t end = url.find_first_of("/?#", start);
-  const std::string_view host_part =
-      url.substr(start, end == std::string_view::npos ? url.npos : end - start);
-  const std::size_t at = host_part.rfind('@');
-  if (at == std::string_view::npos) return {};
-  const std::string_view user_info = host_part.substr(0, at);
-  const std::size_t colon = user_info.find(':');
-  if (colon == std::string_view::npos) return {};
-  return std::string(user_info.substr(colon + 1));
-}
-
-std::string masked(std::string message, const std::string& password) {
-  if (password.empty()) return message;
-  for (std::size_t at = message.find(password); at != std::string::npos;
-       at = message.find(password, at + 3)) {
-    message.replace(at, password.size(), "***");
-  }
-  return message;
-}
-
-std::string lower_scheme(std::string_view url) {
-  std::string scheme(url.substr(0, url.find(':')));
-  for (char& c : scheme) {
-    if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
-  }
-  return scheme;
-}
-
-// `url` with `name=value` added to its query, unless the user set `name` already.
-std::string with_parameter(const std::string& url, std::string_view name, std::string_view value) {
-  const std::size_t query = url.find('?');
-  if (query != std::string::npos) {
-    const std::string_view q = std::string_view(url).substr(query + 1);
-    const std::string prefix = std::string(name) + "=";
-    if (q.substr(0, prefix.size()) == prefix || q.find("&" + prefix) != std::string_view::npos) {
-      return url;
-    }
-  }
-  return url + (query == std::string::npos ? "?" : "&") + std::string(name) + "=" +
-         std::string(value);
-}
-
-// The URL to look at a database without changing it: SQLite read-only (no tables created),
-// PostgreSQL without creating the schema. Other backends create nothing when opened.
-std::string look_only_url(const std::string& url) {
-  const std::string scheme = lower_scheme(url);
-  if (scheme == "sqlite") return with_parameter(url, "read_only", "true");
-  if (scheme == "postgresql" || scheme == "postgres") {
-    return with_parameter(url, "create_schema", "false");
-  }
-  return url;
-}
-
-// The URL to write to a database as it is: SQLite without creating tables or switching the
-// journal mode (a file only infinity_bus has used keeps its rollback journal and gets no idem
-// tables). Other backends: `url` (purge opens only the faces whose tables exist).
-std::string as_is_url(const std::string& url) {
-  if (lower_scheme(url) == "sqlite") return with_parameter(url, "create_schema", "false");
-  return url;
-}
-
-// True for the errors that mean "this face has no tables here" when opened look-only: a SQLite
-// file opened read-only without them (store_read_only), a PostgreSQL schema without them
-// (create_schema=false; the backend reports it as a plain, non-retryable StoreError).
-bool means_absent(const Error& e) {
-  if (e.code() == ErrorCode::store_read_only) return true;
-  return e.code() == ErrorCode::store_error && !e.retryable() && !e.in_doubt() &&
-         std::string_view(e.what()).find(" do not exist ") != std::string_view::npos;
-}
-
-// The recorder and the store at one URL; a face whose tables do not exist is null, with why.
-struct Faces {
-  std::shared_ptr<IdempotencyRecorder> recorder;
-  std::string recorder_absent;
-  std::shared_ptr<IdempotencyStore> store;
-  std::string store_absent;
-};
-
-Faces open_faces(const std::string& url, bool want_recorder, bool want_store, bool look_only) {
-  Faces faces;
-  const std::string target = look_only ? look_only_url(url) : as_is_url(url);
-  if (want_recorder) {
-    try {
-      faces.recorder = open_recorder(target);
-    } catch (const StoreError& e) {
-      if (!means_absent(e)) throw;
-      faces.recorder_absent = e.what();
-    }
-  }
-  if (want_store) {
-    try {
-      faces.store = open_store(target);
-    } catch (const StoreError& e) {
-      if (!means_absent(e)) throw;
-      faces.store_absent = e.what();
-    }
-  }
-  return faces;
-}
-
-std::string iso_time(WallTime t) {
-  using namespace std::chrono;
-  const auto ms = floor<milliseconds>(t.time_since_epoch());
-  const auto day = floor<days>(ms);
-  const year_month_day ymd{sys_days(day)};
-  const hh_mm_ss<milliseconds> time{ms - day};
-  char buffer[48];
-  std::snprintf(buffer, sizeof buffer, "%04d-%02u-%02uT%02d:%02d:%02d.%03lldZ",
-                static_cast<int>(ymd.year()), static_cast<unsigned>(ymd.month()),
-                static_cast<unsigned>(ymd.day()), static_cast<int>(time.hours().count()),
-                static_cast<int>(time.minutes().count()), static_cast<int>(time.seconds().count()),
-                static_cast<long long>(time.subseconds().count()));
-  return buffer;
-}
-
-// The length of the well-formed UTF-8 sequence at the start of `bytes` (RFC 3629: no overlong
-// forms, no surrogates, nothing past U+10FFFF), or 0 when it is not one.
-std::size_t utf8_sequence_length(std::string_view bytes) {
-  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(bytes[i]); };
-  const unsigned char lead = byte(0);
-  std::size_t length = 0;
-  unsigned char low = 0x80;   // the range of the second byte, narrowed for the lead bytes
-  unsigned char high = 0xbf;  // that would otherwise allow overlong forms or surrogates
-  if (lead >= 0xc2 && lead <= 0xdf) {
-    length = 2;
-  } else if (lead >= 0xe0 && lead <= 0xef) {
-    length = 3;
-    if (lead == 0xe0) low = 0xa0;
-    if (lead == 0xed) high = 0x9f;
-  } else if (lead >= 0xf0 && lead <= 0xf4) {
-    length = 4;
-    if (lead == 0xf0) low = 0x90;
-    if (lead == 0xf4) high = 0x8f;
-  } else {
-    return 0;
-  }
-  if (bytes.size() < length) return 0;
-  if (byte(1) < low || byte(1) > high) return 0;
-  for (std::size_t i = 2; i < length; ++i) {
-    if (byte(i) < 0x80 || byte(i) > 0xbf) return 0;
-  }
-  // C1 control characters (U+0080..U+009F) move a terminal's cursor as C0 ones do.
-  if (length == 2 && lead == 0xc2 && byte(1) < 0xa0) return 0;
-  return length;
-}
-
-// Bytes as text safe for a terminal: printable ASCII and well-formed UTF-8 (a consumer name in
-// any script) as they are; control characters, a backslash and bytes that are not UTF-8 as
-// \xNN. Cut after `limit` bytes, never inside a character, with "...".
-std::string printable(std::string_view bytes, std::size_t limit) {
-  std::string out;
-  std::size_t i = 0;
-  while (i < bytes.size() && i < limit) {
-    const auto c = static_cast<unsigned char>(bytes[i]);
-    if (c >= 0x20 && c < 0x7f && c != '\\') {
-      out += static_cast<char>(c);
-      ++i;
-      continue;
-    }
-    const std::size_t length = c >= 0x80 ? utf8_sequence_length(bytes.substr(i)) : 0;
-    if (length > 0) {
-      if (i + length > limit) break;
-      out.append(bytes.substr(i, length));
-      i += length;
-      continue;
-    }
-    char escaped[8];
-    std::snprintf(escaped, sizeof escaped, "\\x%02x", c);
-    out += escaped;
-    ++i;
-  }
-  if (i < bytes.size()) out += "...";
-  return out;
-}
-
-// The characters `text` shows (its UTF-8 lead bytes): the columns it takes in a terminal, for
-// every script whose characters are one column wide.
-std::size_t columns(std::string_view text) {
-  std::size_t n = 0;
-  for (const char c : text)
-    n += (static_cast<unsigned char>(c) & 0xc0) != 0x80 ? 1 : 0;
-  return n;
-}
-
-// JSON on stdout. Names and keys are bytes, not always UTF-8: a byte that is not UTF-8 is
-// printed as U+FFFD instead of failing the command.
-void print_json(const nlohmann::json& value) {
-  std::cout << value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
-}
-
 // ---- stats ----------------------------------------------------------------------------------
 
 struct StatsArgs {
@@ -244,7 +44,7 @@ struct StatsArgs {
 };
 
 int run_stats(const StatsArgs& args) {
-  Faces faces = open_faces(args.url, true, true, /*look_only=*/true);
+  Faces faces = open_faces(args.url, true, true, OpenOptions::Schema::look_only);
   std::optional<std::vector<ConsumerCounts>> consumers;
   std::optional<StoreCounts> records;
   if (faces.recorder) consumers = faces.recorder->consumer_counts();
@@ -358,17 +158,51 @@ struct PurgeArgs {
   bool store_only = false;
   bool recorder_only = false;
   bool dry_run = false;
+  bool json = false;
 };
 
-// Runs `purge` with a progress bar on stderr when `expected` is large.
+// Stopped by SIGINT/SIGTERM between two chunks of a purge; `done` went before it.
+struct PurgeStopped {
+  std::size_t done = 0;
+};
+
+// Runs `purge` with a progress bar on stderr when `expected` is large. Between chunks it stops
+// (PurgeStopped) when SIGINT or SIGTERM came.
 std::size_t with_progress(const std::string& label, std::uint64_t expected,
                           const std::function<std::size_t(const PurgeProgress&)>& purge) {
-  if (expected < kProgressThreshold) return purge(PurgeProgress{});
-  ProgressBar bar(label, expected, stderr);
-  const std::size_t done =
-      purge([&](std::size_t so_far) { bar.update(static_cast<std::uint64_t>(so_far)); });
-  bar.finish();
+  std::optional<ProgressBar> bar;
+  if (expected >= kProgressThreshold) bar.emplace(label, expected, stderr);
+  const std::size_t done = purge([&](std::size_t so_far) {
+    if (bar) bar->update(static_cast<std::uint64_t>(so_far));
+    if (StopSignals::requested()) throw PurgeStopped{so_far};
+  });
+  if (bar) bar->finish();
   return done;
+}
+
+// The markers a purge keeps because their time cannot be read, per consumer, on stdout.
+void print_unreadable(const PurgeableMarkers& markers) {
+  if (markers.unreadable == 0) return;
+  std::printf("recorder: kept %llu marker%s whose time cannot be read (never purged):\n",
+              static_cast<unsigned long long>(markers.unreadable),
+              markers.unreadable == 1 ? "" : "s");
+  std::size_t width = 8;
+  for (const auto& c : markers.consumers)
+    width = std::max(width, columns(printable(c.consumer, 256)));
+  for (const auto& c : markers.consumers) {
+    if (c.unreadable == 0) continue;
+    const std::string name = printable(c.consumer, 256);
+    std::printf("  %s%*s %12llu\n", name.c_str(), static_cast<int>(width - columns(name)), "",
+                static_cast<unsigned long long>(c.unreadable));
+  }
+}
+
+nlohmann::json consumers_json(const PurgeableMarkers& markers) {
+  nlohmann::json list = nlohmann::json::array();
+  for (const auto& c : markers.consumers) {
+    list.push_back({{"consumer", c.consumer}, {"old", c.old}, {"unreadable", c.unreadable}});
+  }
+  return list;
 }
 
 int run_purge(const PurgeArgs& args) {
@@ -388,51 +222,76 @@ int run_purge(const PurgeArgs& args) {
   } else if (!args.older_than.empty()) {
     older_than = parse_duration(args.older_than);  // checked even when unused: a typo is an error
   }
+  const StopSignals signals;  // a purge stops between chunks, with what it did so far
 
   // Find the faces without creating anything, then open those that exist for writing.
-  const Faces found = open_faces(args.url, recorder_wanted, store_wanted, /*look_only=*/true);
+  const Faces found =
+      open_faces(args.url, recorder_wanted, store_wanted, OpenOptions::Schema::look_only);
   Faces faces = found;
   if (!args.dry_run) {
     faces = open_faces(args.url, found.recorder != nullptr, found.store != nullptr,
-                       /*look_only=*/false);
+                       OpenOptions::Schema::keep);
   }
+  const char* const verb = args.dry_run ? "would purge" : "purged";
+  nlohmann::json out = {{"dry_run", args.dry_run}};
+  int code = kOk;
+  const auto stopped = [&](const char* what, std::size_t done) {
+    std::fprintf(stderr, "idem purge: stopped by %s after purging %zu %s\n", StopSignals::name(),
+                 done, what);
+    code = StopSignals::exit_code();
+    return done;
+  };
 
   if (recorder_wanted) {
     if (!faces.recorder) {
-      std::printf("recorder: none\n");
+      out["recorder"] = nullptr;
+      if (!args.json) std::printf("recorder: none\n");
     } else {
-      const std::size_t old = faces.recorder->count_purgeable(*older_than);
-      if (args.dry_run) {
-        std::printf("recorder: would purge %zu markers older than %s\n", old,
+      const PurgeableMarkers markers = faces.recorder->purgeable_markers(*older_than);
+      std::size_t purged = markers.old;
+      if (!args.dry_run) {
+        try {
+          purged = with_progress("purging markers", markers.old, [&](const PurgeProgress& p) {
+            return faces.recorder->purge(*older_than, p);
+          });
+        } catch (const PurgeStopped& e) {
+          purged = stopped("markers", e.done);
+        }
+      }
+      out["recorder"] = {{"older_than", args.older_than},
+                         {args.dry_run ? "would_purge" : "purged", purged},
+                         {"unreadable", markers.unreadable},
+                         {"consumers", consumers_json(markers)}};
+      if (!args.json) {
+        std::printf("recorder: %s %zu markers older than %s\n", verb, purged,
                     args.older_than.c_str());
-      } else {
-        const std::size_t purged =
-            with_progress("purging markers", old, [&](const PurgeProgress& progress) {
-              return faces.recorder->purge(*older_than, progress);
-            });
-        std::printf("recorder: purged %zu markers older than %s\n", purged,
-                    args.older_than.c_str());
+        print_unreadable(markers);
       }
     }
   }
-  if (store_wanted) {
+  if (store_wanted && code == kOk) {
     if (!faces.store) {
-      std::printf("store: none\n");
+      out["store"] = nullptr;
+      if (!args.json) std::printf("store: none\n");
     } else {
       const std::uint64_t expired = faces.store->counts().expired;
-      if (args.dry_run) {
-        std::printf("store: would purge %llu expired records\n",
-                    static_cast<unsigned long long>(expired));
-      } else {
-        const std::size_t purged = with_progress(
-            "purging expired records", expired,
-            [&](const PurgeProgress& progress) { return faces.store->purge_expired(progress); });
-        std::printf("store: purged %zu expired records\n", purged);
+      std::size_t purged = static_cast<std::size_t>(expired);
+      if (!args.dry_run) {
+        try {
+          purged = with_progress("purging expired records", expired, [&](const PurgeProgress& p) {
+            return faces.store->purge_expired(p);
+          });
+        } catch (const PurgeStopped& e) {
+          purged = stopped("expired records", e.done);
+        }
       }
+      out["store"] = {{args.dry_run ? "would_purge" : "purged", purged}};
+      if (!args.json) std::printf("store: %s %zu expired records\n", verb, purged);
     }
   }
+  if (args.json) print_json(out);
   std::fflush(stdout);
-  return kOk;
+  return code;
 }
 
 // ---- inspect --------------------------------------------------------------------------------
@@ -441,11 +300,13 @@ struct InspectArgs {
   std::string url;
   std::string key;
   std::string consumer;
+  std::string operation;
+  std::string scope;
   bool json = false;
 };
 
 int inspect_marker(const InspectArgs& args) {
-  Faces faces = open_faces(args.url, true, false, /*look_only=*/true);
+  Faces faces = open_faces(args.url, true, false, OpenOptions::Schema::look_only);
   if (!faces.recorder) {
     std::cerr << "idem inspect: not found: there is no recorder at " << redact_url(args.url)
               << "\n";
@@ -494,23 +355,39 @@ int inspect_marker(const InspectArgs& args) {
 }
 
 int inspect_record(const InspectArgs& args) {
-  Faces faces = open_faces(args.url, false, true, /*look_only=*/true);
+  const std::string scope = scope_option(args.operation, args.scope);
+  Faces faces = open_faces(args.url, false, true, OpenOptions::Schema::look_only);
   if (!faces.store) {
     std::cerr << "idem inspect: not found: there is no idempotency store at "
               << redact_url(args.url) << "\n";
     return kNotFound;
   }
-  const std::optional<IdempotencyRecord> record = faces.store->lookup(args.key);
+  const std::string stored = scoped_idempotency_key(scope, args.key);
+  const std::optional<IdempotencyRecord> record = faces.store->lookup(stored);
   if (!record) {
     std::cerr << "idem inspect: not found: no live record for key '" << printable(args.key, 256)
-              << "' (never claimed, released, or expired)\n";
+              << "'";
+    if (!scope.empty()) {
+      std::cerr << " of operation '" << printable(scope, 256) << "' (stored as '"
+                << printable(stored, 256) << "'; never claimed, released, or expired)\n";
+    } else {
+      std::cerr << " (never claimed, released, or expired)"
+                << scope_hint("inspect", args.url, args.key, scopes_holding(*faces.store, args.key))
+                << "\n";
+    }
     return kNotFound;
   }
+  // The user's key and its scope, also when the scoped key itself was given.
+  const auto split = split_scoped_idempotency_key(stored);
+  const std::string user_key(split ? split->key : std::string_view(stored));
+  const std::string record_scope(split ? split->scope : std::string_view());
   const bool completed = record->state == IdempotencyRecord::State::completed;
   const std::string bytes = record->value.bytes.value_or("");
   const bool has_bytes = record->value.bytes.has_value();
   if (args.json) {
-    nlohmann::json out = {{"key", record->key.empty() ? args.key : record->key},
+    nlohmann::json out = {{"key", user_key},
+                          {"scope", split ? nlohmann::json(record_scope) : nullptr},
+                          {"stored_key", stored},
                           {"state", std::string(to_string(record->state))},
                           {"token", record->token}};
     out["fingerprint"] = record->fingerprint ? nlohmann::json(*record->fingerprint) : nullptr;
@@ -526,7 +403,11 @@ int inspect_record(const InspectArgs& args) {
     print_json(out);
     return kOk;
   }
-  std::printf("key           %s\n", printable(args.key, 256).c_str());
+  std::printf("key           %s\n", printable(user_key, 256).c_str());
+  if (split) {
+    std::printf("scope         %s\n", printable(record_scope, 256).c_str());
+    std::printf("stored as     %s\n", printable(stored, 256).c_str());
+  }
   std::printf("state         %s\n", std::string(to_string(record->state)).c_str());
   std::printf("token         %llu\n", static_cast<unsigned long long>(record->token));
   std::printf("fingerprint   %s\n",
@@ -555,38 +436,10 @@ int inspect_record(const InspectArgs& args) {
 
 int run_inspect(const InspectArgs& args) {
   if (args.key.empty()) throw UsageError("KEY is required (idem inspect URL KEY)");
-  return args.consumer.empty() ? inspect_record(args) : inspect_marker(args);
-}
-
-// Runs one command and maps what it throws to the exit codes of exit_codes.hpp.
-int guarded(std::string_view command, const std::string& url, const std::vector<std::string>& extra,
-            const std::function<int()>& body) {
-  const std::string password = url_password(url);
-  const auto fail = [&](int code, const std::string& message) {
-    std::cerr << "idem " << command << ": " << masked(message, password) << "\n";
-    return code;
-  };
-  try {
-    if (!extra.empty()) {
-      throw UsageError("unexpected argument '" + printable(extra.front(), 64) + "' (see idem " +
-                       std::string(command) + " --help)");
-    }
-    if (url.empty()) {
-      throw UsageError(
-          "URL is required, e.g. sqlite:///var/lib/app/idem.db, "
-          "redis://127.0.0.1:6379/0 or postgresql://user@host/db");
-    }
-    return body();
-  } catch (const UsageError& e) {
-    return fail(kUsage, e.what());
-  } catch (const std::exception& e) {
-    return fail(exit_code_of(e), describe(e));
+  if (!args.consumer.empty() && (!args.operation.empty() || !args.scope.empty())) {
+    throw UsageError("--consumer (an event's marker) excludes --operation and --scope (a record)");
   }
-}
-
-void finish(int code) {
-  std::cout.flush();
-  if (code != kOk) throw CLI::RuntimeError(code);
+  return args.consumer.empty() ? inspect_record(args) : inspect_marker(args);
 }
 
 }  // namespace
@@ -614,6 +467,7 @@ void add_store_commands(CLI::App& app) {
   purge_cmd->add_flag("--store-only", purge->store_only, "Only expired store records");
   purge_cmd->add_flag("--recorder-only", purge->recorder_only, "Only old markers");
   purge_cmd->add_flag("--dry-run", purge->dry_run, "Count what would go, delete nothing");
+  purge_cmd->add_flag("--json", purge->json, "Print the totals as JSON");
   purge_cmd->allow_extras();
   purge_cmd->callback([purge, purge_cmd] {
     finish(guarded("purge", purge->url, purge_cmd->remaining(), [&] { return run_purge(*purge); }));
@@ -626,6 +480,10 @@ void add_store_commands(CLI::App& app) {
       "KEY");
   inspect_cmd->add_option("url", inspect->url, "sqlite:PATH, redis://..., postgresql://...");
   inspect_cmd->add_option("key", inspect->key, "Idempotency key (or event id with --consumer)");
+  inspect_cmd->add_option("--operation", inspect->operation,
+                          "KEY is this operation's key (its name: the records' scope)");
+  inspect_cmd->add_option("--scope", inspect->scope,
+                          "KEY is a key of this idempotency_scope (operations that set one)");
   inspect_cmd->add_option("--consumer", inspect->consumer, "Inspect this consumer's marker");
   inspect_cmd->add_flag("--json", inspect->json, "Print JSON");
   inspect_cmd->allow_extras();

@@ -77,6 +77,8 @@ postgres::PostgresOptions postgres_options(const UrlContext& context, const Spli
       forwarded += (forwarded.empty() ? "" : "&") + std::string(parameter.raw);
     }
   }
+  // After the query: the caller's choice wins over the URL's parameters.
+  if (open.schema != OpenOptions::Schema::create) options.create_schema = false;
   // libpq wants the scheme in lower case.
   options.url = split.scheme + ":" + std::string(location);
   if (!forwarded.empty()) options.url += "?" + forwarded;

@@ -119,7 +119,7 @@ void AsyncConnection::start_connect() {
   timer().expires_after(options_.connect_timeout);
   when_timer([](AsyncConnection& self, const asio::error_code& ec) {
     if (ec || self.phase_ != Phase::connecting) return;
-    self.connect_failed(connect_timeout_error(self.options_, self.target_));
+    self.connect_failed(connect_timeout_error(self.options_, self.target_, self.conn_));
   });
   connect_step(PGRES_POLLING_WRITING);
 }

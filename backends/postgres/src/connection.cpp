@@ -612,15 +612,48 @@ PostgresError connect_error(std::string_view why, const std::string& target, PGc
         /*retryable=*/false, false);
   }
   std::string text = "could not connect to " + target + ": " + message;
+  if (sqlstate.empty()) {
+    // libpq's own text is the only sign of what failed before the server said anything.
+    const auto says = [&](std::string_view part) {
+      return message.find(part) != std::string::npos;
+    };
+    if (says("could not translate host name")) {
+      // "Temporary failure in name resolution": the resolver may answer later.
+      return PostgresError(ErrorCode::host_not_found, text, sqlstate,
+                           /*retryable=*/says("Temporary failure"), false);
+    }
+    if (says("Connection refused")) {
+      return PostgresError(ErrorCode::connection_refused, text, sqlstate, /*retryable=*/true,
+                           false);
+    }
+    if (says("received invalid response to SSL negotiation") ||
+        says("expected authentication request from server") ||
+        says("received invalid response to GSSAPI negotiation")) {
+      return PostgresError(ErrorCode::wrong_protocol,
+                           "could not connect to " + target +
+                               ": the server does not speak the PostgreSQL protocol (" + message +
+                               "): is this a PostgreSQL port?",
+                           sqlstate, /*retryable=*/false, false);
+    }
+    if (says("timeout expired")) {
+      return PostgresError(ErrorCode::connect_timeout, text, sqlstate, /*retryable=*/true, false);
+    }
+  }
   return PostgresError(cls.code, text, sqlstate, cls.retryable, false);
 }
 
-PostgresError connect_timeout_error(const PostgresOptions& options, const std::string& target) {
-  return PostgresError(ErrorCode::store_error,
-                       "could not connect to " + target + " within " +
-                           std::to_string(options.connect_timeout.count()) +
-                           " ms (PostgresOptions::connect_timeout)",
-                       "", /*retryable=*/true, false);
+PostgresError connect_timeout_error(const PostgresOptions& options, const std::string& target,
+                                    PGconn* conn) {
+  std::string text = "could not connect to " + target + " within " +
+                     std::to_string(options.connect_timeout.count()) + " ms (connect_timeout)";
+  // Past CONNECTION_STARTED the TCP connection was made: something listens there but did not
+  // answer as PostgreSQL does.
+  if (conn != nullptr && PQstatus(conn) != CONNECTION_STARTED) {
+    text +=
+        ": the server accepted the connection but did not answer as PostgreSQL does (is this "
+        "a PostgreSQL port?)";
+  }
+  return PostgresError(ErrorCode::connect_timeout, text, "", /*retryable=*/true, false);
 }
 
 // ---- Connection -----------------------------------------------------------------------------
@@ -644,7 +677,7 @@ std::unique_ptr<Connection> Connection::open(const PostgresOptions& options,
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (remaining <= std::chrono::milliseconds::zero()) {
-      throw connect_timeout_error(options, target);
+      throw connect_timeout_error(options, target, conn);
     }
     pollfd fd{PQsocket(conn),
               static_cast<short>(status == PGRES_POLLING_READING ? POLLIN : POLLOUT), 0};

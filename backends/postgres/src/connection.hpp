@@ -170,12 +170,17 @@ struct Statement {
 // Throws PostgresError (store_open_failed) when a password file or variable cannot be read.
 PGconn* connect_start(const PostgresOptions& options, const std::string& target = "the server");
 // The PostgresError for a connection attempt that failed with libpq's message `why`. TLS set-up
-// failures are store_open_failed, not retryable, "TLS: <cause>"; with `conn` and a budget, an
+// failures are store_open_failed, not retryable, "TLS: <cause>"; a host name that does not
+// resolve is host_not_found, a refused connection connection_refused, a server that answers
+// something else than PostgreSQL wrong_protocol; with `conn` and a budget, an
 // unverified certificate's reason is asked of OpenSSL in one short handshake of its own.
 PostgresError connect_error(std::string_view why, const std::string& target, PGconn* conn = nullptr,
                             std::chrono::milliseconds verify_budget = std::chrono::milliseconds(0));
-// The PostgresError for a connection attempt that took longer than options.connect_timeout.
-PostgresError connect_timeout_error(const PostgresOptions& options, const std::string& target);
+// The PostgresError (connect_timeout, retryable) for a connection attempt that took longer than
+// options.connect_timeout; with `conn`, it says when the TCP connection was made but nothing
+// answered as PostgreSQL does.
+PostgresError connect_timeout_error(const PostgresOptions& options, const std::string& target,
+                                    PGconn* conn = nullptr);
 // A user's statement parameters (AsyncSqlTransaction, PostgresTransaction) as libpq parameters
 // in text format, untyped (the server infers the types); InvalidArgument for text with a NUL.
 Params to_params(std::span<const SqlParam> params);

@@ -87,7 +87,12 @@ std::string check_url(const std::string& url) {
   }
   std::string target;
   if (!user.empty()) target += user + "@";
-  target += host.empty() ? std::string("localhost") : host;
+  // An IPv6 address in brackets, as in the URL, so that the port stays apart.
+  if (host.find(':') != std::string::npos && host.front() != '/') {
+    target += "[" + host + "]";
+  } else {
+    target += host.empty() ? std::string("localhost") : host;
+  }
   target += ":" + (port.empty() ? std::string("5432") : port);
   target += "/" + (dbname.empty() ? (user.empty() ? std::string("(default)") : user) : dbname);
   return target;

@@ -521,6 +521,35 @@ StoreCounts PostgresIdempotencyStore::do_counts() {
   return counts;
 }
 
+RecordPage PostgresIdempotencyStore::do_list(std::string_view prefix, std::size_t limit,
+                                             std::string_view cursor) {
+  if (!detail::is_utf8(prefix)) return {};  // no key (UTF-8 text) starts with it
+  detail::require_utf8_key("list cursor", cursor);
+  Params params;
+  params.text(prefix).text(cursor).int8(static_cast<std::int64_t>(limit) + 1);
+  const detail::Result result =
+      impl_->run(impl_->list, params, "PostgresIdempotencyStore::list", StatementKind::read);
+  RecordPage page;
+  for (int row = 0; row < result.rows(); ++row) {
+    if (page.records.size() == limit) {
+      page.next = page.records.back().key;
+      break;
+    }
+    page.records.push_back(detail::decode_record(result.bytes(row, 0), impl_->table_name, result,
+                                                 row, 1, /*with_value=*/false));
+  }
+  return page;
+}
+
+bool PostgresIdempotencyStore::do_remove(std::string_view key, std::uint64_t token) {
+  detail::require_utf8_key("idempotency key", key);
+  if (!fits_token(token)) return false;
+  Params params;
+  params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
+  return impl_->run(impl_->remove, params, "PostgresIdempotencyStore::remove", StatementKind::write)
+             .rows() > 0;
+}
+
 std::size_t PostgresIdempotencyStore::do_entry_count() {
   const detail::Result result = impl_->run(
       impl_->count, Params{}, "PostgresIdempotencyStore::entry_count", StatementKind::read);

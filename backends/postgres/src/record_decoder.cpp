@@ -19,7 +19,7 @@ using State = IdempotencyRecord::State;
 }  // namespace
 
 IdempotencyRecord decode_record(std::string_view key, std::string_view table, const Result& result,
-                                int row, int first) {
+                                int row, int first, bool with_value) {
   const auto null = [&](int column) { return result.is_null(row, first + column); };
   IdempotencyRecord record;
   record.key = std::string(key);
@@ -42,6 +42,7 @@ IdempotencyRecord decode_record(std::string_view key, std::string_view table, co
   if (null(5) || null(6)) corrupt(key, table, "a completed record without completed_at/expires_at");
   record.completed_at = result.timestamptz(row, first + 5);
   record.expires_at = result.timestamptz(row, first + 6);
+  if (!with_value) return record;
   if (null(7)) corrupt(key, table, "a completed record without a value");
   record.value.bytes = std::string(result.bytes(row, first + 7));
   if (null(8)) corrupt(key, table, "a completed record without its report");

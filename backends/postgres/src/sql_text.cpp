@@ -208,6 +208,21 @@ StoreSql::StoreSql(const PostgresOptions& options)
           "count(*) FILTER (WHERE state = 'completed' AND expires_at <= $1) FROM " +
               table,
           {kTimestamptzOid}),
-      count("SELECT count(*) FROM " + table, {}) {}
+      count("SELECT count(*) FROM " + table, {}),
+      // list(): keys in byte order (COLLATE "C", whatever the database's collation), after the
+      // cursor ($2), one row more than the page ($3) to know whether another page follows.
+      // starts_with() takes the prefix literally (LIKE would read % and _).
+      list(
+          "SELECT key, state, token, fingerprint, lease_until, took_over, completed_at, "
+          "expires_at, NULL::bytea, NULL::text FROM " +
+              table +
+              " WHERE starts_with(key, $1) AND key COLLATE \"C\" > $2 "
+              "ORDER BY key COLLATE \"C\" LIMIT $3",
+          {kTextOid, kTextOid, kInt8Oid}),
+      remove("WITH gone AS (DELETE FROM " + table +
+                 " WHERE key = $1 AND token = $2 RETURNING key) SELECT CASE WHEN " +
+                 interest_lock("pg_try_advisory_xact_lock", "$3", "key") +
+                 " THEN NULL ELSE pg_notify($3, key) END FROM gone",
+             {kTextOid, kInt8Oid, kTextOid}) {}
 
 }  // namespace idem::postgres::detail

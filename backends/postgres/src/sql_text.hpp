@@ -81,6 +81,8 @@ struct StoreSql {
   Statement purge_chunk;
   Statement count_by_state;
   Statement count;
+  Statement list;    // key, then the record columns (value and report NULL)
+  Statement remove;  // as drop, whatever the state
 };
 
 }  // namespace idem::postgres::detail

@@ -22,6 +22,7 @@
 #include "idem/net/stream.hpp"
 #include "idem/net/tls.hpp"
 #include "idem/redis/redis_error.hpp"
+#include "internal.hpp"
 #include "resp.hpp"
 #include "tls_support.hpp"
 
@@ -139,8 +140,8 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
     phase = Phase::connecting;
     try {
       addresses = net::resolve(options.host, options.port);
-    } catch (const std::system_error& e) {
-      connect_failed(e.code().value(), e.what());
+    } catch (const net::ResolveError& e) {
+      fail_connect(detail::resolve_error(endpoint, e.what(), e.temporary()));
       return;
     }
     address_index = 0;
@@ -208,15 +209,15 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   }
 
   void connect_failed(int error_number, const std::string& detail) {
+    fail_connect(detail::connect_error(endpoint, error_number, detail));
+  }
+
+  // Every queued request fails with `error`; the next connect waits out the backoff.
+  void fail_connect(const RedisError& error) {
     ++stats_connect_failures;
     phase = Phase::idle;
     back_off();
-    const bool timed_out = is_timeout(error_number);
-    const std::string message = "idem redis: connect to " + endpoint + ": " + detail;
-    fail_queued([&](const Pending&) {
-      return std::make_exception_ptr(RedisError(RedisFailure::connect, message,
-                                                /*retryable=*/true, /*in_doubt=*/false, timed_out));
-    });
+    fail_queued([&](const Pending&) { return std::make_exception_ptr(error); });
   }
 
   // The next attempt waits: 50 ms doubling up to 1 s, reset by a success.
@@ -274,6 +275,22 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
     const RedisError error = detail::tls_error(endpoint, cause);
     fail_in_flight([&](const Pending&) { return std::make_exception_ptr(error); });
     fail_queued([&](const Pending&) { return std::make_exception_ptr(error); });
+  }
+
+  // The first bytes of this socket are not RESP: something else listens there. Everything
+  // sent or queued fails with wrong_protocol.
+  void not_redis() {
+    close_socket();
+    ++stats_connect_failures;
+    back_off();
+    const auto error_for = [&](const Pending& pending) {
+      return std::make_exception_ptr(
+          detail::not_redis_error(pending.call.what.empty() ? std::string_view("connect")
+                                                            : std::string_view(pending.call.what),
+                                  endpoint, first_bytes));
+    };
+    fail_in_flight(error_for);
+    fail_queued(error_for);
   }
 
   // A fresh socket failed before its first reply: the TLS cause when the port speaks TLS to a
@@ -444,14 +461,23 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
         refuse_tls(detail::tls_record_on_plaintext());
         return;
       }
+      if (socket_bytes_read == 0) {
+        first_bytes.assign(read_buffer.data(), std::min<std::size_t>(r.bytes, 16));
+        replied = false;
+      }
       socket_bytes_read += r.bytes;
       try {
         reader->feed(read_buffer.data(), r.bytes);
         while (auto reply = reader->next()) {
+          replied = true;
           deliver(std::move(*reply));
           if (gen != generation()) return;  // a handshake failure dropped the connection
         }
       } catch (const detail::ProtocolError& e) {
+        if (!replied) {
+          not_redis();
+          return;
+        }
         drop(0, std::string("protocol error: ") + e.what(), /*protocol=*/true);
         return;
       }
@@ -568,6 +594,8 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   bool tls_handshaking = false;
   std::size_t handshakes = 0;           // AUTH/SELECT replies still awaited
   std::uint64_t socket_bytes_read = 0;  // on this socket: 0 until its first reply
+  bool replied = false;                 // a whole reply arrived on this socket
+  std::string first_bytes;              // the first bytes of this socket, for wrong_protocol
   std::string out;
   std::size_t out_offset = 0;
   std::uint64_t bytes_batched = 0;

@@ -2,6 +2,7 @@
 
 #include <poll.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -13,6 +14,7 @@
 #include "idem/net/stream.hpp"
 #include "idem/net/tls.hpp"
 #include "idem/redis/redis_error.hpp"
+#include "internal.hpp"
 #include "resp.hpp"
 #include "tls_support.hpp"
 
@@ -41,9 +43,8 @@ RedisConnection::RedisConnection(const RedisOptions& options,
       endpoint_(options.endpoint()) {
   try {
     addresses_ = net::resolve(options.host, options.port);
-  } catch (const std::system_error& e) {
-    throw RedisError(RedisFailure::connect, "idem redis: connect to " + endpoint_ + ": " + e.what(),
-                     /*retryable=*/true, /*in_doubt=*/false);
+  } catch (const net::ResolveError& e) {
+    throw detail::resolve_error(endpoint_, e.what(), e.temporary());
   }
   const auto deadline = after(options.connect_timeout);  // TCP and the TLS handshake
   bool handshaking = false;
@@ -62,14 +63,12 @@ RedisConnection::RedisConnection(const RedisOptions& options,
       const std::string cause = detail::tls_to_plaintext_port(addresses_, options.connect_timeout);
       if (!cause.empty()) throw detail::tls_error(endpoint_, cause);
     }
-    std::string message = "idem redis: connect to " + endpoint_ + ": " +
-                          (handshaking ? "TLS handshake: " : "") + e.code().message();
+    std::string detail = (handshaking ? "TLS handshake: " : "") + e.code().message();
     if (timed_out) {
-      message += " (no answer within connect_timeout " +
-                 std::to_string(options.connect_timeout.count()) + " ms)";
+      detail += " (no answer within connect_timeout " +
+                std::to_string(options.connect_timeout.count()) + " ms)";
     }
-    throw RedisError(RedisFailure::connect, message, /*retryable=*/true, /*in_doubt=*/false,
-                     timed_out);
+    throw detail::connect_error(endpoint_, e.code().value(), detail);
   }
   if (options.password) {
     RedisReply reply =
@@ -165,10 +164,12 @@ RedisReply RedisConnection::read_one(CommandKind kind, std::string_view what, bo
   for (;;) {
     try {
       if (auto reply = reader_->next()) {
+        replied_ = true;
         --pending_;
         return std::move(*reply);
       }
     } catch (const detail::ProtocolError& e) {
+      if (!replied_) not_redis(what);
       fail_io(what, 0, any_sent, kind, std::string("protocol error: ") + e.what(),
               /*protocol=*/true);
     }
@@ -194,10 +195,12 @@ RedisReply RedisConnection::read_one(CommandKind kind, std::string_view what, bo
       broken_ = true;
       throw detail::tls_error(endpoint_, detail::tls_record_on_plaintext());
     }
+    if (!received_) first_bytes_.assign(buffer, std::min<std::size_t>(n, 16));
     received_ = true;
     try {
       reader_->feed(buffer, n);
     } catch (const detail::ProtocolError& e) {
+      if (!replied_) not_redis(what);
       fail_io(what, 0, any_sent, kind, std::string("protocol error: ") + e.what(),
               /*protocol=*/true);
     }
@@ -216,8 +219,17 @@ void RedisConnection::fail_io(std::string_view what, int error_number, bool sent
   if (in_doubt) {
     message += "; the command was sent and its reply lost: it may or may not have been applied";
   }
+  // A server that never answered on this connection: the address may not be a Redis port.
+  const bool silent = timed_out && !replied_;
+  if (silent) message += " (no reply yet on this connection: is this a Redis port?)";
   throw RedisError(protocol ? RedisFailure::protocol : RedisFailure::io, message, retryable,
-                   in_doubt, timed_out);
+                   in_doubt, timed_out,
+                   silent ? ErrorCode::connect_timeout : ErrorCode::store_error);
+}
+
+void RedisConnection::not_redis(std::string_view what) {
+  broken_ = true;
+  throw detail::not_redis_error(what, endpoint_, first_bytes_);
 }
 
 bool RedisConnection::looks_dead() noexcept {

@@ -62,6 +62,7 @@ const Script& store_release_script();
 const Script& store_renew_script();
 const Script& store_drop_legacy_script();
 const Script& store_purge_script();
+const Script& store_remove_script();
 
 // EVALSHA; when the server does not know the script (NOSCRIPT — a restart, SCRIPT FLUSH), EVAL
 // with the source, which also caches it again. Error replies are returned, not thrown.
@@ -87,6 +88,17 @@ void load_script(RedisConnection& connection, const Script& script, std::string_
 // An error reply as a RedisError (reply, not retryable); WRONGTYPE → store_corrupt_record.
 [[noreturn]] void throw_reply_error(const RedisReply& reply, std::string_view what,
                                     const std::string& endpoint);
+// A connection that could not be made (RedisFailure::connect, retryable: the server may come
+// up): code connection_refused for ECONNREFUSED (nothing listens there), connect_timeout for a
+// timeout, store_error otherwise. `detail` says what failed.
+RedisError connect_error(const std::string& endpoint, int error_number, const std::string& detail);
+// A host name that does not resolve: host_not_found, retryable only when the resolver could not
+// answer now (net::ResolveError::temporary()).
+RedisError resolve_error(const std::string& endpoint, const std::string& detail, bool temporary);
+// The first bytes a server sent on a connection are not a Redis reply: something else listens
+// there (wrong_protocol, not retryable).
+RedisError not_redis_error(std::string_view what, const std::string& endpoint,
+                           std::string_view first_bytes);
 // A reply of an unexpected shape (a bug or a foreign script under our name).
 [[noreturn]] void throw_unexpected_reply(const RedisReply& reply, std::string_view what,
                                          const std::string& endpoint);

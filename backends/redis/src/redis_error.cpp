@@ -4,9 +4,11 @@
 #include "idem/redis/redis_error.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <string>
 
+#include "idem/detail/printable.hpp"
 #include "internal.hpp"
 
 namespace idem::redis {
@@ -60,6 +62,38 @@ void throw_reply_error(const RedisReply& reply, std::string_view what,
                    /*retryable=*/is_transient(reply.str), /*in_doubt=*/false,
                    /*timed_out=*/false,
                    wrong_type ? ErrorCode::store_corrupt_record : ErrorCode::store_error);
+}
+
+RedisError connect_error(const std::string& endpoint, int error_number, const std::string& detail) {
+  const bool timed_out =
+      error_number == ETIMEDOUT || error_number == EAGAIN || error_number == EWOULDBLOCK;
+  ErrorCode code = ErrorCode::store_error;
+  std::string message = "idem redis: connect to " + endpoint + ": " + detail;
+  if (error_number == ECONNREFUSED) {
+    code = ErrorCode::connection_refused;
+    message += " (nothing listens there: is the server running, on this port?)";
+  } else if (timed_out) {
+    code = ErrorCode::connect_timeout;
+  }
+  return RedisError(RedisFailure::connect, message, /*retryable=*/true, /*in_doubt=*/false,
+                    timed_out, code);
+}
+
+RedisError resolve_error(const std::string& endpoint, const std::string& detail, bool temporary) {
+  return RedisError(RedisFailure::connect, "idem redis: connect to " + endpoint + ": " + detail,
+                    /*retryable=*/temporary, /*in_doubt=*/false, /*timed_out=*/false,
+                    ErrorCode::host_not_found);
+}
+
+RedisError not_redis_error(std::string_view what, const std::string& endpoint,
+                           std::string_view first_bytes) {
+  return RedisError(
+      RedisFailure::protocol,
+      "idem redis: " + std::string(what) + " on " + endpoint +
+          ": the server does not speak the Redis protocol (its first reply begins "
+          "'" +
+          idem::detail::printable(first_bytes.substr(0, 16), 16) + "'): is this a Redis port?",
+      /*retryable=*/false, /*in_doubt=*/false, /*timed_out=*/false, ErrorCode::wrong_protocol);
 }
 
 void throw_unexpected_reply(const RedisReply& reply, std::string_view what,

@@ -255,6 +255,11 @@ std::size_t RedisIdempotencyRecorder::do_purge(std::chrono::system_clock::durati
 
 std::size_t RedisIdempotencyRecorder::do_count_purgeable(
     std::chrono::system_clock::duration older_than) {
+  return static_cast<std::size_t>(do_purgeable_markers(older_than).old);
+}
+
+PurgeableMarkers RedisIdempotencyRecorder::do_purgeable_markers(
+    std::chrono::system_clock::duration older_than) {
   const RedisOptions& options = pool_->options();
   const std::int64_t cutoff =
       detail::minus_ms(detail::to_ms(clock_->wall_now()),
@@ -262,25 +267,38 @@ std::size_t RedisIdempotencyRecorder::do_count_purgeable(
   const std::string pattern = detail::glob_escape(options.key_prefix) + "m:{*";
   auto connection = pool_->lease();
   std::unordered_set<std::string> seen;  // SCAN may return a key more than once
-  std::size_t old = 0;
+  std::map<std::string, PurgeableMarkers::Consumer, std::less<>> by_name;
   detail::scan_keys(*connection, pattern, options.scan_count, "count_purgeable",
                     [&](const std::vector<RedisReply>& keys) {
-                      std::size_t sent = 0;
+                      std::vector<std::string> consumers;
                       for (const RedisReply& key : keys) {
                         if (!seen.insert(key.str).second) continue;
+                        auto consumer = consumer_of(key.str, options.key_prefix.size());
+                        if (!consumer) continue;
                         connection->append({"GET", key.str});
-                        ++sent;
+                        consumers.push_back(std::move(*consumer));
                       }
-                      if (sent == 0) return;
-                      // The same test as the purge script: a time that does not parse is never
-                      // purged.
-                      for (const RedisReply& reply :
-                           connection->read_replies(CommandKind::read, "count_purgeable")) {
-                        const auto at = parse_ms(reply);
-                        if (at && *at < cutoff) ++old;
+                      if (consumers.empty()) return;
+                      const auto replies =
+                          connection->read_replies(CommandKind::read, "count_purgeable");
+                      for (std::size_t i = 0; i < replies.size() && i < consumers.size(); ++i) {
+                        if (replies[i].is_nil()) continue;  // deleted since the SCAN
+                        // The same test as the purge script: a time that does not parse is never
+                        // purged.
+                        const auto at = parse_ms(replies[i]);
+                        if (at && *at >= cutoff) continue;
+                        auto& entry = by_name[consumers[i]];
+                        entry.consumer = consumers[i];
+                        ++(at ? entry.old : entry.unreadable);
                       }
                     });
-  return old;
+  PurgeableMarkers markers;
+  for (auto& [name, entry] : by_name) {
+    markers.old += entry.old;
+    markers.unreadable += entry.unreadable;
+    markers.consumers.push_back(std::move(entry));
+  }
+  return markers;
 }
 
 std::vector<ConsumerCounts> RedisIdempotencyRecorder::do_consumer_counts() {

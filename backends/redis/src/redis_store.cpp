@@ -1,5 +1,6 @@
 #include "idem/redis/redis_store.hpp"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <map>
@@ -202,6 +203,133 @@ StoreCounts RedisIdempotencyStore::do_counts() {
         }
       });
   return counts;
+}
+
+namespace {
+
+// SCAN calls one list() page makes at most: the work of a page is bounded even when few keys
+// match (the page then ends early, with a cursor to continue).
+constexpr int kListScanCalls = 64;
+
+// A list() cursor: "<scan cursor>" or "<scan cursor> <last key returned>".
+struct ListCursor {
+  std::string scan = "0";
+  std::optional<std::string> after;
+};
+
+ListCursor parse_list_cursor(std::string_view text) {
+  ListCursor cursor;
+  if (text.empty()) return cursor;
+  const std::size_t space = text.find(' ');
+  const std::string_view number = text.substr(0, space);
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (number.empty() || ec != std::errc() || end != number.data() + number.size()) {
+    throw InvalidArgument("list: '" + std::string(text.substr(0, 40)) +
+                          "' is not a cursor of this store (pass a page's `next` as it is)");
+  }
+  cursor.scan = std::string(number);
+  if (space != std::string_view::npos) cursor.after = std::string(text.substr(space + 1));
+  return cursor;
+}
+
+}  // namespace
+
+RecordPage RedisIdempotencyStore::do_list(std::string_view prefix, std::size_t limit,
+                                          std::string_view cursor_text) {
+  const RedisOptions& options = pool_->options();
+  ListCursor cursor = parse_list_cursor(cursor_text);
+  const std::string head = options.key_prefix + "s:{";
+  const std::string pattern =
+      detail::glob_escape(options.key_prefix) + "s:{" + detail::glob_escape(prefix) + "*";
+  const std::string count = std::to_string(options.scan_count);
+  auto connection = pool_->lease();
+  std::vector<std::string> keys;  // Redis keys of the page
+  RecordPage page;
+  for (int call = 0; call < kListScanCalls; ++call) {
+    const RedisReply reply = connection->command(
+        {"SCAN", cursor.scan, "MATCH", pattern, "COUNT", count}, CommandKind::read, "list");
+    if (reply.type != RedisReply::Type::array || reply.elements.size() != 2 ||
+        reply.elements[1].type != RedisReply::Type::array) {
+      detail::throw_unexpected_reply(reply, "list", connection->endpoint());
+    }
+    // A batch is taken in byte order, so a page that ends inside it can continue after its last
+    // key when the batch is read again.
+    std::vector<std::string> batch;
+    for (const RedisReply& key : reply.elements[1].elements) {
+      if (cursor.after && key.str <= *cursor.after) continue;
+      batch.push_back(key.str);
+    }
+    std::sort(batch.begin(), batch.end());
+    batch.erase(std::unique(batch.begin(), batch.end()), batch.end());
+    const std::size_t room = limit - keys.size();
+    if (batch.size() > room) {
+      batch.resize(room);
+      keys.insert(keys.end(), batch.begin(), batch.end());
+      page.next = cursor.scan + " " + keys.back();
+      break;
+    }
+    keys.insert(keys.end(), batch.begin(), batch.end());
+    cursor.scan = reply.elements[0].str;
+    cursor.after.reset();
+    if (cursor.scan == "0") break;
+    if (keys.size() == limit || call + 1 == kListScanCalls) {
+      page.next = cursor.scan;
+      break;
+    }
+  }
+  // The records: one pipelined GET; an older idem's hash is read with HGETALL after it. A key
+  // deleted since the SCAN is left out.
+  const auto user_key = [&](const std::string& redis_key) {
+    return std::string_view(redis_key).substr(head.size(), redis_key.size() - head.size() - 1);
+  };
+  for (const std::string& key : keys)
+    connection->append({"GET", key});
+  const std::vector<RedisReply> replies = connection->read_replies(CommandKind::read, "list");
+  std::vector<std::optional<IdempotencyRecord>> found(keys.size());
+  std::vector<std::size_t> hashes;
+  for (std::size_t i = 0; i < keys.size() && i < replies.size(); ++i) {
+    const RedisReply& reply = replies[i];
+    if (reply.is_error() && reply.str.find("WRONGTYPE") != std::string::npos) {
+      hashes.push_back(i);
+      continue;
+    }
+    if (reply.is_error()) detail::throw_reply_error(reply, "list", connection->endpoint());
+    if (reply.is_nil()) continue;
+    if (reply.type != RedisReply::Type::string) {
+      detail::throw_unexpected_reply(reply, "list", connection->endpoint());
+    }
+    found[i] = detail::decode_record_text(user_key(keys[i]), keys[i], reply.str);
+  }
+  if (!hashes.empty()) {
+    for (const std::size_t i : hashes)
+      connection->append({"HGETALL", keys[i]});
+    const std::vector<RedisReply> fields = connection->read_replies(CommandKind::read, "list");
+    for (std::size_t j = 0; j < hashes.size() && j < fields.size(); ++j) {
+      const std::size_t i = hashes[j];
+      if (fields[j].is_error())
+        detail::throw_reply_error(fields[j], "list", connection->endpoint());
+      if (fields[j].type == RedisReply::Type::array && fields[j].elements.empty()) continue;
+      found[i] = detail::RecordDecoder(user_key(keys[i]), keys[i], fields[j]).decode();
+    }
+  }
+  for (auto& record : found) {
+    if (!record) continue;
+    record->value = {};
+    record->report.reset();
+    page.records.push_back(std::move(*record));
+  }
+  return page;
+}
+
+bool RedisIdempotencyStore::do_remove(std::string_view key, std::uint64_t token) {
+  detail::ScriptInvocation call;
+  call.script = &detail::store_remove_script();
+  call.keys = {record_key(key)};
+  call.args = {std::to_string(token)};
+  std::string endpoint;
+  const RedisReply reply = run(*pool_, call, "remove", endpoint);
+  return flag_reply(reply, "remove", endpoint);
 }
 
 std::size_t RedisIdempotencyStore::do_entry_count() {

@@ -181,6 +181,21 @@ end
 return 0
 )lua";
 
+// KEYS: the record.  ARGV: a token (decimal).  Deletes the record whatever its state (a string,
+// or the hash of an older idem) when its token is ARGV[1]; returns 1 | 0.
+constexpr std::string_view kStoreRemove = R"lua(
+local v = redis.pcall('GET', KEYS[1])
+local token
+if type(v) == 'string' then
+  token = string.match(v, '^1[ic] (%d+) ')
+else
+  token = redis.pcall('HGET', KEYS[1], 'token')
+end
+if type(token) ~= 'string' or token ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+return 1
+)lua";
+
 Script make_script(std::string_view name, std::string_view source) {
   return Script{name, source, idem::detail::sha1_hex(source)};
 }
@@ -219,6 +234,7 @@ IDEM_REDIS_SCRIPT(store_release_script, "store release", kStoreRelease)
 IDEM_REDIS_SCRIPT(store_renew_script, "store renew", kStoreRenew)
 IDEM_REDIS_SCRIPT(store_drop_legacy_script, "store drop legacy", kStoreDropLegacy)
 IDEM_REDIS_SCRIPT(store_purge_script, "store purge", kStorePurge)
+IDEM_REDIS_SCRIPT(store_remove_script, "store remove", kStoreRemove)
 
 #undef IDEM_REDIS_SCRIPT
 

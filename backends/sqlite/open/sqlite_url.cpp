@@ -69,6 +69,9 @@ SqliteTarget sqlite_target(const UrlContext& context, std::string_view rest,
                         "max_batch_size, max_idle_readers");
     }
   }
+  // After the query: the caller's choice wins over the URL's parameters.
+  if (open.schema != OpenOptions::Schema::create) target.options.create_schema = false;
+  if (open.schema == OpenOptions::Schema::look_only) target.options.read_only = true;
   return target;
 }
 

@@ -327,6 +327,14 @@ void set_synchronous(Connection& connection, Durability durability) {
 std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOptions& options) {
   std::unique_ptr<Connection> writer;
   const bool create = !options.read_only && options.create_schema;
+  // SQLite opens a directory and fails at the first read, with "disk I/O error".
+  if (std::error_code ec; std::filesystem::is_directory(path, ec)) {
+    throw SqliteError(ErrorCode::store_open_failed,
+                      "opening the database on '" + path +
+                          "': it is a directory, not a database file (name a file in it, e.g. '" +
+                          (std::filesystem::path(path) / "idem.db").string() + "')",
+                      SQLITE_CANTOPEN, SQLITE_CANTOPEN, /*retryable=*/false, /*in_doubt=*/false);
+  }
   try {
     writer = std::make_unique<Connection>(path, options, create, options.read_only);
   } catch (const SqliteError& e) {

@@ -103,6 +103,13 @@ constexpr std::string_view kCountLiveClaims =
     "SELECT consumer, count(*) FROM idem_claims WHERE lease_until_ms > ?1 GROUP BY consumer";
 constexpr std::string_view kCountOldMarkers =
     "SELECT count(*) FROM processed_log WHERE julianday(ts) < julianday(?1)";
+// Per consumer: markers older than the cutoff, and markers whose ts julianday() cannot read
+// (never purged). One scan of processed_log.
+constexpr std::string_view kCountPurgeableByConsumer =
+    "SELECT consumer, coalesce(sum(julianday(ts) < julianday(?1)), 0), "
+    "coalesce(sum(julianday(ts) IS NULL), 0) FROM processed_log GROUP BY consumer "
+    "HAVING sum(julianday(ts) < julianday(?1)) > 0 OR sum(julianday(ts) IS NULL) > 0 "
+    "ORDER BY consumer";
 // The marker's time in Unix epoch milliseconds (NULL when SQLite cannot read the ts).
 constexpr std::string_view kSelectMarkerTime =
     "SELECT CAST(round((julianday(ts) - 2440587.5) * 86400000.0) AS INTEGER) FROM processed_log "
@@ -760,6 +767,27 @@ std::size_t SqliteIdempotencyRecorder::do_count_purgeable(
   Statement count = lease.connection().prepare(kCountOldMarkers);
   count.bind(1, std::string_view(cutoff));
   return count.step() ? static_cast<std::size_t>(count.column_int64(0)) : 0;
+}
+
+PurgeableMarkers SqliteIdempotencyRecorder::do_purgeable_markers(
+    std::chrono::system_clock::duration older_than) {
+  const std::int64_t age_ms =
+      std::chrono::duration_cast<std::chrono::milliseconds>(older_than).count();
+  const std::string cutoff = marker_timestamp(from_ms(saturating_add(impl_->now_ms(), -age_ms)));
+  Impl::ReadLease lease(*impl_);
+  Statement count = lease.connection().prepare(kCountPurgeableByConsumer);
+  count.bind(1, std::string_view(cutoff));
+  PurgeableMarkers markers;
+  while (count.step()) {
+    PurgeableMarkers::Consumer consumer;
+    consumer.consumer = count.column_text(0);
+    consumer.old = static_cast<std::uint64_t>(count.column_int64(1));
+    consumer.unreadable = static_cast<std::uint64_t>(count.column_int64(2));
+    markers.old += consumer.old;
+    markers.unreadable += consumer.unreadable;
+    markers.consumers.push_back(std::move(consumer));
+  }
+  return markers;
 }
 
 MarkerInspection SqliteIdempotencyRecorder::do_inspect(std::string_view consumer,

@@ -90,6 +90,15 @@ constexpr std::string_view kCountByState =
     "coalesce(sum(state = 'completed' AND NOT expires_at_ms > ?1), 0) "
     "FROM idem_records";
 constexpr std::string_view kCount = "SELECT count(*) FROM idem_records";
+// list(): the keys after the cursor (?1) from the prefix (?2) up to its successor (?3; NULL: no
+// bound), in the primary key's byte order, one row more than the page (?4) to know whether
+// another page follows. value and report are not read (NULL in their columns).
+constexpr std::string_view kList =
+    "SELECT state, token, fingerprint, lease_until_ms, completed_at_ms, expires_at_ms, NULL, "
+    "NULL, key FROM idem_records WHERE key > ?1 AND key >= ?2 AND (?3 IS NULL OR key < ?3) "
+    "ORDER BY key LIMIT ?4";
+constexpr int kListKeyColumn = 8;
+constexpr std::string_view kRemove = "DELETE FROM idem_records WHERE key = ?1 AND token = ?2";
 
 // Columns of kSelectRecord.
 enum Column : int {
@@ -150,7 +159,10 @@ class RecordDecoder {
   RecordDecoder(const Statement& row, std::string_view key, const std::string& path)
       : row_(row), key_(key), path_(path) {}
 
-  IdempotencyRecord decode() const {
+  // The record without its value and report (list()).
+  IdempotencyRecord decode_summary() const { return decode(/*with_value=*/false); }
+
+  IdempotencyRecord decode(bool with_value = true) const {
     IdempotencyRecord record;
     record.key = std::string(key_);
     const std::string state = text(kState, "state");
@@ -171,6 +183,7 @@ class RecordDecoder {
     }
     record.completed_at = from_ms(integer(kCompletedAt, "completed_at_ms"));
     record.expires_at = from_ms(integer(kExpiresAt, "expires_at_ms"));
+    if (!with_value) return record;
     const int value_type = row_.column_type(kValue);
     if (value_type != SQLITE_BLOB && value_type != SQLITE_TEXT) {
       corrupt("column value of a completed record holds " + std::string(type_name(value_type)) +
@@ -220,6 +233,17 @@ class RecordDecoder {
   std::string_view key_;
   const std::string& path_;
 };
+
+// The smallest string greater than every string that starts with `prefix` (byte order), or
+// nullopt when there is none (an empty prefix, or one of 0xff bytes only).
+std::optional<std::string> prefix_successor(std::string_view prefix) {
+  std::string end(prefix);
+  while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff)
+    end.pop_back();
+  if (end.empty()) return std::nullopt;
+  end.back() = static_cast<char>(static_cast<unsigned char>(end.back()) + 1);
+  return end;
+}
 
 // Neither an expired result nor a claim whose lease has ended: a claim must leave it alone.
 bool is_live(const IdempotencyRecord& record, std::int64_t now_ms) {
@@ -566,6 +590,42 @@ StoreCounts SqliteIdempotencyStore::do_counts() {
     counts.expired = static_cast<std::uint64_t>(count.column_int64(3));
   }
   return counts;
+}
+
+RecordPage SqliteIdempotencyStore::do_list(std::string_view prefix, std::size_t limit,
+                                           std::string_view cursor) {
+  const std::optional<std::string> end = prefix_successor(prefix);
+  Impl::ReadLease lease(*impl_);
+  Statement list = lease.connection().prepare(kList);
+  list.bind(1, cursor).bind(2, prefix);
+  if (end) {
+    list.bind(3, std::string_view(*end));
+  } else {
+    list.bind_null(3);
+  }
+  list.bind(4, static_cast<std::int64_t>(limit) + 1);
+  RecordPage page;
+  while (list.step()) {
+    if (page.records.size() == limit) {
+      page.next = page.records.back().key;
+      break;
+    }
+    const std::string key = list.column_blob(kListKeyColumn);
+    page.records.push_back(RecordDecoder(list, key, impl_->path_).decode_summary());
+  }
+  return page;
+}
+
+bool SqliteIdempotencyStore::do_remove(std::string_view key, std::uint64_t token) {
+  if (!token_fits(token)) return false;
+  Impl::WriterLock lock(*impl_);
+  Connection& connection = lock.connection();
+  WriteTransaction tx(connection);
+  Statement drop = connection.prepare(kRemove);
+  drop.bind(1, key).bind(2, static_cast<std::int64_t>(token));
+  if (drop.run() == 0) return false;
+  tx.commit();
+  return true;
 }
 
 std::size_t SqliteIdempotencyStore::do_entry_count() {

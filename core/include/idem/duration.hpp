@@ -1,6 +1,8 @@
-// Durations written as text: a non-negative whole number and a unit, "500ms", "30s", "15m",
-// "12h", "7d". The one grammar for every duration idem reads from text: the URL parameters of
-// every scheme (idem/open.hpp, RedisOptions::from_url) and the CLI's options.
+// Durations written as text: a non-negative number and a unit, "500ms", "30s", "15m", "1.5h",
+// "7d", "2w" (ms, s, m, h, d, w: a week is 7 days). A fraction is allowed when the duration is a
+// whole number of milliseconds ("1.5s", "0.25h"; not "0.0001s"). The one grammar for every duration
+// idem reads from text: the URL parameters of every scheme (idem/open.hpp, RedisOptions::from_url)
+// and the CLI's options.
 //
 // Thread-safety: pure functions; call them from any thread.
 #pragma once
@@ -12,7 +14,8 @@
 namespace idem {
 
 // The duration `text` names. Throws ConfigError for anything else (no unit, an unknown unit, a
-// sign, spaces, a fraction, or a value beyond std::chrono::milliseconds' range).
+// sign, spaces, a fraction finer than a millisecond, or a value beyond
+// std::chrono::milliseconds' range).
 std::chrono::milliseconds parse_duration(std::string_view text);
 
 namespace detail {

@@ -50,6 +50,12 @@ enum class ErrorCode {
   retry_after_extraction_failed,  // the retry-after extractor threw or returned a bad delay
   store_replaced,                 // the store's file was deleted or replaced while open (reopen it)
   store_corrupt,                  // the store's file is damaged (SQLite: SQLITE_CORRUPT)
+  host_not_found,      // a server's host name does not resolve (retryable only when the resolver
+                       // could not answer now)
+  connection_refused,  // nothing listens at the server's address and port (retryable)
+  connect_timeout,     // no connection, or no first answer, within the connect timeout (retryable)
+  wrong_protocol,      // something else answers at the address: not Redis, PostgreSQL or AMQP
+  broker_error,        // the message broker (RabbitMQ) failed (see retryable()/in_doubt())
 };
 
 // The stable name of a code, e.g. "store_busy".

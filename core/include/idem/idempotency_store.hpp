@@ -33,6 +33,7 @@
 #include <string>
 #include <string_view>
 #include <typeindex>
+#include <vector>
 
 #include "idem/clock.hpp"
 #include "idem/purge_progress.hpp"
@@ -92,7 +93,23 @@ struct StoreCounts {
   std::uint64_t expired = 0;      // results past expires_at, awaiting purge_expired()
 };
 
+// One page of IdempotencyStore::list(): the records whose key starts with a prefix.
+struct RecordPage {
+  // The records as the store holds them, live or not (an abandoned claim, an expired result not
+  // yet purged), without their value and report (StoredValue and report stay empty): key,
+  // state, token, fingerprint, lease_until (in progress), completed_at and expires_at
+  // (completed). At most the `limit` list() was given.
+  std::vector<IdempotencyRecord> records;
+  // Where the next page starts (pass it as list()'s `cursor`); empty when the listing is
+  // complete. A page may hold fewer records than `limit`, even none, while `next` is not empty:
+  // a store that scans (Redis) bounds the work of one call, not only its answer.
+  std::string next;
+};
+
 class StoreWrapper;
+
+// The most records one IdempotencyStore::list() call returns.
+inline constexpr std::size_t kMaxListLimit = 1000;
 
 // The protocol. Its public calls are non-virtual: each checks its arguments once (the key with
 // validate_key(), lease > 0, ttl >= 0) and then calls the private do_* virtual a backend
@@ -137,6 +154,24 @@ class IdempotencyStore {
   // Records currently held (live or not yet purged).
   [[nodiscard]] std::size_t entry_count() { return do_entry_count(); }
 
+  // ---- operator calls (idem list / idem release; not for a hot path) ----------------------
+  // The records whose key starts with `prefix` ("" lists every record), at most `limit` of them
+  // (1..kMaxListLimit), from `cursor` ("" starts at the beginning; else a previous page's
+  // `next`, opaque). Memory, SQLite and PostgreSQL list in the byte order of the keys, each key
+  // once; Redis lists in SCAN order and, as SCAN does, may return a key twice. A key present for
+  // the whole listing is returned; one written or deleted meanwhile may or may not be.
+  // Throws InvalidArgument for a bad limit or cursor, InvalidKey for a prefix with a control
+  // character or longer than a key. Default: throws NotSupported.
+  [[nodiscard]] RecordPage list(std::string_view prefix, std::size_t limit,
+                                std::string_view cursor = {});
+
+  // Deletes the record of `key` whatever its state (a claim, live or abandoned; a result, live
+  // or expired), if its token is still `token`; false (nothing changed) when the key is absent
+  // or holds another token. For an operator clearing a stuck claim or forgetting a result: the
+  // holder of `token` is fenced off (its complete/release/renew return false) and the next
+  // claim of the key acquires it with a larger token. Default: throws NotSupported.
+  [[nodiscard]] bool remove(std::string_view key, std::uint64_t token);
+
   // Waits until `key` is no longer in progress under a live lease, `deadline` passes or `stop`
   // is requested; returns the record then seen (nullopt: absent). The default polls lookup()
   // with capped exponential backoff; stores with server notifications override it.
@@ -163,6 +198,8 @@ class IdempotencyStore {
   virtual std::size_t do_purge_expired(const PurgeProgress& progress) = 0;
   virtual StoreCounts do_counts();
   virtual std::size_t do_entry_count() = 0;
+  virtual RecordPage do_list(std::string_view prefix, std::size_t limit, std::string_view cursor);
+  virtual bool do_remove(std::string_view key, std::uint64_t token);
   virtual std::optional<IdempotencyRecord> do_wait(std::string_view key, SteadyTime deadline,
                                                    std::stop_token stop);
 };

@@ -90,6 +90,9 @@ class InMemoryIdempotencyStore final : public IdempotencyStore {
   std::size_t do_purge_expired(const PurgeProgress& progress) override;
   std::size_t do_entry_count() override;
   StoreCounts do_counts() override;
+  // Reads every shard and sorts what matches: O(records) per page.
+  RecordPage do_list(std::string_view prefix, std::size_t limit, std::string_view cursor) override;
+  bool do_remove(std::string_view key, std::uint64_t token) override;
   std::optional<IdempotencyRecord> do_wait(std::string_view key, SteadyTime deadline,
                                            std::stop_token stop) override;
 

@@ -49,6 +49,16 @@ namespace idem {
 // it does not fit.
 std::string scoped_idempotency_key(std::string_view scope, std::string_view key);
 
+// A stored key split back into its scope and the key the operation's function returned.
+struct ScopedIdempotencyKey {
+  std::string_view scope;
+  std::string_view key;
+};
+// The inverse of scoped_idempotency_key for a scoped key ("14:create_payment:request-123" →
+// {"create_payment", "request-123"}); nullopt for a key not in that form (an unscoped key, or
+// one written by another program). Views into `stored`.
+std::optional<ScopedIdempotencyKey> split_scoped_idempotency_key(std::string_view stored) noexcept;
+
 template <class Signature>
 class IdempotencyFingerprint;
 

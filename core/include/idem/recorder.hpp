@@ -76,6 +76,20 @@ struct MarkerInspection {
   std::optional<OpenClaim> claim;        // the open claim, if any
 };
 
+// What purge(older_than) would find right now (IdempotencyRecorder::purgeable_markers()).
+struct PurgeableMarkers {
+  struct Consumer {
+    std::string consumer;
+    std::uint64_t old = 0;         // markers older than older_than: purge() deletes them
+    std::uint64_t unreadable = 0;  // markers whose time the recorder cannot read: never purged
+  };
+  std::uint64_t old = 0;         // over every consumer: count_purgeable(older_than)
+  std::uint64_t unreadable = 0;  // over every consumer
+  // Consumers with old or unreadable markers, sorted by name. Empty when the recorder does not
+  // split its count by consumer (the default implementation).
+  std::vector<Consumer> consumers;
+};
+
 // A backend transaction handed to a transactional handler. Backends derive from it and expose
 // their connection (e.g. idem::sqlite::SqliteTransaction::db()); handlers downcast to the
 // backend they were written for.
@@ -173,6 +187,13 @@ class IdempotencyRecorder {
   // NotSupported.
   [[nodiscard]] std::size_t count_purgeable(std::chrono::system_clock::duration older_than);
 
+  // count_purgeable() per consumer, with the markers purge() never deletes because their time
+  // cannot be read (a SQLite processed_log row another program wrote with a `ts` SQLite cannot
+  // parse; a Redis marker whose value is not a time). Reads every marker. Default: the total of
+  // count_purgeable(), no consumers, nothing unreadable (a recorder that writes every time
+  // itself, as memory and PostgreSQL do).
+  [[nodiscard]] PurgeableMarkers purgeable_markers(std::chrono::system_clock::duration older_than);
+
   // The marker and the open claim of one event. Bad keys throw InvalidKey.
   // Default: throws NotSupported.
   [[nodiscard]] MarkerInspection inspect(std::string_view consumer, std::string_view event_id);
@@ -204,6 +225,7 @@ class IdempotencyRecorder {
                                const PurgeProgress& progress) = 0;
   virtual std::vector<ConsumerCounts> do_consumer_counts();
   virtual std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than);
+  virtual PurgeableMarkers do_purgeable_markers(std::chrono::system_clock::duration older_than);
   virtual MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id);
 };
 

@@ -75,6 +75,9 @@ class RecorderWrapper : public IdempotencyRecorder {
   std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than) override {
     return target_->do_count_purgeable(older_than);
   }
+  PurgeableMarkers do_purgeable_markers(std::chrono::system_clock::duration older_than) override {
+    return target_->do_purgeable_markers(older_than);
+  }
   MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id) override {
     return target_->do_inspect(consumer, event_id);
   }
@@ -121,6 +124,12 @@ class StoreWrapper : public IdempotencyStore {
   }
   StoreCounts do_counts() override { return target_->do_counts(); }
   std::size_t do_entry_count() override { return target_->do_entry_count(); }
+  RecordPage do_list(std::string_view prefix, std::size_t limit, std::string_view cursor) override {
+    return target_->do_list(prefix, limit, cursor);
+  }
+  bool do_remove(std::string_view key, std::uint64_t token) override {
+    return target_->do_remove(key, token);
+  }
   std::optional<IdempotencyRecord> do_wait(std::string_view key, SteadyTime deadline,
                                            std::stop_token stop) override {
     return target_->do_wait(key, deadline, std::move(stop));

@@ -46,6 +46,18 @@ struct OpenOptions {
   // Wall and steady time for the opened object (markers, leases, expiries). Default (null):
   // idem::system_clock().
   std::shared_ptr<Clock> clock;
+
+  // What opening may create or change, whatever the URL's own parameters say.
+  enum class Schema {
+    create,     // as the URL says (by default the backend's tables, and SQLite's file)
+    look_only,  // nothing: SQLite read-only (a missing file is an error), PostgreSQL without
+                // creating or migrating its schema; a face whose tables do not exist fails with
+                // a StoreError. For tools that only look (idem stats, inspect, list).
+    keep,       // no table created and SQLite's journal mode left as it is (create_schema=false),
+                // writes allowed. For tools that change records of faces that exist (idem purge,
+                // idem release).
+  };
+  Schema schema = Schema::create;
 };
 
 // An IdempotencyRecorder for `url` (memory, sqlite, redis, postgresql/postgres).

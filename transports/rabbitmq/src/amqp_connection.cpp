@@ -15,10 +15,16 @@
 
 #include <algorithm>
 #include <array>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <vector>
+
+#include "idem/detail/printable.hpp"
 
 namespace idem::rabbitmq::detail {
 namespace {
@@ -114,16 +120,38 @@ std::string take_openssl_error() {
   return reason != nullptr ? reason : "";
 }
 
-// True when the listener at host:port answers an AMQP protocol header with a TLS alert record
-// (content type 21, version 3.x): it is a TLS port. A plain connect there fails at login with a
-// bare socket error, which would otherwise look like a broker that is starting.
-bool answers_with_tls_alert(const std::string& host, int port, Millis budget) {
+// What listens at host:port, found by a connection of its own on the failure path only
+// (librabbitmq reports most of these as "a socket error occurred" or a timeout at login): it
+// connects and sends the AMQP protocol header, which a broker answers at once.
+struct ListenerProbe {
+  enum class Kind {
+    unresolved,  // the host name does not resolve (`detail`: the resolver's text)
+    refused,     // nothing listens there
+    timed_out,   // no connection within the budget
+    failed,      // another connect error (`detail`: its text)
+    amqp,        // an AMQP broker: it answered with a frame or its protocol header
+    tls,         // a TLS listener: it answered with a TLS alert record
+    silent,      // connected, but nothing came back within the budget
+    other,       // something else answered (`detail`: its first bytes)
+  };
+  Kind kind = Kind::failed;
+  std::string detail;
+  bool temporary = false;  // unresolved: the resolver could not answer now
+};
+
+ListenerProbe probe_listener(const std::string& host, int port, Millis budget) {
+  ListenerProbe probe;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const std::string service = std::to_string(port);
-  if (::getaddrinfo(host.c_str(), service.c_str(), &hints, &found) != 0) return false;
+  if (const int rc = ::getaddrinfo(host.c_str(), service.c_str(), &hints, &found); rc != 0) {
+    probe.kind = ListenerProbe::Kind::unresolved;
+    probe.detail = ::gai_strerror(rc);
+    probe.temporary = rc == EAI_AGAIN;
+    return probe;
+  }
   const std::unique_ptr<addrinfo, decltype(&::freeaddrinfo)> addresses(found, &::freeaddrinfo);
   const timeval tv = to_timeval(budget);
   for (const addrinfo* a = addresses.get(); a != nullptr; a = a->ai_next) {
@@ -131,20 +159,85 @@ bool answers_with_tls_alert(const std::string& host, int port, Millis budget) {
     if (fd < 0) continue;
     ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    bool alert = false;
-    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-      static constexpr char kHeader[8] = {'A', 'M', 'Q', 'P', 0, 0, 9, 1};
-      unsigned char reply[2] = {0, 0};
-      if (::send(fd, kHeader, sizeof kHeader, MSG_NOSIGNAL) == sizeof kHeader &&
-          ::recv(fd, reply, sizeof reply, MSG_WAITALL) == sizeof reply) {
-        alert = reply[0] == 0x15 && reply[1] == 0x03;
-      }
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      const int error_number = errno;
       ::close(fd);
-      return alert;
+      if (error_number == ECONNREFUSED) {
+        probe.kind = ListenerProbe::Kind::refused;
+      } else if (error_number == EINPROGRESS || error_number == ETIMEDOUT ||
+                 error_number == EAGAIN) {
+        probe.kind = ListenerProbe::Kind::timed_out;
+      } else {
+        probe.kind = ListenerProbe::Kind::failed;
+        probe.detail = std::strerror(error_number);
+      }
+      continue;  // the next address may answer
+    }
+    static constexpr char kHeader[8] = {'A', 'M', 'Q', 'P', 0, 0, 9, 1};
+    unsigned char reply[16] = {};
+    ssize_t n = 0;
+    if (::send(fd, kHeader, sizeof kHeader, MSG_NOSIGNAL) == sizeof kHeader) {
+      n = ::recv(fd, reply, 2, MSG_WAITALL);
+      if (n == 2) {
+        const ssize_t more = ::recv(fd, reply + 2, sizeof reply - 2, MSG_DONTWAIT);
+        if (more > 0) n += more;
+      }
     }
     ::close(fd);
+    if (n <= 0) {
+      probe.kind = ListenerProbe::Kind::silent;
+    } else if (reply[0] == 0x15 && reply[1] == 0x03) {
+      probe.kind = ListenerProbe::Kind::tls;
+    } else if (reply[0] == 0x01 || (n >= 4 && std::memcmp(reply, "AMQP", 4) == 0)) {
+      probe.kind = ListenerProbe::Kind::amqp;  // a method frame (connection.start), or a header
+    } else {
+      probe.kind = ListenerProbe::Kind::other;
+      probe.detail = ::idem::detail::printable(
+          std::string_view(reinterpret_cast<const char*>(reply), static_cast<std::size_t>(n)), 16);
+    }
+    return probe;
   }
-  return false;
+  return probe;
+}
+
+// The BrokerError of a connection that failed without the broker saying why, named by a probe
+// of what listens at host:port. Nullopt when the probe finds a broker (the failure is then the
+// broker's: a refused login, a broker that is starting).
+std::optional<BrokerError> diagnosed(const std::string& operation, const ConnectionOptions& options,
+                                     Millis budget) {
+  const ListenerProbe probe = probe_listener(options.host, options.port, budget);
+  const std::string where = "idem rabbitmq: " + operation + ": ";
+  const std::string address = options.host + ":" + std::to_string(options.port);
+  switch (probe.kind) {
+    case ListenerProbe::Kind::unresolved:
+      return BrokerError(where + "cannot resolve host '" + options.host + "': " + probe.detail,
+                         /*retryable=*/probe.temporary, false, ErrorCode::host_not_found);
+    case ListenerProbe::Kind::refused:
+      return BrokerError(where + "connection refused: nothing listens at " + address +
+                             " (is the broker running, on this port?)",
+                         /*retryable=*/true, false, ErrorCode::connection_refused);
+    case ListenerProbe::Kind::timed_out:
+      return BrokerError(where + "no connection to " + address + " within " +
+                             std::to_string(budget.count()) + " ms",
+                         /*retryable=*/true, false, ErrorCode::connect_timeout);
+    case ListenerProbe::Kind::tls:
+      return BrokerError(where + "TLS: the port speaks TLS: connect with amqps://",
+                         /*retryable=*/false, false, ErrorCode::store_open_failed);
+    case ListenerProbe::Kind::silent:
+      return BrokerError(where + "the server at " + address +
+                             " accepted the connection but did not answer the AMQP protocol "
+                             "header (is this a RabbitMQ port?)",
+                         /*retryable=*/true, false, ErrorCode::connect_timeout);
+    case ListenerProbe::Kind::other:
+      return BrokerError(where + "the server at " + address +
+                             " does not speak AMQP (it answered '" + probe.detail +
+                             "'): is this a RabbitMQ port?",
+                         /*retryable=*/false, false, ErrorCode::wrong_protocol);
+    case ListenerProbe::Kind::failed:
+    case ListenerProbe::Kind::amqp:
+      break;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -167,6 +260,8 @@ AmqpConnection::AmqpConnection(const ConnectionOptions& options)
   connection_ = state_.get();
   if (connection_ == nullptr) fail("connect to " + endpoint_, "out of memory", false);
   const std::string connect_to = "connect to " + endpoint_;
+  // What a probe of the listener may take on a failure path.
+  const Millis probe_budget = std::min<Millis>(options.connect_timeout, std::chrono::seconds(2));
   const auto tls_fail = [&](const std::string& cause) {
     broken_ = true;
     throw BrokerError("idem rabbitmq: " + connect_to + ": TLS: " + cause, /*retryable=*/false,
@@ -231,7 +326,14 @@ AmqpConnection::AmqpConnection(const ConnectionOptions& options)
                " (is the port a TLS listener? does the broker accept the client certificate?)");
     }
   }
-  if (status != AMQP_STATUS_OK) fail(connect_to, amqp_error_string2(status), true);
+  if (status != AMQP_STATUS_OK) {
+    // "a socket error occurred" (refused), "hostname lookup failed", a timeout: say which.
+    if (auto error = diagnosed(connect_to, options, probe_budget)) {
+      broken_ = true;
+      throw *error;
+    }
+    fail(connect_to, amqp_error_string2(status), true);
+  }
 
   const auto heartbeat_ms = options.heartbeat.count();
   const int heartbeat_s = heartbeat_ms <= 0
@@ -253,12 +355,13 @@ AmqpConnection::AmqpConnection(const ConnectionOptions& options)
                                  "it trusts, or expired)") +
                (detail.empty() ? "" : ": " + detail));
     }
-    if (login.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && !options.tls &&
-        answers_with_tls_alert(
-            options.host, options.port,
-            std::min<Millis>(options.connect_timeout, std::chrono::seconds(2)))) {
-      tls_fail("the port speaks TLS: connect with amqps:// (" +
-               std::string(amqp_error_string2(login.library_error)) + ")");
+    if (login.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION && !options.tls) {
+      // A bare socket error or timeout at login: a TLS port, something that is not a broker, or
+      // a broker refusing the login (it closes the socket) — the probe tells them apart.
+      if (auto error = diagnosed("login to " + endpoint_, options, probe_budget)) {
+        broken_ = true;
+        throw *error;
+      }
     }
     if (login.reply_type == AMQP_RESPONSE_LIBRARY_EXCEPTION) {
       // The broker answers bad credentials by closing the socket during the handshake.

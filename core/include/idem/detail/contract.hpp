@@ -4,6 +4,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <string_view>
 
 #include "idem/clock.hpp"
@@ -14,6 +15,11 @@ namespace idem::detail {
 void check_marker_key(std::string_view consumer, std::string_view event_id);
 // InvalidKey naming "idempotency key".
 void check_idempotency_key(std::string_view key);
+// InvalidKey unless `prefix` could start an idempotency key: "" (every key), or at most
+// kMaxKeyLength bytes without a control character.
+void check_key_prefix(std::string_view prefix);
+// InvalidArgument unless 1 <= limit <= kMaxListLimit.
+void check_list_limit(std::size_t limit);
 // InvalidArgument unless lease > 0.
 void check_lease(Millis lease);
 // InvalidArgument unless ttl >= 0.

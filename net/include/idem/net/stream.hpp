@@ -16,8 +16,8 @@
 // in turn within one timeout.
 //
 // Errors are std::system_error with the errno of the failure (ECONNREFUSED, ETIMEDOUT,
-// ECONNRESET, EPIPE, ...) and a message naming the step; a name that does not resolve is
-// std::system_error with EHOSTUNREACH and getaddrinfo's text. Writes use MSG_NOSIGNAL: a peer
+// ECONNRESET, EPIPE, ...) and a message naming the step; a name that does not resolve is a
+// ResolveError with getaddrinfo's text. Writes use MSG_NOSIGNAL: a peer
 // that went away is EPIPE, never SIGPIPE.
 //
 // Thread safety: a Stream belongs to one thread (or one strand) at a time. resolve() may be
@@ -29,6 +29,7 @@
 #include <cstddef>
 #include <memory>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -47,8 +48,21 @@ struct Address {
   std::string text;  // "127.0.0.1:6379", "[::1]:6379" or the socket path, for messages
 };
 
-// The addresses of host:port (TCP), in the order getaddrinfo() gives them. Throws
-// std::system_error (EHOSTUNREACH) when the name does not resolve.
+// A host name that does not resolve: "cannot resolve host 'x': Name or service not known".
+class ResolveError : public std::runtime_error {
+ public:
+  ResolveError(const std::string& message, bool temporary)
+      : std::runtime_error(message), temporary_(temporary) {}
+  // The resolver could not answer now (EAI_AGAIN: no DNS server reachable, a timeout); asking
+  // again later may succeed. False when the name does not exist (EAI_NONAME).
+  bool temporary() const noexcept { return temporary_; }
+
+ private:
+  bool temporary_;
+};
+
+// The addresses of host:port (TCP), in the order getaddrinfo() gives them. Throws ResolveError
+// when the name does not resolve.
 std::vector<Address> resolve(const std::string& host, int port);
 // The address of a unix socket at `path`. Throws std::system_error (ENAMETOOLONG) when the path
 // does not fit a sockaddr_un.

@@ -4,8 +4,8 @@
 // can run it against their own recorder. It checks the contract written in idem/recorder.hpp:
 // check/mark (single and in batches), consumer isolation (fanout), key validation, claims with
 // leases and fencing tokens, lease takeover and renewal, purge by age (with progress and
-// count_purgeable), the operator views consumer_counts() and inspect(), races between threads, and
-// the transactional inbox.
+// count_purgeable, purgeable_markers), the operator views consumer_counts() and inspect(), races
+// between threads, and the transactional inbox.
 //
 // How to use it — a factory type and one macro, in a test file linked with gtest_main:
 //
@@ -344,6 +344,18 @@ TYPED_TEST_P(IdemRecorderConformance, PurgeReportsProgressUpToItsTotal) {
 
   EXPECT_EQ(this->recorder_->count_purgeable(hours(2)), static_cast<std::size_t>(kOld))
       << "count_purgeable() is what purge() will delete";
+  const idem::PurgeableMarkers split = this->recorder_->purgeable_markers(hours(2));
+  EXPECT_EQ(split.old, static_cast<std::uint64_t>(kOld)) << "purgeable_markers() agrees";
+  EXPECT_EQ(split.unreadable, 0u) << "every time idem wrote itself is readable";
+  if (!split.consumers.empty()) {
+    ASSERT_EQ(split.consumers.size(), 2u);
+    EXPECT_EQ(split.consumers[0].consumer, "billing");
+    EXPECT_EQ(split.consumers[0].old, static_cast<std::uint64_t>(kOld / 2));
+    EXPECT_EQ(split.consumers[1].consumer, "shipping");
+    EXPECT_EQ(split.consumers[1].old, static_cast<std::uint64_t>(kOld / 2));
+  }
+  EXPECT_THROW(static_cast<void>(this->recorder_->purgeable_markers(-hours(1))),
+               idem::InvalidArgument);
   const std::size_t purged = this->recorder_->purge(hours(2), record);
   EXPECT_EQ(purged, static_cast<std::size_t>(kOld));
   ASSERT_FALSE(calls.empty()) << "a purge that deleted something reports it";

@@ -4,6 +4,7 @@
 // it against their own store. It checks the contract written in idem/idempotency_store.hpp:
 // every transition of the record state machine, fencing tokens, lease takeover and TTL expiry
 // exactly at their boundaries, fingerprint mismatch rules, lookup / purge_expired / entry_count,
+// the operator calls list (by prefix, page by page) and remove (fencing the holder off),
 // values (typed objects for in-process stores, bytes for stores that need bytes), the stored
 // report, wait(), races between threads, and key validation. The ScopedKeys* tests run
 // idem::resilient / idem::operation over the store: operations never share results unless they
@@ -39,11 +40,13 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <latch>
+#include <map>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -241,6 +244,26 @@ class IdemStoreConformance : public ::testing::Test {
            " lease_until=" + std::to_string(record->lease_until.time_since_epoch().count()) +
            " expires_at=" + std::to_string(record->expires_at.time_since_epoch().count()) +
            " fingerprint=" + record->fingerprint.value_or("<none>");
+  }
+
+  // Every record list(prefix) returns, page by page (`limit` each), by key: a key a store
+  // returned twice (Redis SCAN may) is kept once. Checks each page's bound on the way.
+  std::map<std::string, idem::IdempotencyRecord> list_all(const std::string& prefix,
+                                                          std::size_t limit) {
+    std::map<std::string, idem::IdempotencyRecord> found;
+    std::string cursor;
+    for (int pages = 0; pages < 100'000; ++pages) {
+      idem::RecordPage page = this->store_->list(prefix, limit, cursor);
+      EXPECT_LE(page.records.size(), limit) << "a page holds at most `limit` records";
+      for (auto& record : page.records) {
+        EXPECT_TRUE(record.key.starts_with(prefix)) << record.key;
+        found[record.key] = std::move(record);
+      }
+      if (page.next.empty()) return found;
+      cursor = page.next;
+    }
+    ADD_FAILURE() << "list('" << prefix << "') did not end";
+    return found;
   }
 
   Factory factory_;  // declared first: destroyed after the store (temp files, ...)
@@ -915,6 +938,135 @@ TYPED_TEST_P(IdemStoreConformance, RacingOwnersAndClaimersKeepOneResult) {
   }
 }
 
+// ---- operator calls: list and remove ------------------------------------------------------
+
+TYPED_TEST_P(IdemStoreConformance, ListFindsKeysByPrefixPageByPage) {
+  std::map<std::string, std::uint64_t> tokens;
+  for (int i = 0; i < 23; ++i) {
+    const std::string key = "pay-" + std::to_string(100 + i);
+    tokens[key] = i % 2 == 0 ? this->complete(key, "r", this->kTtl, "fp-" + std::to_string(i))
+                             : this->acquire(key);
+  }
+  this->complete("refund-1");
+  this->acquire("pa");  // shorter than the prefix: not listed
+  for (const std::size_t limit :
+       {std::size_t{1}, std::size_t{5}, std::size_t{23}, idem::kMaxListLimit}) {
+    SCOPED_TRACE("limit " + std::to_string(limit));
+    const auto found = this->list_all("pay-", limit);
+    ASSERT_EQ(found.size(), tokens.size());
+    for (const auto& [key, token] : tokens) {
+      const auto it = found.find(key);
+      ASSERT_NE(it, found.end()) << key;
+      const idem::IdempotencyRecord& record = it->second;
+      EXPECT_EQ(record.token, token) << key;
+      EXPECT_FALSE(record.value.bytes.has_value()) << "a listing carries no values";
+      EXPECT_EQ(record.value.object, nullptr);
+      EXPECT_FALSE(record.report.has_value()) << "a listing carries no reports";
+      const int i = std::stoi(key.substr(4)) - 100;
+      if (i % 2 == 0) {
+        EXPECT_EQ(record.state, idem::IdempotencyRecord::State::completed) << key;
+        EXPECT_EQ(record.completed_at, this->now());
+        EXPECT_EQ(record.expires_at, this->now() + this->kTtl);
+        EXPECT_EQ(record.fingerprint, std::optional<std::string>("fp-" + std::to_string(i)));
+      } else {
+        EXPECT_EQ(record.state, idem::IdempotencyRecord::State::in_progress) << key;
+        EXPECT_EQ(record.lease_until, this->now() + this->kLease);
+        EXPECT_FALSE(record.fingerprint.has_value());
+      }
+    }
+  }
+  EXPECT_EQ(this->list_all("", 7).size(), tokens.size() + 2) << "\"\" lists every record";
+  EXPECT_TRUE(this->list_all("nothing-", 10).empty());
+  EXPECT_EQ(this->list_all("refund-1", 10).size(), 1u) << "a whole key is its own prefix";
+}
+
+TYPED_TEST_P(IdemStoreConformance, ListShowsRecordsThatAreNoLongerLive) {
+  const std::uint64_t abandoned = this->acquire("k-abandoned", std::nullopt, this->kLease);
+  this->complete("k-expired", "r", this->kLease);
+  this->clock_->advance(this->kLease);
+  const auto found = this->list_all("k-", 10);
+  ASSERT_EQ(found.size(), 2u) << "list shows what is held, as entry_count() counts it";
+  EXPECT_EQ(found.at("k-abandoned").state, idem::IdempotencyRecord::State::in_progress);
+  EXPECT_EQ(found.at("k-abandoned").token, abandoned);
+  EXPECT_LE(found.at("k-abandoned").lease_until, this->now());
+  EXPECT_EQ(found.at("k-expired").state, idem::IdempotencyRecord::State::completed);
+  EXPECT_LE(found.at("k-expired").expires_at, this->now());
+  ASSERT_EQ(this->store_->purge_expired(), 1u);
+  EXPECT_EQ(this->list_all("k-", 10).size(), 1u);
+}
+
+TYPED_TEST_P(IdemStoreConformance, ListTakesPrefixCharactersLiterally) {
+  // Characters that are wildcards or escapes somewhere (SQL LIKE, Redis MATCH, regexes).
+  const std::vector<std::string> keys = {"a*b",   "a?c", "a[d]", "a\\e", "a%f",    "a_g",
+                                         "a{h}:", "a.i", "aXb",  "aXc",  "a\\\\x", "a'j"};
+  for (const std::string& key : keys)
+    this->acquire(key);
+  for (const std::string& key : keys) {
+    SCOPED_TRACE(key);
+    const auto found = this->list_all(key, 20);
+    const auto expected = static_cast<std::size_t>(std::count_if(
+        keys.begin(), keys.end(), [&](const auto& other) { return other.starts_with(key); }));
+    EXPECT_EQ(found.size(), expected);
+    EXPECT_TRUE(found.contains(key));
+  }
+  EXPECT_EQ(this->list_all("a*", 20).size(), 1u);
+  EXPECT_EQ(this->list_all("a%", 20).size(), 1u);
+  EXPECT_EQ(this->list_all("a_", 20).size(), 1u);
+  EXPECT_EQ(this->list_all("a\\", 20).size(), 2u);
+  EXPECT_EQ(this->list_all("a", 20).size(), keys.size());
+}
+
+TYPED_TEST_P(IdemStoreConformance, ListRejectsBadArguments) {
+  this->acquire("order-1");
+  EXPECT_THROW(static_cast<void>(this->store_->list("", 0)), idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(this->store_->list("", idem::kMaxListLimit + 1)),
+               idem::InvalidArgument);
+  EXPECT_THROW(static_cast<void>(this->store_->list("a\nb", 10)), idem::InvalidKey);
+  EXPECT_THROW(static_cast<void>(this->store_->list(std::string(idem::kMaxKeyLength + 1, 'o'), 10)),
+               idem::InvalidKey);
+  EXPECT_EQ(this->list_all(std::string(idem::kMaxKeyLength, 'o'), 10).size(), 0u);
+  EXPECT_EQ(this->list_all(" ", 10).size(), 0u) << "a prefix of spaces is a prefix";
+}
+
+TYPED_TEST_P(IdemStoreConformance, RemoveFencesTheHolderOff) {
+  const std::uint64_t token = this->acquire("order-1", "fp-a");
+  EXPECT_FALSE(this->store_->remove("order-1", token + 1)) << "another token changes nothing";
+  EXPECT_EQ(this->store_->lookup("order-1")->token, token);
+  EXPECT_TRUE(this->store_->remove("order-1", token)) << "a live claim is removed";
+  EXPECT_FALSE(this->store_->lookup("order-1").has_value());
+  EXPECT_EQ(this->store_->entry_count(), 0u);
+  EXPECT_FALSE(this->store_->remove("order-1", token)) << "removing twice is refused";
+  EXPECT_FALSE(this->store_->renew("order-1", token, this->kLease));
+  EXPECT_FALSE(
+      this->store_->complete("order-1", token, this->value("late"), this->report(), this->kTtl))
+      << "the holder of a removed claim is fenced off";
+  EXPECT_FALSE(this->store_->release("order-1", token));
+  const auto outcome = this->store_->claim("order-1", "fp-b", this->kLease);
+  EXPECT_EQ(outcome.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_FALSE(outcome.took_over);
+  EXPECT_GT(outcome.token, token) << "the next claim gets a larger token";
+  EXPECT_FALSE(
+      this->store_->complete("order-1", token, this->value("late"), this->report(), this->kTtl))
+      << "the old holder is still fenced off once the key is claimed again";
+  EXPECT_TRUE(this->store_->complete("order-1", outcome.token, this->value("fresh"), this->report(),
+                                     this->kTtl));
+}
+
+TYPED_TEST_P(IdemStoreConformance, RemoveTakesResultsAndDeadRecordsToo) {
+  const std::uint64_t done = this->complete("done");
+  const std::uint64_t expired = this->complete("expired", "r", this->kLease);
+  const std::uint64_t abandoned = this->acquire("abandoned");
+  this->clock_->advance(this->kLease);
+  EXPECT_TRUE(this->store_->remove("done", done)) << "a live result is forgotten";
+  EXPECT_EQ(this->store_->claim("done", std::nullopt, this->kLease).status,
+            idem::ClaimOutcome::Status::acquired)
+      << "its key runs again";
+  EXPECT_TRUE(this->store_->remove("expired", expired));
+  EXPECT_TRUE(this->store_->remove("abandoned", abandoned));
+  EXPECT_FALSE(this->store_->remove("never-claimed", 1));
+  EXPECT_EQ(this->store_->entry_count(), 1u);
+}
+
 // ---- keys and arguments -------------------------------------------------------------------
 
 TYPED_TEST_P(IdemStoreConformance, InvalidKeysAreRejectedByEveryMethod) {
@@ -930,6 +1082,7 @@ TYPED_TEST_P(IdemStoreConformance, InvalidKeysAreRejectedByEveryMethod) {
     EXPECT_THROW(static_cast<void>(this->store_->renew(key, 1, this->kLease)), idem::InvalidKey);
     EXPECT_THROW(static_cast<void>(this->store_->lookup(key)), idem::InvalidKey);
     EXPECT_THROW(static_cast<void>(this->store_->wait(key, far, {})), idem::InvalidKey);
+    EXPECT_THROW(static_cast<void>(this->store_->remove(key, 1)), idem::InvalidKey);
   }
   EXPECT_EQ(this->store_->entry_count(), 0u) << "a rejected key must store nothing";
 }
@@ -1050,7 +1203,10 @@ REGISTER_TYPED_TEST_SUITE_P(
     RacingOwnersAndClaimersKeepOneResult, InvalidKeysAreRejectedByEveryMethod,
     UnusualValidKeysWorkAndStayDistinct, BadLeaseOrTtlIsRejected, CountsSplitTheRecordsByState,
     PurgeReportsProgressUpToItsTotal, ScopedKeysKeepOperationsApart,
-    ScopedKeysAreSharedOnlyByAnExplicitScope, ScopedKeysUpToTheLimitWork);
+    ScopedKeysAreSharedOnlyByAnExplicitScope, ScopedKeysUpToTheLimitWork,
+    ListFindsKeysByPrefixPageByPage, ListShowsRecordsThatAreNoLongerLive,
+    ListTakesPrefixCharactersLiterally, ListRejectsBadArguments, RemoveFencesTheHolderOff,
+    RemoveTakesResultsAndDeadRecordsToo);
 
 // Runs the whole suite against the store made by `Factory` (see the top of this file).
 #define INSTANTIATE_STORE_CONFORMANCE(Prefix, Factory) \

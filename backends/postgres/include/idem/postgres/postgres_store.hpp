@@ -119,6 +119,10 @@ class PostgresIdempotencyStore final : public IdempotencyStore {
   std::size_t do_entry_count() override;
   // One read (a scan of the table).
   StoreCounts do_counts() override;
+  // One read in the keys' byte order (COLLATE "C"): unless the database's collation is C, each
+  // page scans the table and sorts what matches.
+  RecordPage do_list(std::string_view prefix, std::size_t limit, std::string_view cursor) override;
+  bool do_remove(std::string_view key, std::uint64_t token) override;
   std::optional<IdempotencyRecord> do_wait(std::string_view key, SteadyTime deadline,
                                            std::stop_token stop) override;
 

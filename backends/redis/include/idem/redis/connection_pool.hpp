@@ -120,12 +120,16 @@ class RedisConnection {
   RedisReply read_one(CommandKind kind, std::string_view what, bool any_sent);
   [[noreturn]] void fail_io(std::string_view what, int error_number, bool sent, CommandKind kind,
                             const std::string& detail, bool protocol = false, bool eof = false);
+  // The first bytes of the connection are not RESP: wrong_protocol.
+  [[noreturn]] void not_redis(std::string_view what);
 
   std::chrono::milliseconds command_timeout_;
   std::chrono::milliseconds connect_timeout_;
   std::shared_ptr<const net::TlsContext> tls_;  // null without TLS
   std::string host_;
-  bool received_ = false;  // a byte arrived on this connection
+  bool received_ = false;    // a byte arrived on this connection
+  bool replied_ = false;     // a whole reply arrived on this connection
+  std::string first_bytes_;  // the first bytes that arrived, for a wrong_protocol message
   std::vector<net::Address> addresses_;
   std::unique_ptr<net::Stream> stream_;
   std::unique_ptr<detail::ReplyReader> reader_;

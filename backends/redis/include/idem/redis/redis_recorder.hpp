@@ -119,6 +119,7 @@ class RedisIdempotencyRecorder final : public IdempotencyRecorder {
   // key's name and the lease of each claim; count_purgeable() reads every marker's time.
   std::vector<ConsumerCounts> do_consumer_counts() override;
   std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than) override;
+  PurgeableMarkers do_purgeable_markers(std::chrono::system_clock::duration older_than) override;
   MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id) override;
 
   // mark_processed_batch without the argument checks (done by the caller).

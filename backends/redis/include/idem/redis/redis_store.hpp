@@ -37,6 +37,9 @@
 // (SET ... PXAT) at expires_at or lease_until plus RedisOptions::expiry_slack, only so Redis
 // reclaims the space; idem never relies on it.
 //
+// list() and remove() are operator calls (idem list, idem release): list SCANs the prefix with
+// MATCH (never KEYS) and reads the page's records; remove is a script that deletes the record
+// when its token is the one given.
 // purge_expired() and entry_count() SCAN the prefix (their cost grows with the whole database —
 // see docs/redis.md). wait() polls lookup() with capped backoff on options.clock (the default of
 // IdempotencyStore).
@@ -107,6 +110,13 @@ class RedisIdempotencyStore final : public IdempotencyStore {
   // older idem's hash), pipelined per page. Keys idem cannot read (another type, a start not in
   // the layout) are counted in no state.
   StoreCounts do_counts() override;
+  // SCAN MATCH <prefix>s:{<key prefix>* (never KEYS), at most kListScanCalls SCAN calls per
+  // page, then one pipelined GET of the page's keys. The cursor is the SCAN cursor, followed by
+  // the last key returned when a SCAN batch held more keys than the page had room for (the
+  // batch is then read again and continued after that key, in byte order).
+  RecordPage do_list(std::string_view prefix, std::size_t limit, std::string_view cursor) override;
+  // A script: DEL when the record's token is `token`.
+  bool do_remove(std::string_view key, std::uint64_t token) override;
 
   std::shared_ptr<ConnectionPool> pool_;
   std::shared_ptr<Clock> clock_;

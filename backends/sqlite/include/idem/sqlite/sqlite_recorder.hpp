@@ -140,6 +140,7 @@ class SqliteIdempotencyRecorder final : public IdempotencyRecorder {
   // millisecond, absent when SQLite cannot parse it.
   std::vector<ConsumerCounts> do_consumer_counts() override;
   std::size_t do_count_purgeable(std::chrono::system_clock::duration older_than) override;
+  PurgeableMarkers do_purgeable_markers(std::chrono::system_clock::duration older_than) override;
   MarkerInspection do_inspect(std::string_view consumer, std::string_view event_id) override;
 
   class Impl;  // connections, the group-commit queue (sqlite_recorder.cpp)

@@ -106,6 +106,9 @@ class SqliteIdempotencyStore final : public IdempotencyStore {
   std::size_t do_entry_count() override;
   // One read on a reader connection (never the write lock); scans the table.
   StoreCounts do_counts() override;
+  // One read on a reader connection: a range of the primary key, in byte order.
+  RecordPage do_list(std::string_view prefix, std::size_t limit, std::string_view cursor) override;
+  bool do_remove(std::string_view key, std::uint64_t token) override;
 
   class Impl;  // connections and statements (sqlite_store.cpp)
   std::unique_ptr<Impl> impl_;

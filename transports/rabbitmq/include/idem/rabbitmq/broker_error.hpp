@@ -1,7 +1,7 @@
 // BrokerError: a failure talking to RabbitMQ, as an idem Error.
 //
 //   what happened                                     retryable  in_doubt
-//   connect refused / timed out / login refused(*)    yes        no
+//   connect refused / timed out / login refused(*)    yes        no    (codes below)
 //   the connection or channel was lost, the broker    yes        no    (nothing was sent, or a
 //   closed it (restart: CONNECTION_FORCED)                             consume/ack was lost)
 //   a publish was sent but its confirm never came     yes        yes   (the broker may have
@@ -23,10 +23,14 @@
 // (*) RabbitMQ answers bad credentials by closing the socket during the handshake, which looks
 //     the same as a broker that is still starting, so a refused login is retryable too: a
 //     consumer with a wrong password retries until max_reconnect_attempts (0: forever).
-// The code is store_error (the transport is where the events are kept), except for TLS failures
-// (store_open_failed, message "... TLS: <cause>"). Messages name the operation and the endpoint
-// (never the password), e.g.
-//   "idem rabbitmq: connect to amqp://guest@127.0.0.1:5672/: a socket error occurred".
+// The code is broker_error, except where a connection could not be made, which a probe of the
+// address names (on the failure path only): host_not_found (the name does not resolve),
+// connection_refused (nothing listens there), connect_timeout (no connection, or a listener
+// that does not answer the AMQP header), wrong_protocol (something else answers: not a broker,
+// not retryable); and TLS failures (store_open_failed, message "... TLS: <cause>"). Messages
+// name the operation and the endpoint (never the password), e.g.
+//   "idem rabbitmq: connect to amqp://guest@127.0.0.1:1/: connection refused: nothing listens
+//    at 127.0.0.1:1 (is the broker running, on this port?)".
 //
 // Thread-safety: immutable after construction.
 #pragma once
@@ -40,7 +44,7 @@ namespace idem::rabbitmq {
 class BrokerError : public Error {
  public:
   BrokerError(const std::string& message, bool retryable, bool in_doubt = false,
-              ErrorCode code = ErrorCode::store_error)
+              ErrorCode code = ErrorCode::broker_error)
       : Error(code, message, retryable, in_doubt) {}
 };
 
