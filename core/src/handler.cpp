@@ -8,6 +8,7 @@
 #include "idem/key.hpp"
 #include "idem/outbox.hpp"
 #include "idem/sql.hpp"
+#include "iso_time.hpp"
 
 namespace idem {
 
@@ -57,9 +58,13 @@ bool claim_says_run(const Claim& claim, std::string_view consumer, std::string_v
     case Claim::Status::processed:
       return false;
     case Claim::Status::in_progress:
-      throw AlreadyInProgress("consumer '" + std::string(consumer) + "': event " +
-                              std::string(event_id) +
-                              " is being handled by another delivery; deliver it again later");
+      throw AlreadyInProgress(
+          "consumer '" + std::string(consumer) + "': event " + std::string(event_id) +
+          " is being handled by another delivery" +
+          (claim.lease_until == WallTime{}
+               ? std::string()
+               : " (its lease runs until " + format_iso8601(claim.lease_until) + ")") +
+          "; deliver it again later");
     case Claim::Status::acquired:
       break;
   }

@@ -186,13 +186,13 @@ void rethrow_idempotency_rejection(const PolicyCore& core, const std::string& us
   } catch (const AlreadyInProgress&) {
     emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "already_in_progress");
     throw;
-  } catch (const KeyReuseError& e) {
+  } catch (const KeyReuseError&) {
+    // The coordinator named the caller's key and the operation (IdempotentCall::caller_key).
     emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "key_reuse");
-    // key(): the caller's key, not the scoped one.
-    throw KeyReuseError(user_key, message_of(e));
-  } catch (const ReentryError& e) {
+    throw;
+  } catch (const ReentryError&) {
     emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "reentry");
-    throw ReentryError(user_key, message_of(e));
+    throw;
   }
 }
 

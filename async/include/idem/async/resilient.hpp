@@ -228,8 +228,8 @@ class AsyncEngine {
     co_return std::move(*result);
   }
 
+  // request.caller_key is the caller's key.
   struct KeyedCall {
-    std::string user_key;
     IdempotentCall request;
   };
 
@@ -247,8 +247,7 @@ class AsyncEngine {
     std::exception_ptr error;     // the key or fingerprint function's: rethrown as is
     std::exception_ptr rejected;  // the coordinator's
     try {
-      keyed.user_key = spec->key(args...);
-      keyed.request = idem::detail::idempotent_request(*spec, keyed.user_key, args...);
+      keyed.request = idem::detail::idempotent_request(*spec, spec->key(args...), args...);
       keyed.request.stop = std::move(options.stop);
       keyed.request.wait_deadline = options.wait_deadline;
     } catch (...) {
@@ -275,7 +274,7 @@ class AsyncEngine {
     }
     co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
     if (error) std::rethrow_exception(error);
-    if (rejected) rethrow_rejection(*spec, rejected, keyed.user_key);
+    if (rejected) rethrow_rejection(*spec, rejected, keyed.request.caller_key);
     co_return joined_result(*spec, *joined, keyed);
   }
 
@@ -290,8 +289,8 @@ class AsyncEngine {
 
   static Result joined_result(const Spec& s, const CoordinatedResult& joined,
                               const KeyedCall& keyed) {
-    return idem::detail::idempotent_result<Value>(s, CoordinatedResult(joined), keyed.user_key,
-                                                  keyed.request.key);
+    return idem::detail::idempotent_result<Value>(s, CoordinatedResult(joined),
+                                                  keyed.request.caller_key, keyed.request.key);
   }
 
   // The leader's part of call_keyed, which restores the caller's throw_if_cancelled and leaves
@@ -301,7 +300,7 @@ class AsyncEngine {
                               const KeyedCall& keyed, bool throw_if_cancelled,
                               std::unique_ptr<Result>& led, ArgRef<Params>... args) {
     const Spec& s = *spec;
-    const std::string& user_key = keyed.user_key;
+    const std::string& user_key = keyed.request.caller_key;
     std::tuple<ArgRef<Params>...> arguments{args...};
     AsyncExecute execute = [&](ClaimHold& hold) -> Task<Execution> {
       idem::detail::emit_idempotency_event(s.core, EventType::idempotency_executed, user_key, {});
