@@ -19,6 +19,9 @@ packages=(
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   openssl
   python3
+  # promtool (package prometheus): the tests check idem's Prometheus text (idem::Metrics,
+  # `idem stats --format prometheus`) with `promtool check metrics` (tests/promtool.hpp).
+  prometheus
 )
 # Extra groups: `format` adds clang-format (CI's check); `fuzz` adds clang, its libFuzzer
 # runtime and the LLVM binutils and linker it finds (scripts/fuzz.sh); `tools` adds what linting,

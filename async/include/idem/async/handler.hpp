@@ -15,7 +15,8 @@
 //                    AsyncSqlTransaction); events it publishes are held back until the commit.
 //   automatic        exclusive when the recorder's capabilities() has claims, else
 //                    check_then_mark.
-// HandlerOptions::clock is not used: the renewal timer runs on the executor's steady clock.
+// The renewal timer runs on the executor's steady clock; HandlerOptions::clock only times
+// `handle` for HandlerOptions::observer.
 //
 // Cancellation: cancelling the awaiting coroutine (its cancellation slot) while handle runs
 // reaches handle's own awaits (operation_aborted there); the delivery is then not marked, its
@@ -81,6 +82,10 @@ class AsyncHandlerCore {
                                              Invoke invoke);
 
  private:
+  Task<HandleResult> run_unobserved(const Event& event, BusProxy& bus, Invoke invoke);
+  Task<HandleResult> run_observed(const Event& event, BusProxy& bus, Invoke invoke);
+  Task<std::vector<HandleOutcome>> run_batch_check_then_mark(std::span<const Event> events,
+                                                             BusProxy& bus, const Invoke& invoke);
   Task<HandleResult> run_check_then_mark(const Event& event, BusProxy& bus, const Invoke& invoke);
   Task<HandleResult> run_exclusive(const Event& event, BusProxy& bus, const Invoke& invoke);
   Task<HandleResult> run_transactional(const Event& event, BusProxy& bus, const Invoke& invoke);
@@ -90,6 +95,8 @@ class AsyncHandlerCore {
   std::shared_ptr<AsyncRecorder> recorder_;
   HandlerMode mode_;
   Millis lease_;
+  std::shared_ptr<Observer> observer_;
+  std::shared_ptr<Clock> clock_;  // handler durations only
 };
 
 }  // namespace detail

@@ -200,13 +200,43 @@ class AsyncEngine {
   // coroutine owns the arguments. `options` concern a keyed caller that waits (call_options.hpp).
   static Task<Result> call(std::shared_ptr<const Spec> spec, const CallOptions& options,
                            Params... args) {
+    if (spec->core.observer) {
+      return call_observed(std::move(spec), options, std::forward<Params>(args)...);
+    }
+    return call_unobserved(std::move(spec), options, std::forward<Params>(args)...);
+  }
+
+ private:
+  static Task<Result> call_unobserved(std::shared_ptr<const Spec> spec, const CallOptions& options,
+                                      Params... args) {
     if constexpr (std::is_void_v<Value> || std::is_copy_constructible_v<Value>) {
       if (spec->key) return call_keyed(std::move(spec), options, std::forward<Params>(args)...);
     }
     return call_plain(std::move(spec), std::forward<Params>(args)...);
   }
 
- private:
+  // The call, and then the observer told how it ended (the caller's throw_if_cancelled setting
+  // is restored before the call returns or throws, as call_plain and call_keyed do).
+  static Task<Result> call_observed(std::shared_ptr<const Spec> spec, CallOptions options,
+                                    Params... args) {
+    const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
+    co_await asio::this_coro::throw_if_cancelled(false);
+    const SteadyTime started = spec->core.clock->steady_now();
+    const bool keyed = static_cast<bool>(spec->key);
+    std::optional<Result> result;
+    std::exception_ptr error;
+    try {
+      result.emplace(co_await call_unobserved(spec, options, std::forward<Params>(args)...));
+    } catch (...) {
+      idem::detail::observe_call(spec->core, started, keyed, nullptr);
+      error = std::current_exception();
+    }
+    if (!error) idem::detail::observe_call(spec->core, started, keyed, &result->report);
+    co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
+    if (error) std::rethrow_exception(error);
+    co_return std::move(*result);
+  }
+
   // The engine checks the caller's cancellation itself (to report it, and to still decide after
   // it), so co_await must not throw on its own once the slot fired; the caller's setting is
   // restored before the call returns or throws.

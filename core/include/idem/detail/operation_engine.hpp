@@ -349,9 +349,26 @@ class Engine {
   using Value = typename Spec::Value;
   using Result = OperationResult<Value>;
 
-  // One call: the idempotency layer when a key is configured, then the lifecycle.
+  // One call: the idempotency layer when a key is configured, then the lifecycle; the observer,
+  // when there is one, is told how it ended.
   static Result call(const std::shared_ptr<const Spec>& spec, const CallOptions& options,
                      ArgRef<Params>... args) {
+    if (!spec->core.observer) return call_unobserved(spec, options, args...);
+    const SteadyTime started = spec->core.clock->steady_now();
+    const bool keyed = static_cast<bool>(spec->key);
+    try {
+      Result result = call_unobserved(spec, options, args...);
+      observe_call(spec->core, started, keyed, &result.report);
+      return result;
+    } catch (...) {
+      observe_call(spec->core, started, keyed, nullptr);
+      throw;
+    }
+  }
+
+ private:
+  static Result call_unobserved(const std::shared_ptr<const Spec>& spec, const CallOptions& options,
+                                ArgRef<Params>... args) {
     if (!spec->key) return run_lifecycle(spec, nullptr, args...);
     if constexpr (std::is_void_v<Value> || std::is_copy_constructible_v<Value>) {
       return call_idempotent(spec, options, args...);
@@ -360,7 +377,6 @@ class Engine {
     }
   }
 
- private:
   static Result call_idempotent(const std::shared_ptr<const Spec>& spec, const CallOptions& options,
                                 ArgRef<Params>... args) {
     const Spec& s = *spec;
