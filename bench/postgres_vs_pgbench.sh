@@ -68,10 +68,12 @@ for run in $(seq 1 "$runs"); do
   echo "run $run: pgbench ${pg[-1]} tps, idem recorder ${idem[-1]} marks/s" >&2
 done
 
-PYTHONPATH=bench python3 - "$clients" "${pg[*]}" "${idem[*]}" <<'PY'
+PYTHONPATH=bench python3 - "$clients" "${pg[*]}" "${idem[*]}" \
+  "IDEM_BENCH_CLIENTS=$clients IDEM_BENCH_RUNS=$runs IDEM_BENCH_SECONDS=$seconds bench/postgres_vs_pgbench.sh" <<'PY'
 import statistics, sys
 from ratios import record
 clients = sys.argv[1]
+command = sys.argv[4]
 pg = [float(x) for x in sys.argv[2].split()]
 idem = [float(x) for x in sys.argv[3].split()]
 pg_median, idem_median = statistics.median(pg), statistics.median(idem)
@@ -81,5 +83,7 @@ print(f"pgbench INSERT ... ON CONFLICT DO NOTHING: median {pg_median:.0f} tps")
 print(f"PostgresIdempotencyRecorder::mark_processed: median {idem_median:.0f} marks/s")
 print(f"ratio {ratio:.1%} (target >= 85%): {'ok' if ratio >= 0.85 else 'BELOW TARGET'}")
 record(f"PostgreSQL recorder marks / pgbench INSERT ON CONFLICT ({clients} client{'' if clients == '1' else 's'})", ratio, 0.85,
-       f"idem {idem_median:.0f}/s, pgbench {pg_median:.0f} tps, medians of {len(pg)} runs")
+       f"idem {idem_median:.0f}/s, pgbench {pg_median:.0f} tps, medians of {len(pg)} runs",
+       face="consumer", group="PostgreSQL recorder: marks / pgbench -M prepared, same INSERT",
+       bar=f"{clients} client{'' if clients == '1' else 's'}", command=command)
 PY

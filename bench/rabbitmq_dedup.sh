@@ -70,10 +70,17 @@ for run in $(seq 1 "$runs"); do
   done
 done
 
-PYTHONPATH=bench python3 - "$results" "$events" "$runs" "$prefetch" "$overlap" "$rtt_us" "$mode" <<'PY'
+command="EVENTS=$events RUNS=$runs PREFETCH=$prefetch"
+[ "$overlap" = 1 ] || command+=" OVERLAP=$overlap"
+[ "$rtt_us" = 0 ] || command+=" STORE_RTT_US=$rtt_us"
+[ "$mode" = drain ] || command+=" MODE=$mode"
+PYTHONPATH=bench python3 - "$results" "$events" "$runs" "$prefetch" "$overlap" "$rtt_us" "$mode" \
+  "$command bench/rabbitmq_dedup.sh" <<'PY'
 import statistics, sys
 from ratios import record
-path, events, runs, prefetch, overlap, rtt_us, mode = sys.argv[1:8]
+path, events, runs, prefetch, overlap, rtt_us, mode, command = sys.argv[1:9]
+titles = {"sqlite-normal": "SQLite (normal)", "sqlite-full": "SQLite (full)", "redis": "Redis",
+          "postgres": "PostgreSQL"}
 by = {}
 for line in open(path):
     fields = dict(f.split("=") for f in line.split())
@@ -95,5 +102,9 @@ for p, (pub, con) in med.items():
         record(f"rabbitmq dedup {p} prefetch {prefetch}{variant}", ratio, 0.85,
                f"{what} {con:.0f} vs plain {plain:.0f} events/s, {events} events, "
                f"median of {runs}, prefetch {prefetch}, pipeline {overlap}, "
-               f"store rtt {rtt_us} us, mode {mode}, check_then_mark")
+               f"store rtt {rtt_us} us, mode {mode}, check_then_mark", face="consumer",
+               group="RabbitMQ consumer with dedup (check_then_mark) / the same pipeline without",
+               bar=f"{titles.get(p, p)}, {'live stream' if mode == 'flow' else 'drain'}, "
+                   f"prefetch {prefetch}{variant.replace(' flow', '')}",
+               command=command)
 PY

@@ -83,9 +83,10 @@ PY
   done
 done
 
-PYTHONPATH=bench python3 - "$results" <<'PY'
+PYTHONPATH=bench python3 - "$results" "CLIENTS=\"$clients\" PIPELINE=\"$pipelines\" REQUESTS=$requests RUNS=$runs bench/redis_vs_redis_benchmark.sh" <<'PY'
 import statistics, sys
 from ratios import record
+command = sys.argv[2]
 rows = {}
 for line in open(sys.argv[1]):
     c, p, run, rb, idem, raw = line.split()
@@ -102,7 +103,9 @@ for (c, p), runs in sorted(rows.items()):
     print(f"{c:>7} {p:>8} | {rb:>13,.0f}/s {idem:>12,.0f}/s {ratio:>7.0%} | "
           f"{raw:>10,.0f}/s {idem / raw:>7.0%}")
     record(f"Redis recorder SET NX / redis-benchmark (c={c}, P={p})", ratio, 0.80,
-           f"idem {idem:.0f}/s, redis-benchmark {rb:.0f}/s, medians of {len(runs)} runs")
+           f"idem {idem:.0f}/s, redis-benchmark {rb:.0f}/s, medians of {len(runs)} runs",
+           face="consumer", group="Redis recorder: SET NX / redis-benchmark, same command",
+           bar=f"{c} client{'' if c == 1 else 's'}, pipeline {p}", command=command)
 print(f"medians of {len(next(iter(rows.values())))} runs; target idem/redis-benchmark >= 80%: "
       f"{'met' if worst >= 0.8 else 'NOT met'} (lowest {worst:.0%})")
 PY

@@ -5,6 +5,7 @@ Usage: bench/report.py bench/results/sqlite_recorder [more ...]   (".json" is ad
 Every ratio compares two figures measured in the same run on the same machine.
 """
 import json
+import os
 import statistics
 import sys
 
@@ -58,6 +59,16 @@ def fmt_rate(rate):
     return f"{rate:.0f} /s"
 
 
+def command_for(paths, name):
+    """The bench/run.sh command that measures `name` (a results file among `paths`) again."""
+    reps = os.environ.get("IDEM_BENCH_REPETITIONS")
+    return (f"IDEM_BENCH_REPETITIONS={reps} " if reps else "") + f"bench/run.sh {name}"
+
+
+SHAPES = {"hex32": "32-hex ids", "uuid36": "UUID ids", "text": "short text ids (<= 16 bytes)",
+          "text26": "26-byte text ids", "text255": "255-byte text ids"}
+
+
 def main(argv):
     medians = load(argv[1:])
     repetitions = load_repetitions(argv[1:])
@@ -83,7 +94,10 @@ def main(argv):
         if r_idem and r_raw:
             label = f"SQLite recorder check+mark / raw sqlite3 loop (synchronous={'FULL' if full else 'NORMAL'})"
             ratios.append((label, r_idem / r_raw, "target >= 0.50"))
-            record(label, r_idem / r_raw, 0.50, f"idem {fmt_rate(r_idem)}, raw {fmt_rate(r_raw)}")
+            record(label, r_idem / r_raw, 0.50, f"idem {fmt_rate(r_idem)}, raw {fmt_rate(r_raw)}",
+                   face="consumer", group="SQLite recorder: check + mark / raw sqlite3 loop",
+                   bar=f"synchronous={'FULL' if full else 'NORMAL'}, 1 thread",
+                   command=command_for(argv[1:], "sqlite_recorder"))
         r_idem8 = rate(f"BM_SqliteRecorder_Marks/full:{full}/real_time/threads:8")
         r_raw8 = rate(f"BM_RawSqlite_Marks/full:{full}/real_time/threads:8")
         if r_idem8 and r_raw8:
@@ -96,7 +110,10 @@ def main(argv):
             durability = "FULL" if full else "NORMAL"
             label = f"SQLite store claim+complete / raw sqlite3 loop (synchronous={durability})"
             ratios.append((label, r_store / r_raw, "target >= 0.50"))
-            record(label, r_store / r_raw, 0.50, f"store {fmt_rate(r_store)}, raw {fmt_rate(r_raw)}")
+            record(label, r_store / r_raw, 0.50, f"store {fmt_rate(r_store)}, raw {fmt_rate(r_raw)}",
+                   face="operation", group="SQLite store: claim + complete / raw sqlite3 loop",
+                   bar=f"synchronous={durability}, 1 thread",
+                   command=command_for(argv[1:], "sqlite_store"))
     shapes = ["hex32", "uuid36", "text", "text255", "text26"]
     for i, shape in enumerate(shapes):
         one = rate(f"BM_MemoryRecorder_CheckMark/shape:{i}/iterations:1000000/real_time/threads:1")
@@ -106,7 +123,10 @@ def main(argv):
             ratios.append((f"memory check+mark, new {shape} ids, 1 M held / unordered_set with reserve",
                            one / ref, f"idem {fmt_rate(one)}, set {fmt_rate(ref)}; target >= 2, >= 5 M/s"))
             record(f"memory recorder check+mark / reserved unordered_set ({shape} ids)", one / ref, 2.0,
-                   f"idem {fmt_rate(one)}, set {fmt_rate(ref)}")
+                   f"idem {fmt_rate(one)}, set {fmt_rate(ref)}", face="consumer",
+                   group="memory recorder: check + mark of a new id, 1 M held / "
+                         "std::unordered_set with reserve",
+                   bar=SHAPES.get(shape, shape), command=command_for(argv[1:], "memory_recorder"))
         if one and two:
             ratios.append((f"memory check+mark, new {shape} ids, 2 threads / 1 thread", two / one,
                            f"{fmt_rate(two)}; target >= 1.7"))

@@ -8,7 +8,7 @@
 #   bench/run.sh sqlite_recorder # one benchmark binary
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/install-deps.sh
+scripts/install-deps.sh test
 cmake --preset release >/dev/null
 mkdir -p bench/results
 names=("$@")

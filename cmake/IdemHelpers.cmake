@@ -87,6 +87,7 @@ endfunction()
 #   ...async...           (the word "async" in the name) idem::async, and with a backend part
 #                         that backend's idem::<part>_async
 #   open_...              idem::open
+#   http_...              idem::http (HTTP idempotency, on the coroutine face)
 # <out ok> is FALSE when something it needs was not built: the caller skips the program.
 function(idem_program_libs name out_libs out_ok)
   set(libs "")
@@ -114,6 +115,13 @@ function(idem_program_libs name out_libs out_ok)
       elseif(part)
         set(ok FALSE)
       endif()
+    else()
+      set(ok FALSE)
+    endif()
+  endif()
+  if(name MATCHES "^http_")
+    if(TARGET idem::http)
+      list(APPEND libs idem::http)
     else()
       set(ok FALSE)
     endif()

@@ -11,6 +11,8 @@
 # IDEM_TEST_AMQP_URL (amqp://guest:guest@127.0.0.1:PORT/) with IDEM_TEST_RABBITMQCTL (a command
 # line: append e.g. `stop_app` / `start_app` to restart the broker under a test).
 # A server whose binaries are missing is an error: CI must not silently skip its tests.
+# Runs may overlap (several test commands, a demo beside a test run): each has its own ports,
+# directories and Erlang port mapper, and stops only the processes it started, by their PIDs.
 #
 # TLS (a throwaway CA and certificates made by openssl in IDEM_TEST_TLS_DIR; EC P-256 keys, the
 # server certificate names DNS:localhost only, so connecting to 127.0.0.1 is a hostname mismatch):
@@ -64,28 +66,46 @@ as_pg() {
   if [ "$(id -u)" -eq 0 ]; then runuser -u "$pg_user" -- "$@"; else "$@"; fi
 }
 
+# Stopping touches only what this run started, found by its own PID (never by a process name:
+# several runs, or a user's own servers, may be up beside this one).
+# stop_pid PID: SIGTERM, then up to 30 s for the process to go, then SIGKILL.
+stop_pid() {
+  local pid=$1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 300); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null
+}
+# The PID a server wrote into PIDFILE (its first line), "" when there is none.
+pid_in() { [ -f "$1" ] && head -n 1 "$1" | tr -dc 0-9 || true; }
+
 cleanup() {
   set +e
-  if [ -n "${redis_port:-}" ]; then
-    redis-cli -h 127.0.0.1 -p "$redis_port" shutdown nosave >/dev/null 2>&1
-  fi
-  if [ -f "$work/redis-expired/redis.pid" ]; then
-    kill "$(cat "$work/redis-expired/redis.pid")" 2>/dev/null
-  fi
-  if [ -n "${pg_data:-}" ] && [ -d "$pg_data" ]; then
-    as_pg "$pg_bin/pg_ctl" -D "$pg_data" -m immediate stop >/dev/null 2>&1
-  fi
-  if [ -n "${pg_tls_data:-}" ] && [ -d "$pg_tls_data" ]; then
-    as_pg "$pg_bin/pg_ctl" -D "$pg_tls_data" -m immediate stop >/dev/null 2>&1
-  fi
+  stop_pid "$(pid_in "$work/redis/redis.pid")"
+  stop_pid "$(pid_in "$work/redis-expired/redis.pid")"
+  local data
+  for data in "${pg_data:-}" "${pg_tls_data:-}"; do
+    [ -n "$data" ] && [ -d "$data" ] || continue
+    # pg_ctl stops the postmaster of this data directory (the PID in its postmaster.pid).
+    as_pg "$pg_bin/pg_ctl" -D "$data" -m immediate -t 30 stop >/dev/null 2>&1 ||
+      stop_pid "$(pid_in "$data/postmaster.pid")"
+  done
   if [ -n "${IDEM_TEST_RABBITMQCTL:-}" ]; then
-    $IDEM_TEST_RABBITMQCTL stop >/dev/null 2>&1
-    [ "${epmd_was_running:-1}" = 0 ] && pkill -x epmd
+    # This run's node (its name holds this run's AMQP port), then the VM by its pid file.
+    $IDEM_TEST_RABBITMQCTL stop "$work/rabbitmq/rabbit.pid" >/dev/null 2>&1
+    stop_pid "$(pid_in "$work/rabbitmq/rabbit.pid")"
   fi
-  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null; done
+  # Last started, first stopped: the rabbitmq-server wrapper, then this run's own epmd.
+  local i
+  for ((i = ${#pids[@]} - 1; i >= 0; i--)); do stop_pid "${pids[$i]}"; done
   rm -rf "$work"
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 
 # ---- TLS material ----------------------------------------------------------------------------
 command -v openssl >/dev/null || { echo "servers.sh: openssl is not installed" >&2; exit 1; }
@@ -173,16 +193,30 @@ log.console = false
 log.file.level = warning
 EOF
 echo '[].' >"$work/rabbitmq/enabled_plugins"
-pgrep -x epmd >/dev/null && epmd_was_running=1 || epmd_was_running=0
+# An epmd (Erlang's node-name registry) of this run's own, on a free port: the VM would otherwise
+# use, or start, the machine's shared one on 4369, which another run (or the machine's own
+# RabbitMQ) may be using, so no run could stop it without breaking the others. The server and
+# rabbitmqctl find it through ERL_EPMD_PORT.
+command -v epmd >/dev/null || { echo "servers.sh: epmd (erlang-base) is not installed" >&2; exit 1; }
+epmd_port=$(free_port)
+epmd -address 127.0.0.1 -port "$epmd_port" >"$work/rabbitmq/epmd.out" 2>&1 &
+pids+=($!)
+for _ in $(seq 1 100); do
+  epmd -port "$epmd_port" -names >/dev/null 2>&1 && break
+  sleep 0.1
+done
+epmd -port "$epmd_port" -names >/dev/null 2>&1 ||
+  { echo "servers.sh: epmd did not start on port $epmd_port" >&2; cat "$work/rabbitmq/epmd.out" >&2; exit 1; }
 # HOME holds the Erlang cookie shared by the server and rabbitmqctl.
-rmq_env=(env HOME="$work/rabbitmq" RABBITMQ_NODENAME="$rmq_node" RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
+rmq_env=(env HOME="$work/rabbitmq" ERL_EPMD_PORT="$epmd_port" RABBITMQ_NODENAME="$rmq_node"
+  RABBITMQ_NODE_IP_ADDRESS=127.0.0.1
   RABBITMQ_NODE_PORT="$amqp_port" RABBITMQ_DIST_PORT="$rmq_dist_port" ERL_EPMD_ADDRESS=127.0.0.1
   RABBITMQ_MNESIA_BASE="$work/rabbitmq/mnesia" RABBITMQ_LOG_BASE="$work/rabbitmq/log"
   RABBITMQ_CONFIG_FILE="$work/rabbitmq/rabbitmq" RABBITMQ_PID_FILE="$work/rabbitmq/rabbit.pid"
   RABBITMQ_ENABLED_PLUGINS_FILE="$work/rabbitmq/enabled_plugins")
 "${rmq_env[@]}" "$rmq_bin/rabbitmq-server" >"$work/rabbitmq/server.out" 2>&1 &
 pids+=($!)
-export IDEM_TEST_RABBITMQCTL="env HOME=$work/rabbitmq $rmq_bin/rabbitmqctl -n $rmq_node"
+export IDEM_TEST_RABBITMQCTL="env HOME=$work/rabbitmq ERL_EPMD_PORT=$epmd_port $rmq_bin/rabbitmqctl -n $rmq_node"
 
 # ---- Redis -----------------------------------------------------------------------------------
 command -v redis-server >/dev/null || { echo "servers.sh: redis-server is not installed" >&2; exit 1; }

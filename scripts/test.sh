@@ -20,7 +20,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 
-scripts/install-deps.sh
+scripts/install-deps.sh test
 jobs=$(nproc)
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$jobs"

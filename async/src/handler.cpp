@@ -1,14 +1,11 @@
 #include "idem/async/handler.hpp"
 
-#include <asio/error.hpp>
-#include <asio/experimental/awaitable_operators.hpp>
-#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
 #include <exception>
-#include <system_error>
-#include <variant>
 
+#include "idem/async/detail/renewal.hpp"
 #include "idem/detail/handler_logic.hpp"
 #include "idem/key.hpp"
 
@@ -198,68 +195,30 @@ Task<HandleResult> AsyncHandlerCore::run_check_then_mark(const Event& event, Bus
   co_return HandleResult::processed;
 }
 
-Task<void> AsyncHandlerCore::keep_lease(std::string_view event_id, std::uint64_t token) {
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  const auto interval = idem::detail::renewal_interval(lease_);
-  for (;;) {
-    timer.expires_after(interval);
-    co_await timer.async_wait(asio::use_awaitable);  // throws operation_aborted when cancelled
-    bool renewed = true;
-    bool aborted = false;
-    try {
-      renewed = co_await recorder_->renew(consumer_, event_id, token, lease_);
-    } catch (const std::system_error& e) {
-      aborted = e.code() == asio::error::operation_aborted;
-    } catch (...) {
-      // A failed renewal (busy store, lost connection) is tried again next interval; the lease
-      // has room for two more before it lapses.
-    }
-    if (aborted) throw std::system_error(asio::error::operation_aborted);  // never ends normally
-    if (!renewed) {
-      // Fenced off: someone took the claim over. Stop renewing (complete() will report it) and
-      // wait to be cancelled when handle ends.
-      timer.expires_at(asio::steady_timer::time_point::max());
-      co_await timer.async_wait(asio::use_awaitable);
-    }
-  }
-}
-
-namespace {
-
-// invoke's outcome as a value: null on success, else what it threw.
-Task<std::exception_ptr> guarded(const AsyncHandlerCore::Invoke& invoke, const Event& event,
-                                 BusProxy& bus) {
-  std::exception_ptr failure;
-  try {
-    auto work = invoke(event, bus);
-    co_await std::move(work);
-  } catch (...) {
-    failure = std::current_exception();
-  }
-  co_return failure;
-}
-
-}  // namespace
-
 Task<HandleResult> AsyncHandlerCore::run_exclusive(const Event& event, BusProxy& bus,
                                                    const Invoke& invoke) {
-  using namespace asio::experimental::awaitable_operators;
   const Claim claim = co_await recorder_->claim(consumer_, event.id, lease_);
   if (!idem::detail::claim_says_run(claim, consumer_, event.id)) co_return HandleResult::duplicate;
 
-  // handle and the lease renewal side by side. `||` yields the first operand that completes
-  // without an exception and cancels the other: handle's outcome is therefore passed as a value
-  // (it always "succeeds"), and the renewal only ever ends by throwing (when it is cancelled),
-  // so the result is always handle's. Cancelling the caller reaches both.
+  // handle runs in this coroutine (the caller's cancellation reaches its awaits); the lease is
+  // renewed beside it, on a strand of this executor, until it ends. A fenced renewal only stops
+  // renewing: complete() reports the loss.
+  // (Named locals, not temporaries of an expression with a co_await: GCC bug 100611.)
+  const asio::any_io_executor executor = co_await asio::this_coro::executor;
+  async::detail::RenewFn renew = [recorder = recorder_, consumer = consumer_, event_id = event.id,
+                                  token = claim.token, lease = lease_]() {
+    return recorder->renew(consumer, event_id, token, lease);
+  };
   std::exception_ptr failure;
-  try {
-    auto work = guarded(invoke, event, bus);
-    auto renewal = keep_lease(event.id, claim.token);
-    auto both = std::move(work) || std::move(renewal);
-    auto outcome = co_await std::move(both);
-    failure = std::get<0>(outcome);
-  } catch (...) {
-    failure = std::current_exception();
+  {
+    async::detail::LeaseKeeper keeper(asio::make_strand(executor), clock_, lease_,
+                                      std::move(renew));
+    try {
+      auto work = invoke(event, bus);
+      co_await std::move(work);
+    } catch (...) {
+      failure = std::current_exception();
+    }
   }
   if (failure) {
     // A cancelled caller still gives its claim back: without this, every co_await from here on

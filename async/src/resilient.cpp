@@ -10,10 +10,8 @@
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
 #include <asio/execution.hpp>
-#include <asio/execution/outstanding_work.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <asio/post.hpp>
-#include <asio/prefer.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <atomic>
@@ -21,6 +19,8 @@
 #include <stop_token>
 #include <unordered_map>
 
+#include "idem/async/detail/completion.hpp"
+#include "idem/async/detail/renewal.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/detail/flight.hpp"
 #include "idem/error.hpp"
@@ -36,48 +36,24 @@ using idem::detail::SharedClaimHold;
 
 // ---- Latch ------------------------------------------------------------------------------------
 
-// The waiter's completion, type-erased (handlers are move-only).
-struct PendingWake {
-  virtual ~PendingWake() = default;
-  virtual void complete(bool set) = 0;  // posts the handler to its executor
-};
-
-template <class Handler>
-struct PendingWakeImpl final : PendingWake {
-  explicit PendingWakeImpl(Handler&& h)
-      : handler(std::move(h)),
-        work(asio::prefer(asio::get_associated_executor(handler),
-                          asio::execution::outstanding_work.tracked)) {}
-  void complete(bool set) override {
-    auto executor = asio::get_associated_executor(handler);
-    asio::post(executor, [h = std::move(handler), set, w = std::move(work)]() mutable {
-      asio::get_associated_cancellation_slot(h).clear();
-      std::move(h)(set);
-    });
-  }
-  Handler handler;
-  decltype(asio::prefer(std::declval<asio::associated_executor_t<Handler>>(),
-                        asio::execution::outstanding_work.tracked)) work;
-};
-
 struct Latch::State {
   std::mutex mutex;
   bool set = false;
-  std::unique_ptr<PendingWake> waiter;
+  Completion<void(bool)> waiter;  // empty when nobody waits
 };
 
 Latch::Latch() : state_(std::make_shared<State>()) {}
 Latch::~Latch() = default;
 
 void Latch::set() {
-  std::unique_ptr<PendingWake> waiter;
+  Completion<void(bool)> waiter;
   {
     std::lock_guard lock(state_->mutex);
     if (state_->set) return;
     state_->set = true;
     waiter = std::move(state_->waiter);
   }
-  if (waiter) waiter->complete(true);
+  if (waiter) waiter.post(true);
 }
 
 bool Latch::is_set() const {
@@ -91,25 +67,26 @@ namespace {
 Task<bool> await_latch(std::shared_ptr<Latch::State> state) {
   return asio::async_initiate<const asio::use_awaitable_t<>&, void(bool)>(
       [state](auto handler) {
-        using Handler = decltype(handler);
-        auto slot = asio::get_associated_cancellation_slot(handler);
+        Completion<void(bool)> completion(std::move(handler));
         std::unique_lock lock(state->mutex);
         if (state->set) {
           lock.unlock();
-          PendingWakeImpl<Handler>(std::move(handler)).complete(true);
+          completion.post(true);
           return;
         }
-        if (slot.is_connected()) {
-          slot.assign([state](asio::cancellation_type) {
-            std::unique_ptr<PendingWake> waiter;
+        // A wait withdrawn has no side effects: every cancellation type ends it.
+        if (auto slot = completion.slot(); slot.is_connected()) {
+          slot.assign([state](asio::cancellation_type type) {
+            if (type == asio::cancellation_type::none) return;
+            Completion<void(bool)> waiter;
             {
               std::lock_guard inner(state->mutex);
               waiter = std::move(state->waiter);
             }
-            if (waiter) waiter->complete(false);
+            if (waiter) waiter.post(false);
           });
         }
-        state->waiter = std::make_unique<PendingWakeImpl<Handler>>(std::move(handler));
+        state->waiter = std::move(completion);
       },
       asio::use_awaitable);
 }
@@ -280,40 +257,20 @@ Task<Execution> run_as_owner(std::shared_ptr<const OwnedKeys> keys, const AsyncE
   co_return co_await asio::co_spawn(executor, std::move(body), asio::use_awaitable);
 }
 
-// Renews an owner's lease every lease/3 until cancelled (on its own strand).
-Task<void> renew_lease(std::shared_ptr<AsyncStore> store, std::string key, std::uint64_t token,
-                       Millis lease) {
-  const auto period = std::max<std::chrono::nanoseconds>(lease / 3, std::chrono::milliseconds(1));
-  asio::steady_timer timer(co_await asio::this_coro::executor);
-  for (;;) {
-    timer.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(period));
-    if (!co_await await_timer(timer)) co_return;
-    try {
-      if (!co_await store->renew(key, token, lease)) co_return;  // fenced off: another owner
-    } catch (const asio::system_error&) {
-      co_return;  // cancelled mid-renewal
-    } catch (...) {
-      // A store hiccup is not a lost claim: try again next period.
-    }
-  }
-}
-
 // The owner's claim: lease renewal while it lives, release when a failed owner's last
 // reference (its own or a ClaimHold token of a timed-out attempt) goes.
 struct OwnedClaim {
   OwnedClaim(asio::any_io_executor executor, std::shared_ptr<AsyncStore> s,
-             std::shared_ptr<FlightLead> l, std::string k, std::uint64_t t, Millis lease)
+             std::shared_ptr<FlightLead> l, std::string k, std::uint64_t t, Millis lease,
+             std::shared_ptr<Clock> clock)
       : strand(asio::make_strand(executor)),
         store(std::move(s)),
         lead(std::move(l)),
         key(std::move(k)),
-        token(t) {
-    // The signal holds the coroutine's cancellation state: the completion keeps it alive until
-    // the coroutine is gone.
-    asio::co_spawn(strand, renew_lease(store, key, token, lease),
-                   asio::bind_cancellation_slot(
-                       renewal.slot(), [keeper = signal_keeper](const std::exception_ptr&) {}));
-  }
+        token(t),
+        renewal(strand, std::move(clock), lease, [store = store, key = key, token = t, lease] {
+          return store->renew(key, token, lease);
+        }) {}
   ~OwnedClaim() {
     stop_renewal();
     if (!armed) return;
@@ -331,22 +288,14 @@ struct OwnedClaim {
         },
         asio::detached);
   }
-  void stop_renewal() {
-    if (renewing.exchange(false)) {
-      asio::post(strand,
-                 [signal = signal_keeper] { signal->emit(asio::cancellation_type::terminal); });
-    }
-  }
+  void stop_renewal() noexcept { renewal.stop(); }
 
   asio::strand<asio::any_io_executor> strand;
-  std::shared_ptr<asio::cancellation_signal> signal_keeper =
-      std::make_shared<asio::cancellation_signal>();
-  asio::cancellation_signal& renewal = *signal_keeper;
   std::shared_ptr<AsyncStore> store;
   std::shared_ptr<FlightLead> lead;
   std::string key;
   std::uint64_t token;
-  std::atomic<bool> renewing{true};
+  LeaseKeeper renewal;  // on the policy's clock, as the blocking coordinator's renewals
   std::atomic<bool> armed{true};
 };
 
@@ -356,7 +305,7 @@ Task<CoordinatedResult> execute_owned(std::shared_ptr<AsyncStore> store,
                                       const AsyncExecute& execute) {
   lead->claimed(claim.token, (policy.clock ? policy.clock : system_clock())->wall_now());
   auto owned = std::make_shared<OwnedClaim>(co_await asio::this_coro::executor, store, lead,
-                                            call.key, claim.token, policy.lease);
+                                            call.key, claim.token, policy.lease, policy.clock);
   OwnedClaim& owned_claim = *owned;
   SharedClaimHold hold(std::move(owned));
   Execution execution;
@@ -484,67 +433,6 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
 
 // ---- joiners -----------------------------------------------------------------------------------
 
-namespace {
-
-// The awaiting coroutine's completion handler and the outstanding work on its executor, kept
-// inline (the handler of use_awaitable is a pointer to the coroutine's stack).
-class InlineCompletion {
- public:
-  InlineCompletion() = default;
-  InlineCompletion(const InlineCompletion&) = delete;
-  InlineCompletion& operator=(const InlineCompletion&) = delete;
-  ~InlineCompletion() {
-    if (destroy_ != nullptr) destroy_(storage_);
-  }
-
-  template <class Handler>
-  void emplace(Handler&& handler) {
-    using Stored = Pending<std::decay_t<Handler>>;
-    static_assert(sizeof(Stored) <= sizeof(storage_) && alignof(Stored) <= alignof(void*) * 2,
-                  "a joiner's completion handler no longer fits its inline storage");
-    new (storage_) Stored(std::forward<Handler>(handler));
-    post_ = [](void* p, bool told) {
-      auto* stored = static_cast<Stored*>(p);
-      Stored moved(std::move(*stored));
-      stored->~Stored();
-      std::move(moved).post(told);
-    };
-    destroy_ = [](void* p) { static_cast<Stored*>(p)->~Stored(); };
-  }
-
-  // Posts the handler to its executor with `told` (once; the storage is then empty).
-  void post(bool told) {
-    auto post = std::exchange(post_, nullptr);
-    destroy_ = nullptr;
-    post(storage_, told);
-  }
-
- private:
-  template <class Handler>
-  struct Pending {
-    explicit Pending(Handler&& h)
-        : handler(std::move(h)),
-          work(asio::prefer(asio::get_associated_executor(handler),
-                            asio::execution::outstanding_work.tracked)) {}
-    void post(bool told) && {
-      auto executor = asio::get_associated_executor(handler);
-      asio::post(executor, [h = std::move(handler), told, w = std::move(work)]() mutable {
-        asio::get_associated_cancellation_slot(h).clear();
-        std::move(h)(told);
-      });
-    }
-    Handler handler;
-    decltype(asio::prefer(std::declval<asio::associated_executor_t<Handler>>(),
-                          asio::execution::outstanding_work.tracked)) work;
-  };
-
-  alignas(void*) alignas(2 * alignof(void*)) unsigned char storage_[72];
-  void (*post_)(void*, bool) = nullptr;
-  void (*destroy_)(void*) = nullptr;
-};
-
-}  // namespace
-
 // A joiner's whole wait in one object: its registration in the flight (the FlightWaiter base),
 // the outcome it is told, and the awaiting coroutine's completion. `state` orders the parties:
 // notify() (any thread), the initiation and the cancellation handler (the joiner's executor),
@@ -572,7 +460,9 @@ class FlightJoin final : public FlightWaiter {
     // the completion is in place; whoever posts the completion clears the slot before resuming.
     // Assigned before the state says `suspended`: from then on notify() may post at once.
     if (slot.is_connected()) {
-      slot.assign([this](asio::cancellation_type) {
+      // Leaving the flight has no side effects: every cancellation type withdraws the joiner.
+      slot.assign([this](asio::cancellation_type type) {
+        if (type == asio::cancellation_type::none) return;
         int expected = suspended;
         if (!state_.compare_exchange_strong(expected, withdrawn, std::memory_order_acq_rel)) {
           return;  // told: the outcome is on its way
@@ -581,6 +471,8 @@ class FlightJoin final : public FlightWaiter {
         completion_.post(false);
       });
     }
+    static_assert(JoinCompletion::fits_inline<Handler>(),
+                  "a joiner's completion handler no longer fits its inline storage");
     completion_.emplace(std::forward<Handler>(handler));
     int expected = waiting;
     if (!state_.compare_exchange_strong(expected, suspended, std::memory_order_acq_rel)) {
@@ -610,9 +502,13 @@ class FlightJoin final : public FlightWaiter {
   }
 
  private:
+  // The awaiting coroutine's completion handler and the outstanding work on its executor, kept
+  // inline (the handler of use_awaitable is a pointer to the coroutine's stack).
+  using JoinCompletion = Completion<void(bool), 72>;
+
   std::atomic<int> state_{waiting};
   FlightOutcome outcome_;
-  InlineCompletion completion_;
+  JoinCompletion completion_;
 };
 
 FlightEntered enter_flight(IdempotencyCoordinator& coordinator,

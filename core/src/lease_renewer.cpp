@@ -14,12 +14,17 @@ std::chrono::nanoseconds renewal_interval(Millis lease) {
   return std::max(std::chrono::nanoseconds(lease) / 3, std::chrono::nanoseconds(1));
 }
 
+std::chrono::nanoseconds renewal_wait(const Clock& clock, SteadyTime due, SteadyTime now) {
+  if (due <= now) return std::chrono::nanoseconds::zero();
+  const std::chrono::nanoseconds left = due - now;
+  if (dynamic_cast<const SystemClock*>(&clock) != nullptr) return left;
+  return std::min<std::chrono::nanoseconds>(left, kInjectedClockPoll);
+}
+
 // What the thread uses; the thread itself is its last member, so it is stopped and joined before
 // the members above it go.
 struct LeaseRenewer::State {
   using RealClock = std::chrono::steady_clock;
-  // How often the thread re-reads a clock that is not the SystemClock.
-  static constexpr std::chrono::milliseconds kPollInterval{1};
 
   void run(std::stop_token stop) {
     std::unique_lock lock(mutex);
@@ -40,11 +45,8 @@ struct LeaseRenewer::State {
           // drift by the store's latency.
           lease->due_ = now + lease->interval_;
         }
-        auto until = std::chrono::duration_cast<RealClock::duration>(lease->due_ - now);
-        if (dynamic_cast<SystemClock*>(lease->clock_.get()) == nullptr) {
-          until = std::min<RealClock::duration>(until, kPollInterval);
-        }
-        wait = std::min(wait, until);
+        wait = std::min(wait, std::chrono::duration_cast<RealClock::duration>(
+                                  renewal_wait(*lease->clock_, lease->due_, now)));
       }
       if (due.empty()) {
         const std::uint64_t seen = generation;

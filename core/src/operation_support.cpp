@@ -5,6 +5,7 @@
 #include <cxxabi.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <iterator>
@@ -69,6 +70,12 @@ std::string millis_text(std::chrono::nanoseconds duration) {
 
 // Seconds as a short decimal: "2", "2.5", "0.001".
 std::string seconds_text(std::chrono::nanoseconds duration) {
+  // Whole seconds (every report's "0") without printf, as %.9g prints them.
+  constexpr std::int64_t kBillion = 1'000'000'000;
+  if (duration.count() >= 0 && duration.count() % kBillion == 0 &&
+      duration.count() / kBillion < kBillion) {
+    return std::to_string(duration.count() / kBillion);
+  }
   char buffer[40];
   std::snprintf(buffer, sizeof buffer, "%.9g", static_cast<double>(duration.count()) / 1e9);
   return buffer;
@@ -76,6 +83,36 @@ std::string seconds_text(std::chrono::nanoseconds duration) {
 
 const char* flag(bool value) {
   return value ? "true" : "false";
+}
+
+// The report keys every call writes (operation_support.hpp's Lifecycle::finish_metadata and
+// note_rate_limit), built once: most are longer than a string holds without allocating, and
+// written in key order with hinted inserts (as the idempotency keys are, DESIGN-NOTES §66).
+struct ReportKeys {
+  const std::string circuit_breaker_open = "circuit_breaker_open";
+  const std::string fallback_failed = "fallback_failed";
+  const std::string fallback_failure_count = "fallback_failure_count";
+  const std::string fallback_used = "fallback_used";
+  const std::string rate_limit_delay_seconds = "rate_limit_delay_seconds";
+  const std::string rate_limit_delay_source = "rate_limit_delay_source";
+  const std::string rate_limit_encountered = "rate_limit_encountered";
+  const std::string rate_limit_retry_after_seconds = "rate_limit_retry_after_seconds";
+  const std::string rate_limit_wait_exceeded = "rate_limit_wait_exceeded";
+  const std::string rate_limit_wait_seconds = "rate_limit_wait_seconds";
+  const std::string rate_limited = "rate_limited";
+  const std::string reason = "reason";
+  const std::string valid = "valid";
+  const std::string validation_performed = "validation_performed";
+  const std::string validation_reason = "validation_reason";
+  const std::string validation_valid = "validation_valid";
+  const std::string validation_validator_name = "validation_validator_name";
+  const std::string validator_name = "validator_name";
+};
+
+const ReportKeys& report_keys() {
+  // Never destroyed: calls may still run while static objects are torn down.
+  static const ReportKeys* const keys = new ReportKeys();
+  return *keys;
 }
 
 }  // namespace
@@ -433,6 +470,10 @@ void Lifecycle::record_failure(int attempt, std::string source, const FailureInf
   record.error_message = info.message;
   record.retryable = info.retryable;
   if (!info.validator.empty()) {
+    // relprim's keys, and idem's own names kept beside them.
+    record.metadata.emplace("validation_valid", "false");
+    record.metadata.emplace("validation_validator_name", info.validator);
+    record.metadata.emplace("validation_reason", info.reason);
     record.metadata.emplace("validator_name", info.validator);
     record.metadata.emplace("reason", info.reason);
   }
@@ -458,6 +499,7 @@ bool Lifecycle::start_attempt(int attempt, CircuitBreaker::Permit& permit) {
     info.status = AttemptStatus::rejected;
     info.counts_for_breaker = false;
     record_failure(attempt, "primary", info);
+    note_rate_limit(report_.attempts.back(), {});
     ++primary_attempts_;
     breaker_rejected_ = true;
     last_error_ = std::current_exception();
@@ -488,6 +530,7 @@ void Lifecycle::attempt_succeeded(int attempt, CircuitBreaker::Permit& permit) {
   record.number = attempt;
   record.started_at = attempt_started_wall_;
   record.duration = *ended_ - attempt_started_;
+  note_rate_limit(record, {});
   report_.attempts.push_back(std::move(record));
   ++primary_attempts_;
   breaker_rejected_ = false;
@@ -514,6 +557,7 @@ void Lifecycle::cancelled(int attempt, CircuitBreaker::Permit* permit, std::exce
   info.status = AttemptStatus::cancelled;
   note_validation(info);
   record_failure(attempt, "primary", info);
+  note_rate_limit(report_.attempts.back(), {});
   ++primary_attempts_;
   last_error_ = error;
   last_type_ = info.type;
@@ -526,6 +570,39 @@ void Lifecycle::cancelled(int attempt, CircuitBreaker::Permit* permit, std::exce
           {"error", info.message},
           {"retryable", "false"},
           {"rate_limited", "false"}});
+  }
+}
+
+void Lifecycle::note_rate_limit(AttemptRecord& record, const RateLimitNote& note) {
+  last_rate_limit_ = note;
+  // In key order from the first rate_limit* key, so each insert's hint holds.
+  const ReportKeys& keys = report_keys();
+  auto& metadata = record.metadata;
+  auto at = metadata.lower_bound(keys.rate_limit_delay_seconds);
+  if (note.delay && !note.wait_exceeded) {
+    at = set_metadata_after(metadata, at, keys.rate_limit_delay_seconds, seconds_text(*note.delay));
+  }
+  at = set_metadata_after(metadata, at, keys.rate_limit_delay_source, to_string(note.source));
+  if (note.retry_after) {
+    at = set_metadata_after(metadata, at, keys.rate_limit_retry_after_seconds,
+                            seconds_text(*note.retry_after));
+  }
+  at = set_metadata_after(metadata, at, keys.rate_limit_wait_exceeded, flag(note.wait_exceeded));
+  set_metadata_after(metadata, at, keys.rate_limited, flag(note.rate_limited));
+}
+
+bool Lifecycle::is_rate_limit(const std::exception_ptr& error) const {
+  if (!core_.rate_limit.enabled()) return false;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    try {
+      return core_.rate_limit.rate_limit_on(e);
+    } catch (...) {
+      return false;  // a broken predicate does not make a rate limit
+    }
+  } catch (...) {
+    return false;
   }
 }
 
@@ -547,67 +624,67 @@ std::optional<std::chrono::nanoseconds> Lifecycle::retry_delay_after(int attempt
   } else {
     permit.ignore();
   }
-  bool rate_limited = false;
-  if (core_.rate_limit.enabled()) {
-    try {
-      std::rethrow_exception(error);
-    } catch (const std::exception& e) {
-      try {
-        rate_limited = core_.rate_limit.rate_limit_on(e);
-      } catch (...) {
-        rate_limited = false;  // a broken predicate does not make a rate limit
-      }
-    } catch (...) {
-    }
-  }
-  // A rate-limited failure is retried whatever retry_on says (the wait decides, below).
-  if (rate_limited) info.retryable = true;
-  note_validation(info);
-  record_failure(attempt, "primary", info);
-  if (info.timeout) timeouts_.emplace_back(report_.attempts.size() - 1, error);
-  ++primary_attempts_;
   breaker_rejected_ = false;
   last_error_ = error;
   last_type_ = info.type;
   last_message_ = info.message;
   final_error_ = nullptr;
-  if (core_.events.enabled()) {
-    if (!info.validator.empty()) {
-      emit(EventType::validation_failed, attempt,
-           {{"source", "primary"},
-            {"validator", info.validator},
-            {"validator_name", info.validator},
-            {"reason", info.reason}});
-    }
-    emit(EventType::attempt_failed, attempt,
-         {{"source", "primary"},
-          {"status", std::string(to_string(info.status))},
-          {"error_type", info.type},
-          {"error", info.message},
-          {"retryable", info.retryable ? "true" : "false"},
-          {"rate_limited", flag(rate_limited)}});
-  }
   const bool last_attempt = attempt >= core_.retry.max_attempts;
-  if (rate_limited) return rate_limited_retry(attempt, error, last_attempt);
-  if (!info.retryable || last_attempt) return std::nullopt;
-  const auto delay = core_.retry.backoff.delay(attempt, core_.draw());
-  if (core_.events.enabled()) {
-    emit(EventType::retry_scheduled, attempt,
-         {{"delay_ms", millis_text(delay)},
-          {"delay_ns", std::to_string(delay.count())},
-          {"delay_seconds", seconds_text(delay)},
-          {"delay_source", "backoff"},
-          {"rate_limited", "false"},
-          {"next_attempt", std::to_string(attempt + 1)}});
+  // The decision comes first: relprim reports the rate limit before the failed attempt.
+  RateLimitNote note;
+  std::optional<std::chrono::nanoseconds> delay;
+  if (is_rate_limit(error)) {
+    delay = rate_limited_retry(attempt, error, last_attempt, info, note);
+  } else if (info.retryable && !last_attempt) {
+    delay = core_.retry.backoff.delay(attempt, core_.draw());
+  }
+  note_validation(info);
+  record_failure(attempt, "primary", info);
+  note_rate_limit(report_.attempts.back(), note);
+  if (info.timeout) timeouts_.emplace_back(report_.attempts.size() - 1, error);
+  ++primary_attempts_;
+  if (!core_.events.enabled()) return delay;
+  if (!info.validator.empty()) {
+    emit(EventType::validation_failed, attempt,
+         {{"source", "primary"},
+          {"validator", info.validator},
+          {"validator_name", info.validator},
+          {"reason", info.reason}});
+  }
+  if (note.rate_limited) {
+    std::map<std::string, std::string> fields{{"error_type", info.type}};
+    if (note.retry_after) fields.emplace("retry_after_seconds", seconds_text(*note.retry_after));
+    emit(EventType::rate_limit_detected, attempt, std::move(fields));
+  }
+  if (note.wait_exceeded) {
+    emit(EventType::rate_limit_wait_exceeded, attempt,
+         {{"delay_seconds", seconds_text(*note.delay)},
+          {"delay_source", std::string(to_string(note.source))},
+          {"max_wait_seconds", seconds_text(core_.rate_limit.max_wait)}});
+  }
+  emit(EventType::attempt_failed, attempt,
+       {{"source", "primary"},
+        {"status", std::string(to_string(info.status))},
+        {"error_type", info.type},
+        {"error", info.message},
+        {"retryable", flag(info.retryable)},
+        {"rate_limited", flag(note.rate_limited)}});
+  if (delay) {
+    std::map<std::string, std::string> fields{{"delay_ms", millis_text(*delay)},
+                                              {"delay_ns", std::to_string(delay->count())},
+                                              {"delay_seconds", seconds_text(*delay)},
+                                              {"delay_source", std::string(to_string(note.source))},
+                                              {"rate_limited", flag(note.rate_limited)},
+                                              {"next_attempt", std::to_string(attempt + 1)}};
+    if (note.retry_after) fields.emplace("retry_after_seconds", seconds_text(*note.retry_after));
+    emit(EventType::retry_scheduled, attempt, std::move(fields));
   }
   return delay;
 }
 
 std::optional<std::chrono::nanoseconds> Lifecycle::rate_limited_retry(
-    int attempt, const std::exception_ptr& error, bool last_attempt) {
-  rate_limit_encountered_ = true;
-  auto& metadata = report_.attempts.back().metadata;
-  metadata["rate_limited"] = "true";
+    int attempt, const std::exception_ptr& error, bool last_attempt, FailureInfo& info,
+    RateLimitNote& note) {
   std::optional<std::chrono::nanoseconds> retry_after;
   if (core_.rate_limit.retry_after) {
     std::exception_ptr extractor_error;
@@ -641,65 +718,48 @@ std::optional<std::chrono::nanoseconds> Lifecycle::rate_limited_retry(
           RetryAfterExtractionError("operation '" + core_.name + "', attempt " +
                                         std::to_string(attempt) + ": rate limited, and " + why,
                                     error, extractor_error));
-      report_.attempts.back().retryable = false;
-      if (core_.events.enabled()) {
-        emit(EventType::rate_limit_detected, attempt, {{"extraction_failed", "true"}});
-      }
+      // The attempt failed with the extraction error, as in relprim (fallbacks, fallback_on and
+      // the breaker still see the rate-limited failure itself).
+      info = describe_failure(final_error_, nullptr);
       return std::nullopt;
     }
   }
-  if (retry_after) metadata["rate_limit_retry_after_seconds"] = seconds_text(*retry_after);
-  if (core_.events.enabled()) {
-    std::map<std::string, std::string> fields{{"error_type", last_type_}};
-    if (retry_after) fields.emplace("retry_after_seconds", seconds_text(*retry_after));
-    emit(EventType::rate_limit_detected, attempt, std::move(fields));
-  }
+  rate_limit_encountered_ = true;
+  info.retryable = true;  // a rate limit is retried whatever retry_on says: the wait decides
+  note.rate_limited = true;
+  note.retry_after = retry_after;
+  note.source = retry_after ? DelaySource::provider : DelaySource::backoff;
   if (last_attempt) {
-    report_.attempts.back().retryable = false;
+    info.retryable = false;
     return std::nullopt;
   }
-  const DelaySource source = retry_after ? DelaySource::provider : DelaySource::backoff;
   const auto delay = retry_after ? *retry_after : core_.retry.backoff.delay(attempt, core_.draw());
-  metadata["rate_limit_delay_seconds"] = seconds_text(delay);
-  metadata["rate_limit_delay_source"] = std::string(to_string(source));
+  note.delay = delay;
   if (delay > core_.rate_limit.max_wait) {
-    metadata["rate_limit_wait_exceeded"] = "true";
+    note.wait_exceeded = true;
     rate_limit_wait_exceeded_ = true;
-    report_.attempts.back().retryable = false;
-    if (core_.events.enabled()) {
-      emit(EventType::rate_limit_wait_exceeded, attempt,
-           {{"delay_seconds", seconds_text(delay)},
-            {"delay_source", std::string(to_string(source))},
-            {"max_wait_seconds", seconds_text(core_.rate_limit.max_wait)}});
-    }
+    info.retryable = false;
     final_error_ = std::make_exception_ptr(RateLimitWaitExceeded(
         "operation '" + core_.name + "', attempt " + std::to_string(attempt) +
             ": rate limited, and the wait before a retry (" + seconds_text(delay) +
-            " s, from the " + std::string(to_string(source)) +
+            " s, from the " + std::string(to_string(note.source)) +
             ") is longer than max_rate_limit_wait (" + seconds_text(core_.rate_limit.max_wait) +
             " s): " + last_message_,
         delay, core_.rate_limit.max_wait, error));
     return std::nullopt;
   }
-  metadata["rate_limit_wait_exceeded"] = "false";
   rate_limit_wait_ += delay;
-  if (core_.events.enabled()) {
-    std::map<std::string, std::string> fields{{"delay_ms", millis_text(delay)},
-                                              {"delay_ns", std::to_string(delay.count())},
-                                              {"delay_seconds", seconds_text(delay)},
-                                              {"delay_source", std::string(to_string(source))},
-                                              {"rate_limited", "true"},
-                                              {"next_attempt", std::to_string(attempt + 1)}};
-    if (retry_after) fields.emplace("retry_after_seconds", seconds_text(*retry_after));
-    emit(EventType::retry_scheduled, attempt, std::move(fields));
-  }
   return delay;
 }
 
 bool Lifecycle::falls_back() const {
-  if (!core_.fallback_on || !last_error_) return true;
+  return !last_error_ || accepts_fallback(last_error_);
+}
+
+bool Lifecycle::accepts_fallback(const std::exception_ptr& error) const {
+  if (!core_.fallback_on) return true;
   try {
-    std::rethrow_exception(last_error_);
+    std::rethrow_exception(error);
   } catch (const std::exception& e) {
     try {
       return core_.fallback_on(e);
@@ -738,6 +798,8 @@ const FallbackContext& Lifecycle::fallback_context() {
 }
 
 void Lifecycle::fallback_started(std::size_t index) {
+  fallback_ran_ = true;
+  report_.fallback_used = true;
   if (core_.events.enabled()) {
     emit(EventType::fallback_started, 0,
          {{"fallback", core_.fallback_sources[index]},
@@ -757,7 +819,6 @@ void Lifecycle::fallback_succeeded(std::size_t index) {
   record.started_at = attempt_started_wall_;
   record.duration = *ended_ - attempt_started_;
   report_.attempts.push_back(std::move(record));
-  report_.fallback_used = true;
   report_.fallback_source = source;
   report_.metadata["fallback_candidate_name"] = source.substr(std::string_view("fallback:").size());
   report_.metadata["fallback_candidate_index"] = std::to_string(index);
@@ -780,7 +841,7 @@ void Lifecycle::note_validation(const FailureInfo& info) {
   }
 }
 
-void Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
+bool Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
   const std::string& source = core_.fallback_sources[index];
   const FailureInfo info = describe_failure(error, nullptr);
   record_failure(static_cast<int>(report_.attempts.size()) + 1, source, info);
@@ -796,37 +857,57 @@ void Lifecycle::fallback_failed(std::size_t index, std::exception_ptr error) {
     emit(EventType::fallback_failed, 0,
          {{"fallback", source}, {"error_type", info.type}, {"error", info.message}});
   }
+  // relprim's FallbackChain: a failure fallback_on does not accept stops the chain.
+  fallback_stopped_ = !accepts_fallback(error);
   fallback_failures_.push_back({source, info.type, info.message, std::move(error)});
+  return !fallback_stopped_;
 }
 
 void Lifecycle::finish_metadata() {
+  // Every key in ascending order from one search (the fallback_candidate_* keys written earlier
+  // and the idempotency_* keys written later sort between them).
+  const ReportKeys& keys = report_keys();
   auto& metadata = report_.metadata;
-  metadata["validation_performed"] = flag(validation_performed_);
-  if (validation_performed_) {
-    if (report_.status == OperationStatus::succeeded) {
-      metadata["valid"] = "true";
-      std::string names;
-      for (const auto& name : core_.validator_names) {
-        if (!names.empty()) names += ",";
-        names += name;
-      }
-      metadata["validator_name"] = names;
-    } else if (!validator_.empty()) {
-      metadata["valid"] = "false";
-      metadata["validator_name"] = validator_;
-      metadata["reason"] = validation_reason_;
-    }
-  }
-  metadata["circuit_breaker_open"] = flag(breaker_rejected_);
-  metadata["fallback_used"] = flag(report_.fallback_used);
+  auto at = metadata.lower_bound(keys.circuit_breaker_open);
+  const auto put = [&](const std::string& key, std::string_view value) {
+    at = set_metadata_after(metadata, at, key, value);
+  };
+  // The call ended on the breaker's rejection: a fallback that ran (rescued or not) ended it.
+  put(keys.circuit_breaker_open, flag(breaker_rejected_ && !fallback_ran_));
+  if (fallback_ran_) put(keys.fallback_failed, flag(!report_.fallback_source));
   if (!core_.fallback_sources.empty()) {
     const std::size_t failed = fallback_failures_.empty() ? 0 : fallback_failures_.size() - 1;
-    metadata["fallback_failure_count"] = std::to_string(failed);
+    put(keys.fallback_failure_count, std::to_string(failed));
   }
-  if (core_.rate_limit.enabled()) {
-    metadata["rate_limit_encountered"] = flag(rate_limit_encountered_);
-    metadata["rate_limit_wait_seconds"] = seconds_text(rate_limit_wait_);
-    metadata["rate_limit_wait_exceeded"] = flag(rate_limit_wait_exceeded_);
+  put(keys.fallback_used, flag(fallback_ran_));
+  // The rate-limit summary, on every report; rate_limited and the provider's delay are the
+  // primary's last attempt's.
+  put(keys.rate_limit_encountered, flag(rate_limit_encountered_));
+  if (last_rate_limit_.retry_after) {
+    put(keys.rate_limit_retry_after_seconds, seconds_text(*last_rate_limit_.retry_after));
+  }
+  put(keys.rate_limit_wait_exceeded, flag(rate_limit_wait_exceeded_));
+  put(keys.rate_limit_wait_seconds, seconds_text(rate_limit_wait_));
+  put(keys.rate_limited, flag(last_rate_limit_.rate_limited));
+  // relprim's validation_* keys, and idem's own names (valid, validator_name, reason) beside.
+  const bool succeeded = report_.status == OperationStatus::succeeded;
+  const bool rejected = validation_performed_ && !succeeded && !validator_.empty();
+  std::string names;
+  if (validation_performed_ && succeeded) {
+    for (const auto& name : core_.validator_names) {
+      if (!names.empty()) names += ",";
+      names += name;
+    }
+  }
+  const bool valid = validation_performed_ && succeeded;
+  if (rejected) put(keys.reason, validation_reason_);
+  if (valid || rejected) put(keys.valid, flag(valid));
+  put(keys.validation_performed, flag(validation_performed_));
+  if (rejected) put(keys.validation_reason, validation_reason_);
+  if (valid || rejected) {
+    put(keys.validation_valid, flag(valid));
+    put(keys.validation_validator_name, valid ? names : validator_);
+    put(keys.validator_name, valid ? names : validator_);
   }
   // Whether each timed-out attempt has ended by the time the call ends.
   for (const auto& [index, error] : timeouts_) {
@@ -876,7 +957,13 @@ void Lifecycle::fail() {
   std::exception_ptr cause = final_error_ ? final_error_ : last_error_;
   std::string cause_type = last_type_;
   std::string cause_message = last_message_;
-  if (fallback_failures_.size() > 1) {
+  if (fallback_stopped_) {
+    // relprim raises the failure that stopped the chain as it is.
+    FallbackFailure& stopped = fallback_failures_.back();
+    cause = stopped.error;
+    cause_type = std::move(stopped.error_type);
+    cause_message = std::move(stopped.error_message);
+  } else if (fallback_failures_.size() > 1) {
     FallbackChainError chain(std::move(fallback_failures_));
     cause_type = demangle(typeid(chain).name());
     cause_message = chain.what();

@@ -3,12 +3,14 @@
 # this directory (main.cpp: idem::core + idem::sqlite + idem::open; open_main.cpp: idem::open only):
 #
 #   run.sh installed BUILD_DIR SETTINGS WORK   cmake --install an already-built idem (the test
-#                                              build itself, static by default), find_package it
+#                                              build itself, static by default), find_package it,
+#                                              and build the programs again through pkg-config
 #   run.sh shared SETTINGS WORK                build idem's libraries with -DBUILD_SHARED_LIBS=ON,
 #                                              install them, find_package them; check every
 #                                              library's SONAME and RUNPATH, and that the programs
 #                                              load the installed .so files and need none of the
 #                                              client libraries' CMake packages or link flags
+#                                              (through find_package and through pkg-config)
 #   run.sh subdirectory SETTINGS WORK          a project that add_subdirectory()s idem's source
 #
 # SETTINGS is a cmake -C file with the test build's compiler, launcher (ccache), build type, flags,
@@ -97,6 +99,77 @@ consumer() {
   fi
 }
 
+# pkgconfig_consumer SETTINGS WORK PREFIX SHARED: every installed idem-*.pc is valid, resolves
+# (with --static too) and names only libraries that are installed, one for every component the
+# CMake package exports; then the two programs are built again without CMake, with the compiler
+# and flags of SETTINGS and everything else from `pkg-config --cflags --libs`, and run. Shared:
+# idem-open's link line names neither a backend nor a client library.
+pkgconfig_consumer() {
+  local settings=$1 work=$2 prefix=$3 shared=$4 pcdir libdir pc module libs lib config component
+  pcdir=$(dirname "$(find "$prefix" -name idem-core.pc | head -n 1)")
+  [ -f "$pcdir/idem-core.pc" ] || fail "no idem-core.pc installed under $prefix"
+  libdir=$(cd "$pcdir/.." && pwd)
+  export PKG_CONFIG_PATH=$pcdir
+  for config in "$libdir"/cmake/idem/idem-*-targets.cmake; do
+    component=${config##*/idem-}
+    component=${component%-targets.cmake}
+    case "$component" in *-*) continue ;; esac  # per-configuration files
+    [ -f "$pcdir/idem-$component.pc" ] || fail "idem::$component is installed without idem-$component.pc"
+  done
+  for pc in "$pcdir"/idem-*.pc; do
+    module=$(basename "$pc" .pc)
+    pkg-config --validate "$module" || fail "$pc is not a valid pkg-config file"
+    for static in "" --static; do
+      libs=$(pkg-config --cflags --libs $static "$module" 2>&1) ||
+        fail "pkg-config --cflags --libs $static $module: $libs"
+      for lib in $(grep -oE -- '-lidem_[a-z0-9_]+' <<<"$libs"); do
+        lib=lib${lib#-l}
+        [ -e "$libdir/$lib.a" ] || [ -e "$libdir/$lib.so" ] ||
+          fail "$module names -l${lib#lib}, but $libdir has no $lib.a or $lib.so"
+      done
+    done
+  done
+  echo "  pkg-config: $(ls "$pcdir" | grep -c '^idem-.*\.pc$') files valid, every library they name installed"
+
+  # The compiler, flags and sanitizers of the test build, read from SETTINGS (a cmake -C file).
+  setting() { sed -n "s/^set($1 \"\(.*\)\" CACHE.*/\1/p" "$settings"; }
+  local cxx build_type flags launcher sanitize out=$work/pkgconfig rpath=()
+  cxx=$(setting CMAKE_CXX_COMPILER)
+  build_type=$(setting CMAKE_BUILD_TYPE)
+  flags="$(setting CMAKE_CXX_FLAGS) $(setting "CMAKE_CXX_FLAGS_${build_type^^}")"
+  launcher=$(setting CMAKE_CXX_COMPILER_LAUNCHER)
+  sanitize=$(setting IDEM_SANITIZE)
+  [ -n "$sanitize" ] && flags="$flags -fsanitize=$sanitize"
+  [ "$shared" = yes ] && rpath=("-Wl,-rpath,$libdir")
+  rm -rf "$out"
+  mkdir -p "$out"
+  # build OUTPUT SOURCE MODULE...: one program, compiled and linked with what pkg-config says.
+  build() {
+    local output=$1 source=$2
+    shift 2
+    local cflags link
+    cflags=$(pkg-config --cflags "$@")
+    link=$(pkg-config --libs "$@")
+    echo "$cxx -std=c++20 $flags $cflags $source -o $output $link ${rpath[*]}" >>"$out/build.log"
+    # shellcheck disable=SC2086
+    $launcher "$cxx" -std=c++20 $flags $cflags "$source_dir/$source" -o "$out/$output" $link \
+      "${rpath[@]}" >>"$out/build.log" 2>&1 || { tail -n 40 "$out/build.log" >&2; fail "building $output with pkg-config failed (log: $out/build.log)"; }
+  }
+  build consumer main.cpp idem-sqlite idem-open
+  build consumer_open open_main.cpp idem-open
+  "$out/consumer"
+  "$out/consumer_open"
+  if [ "$shared" = yes ]; then
+    check_loads "$out/consumer" "$prefix"
+    check_loads "$out/consumer_open" "$prefix"
+    if grep -oE 'lidem_(sqlite|redis|postgres)|lsqlite3|lpq|lhiredis|lrabbitmq|lssl|lcrypto' \
+      <<<"$(pkg-config --libs idem-open)" >&2; then
+      fail "pkg-config --libs idem-open names the backend or client libraries above"
+    fi
+  fi
+  echo "  pkg-config consumers built and ran"
+}
+
 case "$mode" in
   installed)
     build_dir=$1 settings=$2 work=$3
@@ -109,6 +182,7 @@ case "$mode" in
       check_shared "$work/prefix"
     fi
     consumer "$settings" "$work" "$work/prefix" "$shared"
+    pkgconfig_consumer "$settings" "$work" "$work/prefix" "$shared"
     ;;
   shared)
     settings=$1 work=$2
@@ -122,6 +196,7 @@ case "$mode" in
     run "$work/install.log" cmake --install "$work/idem" --prefix "$work/prefix"
     check_shared "$work/prefix"
     consumer "$settings" "$work" "$work/prefix" yes
+    pkgconfig_consumer "$settings" "$work" "$work/prefix" yes
     ;;
   subdirectory)
     settings=$1 work=$2

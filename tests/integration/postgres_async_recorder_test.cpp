@@ -200,6 +200,47 @@ TEST_F(AsyncRecorderTest, TransactionalInboxRollsBackOnFailure) {
   EXPECT_EQ(pg::query_int("SELECT count(*) FROM " + orders), 1);
 }
 
+// The blocking recorder's rules, from the same steps (steps.hpp): a swallowed failure is 25P02,
+// not in doubt; a handler that ends idem's transaction itself is in doubt, and its session is
+// not reused.
+TEST_F(AsyncRecorderTest, TransactionalInboxReportsASwallowedFailureAsTheBlockingOneDoes) {
+  auto& r = *recorder_;
+  const auto swallowing = [&](AsyncSqlTransaction& tx) -> Task<void> {
+    try {
+      co_await tx.exec("INSERT INTO no_such_table VALUES (1)");
+    } catch (const idem::StoreError&) {
+    }
+  };
+  try {
+    run(io_, r.run_transactional("billing", "o1", swallowing));
+    FAIL() << "the aborted transaction was committed";
+  } catch (const idem::postgres::PostgresError& e) {
+    EXPECT_EQ(e.sqlstate(), "25P02") << e.what();
+    EXPECT_FALSE(e.in_doubt());
+  }
+  EXPECT_FALSE(run(io_, r.is_processed("billing", "o1")));
+}
+
+TEST_F(AsyncRecorderTest, TransactionalInboxHandlerThatEndsTheTransactionIsInDoubt) {
+  auto& r = *recorder_;
+  for (const char* end : {"COMMIT", "ROLLBACK"}) {
+    const std::string event = std::string("o-") + end;
+    const auto ending = [&](AsyncSqlTransaction& tx) -> Task<void> { co_await tx.exec(end); };
+    try {
+      run(io_, r.run_transactional("billing", event, ending));
+      FAIL() << "a handler's " << end << " went unnoticed";
+    } catch (const idem::postgres::PostgresError& e) {
+      EXPECT_TRUE(e.in_doubt()) << e.what();
+      EXPECT_FALSE(e.retryable());
+    }
+    // The early COMMIT did commit the marker, the ROLLBACK did not: why it was in doubt.
+    EXPECT_EQ(run(io_, r.is_processed("billing", event)), std::string(end) == "COMMIT");
+  }
+  // The pool is fine afterwards.
+  const auto ok = [&](AsyncSqlTransaction&) -> Task<void> { co_return; };
+  EXPECT_TRUE(run(io_, r.run_transactional("billing", "o-after", ok)));
+}
+
 TEST_F(AsyncRecorderTest, TransactionalInboxRespectsALiveClaim) {
   auto& r = *recorder_;
   const Claim claim = run(io_, r.claim("billing", "o1", 60s));

@@ -29,8 +29,12 @@ struct CliRun {
 
 // `arguments` are passed to the CLI as they are (no shell quoting involved): the CLI's stderr
 // is sent to its stdout by a /bin/sh wrapper, and the arguments reach it through "$@".
-inline CliRun run_cli(const std::vector<std::string>& arguments) {
-  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", IDEM_CLI};
+// `environment` ("NAME=value" entries) is added to the CLI's environment (through env(1)).
+inline CliRun run_cli(const std::vector<std::string>& arguments,
+                      const std::vector<std::string>& environment = {}) {
+  std::vector<std::string> argv = {"/bin/sh", "-c", "exec \"$0\" \"$@\" 2>&1", "/usr/bin/env"};
+  argv.insert(argv.end(), environment.begin(), environment.end());
+  argv.push_back(IDEM_CLI);
   argv.insert(argv.end(), arguments.begin(), arguments.end());
   ChildProcess child(argv);
   child.close_stdin();
@@ -53,24 +57,6 @@ inline bool has(const CliRun& run, const std::string& text) {
   return run.output.find(text) != std::string::npos;
 }
 
-// The demo passed its own check, and really killed a consumer inside a handler (so at least
-// that delivery came again).
-inline void expect_demo_ok(const CliRun& run, const std::string& events) {
-  EXPECT_EQ(run.exit_code, 0) << run.output;
-  EXPECT_TRUE(has(run, "\nOK: side effects == distinct events == " + events + " ")) << run.output;
-  EXPECT_TRUE(has(run, "killed with SIGKILL inside the handler of delivery #")) << run.output;
-  EXPECT_FALSE(has(run, "despite 0 redeliveries")) << run.output;
-}
-
-// `idem demo --hops 2` with a small stream (and --store / --broker when given).
-inline CliRun run_two_hop_demo(const std::string& events, const std::string& store = "",
-                               const std::string& broker = "") {
-  std::vector<std::string> arguments = {"demo", "--hops", "2", "--events", events};
-  if (!store.empty()) arguments.insert(arguments.end(), {"--store", store});
-  if (!broker.empty()) arguments.insert(arguments.end(), {"--broker", broker});
-  return run_cli(arguments);
-}
-
 // The figure of a result-table row ("  label   123"), or -1 when the row is missing.
 inline long long row(const CliRun& run, const std::string& label) {
   const std::string key = "\n  " + label + " ";
@@ -86,6 +72,40 @@ inline long long row(const CliRun& run, const std::string& label) {
     any = true;
   }
   return any ? value : -1;
+}
+
+// The demo passed its own check, and really killed a consumer inside a handler (so at least
+// that delivery came again). Each mode shows what it promises: transactional and exclusive
+// (killed before the effect) every effect once; check_then_mark (killed between the effect and
+// its marker) the killed event's effect twice, and every other once.
+inline void expect_demo_ok(const CliRun& run, const std::string& events,
+                           const std::string& mode = "transactional") {
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  const long long n = std::stoll(events);
+  if (mode == "check_then_mark") {
+    EXPECT_TRUE(has(run, "\nOK: side effects " + std::to_string(n + 1) + " for " + events +
+                             " distinct events (1 event ran twice)"))
+        << run.output;
+    EXPECT_TRUE(has(run, "what check_then_mark admits: the crash fell between the effect"))
+        << run.output;
+    EXPECT_EQ(row(run, "side effects"), n + 1) << run.output;
+    EXPECT_EQ(row(run, "events run twice"), 1) << run.output;
+  } else {
+    EXPECT_TRUE(has(run, "\nOK: side effects == distinct events == " + events + " ")) << run.output;
+    EXPECT_EQ(row(run, "events run twice"), 0) << run.output;
+  }
+  EXPECT_EQ(row(run, "events marked processed"), n) << run.output;
+  EXPECT_TRUE(has(run, "SIGKILLed in the handler of delivery #")) << run.output;
+  EXPECT_FALSE(has(run, "despite 0 redeliveries")) << run.output;
+}
+
+// `idem demo --hops 2` with a small stream (and --store / --broker when given).
+inline CliRun run_two_hop_demo(const std::string& events, const std::string& store = "",
+                               const std::string& broker = "") {
+  std::vector<std::string> arguments = {"demo", "--hops", "2", "--events", events};
+  if (!store.empty()) arguments.insert(arguments.end(), {"--store", store});
+  if (!broker.empty()) arguments.insert(arguments.end(), {"--broker", broker});
+  return run_cli(arguments);
 }
 
 // Both hops passed: billing's effects once, every order.charged relayed (the relay killed once
@@ -110,6 +130,9 @@ inline void expect_two_hop_demo_ok(const CliRun& run, long long events) {
   EXPECT_EQ(row(run, "orders shipped"), events) << run.output;
   EXPECT_EQ(row(run, "charges marked shipped"), events) << run.output;
   EXPECT_TRUE(has(run, "\n  outbox left                0 waiting, 0 parked\n")) << run.output;
+  EXPECT_TRUE(has(run, "\n  relay restarted ")) << run.output;  // every restarted phase named
+  EXPECT_TRUE(has(run, "\n  shipping restarted ")) << run.output;
+  EXPECT_TRUE(has(run, "\n  billing restarted ")) << run.output;
 }
 
 }  // namespace idem::test

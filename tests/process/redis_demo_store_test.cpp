@@ -1,12 +1,15 @@
 // `idem demo --store redis://...` on the test server (IDEM_TEST_REDIS_URL): the claim-based modes
-// pass their exactly-once check twice against one server (fresh consumer names keep the runs
-// apart); transactional mode is refused before anything starts; passwords stay out of output.
+// pass their checks twice against one server (a key prefix of the run's own keeps the runs apart,
+// and is emptied afterwards); a prefix that holds data is refused unless
+// --allow-nonempty-store; transactional mode is refused before anything starts; passwords stay
+// out of output.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "../integration/redis_test_env.hpp"
 #include "demo_cli.hpp"
+#include "idem/open.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
@@ -23,10 +26,30 @@ TEST(RedisDemoStore, ClaimModesTwiceOnOneServer) {
     for (int run = 0; run < 2; ++run) {
       const auto result = run_demo(url, mode);
       SCOPED_TRACE(mode);
-      idem::test::expect_demo_ok(result, "400");
+      idem::test::expect_demo_ok(result, "400", mode);
+      EXPECT_TRUE(has(result, "recorder:  redis://")) << result.output;
+      EXPECT_EQ(prefix.key_count(), 0u) << "the demo left keys under " << prefix.prefix();
     }
   }
-  EXPECT_GT(prefix.key_count(), 0u);
+}
+
+TEST(RedisDemoStore, APrefixWithDataIsRefusedUnlessAllowedAndLeftAsItWas) {
+  IDEM_REQUIRE_CLI();
+  idem::test::RedisTestPrefix prefix("demo-data");
+  const std::string url = idem::test::redis_url() + "?prefix=" + prefix.prefix();
+  idem::open_recorder(url)->mark_processed("payments", "evt-precious");
+  const std::size_t before = prefix.key_count();
+  const auto refused = run_demo(url, "exclusive", "50");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_TRUE(has(refused, "already holds data")) << refused.output;
+  EXPECT_TRUE(has(refused, "'payments'")) << refused.output;
+  EXPECT_FALSE(has(refused, "producer:")) << refused.output;
+  EXPECT_EQ(prefix.key_count(), before);
+  const auto allowed = idem::test::run_cli({"demo", "--events", "100", "--mode", "check_then_mark",
+                                            "--store", url, "--allow-nonempty-store"});
+  idem::test::expect_demo_ok(allowed, "100", "check_then_mark");
+  EXPECT_EQ(prefix.key_count(), before) << allowed.output;
+  EXPECT_TRUE(idem::open_recorder(url)->is_processed("payments", "evt-precious"));
 }
 
 TEST(RedisDemoStore, TransactionalModeIsRefusedBeforeAnythingStarts) {

@@ -1,6 +1,7 @@
-// `idem demo --store` on SQLite files: every mode passes its own exactly-once check (exit 0 and
-// the "OK:" line), two runs on one file stay independent, and recorders the demo cannot use are
-// refused before anything starts (exit 2, a message saying why).
+// `idem demo --store` on SQLite files: every mode passes its own check (exit 0 and the "OK:"
+// line), a file the demo made is gone afterwards, runs on one file that already holds data
+// (--allow-nonempty-store) stay independent and leave it as it was, and recorders the demo
+// cannot use are refused before anything starts (exit 2, a message saying why).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -21,14 +22,17 @@ using idem::test::TempDir;
 TEST(SqliteDemoStore, EveryModeOnAFileUrlTwice) {
   IDEM_REQUIRE_CLI();
   TempDir dir;
-  const std::string url = "sqlite://" + (dir.path() / "shared.db").string() + "?durability=off";
+  const std::string file = (dir.path() / "shared.db").string();
+  const std::string url = "sqlite://" + file + "?durability=off";
   for (const char* mode : {"transactional", "exclusive", "check_then_mark"}) {
-    // The second run on the same file uses a fresh consumer name, so it is checked on its own.
+    // A new file each time: the demo made it, so the demo deletes it.
     for (int run = 0; run < 2; ++run) {
       const auto result = run_demo(url, mode);
       SCOPED_TRACE(mode);
-      idem::test::expect_demo_ok(result, "400");
+      idem::test::expect_demo_ok(result, "400", mode);
       EXPECT_TRUE(has(result, "(a fresh name for this run)")) << result.output;
+      EXPECT_FALSE(fs::exists(file)) << result.output;
+      EXPECT_FALSE(fs::exists(file + "-wal")) << result.output;
     }
   }
 }
@@ -55,7 +59,6 @@ TEST(SqliteDemoStore, TwoHopsOnAFileUrlTwice) {
   IDEM_REQUIRE_CLI();
   TempDir dir;
   const std::string url = "sqlite://" + (dir.path() / "hops.db").string() + "?durability=off";
-  // The first run left the outbox empty, so the second may use the same file.
   for (int run = 0; run < 2; ++run) {
     const auto result = idem::test::run_two_hop_demo("200", url);
     idem::test::expect_two_hop_demo_ok(result, 200);

@@ -295,6 +295,43 @@ TEST(AsyncHandler, ExclusiveRenewsTheLeaseWhileHandleRuns) {
   EXPECT_TRUE(memory->is_processed("billing", e.id));
 }
 
+TEST(AsyncHandler, ExclusiveRenewsOnTheInjectedClock) {
+  asio::io_context io;
+  auto clock = std::make_shared<idem::testing::ManualClock>();
+  auto memory = std::make_shared<idem::InMemoryIdempotencyRecorder>(
+      idem::InMemoryRecorderOptions{.clock = clock});
+  auto recorder = std::make_shared<AsyncMemoryRecorder>(memory);
+  const Event e = make_event(idem::new_event_id());
+  int renewals = 0;
+  // handle moves the clock a third of the lease at a time: each move makes a renewal due (no real
+  // time needed); after two leases of the clock the claim is still held.
+  auto handler = idem::async::make_async_idempotent_handler(
+      "billing", recorder,
+      [&](const std::string&, BusProxy&, const Event& event) -> Task<void> {
+        asio::steady_timer timer(co_await asio::this_coro::executor);
+        for (int i = 0; i < 6; ++i) {
+          const idem::WallTime before = memory->inspect("billing", event.id).claim->lease_until;
+          clock->advance(20s);
+          const auto give_up = std::chrono::steady_clock::now() + 10s;
+          while (memory->inspect("billing", event.id).claim->lease_until == before &&
+                 std::chrono::steady_clock::now() < give_up) {
+            timer.expires_after(1ms);
+            co_await timer.async_wait(asio::use_awaitable);
+          }
+          if (memory->inspect("billing", event.id).claim->lease_until == clock->wall_now() + 60s) {
+            ++renewals;
+          }
+        }
+        EXPECT_EQ(memory->claim("billing", event.id, 1min).status,
+                  idem::Claim::Status::in_progress);
+      },
+      HandlerOptions{.mode = HandlerMode::exclusive, .lease = 60s, .clock = clock});
+  CollectingBusProxy bus("billing");
+  EXPECT_EQ(run(io, handler->handle_event(e, bus)), HandleResult::processed);
+  EXPECT_EQ(renewals, 6);
+  EXPECT_TRUE(memory->is_processed("billing", e.id));
+}
+
 TEST(AsyncHandler, ExclusiveTakenOverIsLeaseLost) {
   asio::io_context io;
   auto clock = std::make_shared<idem::testing::ManualClock>();

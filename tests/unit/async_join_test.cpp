@@ -400,10 +400,15 @@ TEST(AsyncJoin, KeyHeldByAnotherProcessRejectsOrWaits) {
   EXPECT_EQ(status_of(r.report), "executed");
 }
 
-// An AsyncStore with no blocking twin: coroutine callers still join in this process.
+// An AsyncStore with no blocking twin: coroutine callers still join in this process. It keeps
+// the clock time of each renewal.
 class OpaqueStore final : public idem::async::AsyncStore {
  public:
+  explicit OpaqueStore(std::shared_ptr<idem::Clock> clock = idem::system_clock())
+      : memory(idem::InMemoryStoreOptions{.clock = clock}), clock_(std::move(clock)) {}
+
   idem::InMemoryIdempotencyStore memory;
+  std::vector<idem::WallTime> renewed_at;  // the test's io thread only
 
  private:
   bool do_needs_bytes() const noexcept override { return false; }
@@ -419,11 +424,14 @@ class OpaqueStore final : public idem::async::AsyncStore {
     co_return memory.release(key, token);
   }
   Task<bool> do_renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
+    renewed_at.push_back(clock_->wall_now());
     co_return memory.renew(key, token, lease);
   }
   Task<std::optional<idem::IdempotencyRecord>> do_lookup(std::string_view key) override {
     co_return memory.lookup(key);
   }
+
+  std::shared_ptr<idem::Clock> clock_;
 };
 
 TEST(AsyncJoin, StoreWithoutABlockingTwinStillJoinsInProcess) {
@@ -447,6 +455,37 @@ TEST(AsyncJoin, StoreWithoutABlockingTwinStillJoinsInProcess) {
   for (auto& r : results)
     EXPECT_EQ(r.get().value, 9);
   EXPECT_EQ(calls.load(), 1);
+}
+
+// The owner's lease is renewed on the operation's clock, as the blocking coordinator's is: each
+// move of a ManualClock by a third of the lease makes one renewal due, without real time.
+TEST(AsyncJoin, AnOwnersLeaseIsRenewedOnTheOperationsClock) {
+  asio::io_context io;
+  auto clock = std::make_shared<idem::testing::ManualClock>();
+  auto store = std::make_shared<OpaqueStore>(clock);
+  const idem::WallTime start = clock->wall_now();
+  auto op = idem::async::resilient(
+      [&](std::string) -> Task<int> {
+        asio::steady_timer timer(co_await asio::this_coro::executor);
+        for (std::size_t i = 1; i <= 6; ++i) {
+          clock->advance(20s);
+          const auto give_up = std::chrono::steady_clock::now() + 10s;
+          while (store->renewed_at.size() < i && std::chrono::steady_clock::now() < give_up) {
+            timer.expires_after(1ms);
+            co_await timer.async_wait(asio::use_awaitable);
+          }
+        }
+        co_return 7;
+      },
+      {.name = "op",
+       .idempotency_key = [](const std::string& k) { return k; },
+       .idempotency_store = store,
+       .idempotency_lease = 60s,
+       .clock = clock});
+  EXPECT_EQ(run(io, op("k")).value, 7);
+  ASSERT_EQ(store->renewed_at.size(), 6u);
+  for (std::size_t i = 0; i < 6; ++i)
+    EXPECT_EQ(store->renewed_at[i] - start, std::chrono::seconds(20 * (i + 1)));
 }
 
 TEST(AsyncJoin, MultiThreadedIoContextOneExecutionPerKey) {

@@ -1,6 +1,7 @@
 // idem::async::resilient: the blocking face's policies as coroutines — retries and backoff on
 // timers, a timeout that cancels its attempt, the caller's cancellation, breaker, fallback,
-// validation and rate limits, with the blocking face's report.
+// validation and rate limits, with the blocking face's report and relprim 0.9's events and
+// metadata keys (as operation_parity_test.cpp checks them on the blocking face).
 #include <gtest/gtest.h>
 
 #include <asio/bind_cancellation_slot.hpp>
@@ -16,8 +17,10 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "../async_test_support.hpp"
+#include "../relprim_parity.hpp"
 #include "idem/async/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
 
@@ -313,6 +316,222 @@ TEST(AsyncResilient, RejectsContradictoryOptions) {
   EXPECT_THROW(idem::async::resilient([]() -> Task<int> { co_return 1; },
                                       {.idempotency_ttl = idem::Millis(5)}),
                idem::ConfigError);
+}
+
+// ---- relprim 0.9: the order of rate-limit events, and the report's keys ------------------------
+
+std::shared_ptr<idem::testing::ManualClock> manual_clock() {
+  return std::make_shared<idem::testing::ManualClock>();
+}
+
+// A rate limit whose provider asks for `delay`.
+auto asks_for(std::chrono::nanoseconds delay) {
+  return
+      [delay](const std::exception&) -> std::optional<std::chrono::nanoseconds> { return delay; };
+}
+
+TEST(AsyncResilient, RateLimitEventsComeBeforeTheFailedAttempt) {
+  asio::io_context io;
+  auto sink = std::make_shared<idem::InMemoryEventSink>();
+  auto op = idem::async::resilient(
+      [](idem::AttemptContext& context) -> Task<int> {
+        // The first wait is accepted, the second (2 min) is longer than the 60 s allowed.
+        if (context.attempt == 1) throw TooManyRequests("429, retry in 1 s");
+        throw std::logic_error("429, retry in 2 min");
+        co_return 0;
+      },
+      {.retries = 3,
+       .rate_limit_on = idem::failures_of<TooManyRequests, std::logic_error>(),
+       .retry_after = [](const std::exception& e) -> std::optional<std::chrono::nanoseconds> {
+         if (dynamic_cast<const TooManyRequests*>(&e) != nullptr) return 1s;
+         return 120s;
+       },
+       .events = {sink},
+       .clock = manual_clock()});
+  EXPECT_THROW(run(io, op()), idem::OperationError);
+  EXPECT_EQ(idem::test::type_names(*sink), idem::test::kRateLimitedTwiceEvents);
+}
+
+TEST(AsyncResilient, EveryAttemptAndEveryReportCarriesTheRateLimitKeys) {
+  asio::io_context io;
+  auto plain = idem::async::resilient(
+      [](idem::AttemptContext& context) -> Task<int> {
+        if (context.attempt == 1) throw Flaky("once");
+        co_return 1;
+      },
+      {.retries = 1, .clock = manual_clock()});
+  const auto result = run(io, plain());
+  ASSERT_EQ(result.report.attempts.size(), 2u);
+  for (const auto& attempt : result.report.attempts)
+    idem::test::expect_not_rate_limited(attempt);
+  idem::test::expect_no_rate_limit_in(result.report);
+
+  // The report's rate_limited and provider delay are the last attempt's; a wait too long leaves
+  // that attempt's delay empty.
+  auto patient = idem::async::resilient(
+      []() -> Task<int> {
+        throw TooManyRequests("429");
+        co_return 0;
+      },
+      {.retries = 2,
+       .rate_limit_on = idem::failures_of<TooManyRequests>(),
+       .retry_after = asks_for(120s),
+       .clock = manual_clock()});
+  try {
+    run(io, patient());
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    ASSERT_EQ(e.report().attempts.size(), 1u);
+    const auto& attempt = e.report().attempts[0].metadata;
+    EXPECT_EQ(attempt.at("rate_limited"), "true");
+    EXPECT_EQ(attempt.at("rate_limit_wait_exceeded"), "true");
+    EXPECT_EQ(attempt.count("rate_limit_delay_seconds"), 0u) << "no delay was taken";
+    EXPECT_EQ(e.report().metadata.at("rate_limited"), "true");
+    EXPECT_EQ(e.report().metadata.at("rate_limit_retry_after_seconds"), "120");
+    EXPECT_EQ(e.report().metadata.at("rate_limit_wait_exceeded"), "true");
+  }
+}
+
+TEST(AsyncResilient, AFailingExtractorsErrorIsTheAttemptsFailure) {
+  asio::io_context io;
+  auto sink = std::make_shared<idem::InMemoryEventSink>();
+  auto op = idem::async::resilient(
+      []() -> Task<int> {
+        throw TooManyRequests("429");
+        co_return 0;
+      },
+      {.retries = 3,
+       .rate_limit_on = idem::failures_of<TooManyRequests>(),
+       .retry_after = [](const std::exception&) -> std::optional<std::chrono::nanoseconds> {
+         throw std::runtime_error("broken extractor");
+       },
+       .events = {sink},
+       .clock = manual_clock()});
+  try {
+    run(io, op());
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    ASSERT_EQ(e.report().attempts.size(), 1u);
+    EXPECT_EQ(e.report().attempts[0].error_type, "idem::RetryAfterExtractionError");
+    EXPECT_FALSE(e.report().attempts[0].retryable);
+    EXPECT_EQ(e.report().attempts[0].metadata.at("rate_limited"), "false");
+    EXPECT_THROW(std::rethrow_exception(e.cause()), idem::RetryAfterExtractionError);
+  }
+  for (const auto& event : sink->events()) {
+    EXPECT_NE(event.type, idem::EventType::rate_limit_detected);
+    if (event.type == idem::EventType::attempt_failed) {
+      EXPECT_EQ(event.fields.at("error_type"), "idem::RetryAfterExtractionError");
+    }
+  }
+}
+
+TEST(AsyncResilient, FallbackOnStopsTheChainAtACandidateItDoesNotAccept) {
+  asio::io_context io;
+  int third = 0;
+  auto op = idem::async::resilient(
+      []() -> Task<int> {
+        throw Flaky("down");
+        co_return 0;
+      },
+      {.fallbacks = {{"first",
+                      []() -> Task<int> {
+                        throw Flaky("also down");
+                        co_return 0;
+                      }},
+                     {"second",
+                      []() -> Task<int> {
+                        throw std::invalid_argument("bad request");
+                        co_return 0;
+                      }},
+                     {"third",
+                      [&third]() -> Task<int> {
+                        ++third;
+                        co_return 3;
+                      }}},
+       .fallback_on = idem::failures_of<Flaky>()});
+  try {
+    run(io, op());
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_THROW(std::rethrow_exception(e.cause()), std::invalid_argument);
+    ASSERT_EQ(e.report().attempts.size(), 3u);
+    EXPECT_EQ(e.report().attempts[2].source, "fallback:second");
+    EXPECT_EQ(e.report().metadata.at("fallback_failed"), "true");
+  }
+  EXPECT_EQ(third, 0);
+}
+
+TEST(AsyncResilient, ValidationMetadataUsesRelprimsKeys) {
+  asio::io_context io;
+  int calls = 0;
+  auto op = idem::async::resilient([&]() -> Task<int> { co_return ++calls; },
+                                   {.retries = 1,
+                                    .validate = {{"even", [](const int& v) { return v % 2 == 0; }}},
+                                    .clock = manual_clock()});
+  const auto result = run(io, op());
+  EXPECT_EQ(result.report.metadata.at("validation_valid"), "true");
+  EXPECT_EQ(result.report.metadata.at("validation_validator_name"), "even");
+  EXPECT_EQ(result.report.metadata.at("valid"), "true");
+  const auto& rejected = result.report.attempts[0].metadata;
+  EXPECT_EQ(rejected.at("validation_valid"), "false");
+  EXPECT_EQ(rejected.at("validation_validator_name"), "even");
+  EXPECT_EQ(rejected.at("validation_reason"), "rejected by even");
+
+  auto odd =
+      idem::async::resilient([]() -> Task<int> { co_return 1; },
+                             {.validate = {{"even", [](const int& v) { return v % 2 == 0; }}}});
+  try {
+    run(io, odd());
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().metadata.at("validation_valid"), "false");
+    EXPECT_EQ(e.report().metadata.at("validation_validator_name"), "even");
+    EXPECT_EQ(e.report().metadata.at("validation_reason"), "rejected by even");
+  }
+}
+
+TEST(AsyncResilient, BreakerAndFallbackMetadata) {
+  asio::io_context io;
+  auto clock = manual_clock();
+  auto breaker = std::make_shared<idem::CircuitBreaker>(
+      idem::CircuitBreakerOptions{.failure_threshold = 1, .clock = clock});
+  auto down = []() -> Task<int> {
+    throw Flaky("down");
+    co_return 0;
+  };
+  auto guarded = idem::async::resilient(down, {.circuit_breaker = breaker, .clock = clock});
+  EXPECT_THROW(run(io, guarded()), idem::OperationError);
+  ASSERT_EQ(breaker->state(), idem::CircuitState::open);
+  try {
+    run(io, guarded());
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().metadata.at("circuit_breaker_open"), "true");
+    EXPECT_EQ(e.report().metadata.count("fallback_failed"), 0u);
+  }
+
+  auto rescued =
+      idem::async::resilient(down, {.circuit_breaker = breaker,
+                                    .fallback = {"cache", []() -> Task<int> { co_return 2; }},
+                                    .clock = clock});
+  const auto result = run(io, rescued());
+  EXPECT_EQ(result.value, 2);
+  EXPECT_EQ(result.report.attempts[0].status, idem::AttemptStatus::rejected);
+  EXPECT_EQ(result.report.metadata.at("circuit_breaker_open"), "false");
+  EXPECT_EQ(result.report.metadata.at("fallback_used"), "true");
+  EXPECT_EQ(result.report.metadata.at("fallback_failed"), "false");
+
+  auto unrescued = idem::async::resilient(
+      down, {.circuit_breaker = breaker, .fallback = {"cache", down}, .clock = clock});
+  try {
+    run(io, unrescued());
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().metadata.at("circuit_breaker_open"), "false");
+    EXPECT_EQ(e.report().metadata.at("fallback_used"), "true");
+    EXPECT_EQ(e.report().metadata.at("fallback_failed"), "true");
+    EXPECT_TRUE(e.report().fallback_used);
+  }
 }
 
 }  // namespace

@@ -96,7 +96,8 @@ TEST(Fallback, AllFailingGivesAFallbackChainErrorListingEveryFailure) {
     FAIL() << "expected OperationError";
   } catch (const idem::OperationError& e) {
     EXPECT_EQ(e.report().status, idem::OperationStatus::failed);
-    EXPECT_FALSE(e.report().fallback_used);
+    EXPECT_TRUE(e.report().fallback_used) << "fallbacks ran";
+    EXPECT_FALSE(e.report().fallback_source.has_value()) << "none produced the value";
     ASSERT_EQ(e.report().attempts.size(), 3u);
     try {
       std::rethrow_exception(e.cause());

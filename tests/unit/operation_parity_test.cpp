@@ -21,6 +21,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "../relprim_parity.hpp"
 #include "idem/circuit_breaker.hpp"
 #include "idem/events.hpp"
 #include "idem/operation.hpp"
@@ -31,6 +32,7 @@
 namespace {
 
 using namespace std::chrono_literals;
+using idem::test::type_names;
 using idem::testing::ManualClock;
 
 struct TooManyRequests : std::runtime_error {
@@ -64,13 +66,6 @@ struct Script {
 template <class E>
 std::exception_ptr error(E e) {
   return std::make_exception_ptr(std::move(e));
-}
-
-std::vector<std::string> type_names(const idem::InMemoryEventSink& sink) {
-  std::vector<std::string> out;
-  for (auto type : sink.types())
-    out.emplace_back(idem::to_string(type));
-  return out;
 }
 
 bool contains(const std::vector<std::string>& names, const std::string& name) {
@@ -190,7 +185,9 @@ TEST(RateLimit, ALongerWaitThanAllowedEndsTheRetriesWithAClearError) {
     EXPECT_EQ(e.report().attempts.size(), 1u) << "nothing was waited, nothing retried";
     EXPECT_EQ(e.report().metadata.at("rate_limit_wait_exceeded"), "true");
     EXPECT_EQ(e.report().attempts[0].metadata.at("rate_limit_wait_exceeded"), "true");
-    EXPECT_EQ(e.report().attempts[0].metadata.at("rate_limit_delay_seconds"), "120");
+    EXPECT_EQ(e.report().attempts[0].metadata.count("rate_limit_delay_seconds"), 0u)
+        << "no delay was taken";
+    EXPECT_EQ(e.report().attempts[0].metadata.at("rate_limit_retry_after_seconds"), "120");
     try {
       std::rethrow_exception(e.cause());
     } catch (const idem::RateLimitWaitExceeded& exceeded) {
@@ -281,7 +278,7 @@ TEST(RateLimit, OtherFailuresAreNotRateLimits) {
                                      .rate_limit_on = idem::failures_of<TooManyRequests>(),
                                      .clock = clock});
   const auto result = op(0);
-  EXPECT_EQ(result.report.attempts[0].metadata.count("rate_limited"), 0u);
+  EXPECT_EQ(result.report.attempts[0].metadata.at("rate_limited"), "false");
   EXPECT_EQ(result.report.metadata.at("rate_limit_encountered"), "false");
   EXPECT_EQ(result.report.metadata.at("rate_limit_wait_seconds"), "0");
 }
@@ -623,6 +620,208 @@ TEST(Parity, WithRetriesIsResilientsRetries) {
   c.failures->push_back(error(ProviderDown()));
   EXPECT_THROW(idem::operation("once", c).with_clock(clock).run(0), idem::OperationError);
   EXPECT_EQ(*c.calls, 1);
+}
+
+// ---- relprim 0.9: the order of rate-limit events, and the report's keys ------------------------
+
+// relprim evaluates the rate limit before it records the failed attempt, so rate_limit.detected
+// and rate_limit.wait_exceeded come before attempt.failed.
+TEST(RateLimit, DetectedAndWaitExceededComeBeforeTheFailedAttempt) {
+  auto sink = std::make_shared<idem::InMemoryEventSink>();
+  Script script;
+  script.failures->push_back(error(TooManyRequests(1s)));
+  script.failures->push_back(error(TooManyRequests(120s)));
+  auto op = idem::resilient(script, {.retries = 3,
+                                     .rate_limit_on = idem::failures_of<TooManyRequests>(),
+                                     .retry_after = provider_delay,
+                                     .events = {sink},
+                                     .clock = std::make_shared<ManualClock>()});
+  EXPECT_THROW(op(0), idem::OperationError);
+  EXPECT_EQ(type_names(*sink), idem::test::kRateLimitedTwiceEvents);
+}
+
+// relprim writes the rate-limit keys on every attempt and the summary on every report, also
+// without a rate-limit policy.
+TEST(RateLimit, EveryAttemptAndEveryReportCarriesTheRateLimitKeys) {
+  Script script;
+  script.failures->push_back(error(ProviderDown()));
+  auto op = idem::resilient(script, {.retries = 1, .clock = std::make_shared<ManualClock>()});
+  const auto result = op(0);
+  ASSERT_EQ(result.report.attempts.size(), 2u);
+  for (const auto& attempt : result.report.attempts)
+    idem::test::expect_not_rate_limited(attempt);
+  idem::test::expect_no_rate_limit_in(result.report);
+}
+
+// The report's rate_limited and rate_limit_retry_after_seconds are the last attempt's.
+TEST(RateLimit, TheReportCarriesTheLastAttemptsRateLimit) {
+  Script limited;
+  limited.failures->push_back(error(TooManyRequests(2s)));
+  auto once = idem::resilient(limited, {.rate_limit_on = idem::failures_of<TooManyRequests>(),
+                                        .retry_after = provider_delay,
+                                        .clock = std::make_shared<ManualClock>()});
+  try {
+    once(0);
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().metadata.at("rate_limited"), "true");
+    EXPECT_EQ(e.report().metadata.at("rate_limit_retry_after_seconds"), "2");
+    EXPECT_EQ(e.report().metadata.at("rate_limit_wait_seconds"), "0") << "nothing was waited";
+  }
+  Script recovered;
+  recovered.failures->push_back(error(TooManyRequests(2s)));
+  auto retried = idem::resilient(recovered, {.retries = 1,
+                                             .rate_limit_on = idem::failures_of<TooManyRequests>(),
+                                             .retry_after = provider_delay,
+                                             .clock = std::make_shared<ManualClock>()});
+  const auto result = retried(0);
+  EXPECT_EQ(result.report.metadata.at("rate_limited"), "false") << "the last attempt succeeded";
+  EXPECT_EQ(result.report.metadata.count("rate_limit_retry_after_seconds"), 0u);
+  EXPECT_EQ(result.report.metadata.at("rate_limit_encountered"), "true");
+  EXPECT_EQ(result.report.metadata.at("rate_limit_wait_seconds"), "2");
+}
+
+// In relprim the extractor's RetryAfterExtractionError replaces the attempt's failure, and no
+// rate_limit.detected is emitted for it.
+TEST(RateLimit, AFailingExtractorsErrorIsTheAttemptsFailure) {
+  auto sink = std::make_shared<idem::InMemoryEventSink>();
+  Script script;
+  script.failures->push_back(error(TooManyRequests(1s)));
+  auto op = idem::resilient(
+      script, {.retries = 3,
+               .rate_limit_on = idem::failures_of<TooManyRequests>(),
+               .retry_after = [](const std::exception&) -> std::optional<std::chrono::nanoseconds> {
+                 throw std::runtime_error("broken extractor");
+               },
+               .events = {sink},
+               .clock = std::make_shared<ManualClock>()});
+  try {
+    op(0);
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    ASSERT_EQ(e.report().attempts.size(), 1u);
+    const auto& attempt = e.report().attempts[0];
+    EXPECT_EQ(attempt.error_type, "idem::RetryAfterExtractionError");
+    EXPECT_NE(attempt.error_message.find("broken extractor"), std::string::npos);
+    EXPECT_FALSE(attempt.retryable);
+    EXPECT_EQ(attempt.metadata.at("rate_limited"), "false");
+    EXPECT_EQ(e.report().metadata.at("rate_limit_encountered"), "false");
+  }
+  const auto names = type_names(*sink);
+  EXPECT_FALSE(contains(names, "rate_limit.detected"));
+  for (const auto& event : sink->events()) {
+    if (event.type != idem::EventType::attempt_failed) continue;
+    EXPECT_EQ(event.fields.at("error_type"), "idem::RetryAfterExtractionError");
+    EXPECT_EQ(event.fields.at("retryable"), "false");
+  }
+}
+
+// relprim's FallbackChain applies fallback_on to each candidate: a failure it does not accept
+// stops the chain and is raised as it is.
+TEST(Defaults, FallbackOnStopsTheChainAtACandidateItDoesNotAccept) {
+  std::atomic<int> third{0};
+  auto op = idem::resilient(
+      [](int) -> std::string { throw ProviderDown(); },
+      {.fallbacks = {{"first", [](int) -> std::string { throw ProviderDown(); }},
+                     {"second", [](int) -> std::string { throw std::invalid_argument("bad"); }},
+                     {"third",
+                      [&third](int) {
+                        ++third;
+                        return std::string("third");
+                      }}},
+       .fallback_on = idem::failures_of<ProviderDown>(),
+       .clock = std::make_shared<ManualClock>()});
+  try {
+    op(0);
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_THROW(std::rethrow_exception(e.cause()), std::invalid_argument)
+        << "the candidate's own failure, not a FallbackChainError";
+    ASSERT_EQ(e.report().attempts.size(), 3u);
+    EXPECT_EQ(e.report().attempts[2].source, "fallback:second");
+    EXPECT_EQ(e.report().metadata.at("fallback_used"), "true");
+    EXPECT_EQ(e.report().metadata.at("fallback_failed"), "true");
+    EXPECT_EQ(e.report().metadata.at("fallback_failure_count"), "2");
+  }
+  EXPECT_EQ(third.load(), 0) << "the chain stopped before the third candidate";
+}
+
+// relprim's names are validation_valid, validation_validator_name and validation_reason; idem
+// keeps its own (valid, validator_name, reason) beside them.
+TEST(Parity, ValidationMetadataUsesRelprimsKeys) {
+  auto clock = std::make_shared<ManualClock>();
+  std::atomic<int> calls{0};
+  auto op = idem::resilient([&calls](int) { return ++calls; },
+                            {.retries = 1,
+                             .validate = {{"even", [](const int& v) { return v % 2 == 0; }}},
+                             .clock = clock});
+  const auto result = op(0);
+  const auto& m = result.report.metadata;
+  EXPECT_EQ(m.at("validation_valid"), "true");
+  EXPECT_EQ(m.at("validation_validator_name"), "even");
+  EXPECT_EQ(m.count("validation_reason"), 0u);
+  EXPECT_EQ(m.at("valid"), "true");
+  const auto& rejected = result.report.attempts[0].metadata;
+  EXPECT_EQ(rejected.at("validation_valid"), "false");
+  EXPECT_EQ(rejected.at("validation_validator_name"), "even");
+  EXPECT_EQ(rejected.at("validation_reason"), "rejected by even");
+
+  auto odd = idem::resilient(
+      [](int) { return 1; },
+      {.validate = {{"even", [](const int& v) { return v % 2 == 0; }}}, .clock = clock});
+  try {
+    odd(0);
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    const auto& failed = e.report().metadata;
+    EXPECT_EQ(failed.at("validation_valid"), "false");
+    EXPECT_EQ(failed.at("validation_validator_name"), "even");
+    EXPECT_EQ(failed.at("validation_reason"), "rejected by even");
+    EXPECT_EQ(failed.at("reason"), "rejected by even");
+  }
+}
+
+// A fallback that ran ends the call, not the breaker: circuit_breaker_open is false once one
+// did; fallback_used says a fallback ran and fallback_failed whether every one failed.
+TEST(Parity, BreakerAndFallbackMetadata) {
+  auto clock = std::make_shared<ManualClock>();
+  auto breaker = std::make_shared<idem::CircuitBreaker>(
+      idem::CircuitBreakerOptions{.failure_threshold = 1, .clock = clock});
+  auto down = [](int) -> std::string { throw ProviderDown(); };
+  auto guarded = idem::resilient(down, {.circuit_breaker = breaker, .clock = clock});
+  EXPECT_THROW(guarded(0), idem::OperationError);
+  ASSERT_EQ(breaker->state(), idem::CircuitState::open);
+  try {
+    guarded(0);
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().metadata.at("circuit_breaker_open"), "true");
+    EXPECT_EQ(e.report().metadata.at("fallback_used"), "false");
+    EXPECT_EQ(e.report().metadata.count("fallback_failed"), 0u) << "no fallback ran";
+  }
+
+  auto rescued =
+      idem::resilient(down, {.circuit_breaker = breaker,
+                             .fallback = {"cache", [](int) { return std::string("cached"); }},
+                             .clock = clock});
+  const auto result = rescued(0);
+  EXPECT_EQ(result.report.attempts[0].status, idem::AttemptStatus::rejected);
+  EXPECT_EQ(result.report.metadata.at("circuit_breaker_open"), "false");
+  EXPECT_EQ(result.report.metadata.at("fallback_used"), "true");
+  EXPECT_EQ(result.report.metadata.at("fallback_failed"), "false");
+
+  auto unrescued = idem::resilient(
+      down, {.circuit_breaker = breaker, .fallback = {"cache", down}, .clock = clock});
+  try {
+    unrescued(0);
+    FAIL() << "expected OperationError";
+  } catch (const idem::OperationError& e) {
+    EXPECT_EQ(e.report().metadata.at("circuit_breaker_open"), "false");
+    EXPECT_EQ(e.report().metadata.at("fallback_used"), "true");
+    EXPECT_EQ(e.report().metadata.at("fallback_failed"), "true");
+    EXPECT_TRUE(e.report().fallback_used);
+    EXPECT_FALSE(e.report().fallback_source.has_value());
+  }
 }
 
 }  // namespace

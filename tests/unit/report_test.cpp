@@ -246,10 +246,15 @@ TEST(ExecutionReport, OperationFillsTheReport) {
   EXPECT_EQ(report.attempts[1].number, 2);
   EXPECT_EQ(report.attempts[1].duration, 3ms);
   EXPECT_TRUE(report.attempts[1].error_type.empty());
-  // Only the always-present keys: no validation, no breaker rejection, no fallback, no key.
+  // Only the always-present keys: no validation, no breaker rejection, no fallback, no rate
+  // limit, no key.
   EXPECT_EQ(report.metadata,
             (std::map<std::string, std::string>{{"circuit_breaker_open", "false"},
                                                 {"fallback_used", "false"},
+                                                {"rate_limit_encountered", "false"},
+                                                {"rate_limit_wait_exceeded", "false"},
+                                                {"rate_limit_wait_seconds", "0"},
+                                                {"rate_limited", "false"},
                                                 {"validation_performed", "false"}}));
   expect_equal(report, ExecutionReport::from_json(report.to_json()));
 }

@@ -135,6 +135,10 @@ TEST_F(ResilientIdempotency, ReplaysOfOneKeyGetEqualButIndependentReports) {
       {"idempotency_scope", "create_payment"},
       {"idempotency_status", "replayed"},
       {"idempotency_stored_key", scoped("create_payment", "create-payment:request-123")},
+      {"rate_limit_encountered", "false"},
+      {"rate_limit_wait_exceeded", "false"},
+      {"rate_limit_wait_seconds", "0"},
+      {"rate_limited", "false"},
       {"validation_performed", "false"}};
   EXPECT_EQ(first.report.metadata, expected);
   EXPECT_EQ(executed.report.metadata.at("idempotency_status"), "executed");

@@ -9,6 +9,7 @@
 #include "demo.hpp"
 #include "exit_codes.hpp"
 #include "outbox_commands.hpp"
+#include "proxy/proxy_command.hpp"
 #include "store_commands.hpp"
 
 namespace {
@@ -55,13 +56,30 @@ int main(int argc, char** argv) {
   demo_cmd->add_option("--mode", demo.mode, "Handler mode")
       ->capture_default_str()
       ->check(CLI::IsMember({"transactional", "exclusive", "check_then_mark"}));
-  demo_cmd->add_option("--dir", demo.dir, "Work dir (default: a new temp dir, removed after)");
-  demo_cmd->add_flag("--keep", demo.keep, "Keep the work dir");
+  demo_cmd
+      ->add_option("--kill-point", demo.kill_point,
+                   "Where in the handler the consumer is killed: before-effect or after-effect "
+                   "(default: after it in transactional and check_then_mark, before it in "
+                   "exclusive)")
+      ->check(CLI::IsMember({"before-effect", "after-effect"}));
+  demo_cmd->add_option("--dir", demo.dir,
+                       "Work dir, kept afterwards: new, empty or an earlier demo's (default: a "
+                       "new temp dir, removed at the end)");
+  demo_cmd->add_flag("--reuse-dir", demo.reuse_dir,
+                     "Let --dir hold other files: the demo then replaces only its own file names "
+                     "there (queue.jsonl, idem.db, ...; docs/cli.md)");
+  demo_cmd->add_flag("--keep", demo.keep,
+                     "Keep the temp work dir and what the demo wrote into --store, and print how "
+                     "to look at them");
   demo_cmd->add_option("--seed", demo.seed, "Seed of the duplicate pattern")->capture_default_str();
   demo_cmd->add_option("--store", demo.store,
                        "Recorder URL: sqlite:///path.db, redis://host:port/db, "
                        "postgresql://user@host/db (default: idem.db in the work dir; see "
-                       "docs/urls.md)");
+                       "docs/urls.md). It must hold no data; the demo writes under a namespace of "
+                       "its own and removes it at the end");
+  demo_cmd->add_flag("--allow-nonempty-store", demo.allow_nonempty_store,
+                     "Run on a --store that already holds data (the demo still changes none of "
+                     "it)");
   demo_cmd->add_option("--broker", demo.broker,
                        "Deliver through RabbitMQ at this amqp://user:password@host:port/vhost URL "
                        "(default: a file-backed queue; see docs/rabbitmq.md)");
@@ -80,6 +98,8 @@ int main(int argc, char** argv) {
   consumer_cmd->group("");  // internal: hidden from --help
   consumer_cmd->add_option("--dir", consumer.dir)->required();
   consumer_cmd->add_option("--mode", consumer.mode);
+  consumer_cmd->add_option("--kill-point", consumer.kill_point);
+  consumer_cmd->add_option("--ledger", consumer.ledger);
   consumer_cmd->add_option("--consumer", consumer.consumer);
   consumer_cmd->add_option("--ack-every", consumer.ack_every);
   consumer_cmd->add_option("--stall-at", consumer.stall_at);
@@ -98,6 +118,7 @@ int main(int argc, char** argv) {
 
   idem::cli::add_store_commands(app);   // stats, purge, inspect (run from their callbacks)
   idem::cli::add_outbox_commands(app);  // relay (run from its callback)
+  idem::cli::add_proxy_command(app);    // proxy (run from its callback)
   app.allow_extras();                   // an unknown command or option: named below
   // Every usage error exits with kUsage and one line (CLI11's own exit codes, 104-114, would
   // leak otherwise); the store commands end the parse from their callbacks with

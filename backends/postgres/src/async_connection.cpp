@@ -2,16 +2,10 @@
 
 #include <poll.h>
 
-#include <asio/error.hpp>
-#include <asio/execution_context.hpp>
-#include <asio/query.hpp>
-#include <asio/system_error.hpp>
+#include <asio/post.hpp>
 #include <cerrno>
 #include <cstring>
-#include <mutex>
-#include <unordered_set>
 #include <utility>
-#include <vector>
 
 #include "idem/error.hpp"
 
@@ -19,9 +13,7 @@ namespace idem::postgres::detail {
 
 namespace {
 
-std::exception_ptr aborted() {
-  return std::make_exception_ptr(asio::system_error(asio::error::operation_aborted));
-}
+using async::detail::operation_aborted;
 
 // A query whose connection went away after it was sent: classified like the blocking backend's
 // lost connection (a write or COMMIT is in doubt).
@@ -38,7 +30,7 @@ std::exception_ptr lost_error(const Query& query, const std::string& target, std
 
 // A query cancelled by its caller after it was sent.
 std::exception_ptr cancelled_after_send(const Query& query, const std::string& target) {
-  if (query.kind == StatementKind::read) return aborted();
+  if (query.kind == StatementKind::read) return operation_aborted();
   const bool commit = query.kind == StatementKind::commit;
   return std::make_exception_ptr(PostgresError(
       ErrorCode::store_error,
@@ -52,80 +44,29 @@ std::exception_ptr cancelled_after_send(const Query& query, const std::string& t
 
 AsyncConnection::AsyncConnection(asio::any_io_executor executor, const PostgresOptions& options,
                                  std::string target)
-    : strand_(asio::make_strand(std::move(executor))),
-      registry_(async::detail::ShutdownRegistry<AsyncConnection>::of(strand_.get_inner_executor())),
-      options_(options),
-      target_(std::move(target)),
-      connect_timer_(strand_) {
+    : Pipeline(executor), options_(options), target_(std::move(target)) {
   if (options_.statement_timeout > std::chrono::milliseconds::zero()) {
     set_timeout_sql_ =
         "SET statement_timeout = " + std::to_string(options_.statement_timeout.count());
   }
-  registry_.add(this);
 }
 
 AsyncConnection::~AsyncConnection() {
-  registry_.remove(this);
   teardown();
 }
 
-void AsyncConnection::submit(std::shared_ptr<Request> request) {
-  if (request->state == Request::State::done) return;  // cancelled before it got here
-  const bool was_idle = queued_.empty() && in_flight_.empty();
-  queued_.push_back(std::move(request));
-  if (phase_ == Phase::up && was_idle && !idle_connection_healthy()) {
-    // The server closed the session while it was idle (restart, terminated): nothing was sent,
-    // so reconnect instead of failing the query.
-    teardown();
+std::exception_ptr AsyncConnection::cancel_sent(const PgCall& call,
+                                                asio::cancellation_type type) const {
+  // A write or COMMIT may have taken effect: only a cancellation that accepts that ends it now.
+  if (call.query.kind != StatementKind::read && !async::detail::allows_side_effects(type)) {
+    return nullptr;  // it ends with its real outcome
   }
-  // Statements submitted in the same turn of the event loop go out in one write.
-  if (!pump_scheduled_) {
-    pump_scheduled_ = true;
-    asio::post(strand_, [self = shared_from_this()] {
-      self->pump_scheduled_ = false;
-      self->pump();
-    });
-  }
-}
-
-void AsyncConnection::cancel(const std::shared_ptr<Request>& request) {
-  if (request->state == Request::State::done) return;
-  if (request->state == Request::State::queued) {
-    for (auto it = queued_.begin(); it != queued_.end(); ++it) {
-      if (*it == request) {
-        queued_.erase(it);
-        break;
-      }
-    }
-    finish(*request, aborted(), Result{});
-    if (queued_.empty() && phase_ == Phase::connecting && in_flight_.empty()) {
-      // Nobody waits for the connection any more; let the attempt finish anyway (it is bounded
-      // by connect_timeout) so the next query finds it ready.
-    }
-    return;
-  }
-  // Sent: the result is read and dropped when it comes; the caller hears now.
-  std::exception_ptr error = cancelled_after_send(request->query, target_);
-  if (request->completion) {
-    // Moved, not copied: the caller's executor then holds the only reference, so the error is
-    // released where it is read and not on this strand after the caller has seen it.
-    request->completion->complete(std::move(error), Result{});
-    request->completion.reset();
-    load_.fetch_sub(1, std::memory_order_relaxed);
-  }
-}
-
-void AsyncConnection::finish(Request& request, std::exception_ptr error, Result result) {
-  request.state = Request::State::done;
-  if (!request.completion) return;  // internal, or its caller was cancelled
-  request.completion->complete(std::move(error), std::move(result));
-  request.completion.reset();
-  load_.fetch_sub(1, std::memory_order_relaxed);
+  return cancelled_after_send(call.query, target_);
 }
 
 void AsyncConnection::reset() {
-  asio::post(strand_, [self = shared_from_this()] {
-    if (self->in_flight_.empty() && self->queued_.empty()) {
+  asio::post(get_executor(), [self = shared_from_this()] {
+    if (!self->has_in_flight() && !self->has_queued()) {
       self->teardown();
     } else {
       self->reset_pending_ = true;
@@ -133,52 +74,31 @@ void AsyncConnection::reset() {
   });
 }
 
-void AsyncConnection::shut_down() {
-  asio::post(strand_, [self = shared_from_this()] {
-    auto queued = std::move(self->queued_);
-    auto in_flight = std::move(self->in_flight_);
-    self->queued_.clear();
-    self->in_flight_.clear();
-    self->teardown();
-    for (auto& r : queued)
-      self->finish(*r, aborted(), Result{});
-    for (auto& r : in_flight)
-      self->finish(*r, aborted(), Result{});
-  });
-}
-
-void AsyncConnection::abandon() noexcept {
-  auto queued = std::move(queued_);
-  auto in_flight = std::move(in_flight_);
-  queued_.clear();
-  in_flight_.clear();
-  teardown();
-  load_.store(0, std::memory_order_relaxed);
-  // `queued` and `in_flight` go here, with the handlers (and coroutine frames) they own.
-}
-
 // ---- connecting ----------------------------------------------------------------------------
 
 void AsyncConnection::pump() {
-  if (queued_.empty() && in_flight_.empty()) return;
+  if (!has_queued() && !has_in_flight()) return;
   if (phase_ == Phase::down) {
-    if (!queued_.empty()) start_connect();
+    if (has_queued()) start_connect();
     return;
   }
   if (phase_ == Phase::connecting) return;
   if (reset_pending_) return;  // draining before a reset: new queries wait for the new session
-  while (!queued_.empty()) {
-    std::shared_ptr<Request> request = std::move(queued_.front());
-    queued_.pop_front();
-    request->state = Request::State::sent;
-    in_flight_.push_back(request);
-    if (!send(*request)) {
+  if (!has_in_flight() && !idle_connection_healthy()) {
+    // The server closed the session while it was idle (restart, terminated): nothing was sent,
+    // so reconnect instead of failing the query.
+    teardown();
+    start_connect();
+    return;
+  }
+  while (has_queued()) {
+    if (!send(send_next().call)) {
       lost(PQerrorMessage(conn_));
       return;
     }
   }
   flush();
-  if (phase_ == Phase::up && !in_flight_.empty()) arm_read();
+  if (phase_ == Phase::up && has_in_flight()) arm_read();
 }
 
 void AsyncConnection::start_connect() {
@@ -188,22 +108,19 @@ void AsyncConnection::start_connect() {
     conn_ = connect_start(options_);
   } catch (...) {
     phase_ = Phase::down;
-    auto queued = std::move(queued_);
-    queued_.clear();
-    for (auto& r : queued)
-      finish(*r, std::current_exception(), Result{});
+    const std::exception_ptr failure = std::current_exception();
+    fail_queued([&](const Pending&) { return failure; });
     return;
   }
   if (PQstatus(conn_) == CONNECTION_BAD) {
     connect_failed(connect_error(PQerrorMessage(conn_), target_));
     return;
   }
-  connect_timer_.expires_after(options_.connect_timeout);
-  connect_timer_.async_wait(
-      [self = shared_from_this(), generation = generation_](const asio::error_code& ec) {
-        if (ec || generation != self->generation_ || self->phase_ != Phase::connecting) return;
-        self->connect_failed(connect_timeout_error(self->options_, self->target_));
-      });
+  timer().expires_after(options_.connect_timeout);
+  when_timer([](AsyncConnection& self, const asio::error_code& ec) {
+    if (ec || self.phase_ != Phase::connecting) return;
+    self.connect_failed(connect_timeout_error(self.options_, self.target_));
+  });
   connect_step(PGRES_POLLING_WRITING);
 }
 
@@ -214,23 +131,13 @@ void AsyncConnection::connect_step(PostgresPollingStatusType status) {
     return;
   }
   // The socket can change while connecting (another host or address of the URL).
-  if (!socket_ || socket_->native_handle() != fd) {
-    if (socket_) {
-      (void)socket_->release();
-      socket_.reset();
-    }
-    socket_.emplace(strand_, fd);
-  }
-  const auto wait = status == PGRES_POLLING_READING ? asio::posix::descriptor_base::wait_read
-                                                    : asio::posix::descriptor_base::wait_write;
-  socket_->async_wait(
-      wait, [self = shared_from_this(), generation = generation_, status](
-                const asio::error_code& ec) { self->on_connect_ready(generation, ec, status); });
+  if (watched() != fd) watch(fd);
+  when_ready(status == PGRES_POLLING_READING ? WaitType::wait_read : WaitType::wait_write,
+             [](AsyncConnection& self, const asio::error_code& ec) { self.on_connect_ready(ec); });
 }
 
-void AsyncConnection::on_connect_ready(std::uint64_t generation, const asio::error_code& ec,
-                                       PostgresPollingStatusType) {
-  if (generation != generation_ || phase_ != Phase::connecting) return;
+void AsyncConnection::on_connect_ready(const asio::error_code& ec) {
+  if (phase_ != Phase::connecting) return;
   if (ec) {
     connect_failed(connect_error(ec.message(), target_));
     return;
@@ -248,7 +155,7 @@ void AsyncConnection::on_connect_ready(std::uint64_t generation, const asio::err
 }
 
 void AsyncConnection::connected() {
-  connect_timer_.cancel();
+  timer().cancel();
   PQsetErrorVerbosity(conn_, PQERRORS_DEFAULT);
   PQsetNoticeReceiver(conn_, &AsyncConnection::on_notice, this);
   if (PQsetnonblocking(conn_, 1) != 0 || PQenterPipelineMode(conn_) != 1) {
@@ -258,28 +165,27 @@ void AsyncConnection::connected() {
   phase_ = Phase::up;
   connects_.fetch_add(1);
   if (!set_timeout_sql_.empty()) {
-    // Internal (no completion): first in the pipeline, before any caller's statement.
-    auto request = std::make_shared<Request>();
-    request->query.sql = set_timeout_sql_;
-    request->query.call = "connect";
-    queued_.push_front(std::move(request));
+    // The connection's own (no caller): first in the pipeline, before any caller's statement.
+    if (!send(send_own(
+                  PgCall(Query{nullptr, set_timeout_sql_, nullptr, "connect", StatementKind::read}))
+                  .call)) {
+      lost(PQerrorMessage(conn_));
+      return;
+    }
   }
   pump();
 }
 
 void AsyncConnection::connect_failed(const PostgresError& error) {
   teardown();
-  auto queued = std::move(queued_);
-  queued_.clear();
   const std::exception_ptr failure = std::make_exception_ptr(error);
-  for (auto& r : queued)
-    finish(*r, failure, Result{});
+  fail_queued([&](const Pending&) { return failure; });
 }
 
 // ---- the pipeline ---------------------------------------------------------------------------
 
-bool AsyncConnection::send(Request& request) {
-  const Query& q = request.query;
+bool AsyncConnection::send(PgCall& call) {
+  const Query& q = call.query;
   static const Params kNone;
   const Params& params = q.params != nullptr ? *q.params : kNone;
   const Params::Arrays a = params.arrays();
@@ -292,7 +198,7 @@ bool AsyncConnection::send(Request& request) {
         return false;
       }
       prepared_.insert(q.statement->name);
-      request.sent_prepare = true;
+      call.sent_prepare = true;
     }
     ok = PQsendQueryPrepared(conn_, q.statement->name.c_str(), params.size(), a.values.data(),
                              a.lengths.data(), a.formats.data(), /*resultFormat=*/1);
@@ -319,34 +225,20 @@ void AsyncConnection::flush() {
 }
 
 void AsyncConnection::arm_read() {
-  if (reading_ || !socket_) return;
-  reading_ = true;
-  socket_->async_wait(asio::posix::descriptor_base::wait_read,
-                      [self = shared_from_this(), generation = generation_](
-                          const asio::error_code& ec) { self->on_readable(generation, ec); });
+  when_readable([](AsyncConnection& self, const asio::error_code& ec) { self.on_readable(ec); });
 }
 
 void AsyncConnection::arm_write() {
-  if (writing_ || !socket_) return;
-  writing_ = true;
-  socket_->async_wait(asio::posix::descriptor_base::wait_write,
-                      [self = shared_from_this(), generation = generation_](
-                          const asio::error_code& ec) { self->on_writable(generation, ec); });
+  when_writable(WaitType::wait_write, [](AsyncConnection& self, const asio::error_code& ec) {
+    if (ec) {
+      self.lost(ec.message());
+      return;
+    }
+    self.flush();
+  });
 }
 
-void AsyncConnection::on_writable(std::uint64_t generation, const asio::error_code& ec) {
-  if (generation != generation_) return;
-  writing_ = false;
-  if (ec) {
-    lost(ec.message());
-    return;
-  }
-  flush();
-}
-
-void AsyncConnection::on_readable(std::uint64_t generation, const asio::error_code& ec) {
-  if (generation != generation_) return;
-  reading_ = false;
+void AsyncConnection::on_readable(const asio::error_code& ec) {
   if (ec) {
     lost(ec.message());
     return;
@@ -361,9 +253,9 @@ void AsyncConnection::on_readable(std::uint64_t generation, const asio::error_co
     lost(PQerrorMessage(conn_));
     return;
   }
-  if (writing_ == false) flush();  // libpq may have more to send once it could read
+  if (!write_waiting()) flush();  // libpq may have more to send once it could read
   if (phase_ != Phase::up) return;
-  if (!in_flight_.empty()) {
+  if (has_in_flight()) {
     arm_read();
   } else if (reset_pending_ || doomed_) {
     reset_pending_ = false;
@@ -376,7 +268,7 @@ void AsyncConnection::on_readable(std::uint64_t generation, const asio::error_co
 
 void AsyncConnection::drain() {
   int nulls = 0;
-  while (!in_flight_.empty() && PQisBusy(conn_) == 0) {
+  while (has_in_flight() && PQisBusy(conn_) == 0) {
     PGresult* raw = PQgetResult(conn_);
     if (raw == nullptr) {
       if (++nulls >= 2) break;  // nothing more has arrived
@@ -384,57 +276,53 @@ void AsyncConnection::drain() {
     }
     nulls = 0;
     Result result(raw);
-    Request& request = *in_flight_.front();
+    PgCall& call = oldest().call;
     const ExecStatusType status = PQresultStatus(raw);
     if (status == PGRES_PIPELINE_SYNC) {
-      std::shared_ptr<Request> done = std::move(in_flight_.front());
-      in_flight_.pop_front();
-      if (done->prepare_failed) prepared_.erase(done->query.statement->name);
-      if (done->error.get() != nullptr) {
-        std::exception_ptr error = std::make_exception_ptr(
-            make_error(conn_, done->error.get(), done->query.call, target_, done->query.kind));
-        finish(*done, error, Result{});
+      transaction_status_.store(PQtransactionStatus(conn_));
+      Entry done = pop_oldest();
+      if (done->call.prepare_failed) prepared_.erase(done->call.query.statement->name);
+      if (done->call.error.get() != nullptr) {
+        std::exception_ptr error = std::make_exception_ptr(make_error(
+            conn_, done->call.error.get(), done->call.query.call, target_, done->call.query.kind));
+        complete(*done, std::move(error), Result{});
       } else {
-        finish(*done, nullptr, std::move(done->result));
+        complete(*done, nullptr, std::move(done->call.result));
       }
       continue;
     }
-    const bool first = request.results_seen++ == 0;
+    const bool first = call.results_seen++ == 0;
     if (status == PGRES_PIPELINE_ABORTED) continue;
     if (status == PGRES_FATAL_ERROR || status == PGRES_BAD_RESPONSE ||
         status == PGRES_NONFATAL_ERROR) {
-      if (first && request.sent_prepare) request.prepare_failed = true;
-      if (request.error.get() == nullptr) request.error = std::move(result);
+      if (first && call.sent_prepare) call.prepare_failed = true;
+      if (call.error.get() == nullptr) call.error = std::move(result);
       continue;
     }
-    request.result = std::move(result);
+    call.result = std::move(result);
   }
 }
 
 void AsyncConnection::lost(std::string_view why) {
   const std::string message = why.empty() ? std::string("the connection was lost")
                                           : std::string(why.substr(0, why.find('\n')));
-  auto in_flight = std::move(in_flight_);
-  in_flight_.clear();
   teardown();
   reset_pending_ = false;
-  for (auto& r : in_flight)
-    finish(*r, lost_error(r->query, target_, message), Result{});
+  fail_in_flight(
+      [&](const Pending& pending) { return lost_error(pending.call.query, target_, message); });
   pump();  // queries not sent yet go to a new session
 }
 
 void AsyncConnection::teardown() noexcept {
-  ++generation_;
-  reading_ = false;
-  writing_ = false;
+  end_transport();
+  close_transport();
+}
+
+void AsyncConnection::close_transport() noexcept {
   phase_ = Phase::down;
-  connect_timer_.cancel();
   prepared_.clear();
-  if (socket_) {
-    // libpq owns the descriptor: take it back from Asio before PQfinish closes it.
-    (void)socket_->release();
-    socket_.reset();
-  }
+  // libpq owns the descriptor: the engine stopped watching it (end_transport()) before
+  // PQfinish closes it.
   if (conn_ != nullptr) {
     PQfinish(conn_);
     conn_ = nullptr;

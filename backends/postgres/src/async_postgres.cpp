@@ -20,22 +20,19 @@
 #include "idem/postgres/postgres_store.hpp"
 #include "record_decoder.hpp"
 #include "sql_text.hpp"
+#include "steps.hpp"
 
 namespace idem::postgres {
 
 namespace {
 
-using detail::kTextOid;
 using detail::Params;
 using detail::Query;
 using detail::Result;
 using detail::Statement;
-using State = IdempotencyRecord::State;
 
 using detail::check_fingerprint;
 using detail::fits_token;
-using detail::is_live;
-using detail::kClaimRounds;
 using detail::require_utf8_marker;
 
 // The coroutine classes use the blocking ones' tables: constructing the blocking class (on the
@@ -54,7 +51,10 @@ std::shared_ptr<AsyncConnectionPool> with_tables(std::shared_ptr<AsyncConnection
 // As in the blocking recorder.
 constexpr std::size_t kBatchChunk = 1000;
 
-async::Task<Result> run_on(detail::AsyncConnection& connection, const Query& query) {
+// The coroutine face's runner of a step (steps.hpp) on `connection`.
+async::Task<Result> run_step(detail::AsyncConnection& connection, const detail::Step& step,
+                             std::string_view call) {
+  const Query query{step.statement, step.sql, &step.params, call, step.kind};
   co_return co_await connection.run(query, asio::use_awaitable);
 }
 
@@ -64,6 +64,20 @@ async::Task<Result> run_shared(detail::AsyncPool& pool, const Statement& stateme
   std::shared_ptr<detail::AsyncConnection> connection = co_await pool.shared(call);
   const Query query{&statement, {}, &params, call, kind};
   co_return co_await connection->run(query, asio::use_awaitable);
+}
+
+// One step on a pipelined connection of the pool.
+async::Task<Result> run_shared(detail::AsyncPool& pool, const detail::Step& step,
+                               std::string_view call) {
+  std::shared_ptr<detail::AsyncConnection> connection = co_await pool.shared(call);
+  co_return co_await run_step(*connection, step, call);
+}
+
+// A step's yes or no.
+async::Task<bool> answer_shared(detail::AsyncPool& pool, const detail::Step& step,
+                                std::string_view call) {
+  const Result result = co_await run_shared(pool, step, call);
+  co_return step.answer(result);
 }
 
 }  // namespace
@@ -76,6 +90,10 @@ AsyncConnectionPool::AsyncConnectionPool(asio::any_io_executor executor, Postgre
                                                 blocking_->target())) {}
 
 AsyncConnectionPool::~AsyncConnectionPool() = default;
+
+AsyncConnectionPool::executor_type AsyncConnectionPool::get_executor() const noexcept {
+  return core_->executor();
+}
 
 const PostgresOptions& AsyncConnectionPool::options() const noexcept {
   return blocking_->options();
@@ -131,24 +149,16 @@ class AsyncPostgresTransaction final : public async::AsyncSqlTransaction {
     co_return std::string(result.bytes(0, 0));
   }
 
-  bool failed() const noexcept { return failed_; }
-
  private:
   async::Task<Result> run(std::string_view sql, std::span<const SqlParam> params) {
     const Params converted = detail::to_params(params);
     const Query query{nullptr, sql, &converted, "AsyncSqlTransaction", StatementKind::read};
-    try {
-      co_return co_await connection_.run(query, asio::use_awaitable);
-    } catch (const PostgresError&) {
-      failed_ = true;  // the transaction is aborted now: COMMIT will answer ROLLBACK
-      throw;
-    }
+    co_return co_await connection_.run(query, asio::use_awaitable);
   }
 
   detail::AsyncConnection& connection_;
   std::string_view consumer_;
   std::string_view event_id_;
-  bool failed_ = false;
 };
 
 const Query kRollback{nullptr, "ROLLBACK", nullptr, "AsyncPostgresRecorder::run_transactional",
@@ -208,20 +218,17 @@ const std::shared_ptr<AsyncConnectionPool>& AsyncPostgresRecorder::pool() const 
 async::Task<bool> AsyncPostgresRecorder::do_is_processed(std::string_view consumer,
                                                          std::string_view event_id) {
   require_utf8_marker(consumer, event_id);
-  Params params;
-  params.text(consumer).text(event_id);
-  const Result result = co_await impl_->run(
-      impl_->select_marker, params, "AsyncPostgresRecorder::is_processed", StatementKind::read);
-  co_return result.rows() > 0;
+  const detail::Step step = detail::recorder_is_processed(*impl_, consumer, event_id);
+  co_return co_await answer_shared(impl_->pool->core(), step,
+                                   "AsyncPostgresRecorder::is_processed");
 }
 
 async::Task<void> AsyncPostgresRecorder::do_mark_processed(std::string_view consumer,
                                                            std::string_view event_id) {
   require_utf8_marker(consumer, event_id);
-  Params params;
-  params.text(consumer).text(event_id).timestamptz(impl_->clock->wall_now());
-  (void)co_await impl_->run(impl_->insert_marker, params, "AsyncPostgresRecorder::mark_processed",
-                            StatementKind::write);
+  const detail::Step step =
+      detail::recorder_mark(*impl_, consumer, event_id, impl_->clock->wall_now());
+  (void)co_await run_shared(impl_->pool->core(), step, "AsyncPostgresRecorder::mark_processed");
 }
 
 async::Task<std::vector<bool>> AsyncPostgresRecorder::do_is_processed_many(
@@ -267,21 +274,13 @@ async::Task<Claim> AsyncPostgresRecorder::do_claim(std::string_view consumer,
                                                    std::string_view event_id, Millis lease) {
   require_utf8_marker(consumer, event_id);
   constexpr std::string_view kCall = "AsyncPostgresRecorder::claim";
-  for (int round = 0; round < kClaimRounds; ++round) {
-    const WallTime now = impl_->clock->wall_now();
-    const WallTime lease_until = detail::add_saturating(now, lease);
-    Params params;
-    params.text(consumer).text(event_id).timestamptz(now).timestamptz(lease_until);
-    const Result result = co_await impl_->run(impl_->claim, params, kCall, StatementKind::write);
-    if (auto decided = detail::recorder_claim_decision(result, now)) co_return *decided;
-    // Another writer got there first: look again with a fresh snapshot.
-    Params key;
-    key.text(consumer).text(event_id);
-    const Result again = co_await impl_->run(impl_->reread, key, kCall, StatementKind::read);
-    if (auto decided = detail::recorder_reread_decision(again, now)) co_return *decided;
-    // Released (or its lease passed) in between: claim again.
+  detail::RecorderClaim claim(*impl_, *impl_->clock, consumer, event_id, lease, kCall,
+                              impl_->pool->target());
+  for (;;) {
+    const Result result = co_await run_shared(impl_->pool->core(), claim.step(), kCall);
+    if (claim.read(result)) break;
   }
-  detail::throw_recorder_claim_busy(kCall, impl_->pool->target(), consumer, event_id);
+  co_return claim.outcome();
 }
 
 async::Task<bool> AsyncPostgresRecorder::do_complete(std::string_view consumer,
@@ -289,14 +288,9 @@ async::Task<bool> AsyncPostgresRecorder::do_complete(std::string_view consumer,
                                                      std::uint64_t token) {
   require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) co_return false;
-  Params params;
-  params.text(consumer)
-      .text(event_id)
-      .int8(static_cast<std::int64_t>(token))
-      .timestamptz(impl_->clock->wall_now());
-  const Result result = co_await impl_->run(
-      impl_->complete, params, "AsyncPostgresRecorder::complete", StatementKind::write);
-  co_return result.int8(0, 0) > 0;
+  const detail::Step step =
+      detail::recorder_complete(*impl_, consumer, event_id, token, impl_->clock->wall_now());
+  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresRecorder::complete");
 }
 
 async::Task<bool> AsyncPostgresRecorder::do_release(std::string_view consumer,
@@ -304,11 +298,8 @@ async::Task<bool> AsyncPostgresRecorder::do_release(std::string_view consumer,
                                                     std::uint64_t token) {
   require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) co_return false;
-  Params params;
-  params.text(consumer).text(event_id).int8(static_cast<std::int64_t>(token));
-  const Result result = co_await impl_->run(impl_->release, params,
-                                            "AsyncPostgresRecorder::release", StatementKind::write);
-  co_return result.affected() > 0;
+  const detail::Step step = detail::recorder_release(*impl_, consumer, event_id, token);
+  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresRecorder::release");
 }
 
 async::Task<bool> AsyncPostgresRecorder::do_renew(std::string_view consumer,
@@ -316,14 +307,9 @@ async::Task<bool> AsyncPostgresRecorder::do_renew(std::string_view consumer,
                                                   Millis lease) {
   require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) co_return false;
-  Params params;
-  params.text(consumer)
-      .text(event_id)
-      .int8(static_cast<std::int64_t>(token))
-      .timestamptz(detail::add_saturating(impl_->clock->wall_now(), lease));
-  const Result result = co_await impl_->run(impl_->renew, params, "AsyncPostgresRecorder::renew",
-                                            StatementKind::write);
-  co_return result.affected() > 0;
+  const detail::Step step = detail::recorder_renew(
+      *impl_, consumer, event_id, token, detail::add_saturating(impl_->clock->wall_now(), lease));
+  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresRecorder::renew");
 }
 
 async::Task<bool> AsyncPostgresRecorder::do_run_transactional(std::string_view consumer,
@@ -334,68 +320,38 @@ async::Task<bool> AsyncPostgresRecorder::do_run_transactional(std::string_view c
   detail::AsyncPool& pool = impl_->pool->core();
   detail::AsyncPool::Exclusive lease = co_await pool.exclusive(kCall);
   detail::AsyncConnection& connection = lease.connection();
-  const std::string target = impl_->pool->target();
-
-  // Until COMMIT is sent, any way out rolls back (off the caller's path: it may be cancelled).
-  bool in_transaction = false;
-  bool outcome = false;
+  detail::TransactionalMark mark(*impl_, consumer, event_id, impl_->clock->wall_now(), kCall,
+                                 impl_->pool->target());
   std::exception_ptr failure;
   try {
-    static const Query begin{nullptr, "BEGIN", nullptr, kCall, StatementKind::read};
-    in_transaction = true;  // from here on, a ROLLBACK is harmless at worst
-    (void)co_await run_on(connection, begin);
-    Params params;
-    params.text(consumer).text(event_id).timestamptz(impl_->clock->wall_now());
-    const Query mark{&impl_->transactional_mark, {}, &params, kCall, StatementKind::read};
-    const Result marked = co_await run_on(connection, mark);
-    if (marked.int8(0, 0) == 0) {
-      outcome = false;  // already processed: roll back, do not run
-    } else if (marked.int8(0, 1) == 0) {
-      Params key;
-      key.text(consumer).text(event_id);
-      const Query reread{&impl_->reread, {}, &key, kCall, StatementKind::read};
-      const Result claim = co_await run_on(connection, reread);
-      if (claim.is_null(0, 1) || !claim.boolean(0, 2)) {
-        throw AlreadyInProgress("(" + std::string(consumer) + ", " + std::string(event_id) +
-                                ") is claimed by another delivery whose lease has not passed");
-      }
-      outcome = false;  // done by a claim
-    } else {
-      AsyncPostgresTransaction handle(connection, consumer, event_id);
-      co_await fn(handle);  // throws → rolled back below
-      static const Query commit{nullptr, "COMMIT", nullptr, kCall, StatementKind::commit};
-      in_transaction = false;
-      Result committed;
-      try {
-        committed = co_await run_on(connection, commit);
-      } catch (...) {
-        lease.mark_broken();  // the session's state after a failed COMMIT is not worth keeping
-        throw;
-      }
-      // COMMIT of a transaction the server had already aborted answers ROLLBACK.
-      if (std::string_view(PQcmdStatus(committed.get())) != "COMMIT") {
-        if (handle.failed()) {
-          throw PostgresError(ErrorCode::store_error,
-                              std::string(kCall) + " on " + target +
-                                  ": a statement of the handler for (" + std::string(consumer) +
-                                  ", " + std::string(event_id) +
-                                  ") failed and the handler went on; the transaction was rolled "
-                                  "back (nothing was marked)",
-                              "25P02", /*retryable=*/false, false);
+    for (bool more = true; more;) {
+      switch (mark.action()) {
+        case detail::TransactionalMark::Action::send: {
+          const Result result = co_await run_step(connection, mark.step(), kCall);
+          mark.read(result);
+          break;
         }
-        throw PostgresError(ErrorCode::store_error,
-                            std::string(kCall) + " on " + target +
-                                ": the server rolled the transaction back at COMMIT",
-                            "", /*retryable=*/true, false);
+        case detail::TransactionalMark::Action::run_handler: {
+          AsyncPostgresTransaction handle(connection, consumer, event_id);
+          co_await fn(handle);
+          mark.handler_ran(connection.transaction_status());
+          break;
+        }
+        case detail::TransactionalMark::Action::done:
+          more = false;
+          break;
       }
-      outcome = true;
     }
   } catch (...) {
     failure = std::current_exception();
   }
-  if (in_transaction) rollback_detached(pool, std::move(lease));
+  if (mark.broken()) {
+    lease.mark_broken();  // its state is unknown: closed, so the server rolls back
+  } else if (mark.in_transaction()) {
+    rollback_detached(pool, std::move(lease));  // off the caller's path: it may be cancelled
+  }
   if (failure) std::rethrow_exception(failure);
-  co_return outcome;
+  co_return mark.ran();
 }
 
 // ---- AsyncPostgresStore ---------------------------------------------------------------------
@@ -406,15 +362,6 @@ class AsyncPostgresStore::Impl : public detail::StoreSql {
       : StoreSql(shared_pool->options()),
         pool(std::move(shared_pool)),
         clock(pool->options().clock ? pool->options().clock : system_clock()) {}
-
-  async::Task<Result> run(const Statement& statement, const Params& params, std::string_view call,
-                          StatementKind kind) {
-    co_return co_await run_shared(pool->core(), statement, params, call, kind);
-  }
-
-  IdempotencyRecord decode(std::string_view key, const Result& result, int row, int first) const {
-    return detail::decode_record(key, table_name, result, row, first);
-  }
 
   std::shared_ptr<AsyncConnectionPool> pool;
   std::shared_ptr<Clock> clock;
@@ -442,25 +389,13 @@ async::Task<ClaimOutcome> AsyncPostgresStore::do_claim(std::string_view key,
   detail::require_utf8_key("idempotency key", key);
   check_fingerprint(fingerprint);
   constexpr std::string_view kCall = "AsyncPostgresStore::claim";
-  for (int round = 0; round < kClaimRounds; ++round) {
-    const WallTime now = impl_->clock->wall_now();
-    const Params params = detail::store_claim_params(key, fingerprint, now, lease);
-    const Result result = co_await impl_->run(impl_->claim, params, kCall, StatementKind::write);
-    if (auto acquired = detail::store_acquired(result)) co_return *acquired;
-    std::optional<IdempotencyRecord> record;
-    if (result.rows() > 0) record = impl_->decode(key, result, 0, detail::kClaimLeadingColumns);
-    if (!record || !is_live(*record, now)) {
-      // Another writer changed the row meanwhile: read it again, fresh.
-      Params again;
-      again.text(key);
-      const Result fresh = co_await impl_->run(impl_->lookup, again, kCall, StatementKind::read);
-      record.reset();
-      if (fresh.rows() > 0) record = impl_->decode(key, fresh, 0, 0);
-      if (!record || !is_live(*record, now)) continue;  // gone or dead again: claim again
-    }
-    co_return ClaimOutcome::found(std::move(*record), fingerprint);
+  detail::StoreClaim claim(*impl_, *impl_->clock, key, fingerprint, lease, kCall,
+                           impl_->pool->target());
+  for (;;) {
+    const Result result = co_await run_shared(impl_->pool->core(), claim.step(), kCall);
+    if (claim.read(result)) break;
   }
-  detail::throw_store_claim_busy(kCall, impl_->pool->target(), key);
+  co_return std::move(claim.outcome());
 }
 
 async::Task<bool> AsyncPostgresStore::do_complete(std::string_view key, std::uint64_t token,
@@ -473,63 +408,33 @@ async::Task<bool> AsyncPostgresStore::do_complete(std::string_view key, std::uin
         "coordinator encodes results with idem::Codec<T>)");
   }
   if (!fits_token(token)) co_return false;
-  if (ttl == Millis::zero()) {
-    Params params;
-    params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
-    const Result dropped = co_await impl_->run(impl_->drop, params, "AsyncPostgresStore::complete",
-                                               StatementKind::write);
-    co_return dropped.rows() > 0;
-  }
-  const std::string report_json = report.to_json();
-  const WallTime now = impl_->clock->wall_now();
-  Params params;
-  params.text(key)
-      .int8(static_cast<std::int64_t>(token))
-      .timestamptz(now)
-      .timestamptz(detail::add_saturating(now, ttl))
-      .bytea(*value.bytes)
-      .text(report_json)
-      .text(impl_->channel);
-  const Result result = co_await impl_->run(impl_->complete, params, "AsyncPostgresStore::complete",
-                                            StatementKind::write);
-  co_return result.rows() > 0;
+  const detail::Step step = detail::store_complete(*impl_, key, token, *value.bytes, report,
+                                                   impl_->clock->wall_now(), ttl);
+  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresStore::complete");
 }
 
 async::Task<bool> AsyncPostgresStore::do_release(std::string_view key, std::uint64_t token) {
   detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) co_return false;
-  Params params;
-  params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
-  const Result result =
-      co_await impl_->run(impl_->drop, params, "AsyncPostgresStore::release", StatementKind::write);
-  co_return result.rows() > 0;
+  const detail::Step step = detail::store_release(*impl_, key, token);
+  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresStore::release");
 }
 
 async::Task<bool> AsyncPostgresStore::do_renew(std::string_view key, std::uint64_t token,
                                                Millis lease) {
   detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) co_return false;
-  Params params;
-  params.text(key)
-      .int8(static_cast<std::int64_t>(token))
-      .timestamptz(detail::add_saturating(impl_->clock->wall_now(), lease));
-  const Result result =
-      co_await impl_->run(impl_->renew, params, "AsyncPostgresStore::renew", StatementKind::write);
-  co_return result.affected() > 0;
+  const detail::Step step = detail::store_renew(
+      *impl_, key, token, detail::add_saturating(impl_->clock->wall_now(), lease));
+  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresStore::renew");
 }
 
 async::Task<std::optional<IdempotencyRecord>> AsyncPostgresStore::do_lookup(std::string_view key) {
   detail::require_utf8_key("idempotency key", key);
-  Params params;
-  params.text(key);
+  const detail::Step step = detail::store_lookup(*impl_, key);
   const Result result =
-      co_await impl_->run(impl_->lookup, params, "AsyncPostgresStore::lookup", StatementKind::read);
-  if (result.rows() == 0) co_return std::nullopt;
-  IdempotencyRecord record = impl_->decode(key, result, 0, 0);
-  if (record.state == State::completed && impl_->clock->wall_now() >= record.expires_at) {
-    co_return std::nullopt;  // expired: absent, whatever the table still holds
-  }
-  co_return record;
+      co_await run_shared(impl_->pool->core(), step, "AsyncPostgresStore::lookup");
+  co_return detail::store_lookup_answer(*impl_, key, result, impl_->clock->wall_now());
 }
 
 }  // namespace idem::postgres

@@ -16,6 +16,7 @@
 #include "rollback_guard.hpp"
 #include "schema.hpp"
 #include "sql_text.hpp"
+#include "steps.hpp"
 
 namespace idem::postgres {
 
@@ -29,7 +30,6 @@ using detail::Params;
 using detail::Statement;
 
 using detail::fits_token;
-using detail::kClaimRounds;
 using detail::require_utf8_marker;
 
 // Ids per statement of is_processed_many() / mark_processed_many(): bounds one statement's
@@ -80,6 +80,13 @@ class PostgresIdempotencyRecorder::Impl : public detail::RecorderSql {
     ConnectionPool::Lease lease = pool->acquire();
     return lease.connection().run(statement, params, call, kind);
   }
+  detail::Result run(const detail::Step& step, std::string_view call) {
+    ConnectionPool::Lease lease = pool->acquire();
+    return detail::run_step(lease.connection(), step, call);
+  }
+  bool answer(const detail::Step& step, std::string_view call) {
+    return step.answer(run(step, call));
+  }
 
   std::shared_ptr<ConnectionPool> pool;
   std::shared_ptr<Clock> clock;
@@ -104,21 +111,15 @@ const std::shared_ptr<ConnectionPool>& PostgresIdempotencyRecorder::pool() const
 bool PostgresIdempotencyRecorder::do_is_processed(std::string_view consumer,
                                                   std::string_view event_id) {
   require_utf8_marker(consumer, event_id);
-  Params params;
-  params.text(consumer).text(event_id);
-  return impl_
-             ->run(impl_->select_marker, params, "PostgresIdempotencyRecorder::is_processed",
-                   StatementKind::read)
-             .rows() > 0;
+  return impl_->answer(detail::recorder_is_processed(*impl_, consumer, event_id),
+                       "PostgresIdempotencyRecorder::is_processed");
 }
 
 void PostgresIdempotencyRecorder::do_mark_processed(std::string_view consumer,
                                                     std::string_view event_id) {
   require_utf8_marker(consumer, event_id);
-  Params params;
-  params.text(consumer).text(event_id).timestamptz(impl_->clock->wall_now());
-  impl_->run(impl_->insert_marker, params, "PostgresIdempotencyRecorder::mark_processed",
-             StatementKind::write);
+  impl_->run(detail::recorder_mark(*impl_, consumer, event_id, impl_->clock->wall_now()),
+             "PostgresIdempotencyRecorder::mark_processed");
 }
 
 std::vector<bool> PostgresIdempotencyRecorder::do_is_processed_many(
@@ -169,64 +170,39 @@ Claim PostgresIdempotencyRecorder::do_claim(std::string_view consumer, std::stri
                                             Millis lease) {
   require_utf8_marker(consumer, event_id);
   constexpr std::string_view kCall = "PostgresIdempotencyRecorder::claim";
-  ConnectionPool::Lease connection = impl_->pool->acquire();
-  for (int round = 0; round < kClaimRounds; ++round) {
-    const WallTime now = impl_->clock->wall_now();
-    const WallTime lease_until = detail::add_saturating(now, lease);
-    Params params;
-    params.text(consumer).text(event_id).timestamptz(now).timestamptz(lease_until);
-    const detail::Result result =
-        connection.connection().run(impl_->claim, params, kCall, StatementKind::write);
-    if (auto decided = detail::recorder_claim_decision(result, now)) return *decided;
-    // Another writer got there first: look again with a fresh snapshot.
-    Params key;
-    key.text(consumer).text(event_id);
-    const detail::Result again =
-        connection.connection().run(impl_->reread, key, kCall, StatementKind::read);
-    if (auto decided = detail::recorder_reread_decision(again, now)) return *decided;
-    // Released (or its lease passed) in between: claim again.
+  ConnectionPool::Lease lease_of_pool = impl_->pool->acquire();
+  detail::RecorderClaim claim(*impl_, *impl_->clock, consumer, event_id, lease, kCall,
+                              impl_->pool->target());
+  while (!claim.read(detail::run_step(lease_of_pool.connection(), claim.step(), kCall))) {
   }
-  detail::throw_recorder_claim_busy(kCall, impl_->pool->target(), consumer, event_id);
+  return claim.outcome();
 }
 
 bool PostgresIdempotencyRecorder::do_complete(std::string_view consumer, std::string_view event_id,
                                               std::uint64_t token) {
   require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) return false;
-  Params params;
-  params.text(consumer)
-      .text(event_id)
-      .int8(static_cast<std::int64_t>(token))
-      .timestamptz(impl_->clock->wall_now());
-  const detail::Result result = impl_->run(
-      impl_->complete, params, "PostgresIdempotencyRecorder::complete", StatementKind::write);
-  return result.int8(0, 0) > 0;
+  return impl_->answer(
+      detail::recorder_complete(*impl_, consumer, event_id, token, impl_->clock->wall_now()),
+      "PostgresIdempotencyRecorder::complete");
 }
 
 bool PostgresIdempotencyRecorder::do_release(std::string_view consumer, std::string_view event_id,
                                              std::uint64_t token) {
   require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) return false;
-  Params params;
-  params.text(consumer).text(event_id).int8(static_cast<std::int64_t>(token));
-  return impl_
-             ->run(impl_->release, params, "PostgresIdempotencyRecorder::release",
-                   StatementKind::write)
-             .affected() > 0;
+  return impl_->answer(detail::recorder_release(*impl_, consumer, event_id, token),
+                       "PostgresIdempotencyRecorder::release");
 }
 
 bool PostgresIdempotencyRecorder::do_renew(std::string_view consumer, std::string_view event_id,
                                            std::uint64_t token, Millis lease) {
   require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) return false;
-  Params params;
-  params.text(consumer)
-      .text(event_id)
-      .int8(static_cast<std::int64_t>(token))
-      .timestamptz(detail::add_saturating(impl_->clock->wall_now(), lease));
-  return impl_
-             ->run(impl_->renew, params, "PostgresIdempotencyRecorder::renew", StatementKind::write)
-             .affected() > 0;
+  return impl_->answer(
+      detail::recorder_renew(*impl_, consumer, event_id, token,
+                             detail::add_saturating(impl_->clock->wall_now(), lease)),
+      "PostgresIdempotencyRecorder::renew");
 }
 
 bool PostgresIdempotencyRecorder::do_run_transactional(
@@ -236,60 +212,33 @@ bool PostgresIdempotencyRecorder::do_run_transactional(
   constexpr std::string_view kCall = "PostgresIdempotencyRecorder::run_transactional";
   ConnectionPool::Lease lease = impl_->pool->acquire();
   detail::Connection& connection = lease.connection();
-  detail::RollbackGuard rollback(lease);
-
-  connection.exec("BEGIN", kCall, StatementKind::read);
-  Params params;
-  params.text(consumer).text(event_id).timestamptz(impl_->clock->wall_now());
-  const detail::Result marked =
-      connection.run(impl_->transactional_mark, params, kCall, StatementKind::read);
-  if (marked.int8(0, 0) == 0) return false;  // already processed: roll back, do not run
-  if (marked.int8(0, 1) == 0) {
-    Params key;
-    key.text(consumer).text(event_id);
-    const detail::Result claim = connection.run(impl_->reread, key, kCall, StatementKind::read);
-    if (!claim.is_null(0, 1) && claim.boolean(0, 2)) return false;  // done by a claim
-    throw AlreadyInProgress("(" + std::string(consumer) + ", " + std::string(event_id) +
-                            ") is claimed by another delivery whose lease has not passed");
-  }
-
-  PostgresTransaction handle(connection, consumer, event_id);
-  fn(handle);  // throws → Rollback undoes the marker and fn's writes
-
-  switch (PQtransactionStatus(connection.raw())) {
-    case PQTRANS_INTRANS:
-      break;
-    case PQTRANS_INERROR:
-      throw PostgresError(ErrorCode::store_error,
-                          std::string(kCall) + " on " + connection.target() +
-                              ": a statement of "
-                              "the handler for (" +
-                              std::string(consumer) + ", " + std::string(event_id) +
-                              ") failed and the handler went on; the transaction was rolled back "
-                              "(nothing was marked)",
-                          "25P02", /*retryable=*/false, false);
-    default:
+  detail::TransactionalMark mark(*impl_, consumer, event_id, impl_->clock->wall_now(), kCall,
+                                 connection.target());
+  detail::RollbackGuard rollback(lease);  // undoes the marker and fn's writes on any way out
+  try {
+    for (;;) {
+      switch (mark.action()) {
+        case detail::TransactionalMark::Action::send:
+          mark.read(detail::run_step(connection, mark.step(), kCall));
+          break;
+        case detail::TransactionalMark::Action::run_handler: {
+          PostgresTransaction handle(connection, consumer, event_id);
+          fn(handle);
+          mark.handler_ran(PQtransactionStatus(connection.raw()));
+          break;
+        }
+        case detail::TransactionalMark::Action::done:
+          if (!mark.in_transaction()) rollback.disarm();  // committed
+          return mark.ran();
+      }
+    }
+  } catch (...) {
+    if (mark.broken()) {
       rollback.disarm();
-      lease.mark_broken();
-      throw PostgresError(ErrorCode::store_error,
-                          std::string(kCall) + " on " + connection.target() +
-                              ": the handler for (" + std::string(consumer) + ", " +
-                              std::string(event_id) +
-                              ") ended idem's transaction itself (COMMIT/ROLLBACK through "
-                              "connection()); whether its writes and the marker were committed "
-                              "is unknown",
-                          "", /*retryable=*/false, /*in_doubt=*/true);
+      lease.mark_broken();  // its state is unknown: the server rolls back when it closes
+    }
+    throw;
   }
-  const detail::Result committed = connection.exec("COMMIT", kCall, StatementKind::commit);
-  // COMMIT of a transaction the server had already aborted answers ROLLBACK, not an error.
-  if (std::string_view(PQcmdStatus(committed.get())) != "COMMIT") {
-    throw PostgresError(ErrorCode::store_error,
-                        std::string(kCall) + " on " + connection.target() +
-                            ": the server rolled the transaction back at COMMIT",
-                        "", /*retryable=*/true, false);
-  }
-  rollback.disarm();
-  return true;
 }
 
 namespace {

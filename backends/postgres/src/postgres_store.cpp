@@ -25,6 +25,7 @@
 #include "record_decoder.hpp"
 #include "schema.hpp"
 #include "sql_text.hpp"
+#include "steps.hpp"
 
 namespace idem::postgres {
 
@@ -41,12 +42,8 @@ using State = IdempotencyRecord::State;
 using detail::kCompleted;
 using detail::kInProgress;
 
-using detail::kClaimLeadingColumns;
-
 using detail::check_fingerprint;
 using detail::fits_token;
-using detail::is_live;
-using detail::kClaimRounds;
 
 using detail::kStorePurgeChunkRows;
 
@@ -401,19 +398,17 @@ class PostgresIdempotencyStore::Impl : public detail::StoreSql {
     return lease.connection().run(statement, params, call, kind);
   }
 
+  detail::Result run(const detail::Step& step, std::string_view call) {
+    ConnectionPool::Lease lease = pool->acquire();
+    return detail::run_step(lease.connection(), step, call);
+  }
+  bool answer(const detail::Step& step, std::string_view call) {
+    return step.answer(run(step, call));
+  }
+
   IdempotencyRecord decode(std::string_view key, const detail::Result& result, int row,
                            int first) const {
     return detail::decode_record(key, table_name, result, row, first);
-  }
-
-  std::optional<IdempotencyRecord> read(std::string_view key, std::string_view call) {
-    Params params;
-    params.text(key);
-    ConnectionPool::Lease lease = pool->acquire();
-    const detail::Result result =
-        lease.connection().run(this->lookup, params, call, StatementKind::read);
-    if (result.rows() == 0) return std::nullopt;
-    return decode(key, result, 0, 0);
   }
 
   std::shared_ptr<ConnectionPool> pool;
@@ -451,28 +446,11 @@ ClaimOutcome PostgresIdempotencyStore::do_claim(std::string_view key,
   check_fingerprint(fingerprint);
   constexpr std::string_view kCall = "PostgresIdempotencyStore::claim";
   ConnectionPool::Lease connection = impl_->pool->acquire();
-  for (int round = 0; round < kClaimRounds; ++round) {
-    const WallTime now = impl_->clock->wall_now();
-    const Params params = detail::store_claim_params(key, fingerprint, now, lease);
-    const detail::Result result =
-        connection.connection().run(impl_->claim, params, kCall, StatementKind::write);
-    if (auto acquired = detail::store_acquired(result)) return *acquired;
-    std::optional<IdempotencyRecord> record;
-    if (result.rows() > 0) record = impl_->decode(key, result, 0, kClaimLeadingColumns);
-    if (!record || !is_live(*record, now)) {
-      // The statement's snapshot saw no record, or a dead one, and yet the claim did not go
-      // through: another writer changed the row meanwhile. Read it again, fresh.
-      Params again;
-      again.text(key);
-      const detail::Result fresh =
-          connection.connection().run(impl_->lookup, again, kCall, StatementKind::read);
-      record.reset();
-      if (fresh.rows() > 0) record = impl_->decode(key, fresh, 0, 0);
-      if (!record || !is_live(*record, now)) continue;  // gone or dead again: claim again
-    }
-    return ClaimOutcome::found(std::move(*record), fingerprint);
+  detail::StoreClaim claim(*impl_, *impl_->clock, key, fingerprint, lease, kCall,
+                           impl_->pool->target());
+  while (!claim.read(detail::run_step(connection.connection(), claim.step(), kCall))) {
   }
-  detail::throw_store_claim_busy(kCall, impl_->pool->target(), key);
+  return std::move(claim.outcome());
 }
 
 bool PostgresIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
@@ -485,59 +463,31 @@ bool PostgresIdempotencyStore::do_complete(std::string_view key, std::uint64_t t
         "coordinator encodes results with idem::Codec<T>)");
   }
   if (!fits_token(token)) return false;
-  if (ttl == Millis::zero()) {
-    // Expired the instant it completes: nothing to keep (as the in-memory store does).
-    Params params;
-    params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
-    return impl_
-               ->run(impl_->drop, params, "PostgresIdempotencyStore::complete",
-                     StatementKind::write)
-               .rows() > 0;
-  }
-  const std::string report_json = report.to_json();
-  const WallTime now = impl_->clock->wall_now();
-  Params params;
-  params.text(key)
-      .int8(static_cast<std::int64_t>(token))
-      .timestamptz(now)
-      .timestamptz(detail::add_saturating(now, ttl))
-      .bytea(*value.bytes)
-      .text(report_json)
-      .text(impl_->channel);
-  return impl_
-             ->run(impl_->complete, params, "PostgresIdempotencyStore::complete",
-                   StatementKind::write)
-             .rows() > 0;
+  return impl_->answer(detail::store_complete(*impl_, key, token, *value.bytes, report,
+                                              impl_->clock->wall_now(), ttl),
+                       "PostgresIdempotencyStore::complete");
 }
 
 bool PostgresIdempotencyStore::do_release(std::string_view key, std::uint64_t token) {
   detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) return false;
-  Params params;
-  params.text(key).int8(static_cast<std::int64_t>(token)).text(impl_->channel);
-  return impl_->run(impl_->drop, params, "PostgresIdempotencyStore::release", StatementKind::write)
-             .rows() > 0;
+  return impl_->answer(detail::store_release(*impl_, key, token),
+                       "PostgresIdempotencyStore::release");
 }
 
 bool PostgresIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
   detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) return false;
-  Params params;
-  params.text(key)
-      .int8(static_cast<std::int64_t>(token))
-      .timestamptz(detail::add_saturating(impl_->clock->wall_now(), lease));
-  return impl_->run(impl_->renew, params, "PostgresIdempotencyStore::renew", StatementKind::write)
-             .affected() > 0;
+  return impl_->answer(detail::store_renew(*impl_, key, token,
+                                           detail::add_saturating(impl_->clock->wall_now(), lease)),
+                       "PostgresIdempotencyStore::renew");
 }
 
 std::optional<IdempotencyRecord> PostgresIdempotencyStore::do_lookup(std::string_view key) {
   detail::require_utf8_key("idempotency key", key);
-  std::optional<IdempotencyRecord> record = impl_->read(key, "PostgresIdempotencyStore::lookup");
-  if (record && record->state == State::completed &&
-      impl_->clock->wall_now() >= record->expires_at) {
-    return std::nullopt;  // expired: absent, whatever the table still holds
-  }
-  return record;
+  constexpr std::string_view kCall = "PostgresIdempotencyStore::lookup";
+  return detail::store_lookup_answer(
+      *impl_, key, impl_->run(detail::store_lookup(*impl_, key), kCall), impl_->clock->wall_now());
 }
 
 std::size_t PostgresIdempotencyStore::do_purge_expired(const PurgeProgress& progress) {

@@ -1,36 +1,22 @@
-// The pipelined connection of the coroutine face. Everything that touches the socket, the queues
-// or the parser runs on one strand (State::strand); callers only post to it and are completed by
-// a post to their own executor. Handlers of a previous socket are told apart by `generation`.
+// The pipelined connection of the coroutine face: the Redis protocol over idem's pipelined-
+// connection engine (idem/async/detail/pipeline.hpp), which owns the calls, the strand, the
+// socket's waits and the ends. Callers only post to the strand and are completed by a post to
+// their own executor.
 #include "idem/redis/async_connection.hpp"
 
-#include <poll.h>
-
 #include <algorithm>
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
+#include <array>
 #include <asio/async_result.hpp>
-#include <asio/bind_executor.hpp>
-#include <asio/error.hpp>
-#include <asio/execution_context.hpp>
-#include <asio/posix/stream_descriptor.hpp>
-#include <asio/post.hpp>
-#include <asio/query.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/strand.hpp>
-#include <asio/system_error.hpp>
 #include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
-#include <deque>
 #include <exception>
-#include <mutex>
 #include <system_error>
-#include <unordered_set>
 #include <utility>
 #include <vector>
 
-#include "idem/async/detail/shutdown_registry.hpp"
+#include "idem/async/detail/pipeline.hpp"
 #include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "idem/net/stream.hpp"
@@ -56,48 +42,16 @@ constexpr std::chrono::milliseconds kMaxBackoff{1000};
 constexpr std::size_t kMaxBatchBytes = 1 << 20;  // one write takes at most this much new work
 constexpr std::size_t kReadChunk = 64 * 1024;
 
-std::exception_ptr aborted() {
-  return std::make_exception_ptr(asio::system_error(asio::error::operation_aborted));
-}
-
-// A waiting call: completes once, by a post to the caller's executor.
-struct Waiter {
-  virtual ~Waiter() = default;
-  virtual void complete(std::exception_ptr error, Replies replies) = 0;
-};
-
-template <class Handler>
-struct WaiterFor final : Waiter {
-  WaiterFor(Handler&& h, asio::any_io_executor fallback)
-      : handler(std::move(h)), executor(asio::get_associated_executor(handler, fallback)) {}
-
-  void complete(std::exception_ptr error, Replies replies) override {
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    asio::post(executor, [h = std::move(handler), slot, error = std::move(error),
-                          replies = std::move(replies)]() mutable {
-      // On the caller's executor, where its cancellation is emitted: the slot's handler
-      // (which refers to this call) goes before the caller resumes. The error is moved
-      // here, not copied, so its last reference is released where it is read.
-      if (slot.is_connected()) slot.clear();
-      std::move(h)(std::move(error), std::move(replies));
-    });
-  }
-
-  Handler handler;
-  asio::associated_executor_t<Handler, asio::any_io_executor> executor;
-};
-
-struct Request {
-  std::uint64_t id = 0;
-  std::string bytes;
+// One call of the connection: its commands and, once written, what reading its replies needs.
+struct Call {
+  std::string bytes;      // emptied once batched
   std::size_t count = 0;  // replies expected
   CommandKind kind = CommandKind::write;
   std::string what;
-  bool handshake = false;  // AUTH/SELECT of a new connection (no waiter)
-  std::uint64_t end = 0;   // stream offset just past this request's bytes, once batched
+  bool handshake = false;  // AUTH/SELECT of a new connection (the engine's "own" call)
+  std::uint64_t end = 0;   // stream offset just past this call's bytes, once batched
   SteadyClock::time_point written_at{};
   Replies replies;
-  std::unique_ptr<Waiter> waiter;  // null once the caller was completed (cancelled)
 };
 
 bool is_timeout(int error_number) {
@@ -106,81 +60,29 @@ bool is_timeout(int error_number) {
 
 }  // namespace
 
-struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::State> {
+// The calls (queue, in flight, cancellation, the ends) are the engine's
+// (idem/async/detail/pipeline.hpp); this is the Redis protocol over it: connecting (TCP, TLS,
+// AUTH/SELECT), batching commands into writes, reading RESP replies, the command timeout, and
+// what a failure means for each call.
+struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, Call, Replies> {
   enum class Phase { idle, backoff, connecting, handshaking, ready };
-  using Registry = async::detail::ShutdownRegistry<State>;
 
   State(asio::any_io_executor executor, RedisOptions opts,
         std::shared_ptr<const net::TlsContext> tls)
-      : options(std::move(opts)),
+      : Pipeline(executor),
+        options(std::move(opts)),
         tls_context(std::move(tls)),
-        endpoint(options.endpoint()),
-        strand(asio::make_strand(executor)),
-        descriptor(strand),
-        timer(strand),
-        registry(Registry::of(strand.get_inner_executor())) {
-    registry.add(this);
-  }
+        endpoint(options.endpoint()) {}
 
-  ~State() {
-    registry.remove(this);
-    if (descriptor.is_open()) (void)descriptor.release();  // the Stream owns the descriptor
-  }
+  // The engine's view of the descriptor goes before the stream closes it.
+  ~State() { unwatch(); }
 
-  // ---- called from any thread ----------------------------------------------------------------
-
-  template <class Handler>
-  void start(Handler&& handler, std::string bytes, std::size_t count, CommandKind kind,
-             std::string what) {
-    auto request = std::make_unique<Request>();
-    request->id = next_id.fetch_add(1, std::memory_order_relaxed);
-    request->bytes = std::move(bytes);
-    request->count = count;
-    request->kind = kind;
-    request->what = std::move(what);
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    request->waiter = std::make_unique<WaiterFor<std::decay_t<Handler>>>(
-        std::forward<Handler>(handler), asio::any_io_executor(strand));
-    if (slot.is_connected()) {
-      slot.assign([self = shared_from_this(), id = request->id](asio::cancellation_type) {
-        asio::post(self->strand, [self, id] { self->cancel(id); });
-      });
-    }
-    asio::post(strand, [self = shared_from_this(), r = std::move(request)]() mutable {
-      self->submit(std::move(r));
-    });
-  }
-
-  void shut_down() {
-    asio::post(strand, [self = shared_from_this()] { self->close(); });
-  }
-
-  // ---- on the strand ---------------------------------------------------------------------------
-
-  void submit(std::unique_ptr<Request> request) {
-    if (closed) {
-      request->waiter->complete(aborted(), {});
-      return;
-    }
-    queue.push_back(std::move(request));
-    if (phase == Phase::ready) {
-      // Not at once: the calls that are already posted to the strand join this batch.
-      if (!flush_scheduled) {
-        flush_scheduled = true;
-        asio::post(strand, [self = shared_from_this()] {
-          self->flush_scheduled = false;
-          self->flush();
-        });
-      }
-      return;
-    }
-    pump();
-  }
+  // ---- the engine's hooks (on the strand) ------------------------------------------------------
 
   void pump() {
     switch (phase) {
       case Phase::idle:
-        if (!queue.empty()) begin_connect();
+        if (has_queued()) begin_connect();
         break;
       case Phase::ready:
         flush();
@@ -190,76 +92,34 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     }
   }
 
-  void cancel(std::uint64_t id) {
-    for (auto it = queue.begin(); it != queue.end(); ++it) {
-      if ((*it)->id == id) {  // not written: withdrawn
-        auto request = std::move(*it);
-        queue.erase(it);
-        ++stats_cancelled;
-        request->waiter->complete(aborted(), {});
-        return;
-      }
-    }
-    for (auto& request : inflight) {
-      if (request->id == id && request->waiter) {  // written: its reply is still read, unseen
-        ++stats_cancelled;
-        std::exchange(request->waiter, nullptr)->complete(cancelled_after_write(*request), {});
-        return;
-      }
-    }
-  }
-
-  // What a call whose command was handed to the socket gets when it is cancelled: a read ends
-  // with operation_aborted (nothing changed); a write may have run, so its outcome is in doubt,
-  // as after a lost reply (retryable when repeating it is harmless), never "nothing happened".
-  std::exception_ptr cancelled_after_write(const Request& request) const {
-    if (request.kind == CommandKind::read) return aborted();
+  // A call whose command was handed to the socket and is cancelled: a read ends with
+  // operation_aborted (nothing changed); a write may have run, so it ends early only when the
+  // cancellation accepts side effects (terminal, partial), in doubt as after a lost reply
+  // (retryable when repeating it is harmless), never "nothing happened".
+  std::exception_ptr cancel_sent(const Call& call, asio::cancellation_type type) const {
+    if (call.kind == CommandKind::read) return async::detail::operation_aborted();
+    if (!async::detail::allows_side_effects(type)) return nullptr;
     return std::make_exception_ptr(RedisError(
         RedisFailure::io,
-        "idem redis: " + request.what + " on " + endpoint +
+        "idem redis: " + call.what + " on " + endpoint +
             ": cancelled after the command was sent: it may or may not have been applied",
-        /*retryable=*/request.kind == CommandKind::idempotent_write, /*in_doubt=*/true));
+        /*retryable=*/call.kind == CommandKind::idempotent_write, /*in_doubt=*/true));
   }
 
-  void close() {
-    closed = true;
-    for (auto& request : inflight)
-      if (request->waiter) std::exchange(request->waiter, nullptr)->complete(aborted(), {});
-    for (auto& request : queue)
-      request->waiter->complete(aborted(), {});
-    queue.clear();
-    inflight.clear();
-    close_socket();
-    phase = Phase::idle;
-  }
-
-  // The strand's execution context is shutting down (nothing runs it any more): the calls still
-  // queued or written are destroyed without being completed, as Asio destroys every handler
-  // pending on a context that goes, and the socket is closed. Their handlers own this state (a
-  // coroutine frame holds it, often with the recorder or store that holds the connection), so
-  // keeping them would keep the state, its socket and everything the frames own, forever.
-  void abandon() noexcept {
-    closed = true;
-    auto queued = std::move(queue);
-    auto written = std::move(inflight);
-    queue.clear();
-    inflight.clear();
-    close_socket();
-    phase = Phase::idle;
-    // `queued` and `written` go here, with the handlers (and coroutine frames) they own.
-  }
-
-  void close_socket() {
-    ++generation;
-    if (descriptor.is_open()) (void)descriptor.release();  // cancels its waits
+  void close_transport() noexcept {
     stream.close();
+    phase = Phase::idle;
     tls_handshaking = false;
     socket_bytes_read = 0;
-    reading = writing = false;
     timer_armed = false;
-    timer.cancel();
+    handshakes = 0;
     out.clear();
     out_offset = 0;
+  }
+
+  void close_socket() noexcept {
+    end_transport();
+    close_transport();
   }
 
   // ---- connect ----------------------------------------------------------------------------------
@@ -268,11 +128,11 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     const auto now = SteadyClock::now();
     if (now < next_attempt) {
       phase = Phase::backoff;
-      timer.expires_at(next_attempt);
-      timer.async_wait([self = shared_from_this(), gen = generation](std::error_code ec) {
-        if (ec || gen != self->generation || self->phase != Phase::backoff) return;
-        self->phase = Phase::idle;
-        self->pump();
+      timer().expires_at(next_attempt);
+      when_timer([](State& self, std::error_code ec) {
+        if (ec || self.phase != Phase::backoff) return;
+        self.phase = Phase::idle;
+        self.pump();
       });
       return;
     }
@@ -284,24 +144,23 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
       return;
     }
     address_index = 0;
-    connect_deadline = now + options.connect_timeout;
-    timer.expires_at(connect_deadline);
-    timer.async_wait([self = shared_from_this(), gen = generation](std::error_code ec) {
-      if (ec || gen != self->generation || self->phase != Phase::connecting) return;
-      const bool in_tls = self->tls_handshaking;
-      self->close_socket();
+    timer().expires_at(now + options.connect_timeout);
+    when_timer([](State& self, std::error_code ec) {
+      if (ec || self.phase != Phase::connecting) return;
+      const bool in_tls = self.tls_handshaking;
+      self.close_socket();
       if (in_tls) {
         const std::string cause =
-            detail::tls_to_plaintext_port(self->addresses, self->options.connect_timeout);
+            detail::tls_to_plaintext_port(self.addresses, self.options.connect_timeout);
         if (!cause.empty()) {
-          self->refuse_tls(cause);
+          self.refuse_tls(cause);
           return;
         }
       }
-      self->connect_failed(ETIMEDOUT, std::string(in_tls ? "TLS handshake: " : "") +
-                                          "no answer within connect_timeout " +
-                                          std::to_string(self->options.connect_timeout.count()) +
-                                          " ms");
+      self.connect_failed(ETIMEDOUT, std::string(in_tls ? "TLS handshake: " : "") +
+                                         "no answer within connect_timeout " +
+                                         std::to_string(self.options.connect_timeout.count()) +
+                                         " ms");
     });
     try_address();
   }
@@ -310,23 +169,21 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     for (;;) {
       try {
         stream = net::Stream::start_connect(addresses.at(address_index));
-        descriptor.assign(stream.fd());
+        watch(stream.fd());
         if (!stream.connecting()) {
           connected();
           return;
         }
-        descriptor.async_wait(
-            asio::posix::stream_descriptor::wait_write,
-            [self = shared_from_this(), gen = generation](std::error_code ec) {
-              if (ec || gen != self->generation || self->phase != Phase::connecting) return;
-              try {
-                self->stream.finish_connect();
-              } catch (const std::system_error& e) {
-                self->next_address(e);
-                return;
-              }
-              self->connected();
-            });
+        when_ready(WaitType::wait_write, [](State& self, std::error_code ec) {
+          if (ec || self.phase != Phase::connecting) return;
+          try {
+            self.stream.finish_connect();
+          } catch (const std::system_error& e) {
+            self.next_address(e);
+            return;
+          }
+          self.connected();
+        });
         return;
       } catch (const std::system_error& e) {
         if (!next_address(e, /*retry_inline=*/true)) return;
@@ -336,7 +193,7 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
 
   // True when the caller should try the next address at once (inline).
   bool next_address(const std::system_error& e, bool retry_inline = false) {
-    if (descriptor.is_open()) (void)descriptor.release();
+    unwatch();
     stream.close();
     if (++address_index < addresses.size()) {
       if (retry_inline) return true;
@@ -353,22 +210,19 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   void connect_failed(int error_number, const std::string& detail) {
     ++stats_connect_failures;
     phase = Phase::idle;
-    backoff = backoff.count() == 0 ? kFirstBackoff : std::min(backoff * 2, kMaxBackoff);
-    next_attempt = SteadyClock::now() + backoff;
+    back_off();
     const bool timed_out = is_timeout(error_number);
     const std::string message = "idem redis: connect to " + endpoint + ": " + detail;
-    fail_queue([&] {
+    fail_queued([&](const Pending&) {
       return std::make_exception_ptr(RedisError(RedisFailure::connect, message,
                                                 /*retryable=*/true, /*in_doubt=*/false, timed_out));
     });
   }
 
-  template <class MakeError>
-  void fail_queue(MakeError&& make_error) {
-    auto failed = std::move(queue);
-    queue.clear();
-    for (auto& request : failed)
-      request->waiter->complete(make_error(), {});
+  // The next attempt waits: 50 ms doubling up to 1 s, reset by a success.
+  void back_off() {
+    backoff = backoff.count() == 0 ? kFirstBackoff : std::min(backoff * 2, kMaxBackoff);
+    next_attempt = SteadyClock::now() + backoff;
   }
 
   // TCP is up: the TLS handshake (within the same connect timeout), then the Redis handshake.
@@ -404,31 +258,22 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
       established();
       return;
     }
-    descriptor.async_wait(status == net::IoStatus::want_read
-                              ? asio::posix::stream_descriptor::wait_read
-                              : asio::posix::stream_descriptor::wait_write,
-                          [self = shared_from_this(), gen = generation](std::error_code ec) {
-                            if (ec || gen != self->generation || self->phase != Phase::connecting) {
-                              return;
-                            }
-                            self->tls_step();
-                          });
+    when_ready(status == net::IoStatus::want_read ? WaitType::wait_read : WaitType::wait_write,
+               [](State& self, std::error_code ec) {
+                 if (ec || self.phase != Phase::connecting) return;
+                 self.tls_step();
+               });
   }
 
   // A TLS failure (or a TLS/plaintext mismatch): every call written or waiting fails with the
   // non-retryable tls error; the next call tries again after the backoff.
   void refuse_tls(const std::string& cause) {
-    auto lost = std::move(inflight);
-    inflight.clear();
     close_socket();
     ++stats_connect_failures;
-    phase = Phase::idle;
-    backoff = backoff.count() == 0 ? kFirstBackoff : std::min(backoff * 2, kMaxBackoff);
-    next_attempt = SteadyClock::now() + backoff;
+    back_off();
     const RedisError error = detail::tls_error(endpoint, cause);
-    for (auto& request : lost)
-      if (request->waiter) request->waiter->complete(std::make_exception_ptr(error), {});
-    fail_queue([&] { return std::make_exception_ptr(error); });
+    fail_in_flight([&](const Pending&) { return std::make_exception_ptr(error); });
+    fail_queued([&](const Pending&) { return std::make_exception_ptr(error); });
   }
 
   // A fresh socket failed before its first reply: the TLS cause when the port speaks TLS to a
@@ -449,15 +294,16 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     reader = std::make_unique<detail::ReplyReader>();
     phase = Phase::handshaking;
     timer_armed = false;
-    timer.cancel();  // the connect timeout; the command timeout is armed below
+    timer().cancel();  // the connect timeout; the command timeout is armed below
     auto add = [&](std::initializer_list<std::string_view> args, const char* what) {
-      auto request = std::make_unique<Request>();
-      detail::append_command(request->bytes, std::span<const std::string_view>(args));
-      request->count = 1;
-      request->kind = CommandKind::read;
-      request->what = what;
-      request->handshake = true;
-      batch(std::move(request));
+      Call call;
+      detail::append_command(call.bytes, std::span<const std::string_view>(args));
+      call.count = 1;
+      call.kind = CommandKind::read;
+      call.what = what;
+      call.handshake = true;
+      ++handshakes;
+      batch(send_own(std::move(call)).call);
     };
     const std::string db = std::to_string(options.db);
     if (options.password) {
@@ -468,7 +314,7 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
       }
     }
     if (options.db != 0) add({"SELECT", db}, "SELECT");
-    if (inflight.empty()) {
+    if (handshakes == 0) {
       ready();
     } else {
       write();
@@ -485,15 +331,14 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
 
   // ---- write ------------------------------------------------------------------------------------
 
-  // Moves one request into the out buffer and the in-flight list.
-  void batch(std::unique_ptr<Request> request) {
-    out += request->bytes;
-    bytes_batched += request->bytes.size();
-    request->end = bytes_batched;
-    request->written_at = SteadyClock::now();
-    std::string().swap(request->bytes);
-    if (!request->handshake) stats_commands += request->count;
-    inflight.push_back(std::move(request));
+  // Appends a call just put in flight to the out buffer.
+  void batch(Call& call) {
+    out += call.bytes;
+    bytes_batched += call.bytes.size();
+    call.end = bytes_batched;
+    call.written_at = SteadyClock::now();
+    std::string().swap(call.bytes);
+    if (!call.handshake) stats_commands += call.count;
   }
 
   // True when an idle socket shows EOF, a reset or stray bytes (the server went away while no
@@ -504,20 +349,17 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
 
   void flush() {
     if (phase != Phase::ready) return;
-    if (out_offset == out.size() && !queue.empty()) {
-      if (inflight.empty() && idle_socket_dead()) {
+    if (out_offset == out.size() && has_queued()) {
+      if (!has_in_flight() && idle_socket_dead()) {
         ++stats_drops;
         close_socket();
-        phase = Phase::idle;
         begin_connect();
         return;
       }
       out.clear();
       out_offset = 0;
-      while (!queue.empty() && out.size() < kMaxBatchBytes) {
-        batch(std::move(queue.front()));
-        queue.pop_front();
-      }
+      while (has_queued() && out.size() < kMaxBatchBytes)
+        batch(send_next().call);
       ++stats_writes;
     }
     write();
@@ -544,29 +386,21 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
         bytes_written += r.bytes;
         continue;
       }
-      if (!writing) {
-        writing = true;
-        descriptor.async_wait(r.status == net::IoStatus::want_read
-                                  ? asio::posix::stream_descriptor::wait_read
-                                  : asio::posix::stream_descriptor::wait_write,
-                              [self = shared_from_this(), gen = generation](std::error_code ec) {
-                                if (gen != self->generation) return;
-                                self->writing = false;
-                                if (ec) return;
-                                if (self->phase == Phase::ready) {
-                                  self->flush();
-                                } else {
-                                  self->write();
-                                }
-                              });
-      }
+      when_writable(
+          r.status == net::IoStatus::want_read ? WaitType::wait_read : WaitType::wait_write,
+          [](State& self, std::error_code ec) {
+            if (ec) return;
+            if (self.phase == Phase::ready) {
+              self.flush();
+            } else {
+              self.write();
+            }
+          });
       break;
     }
-    if (out_offset == out.size() && phase == Phase::ready && !queue.empty()) {
+    if (out_offset == out.size() && phase == Phase::ready && has_queued()) {
       // Everything written: start the next batch (calls that queued during this write).
-      asio::post(strand, [self = shared_from_this(), gen = generation] {
-        if (gen == self->generation) self->flush();
-      });
+      schedule_pump();
     }
     arm_read();
     arm_timer();
@@ -575,18 +409,14 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
   // ---- read -------------------------------------------------------------------------------------
 
   void arm_read() {
-    if (reading || inflight.empty() || !descriptor.is_open()) return;
-    reading = true;
-    descriptor.async_wait(asio::posix::stream_descriptor::wait_read,
-                          [self = shared_from_this(), gen = generation](std::error_code ec) {
-                            if (gen != self->generation) return;
-                            self->reading = false;
-                            if (!ec) self->read();
-                          });
+    if (!has_in_flight()) return;
+    when_readable([](State& self, std::error_code ec) {
+      if (!ec) self.read();
+    });
   }
 
   void read() {
-    const std::uint64_t gen = generation;
+    const std::uint64_t gen = generation();
     for (;;) {
       net::IoResult r;
       try {
@@ -619,7 +449,7 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
         reader->feed(read_buffer.data(), r.bytes);
         while (auto reply = reader->next()) {
           deliver(std::move(*reply));
-          if (gen != generation) return;  // a handshake failure dropped the connection
+          if (gen != generation()) return;  // a handshake failure dropped the connection
         }
       } catch (const detail::ProtocolError& e) {
         drop(0, std::string("protocol error: ") + e.what(), /*protocol=*/true);
@@ -627,65 +457,60 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
       }
       if (r.bytes < read_buffer.size() && stream.buffered() == 0) break;  // drained
     }
-    if (inflight.empty()) {
+    if (!has_in_flight()) {
       timer_armed = false;
-      timer.cancel();  // idle: nothing may keep the caller's io_context running
+      timer().cancel();  // idle: nothing may keep the caller's io_context running
     }
     arm_read();
   }
 
   void deliver(RedisReply reply) {
-    if (inflight.empty()) throw detail::ProtocolError("a reply arrived for no command");
-    Request& front = *inflight.front();
+    if (!has_in_flight()) throw detail::ProtocolError("a reply arrived for no command");
+    Call& front = oldest().call;
     front.replies.push_back(std::move(reply));
     if (front.replies.size() < front.count) return;
-    std::unique_ptr<Request> done = std::move(inflight.front());
-    inflight.pop_front();
-    if (done->handshake) {
-      const RedisReply& answer = done->replies.front();
+    Entry done = pop_oldest();
+    if (done->call.handshake) {
+      --handshakes;
+      const RedisReply& answer = done->call.replies.front();
       if (answer.is_error()) {
-        handshake_refused(done->what, answer.str);
+        handshake_refused(done->call.what, answer.str);
         return;
       }
-      if (std::none_of(inflight.begin(), inflight.end(),
-                       [](const auto& r) { return r->handshake; })) {
-        ready();
-      }
+      if (handshakes == 0) ready();
       return;
     }
-    if (done->waiter) done->waiter->complete(nullptr, std::move(done->replies));
+    complete(*done, nullptr, std::move(done->call.replies));
   }
 
   void handshake_refused(const std::string& what, const std::string& answer) {
     const std::string message = "idem redis: " + what + " on " + endpoint + " refused: " + answer;
     close_socket();
-    inflight.clear();
     ++stats_connect_failures;
-    phase = Phase::idle;
-    backoff = backoff.count() == 0 ? kFirstBackoff : std::min(backoff * 2, kMaxBackoff);
-    next_attempt = SteadyClock::now() + backoff;
-    fail_queue([&] {
+    back_off();
+    const auto refused = [&](const Pending&) {
       return std::make_exception_ptr(RedisError(RedisFailure::auth, message, /*retryable=*/false,
                                                 /*in_doubt=*/false, /*timed_out=*/false,
                                                 ErrorCode::store_open_failed));
-    });
+    };
+    fail_in_flight(refused);  // only the handshake's own calls are in flight
+    fail_queued(refused);
   }
 
   // ---- command timeout --------------------------------------------------------------------------
 
   void arm_timer() {
-    if (timer_armed || inflight.empty()) return;
+    if (timer_armed || !has_in_flight()) return;
     timer_armed = true;
-    timer.expires_at(inflight.front()->written_at + options.command_timeout);
-    timer.async_wait([self = shared_from_this(), gen = generation](std::error_code ec) {
-      if (gen != self->generation) return;
-      self->timer_armed = false;
-      if (ec || self->inflight.empty()) return;
-      const auto deadline = self->inflight.front()->written_at + self->options.command_timeout;
+    timer().expires_at(oldest().call.written_at + options.command_timeout);
+    when_timer([](State& self, std::error_code ec) {
+      self.timer_armed = false;
+      if (ec || !self.has_in_flight()) return;
+      const auto deadline = self.oldest().call.written_at + self.options.command_timeout;
       if (SteadyClock::now() >= deadline) {
-        self->drop(ETIMEDOUT, "no reply");
+        self.drop(ETIMEDOUT, "no reply");
       } else {
-        self->arm_timer();
+        self.arm_timer();
       }
     });
   }
@@ -701,75 +526,56 @@ struct AsyncConnection::State : std::enable_shared_from_this<AsyncConnection::St
     }
     const bool was_handshake = phase == Phase::handshaking;
     ++stats_drops;
-    auto lost = std::move(inflight);
-    inflight.clear();
     const std::uint64_t written = bytes_written;
     close_socket();
-    phase = Phase::idle;
     const bool timed_out = is_timeout(error_number);
-    for (auto& request : lost) {
-      if (!request->waiter) continue;
-      const bool sent = request->end <= written;
-      const bool in_doubt = sent && request->kind != CommandKind::read;
-      const bool retryable = !in_doubt || request->kind == CommandKind::idempotent_write;
-      std::string message = "idem redis: " + request->what + " on " + endpoint + ": " + detail;
+    fail_in_flight([&](const Pending& pending) {
+      const Call& call = pending.call;
+      const bool sent = call.end <= written;
+      const bool in_doubt = sent && call.kind != CommandKind::read;
+      const bool retryable = !in_doubt || call.kind == CommandKind::idempotent_write;
+      std::string message = "idem redis: " + call.what + " on " + endpoint + ": " + detail;
       if (timed_out) message += " (timed out: no answer within command_timeout)";
       if (eof) message += " (the server closed the connection)";
       if (in_doubt) {
         message += "; the command was sent and its reply lost: it may or may not have been applied";
       }
-      request->waiter->complete(
-          std::make_exception_ptr(RedisError(protocol ? RedisFailure::protocol : RedisFailure::io,
-                                             message, retryable, in_doubt, timed_out)),
-          {});
-    }
+      return std::make_exception_ptr(
+          RedisError(protocol ? RedisFailure::protocol : RedisFailure::io, message, retryable,
+                     in_doubt, timed_out));
+    });
     if (was_handshake) {
       connect_failed(error_number, detail);
       return;
     }
-    if (!queue.empty()) begin_connect();
+    if (has_queued()) begin_connect();
   }
 
-  // ---- data
-  // ---------------------------------------------------------------------------------------
+  // ---- data -------------------------------------------------------------------------------------
 
   const RedisOptions options;
   const std::shared_ptr<const net::TlsContext> tls_context;  // null without TLS
   const std::string endpoint;
-  asio::strand<asio::any_io_executor> strand;
-  asio::posix::stream_descriptor descriptor;  // non-owning view of stream's descriptor
-  asio::steady_timer timer;  // connect timeout, backoff, or the oldest command's timeout
-  // Of strand's execution context (made after the strand's, the reactor's and the timer's
-  // services, so shut down before them): calls abandon() when the context shuts down.
-  Registry& registry;
-  net::Stream stream;
+  net::Stream stream;  // the engine watches its descriptor
   std::unique_ptr<detail::ReplyReader> reader;
   std::vector<net::Address> addresses;
   std::size_t address_index = 0;
-  SteadyClock::time_point connect_deadline{};
   SteadyClock::time_point next_attempt{};
   std::chrono::milliseconds backoff{0};
 
   Phase phase = Phase::idle;
-  bool closed = false;
-  bool reading = false;
-  bool writing = false;
-  bool timer_armed = false;
-  bool flush_scheduled = false;
+  bool timer_armed = false;  // the timer is the command timeout's
   bool tls_handshaking = false;
+  std::size_t handshakes = 0;           // AUTH/SELECT replies still awaited
   std::uint64_t socket_bytes_read = 0;  // on this socket: 0 until its first reply
-  std::uint64_t generation = 0;
-  std::deque<std::unique_ptr<Request>> queue;     // not written yet
-  std::deque<std::unique_ptr<Request>> inflight;  // batched (being) written, reply awaited
   std::string out;
   std::size_t out_offset = 0;
   std::uint64_t bytes_batched = 0;
   std::uint64_t bytes_written = 0;
   std::array<char, kReadChunk> read_buffer{};
 
-  std::atomic<std::uint64_t> next_id{1};
   std::atomic<std::uint64_t> stats_connects{0}, stats_connect_failures{0}, stats_drops{0},
-      stats_commands{0}, stats_writes{0}, stats_cancelled{0};
+      stats_commands{0}, stats_writes{0};
   const ::idem::detail::ForkOwner process;
 };
 
@@ -833,7 +639,12 @@ async::Task<Replies> AsyncConnection::many(std::shared_ptr<State> state, Command
   co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
                                           void(std::exception_ptr, Replies)>(
       [&](auto handler) {
-        state->start(std::move(handler), batch.take_bytes(), count, kind, std::move(what));
+        Call call;
+        call.bytes = batch.take_bytes();
+        call.count = count;
+        call.kind = kind;
+        call.what = std::move(what);
+        state->start(std::move(handler), std::move(call));
       },
       asio::use_awaitable);
 }
@@ -845,8 +656,12 @@ AsyncConnectionStats AsyncConnection::stats() const {
   s.drops = state_->stats_drops.load();
   s.commands = state_->stats_commands.load();
   s.writes = state_->stats_writes.load();
-  s.cancelled = state_->stats_cancelled.load();
+  s.cancelled = state_->cancelled();
   return s;
+}
+
+asio::any_io_executor AsyncConnection::get_executor() const noexcept {
+  return state_->get_executor().get_inner_executor();
 }
 
 const RedisOptions& AsyncConnection::options() const noexcept {
@@ -864,6 +679,10 @@ AsyncConnectionPool::AsyncConnectionPool(asio::any_io_executor executor, RedisOp
   const auto tls = detail::make_tls_context(options_);  // one context for every connection
   for (std::size_t i = 0; i < options_.async_connections; ++i)
     connections_.push_back(std::make_unique<AsyncConnection>(executor, options_, tls));
+}
+
+AsyncConnectionPool::executor_type AsyncConnectionPool::get_executor() const noexcept {
+  return connections_.front()->get_executor();
 }
 
 AsyncConnection& AsyncConnectionPool::next() noexcept {

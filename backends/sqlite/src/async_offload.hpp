@@ -19,13 +19,9 @@
 // that runs the awaiting coroutine (Asio's rule for every cancellable operation).
 #pragma once
 
-#include <asio/associated_cancellation_slot.hpp>
-#include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/cancellation_type.hpp>
 #include <asio/error.hpp>
-#include <asio/execution/outstanding_work.hpp>
-#include <asio/post.hpp>
-#include <asio/prefer.hpp>
 #include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <condition_variable>
@@ -41,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "idem/async/detail/completion.hpp"
 #include "idem/async/task.hpp"
 
 namespace idem::sqlite::detail {
@@ -87,33 +84,17 @@ namespace offload_detail {
 
 enum Phase : int { queued = 0, running = 1, withdrawn = 2 };
 
-template <class T, class Handler, class Executor>
+template <class T>
 struct State {
-  State(Handler h, Executor ex, std::function<T()> w,
-        std::function<void(asio::cancellation_type)> forward)
-      : handler(std::move(h)),
-        executor(std::move(ex)),
-        work(std::move(w)),
-        on_cancel_running(std::move(forward)) {}
+  State(std::function<T()> w, std::function<void(asio::cancellation_type)> forward)
+      : work(std::move(w)), on_cancel_running(std::move(forward)) {}
 
   std::atomic<int> phase{queued};
-  std::optional<Handler> handler;
-  Executor executor;
+  // Posted once, by whoever moves `phase` from queued: the withdrawal or the job when it ends.
+  idem::async::detail::Completion<void(std::exception_ptr, T)> completion;
   std::function<T()> work;
   std::function<void(asio::cancellation_type)> on_cancel_running;
-  asio::cancellation_slot slot;
 };
-
-// Resumes the awaiting coroutine on its executor (exactly once per state).
-template <class State, class T>
-void complete(const std::shared_ptr<State>& state, std::exception_ptr error, T value) {
-  asio::post(state->executor, [state, error, value = std::move(value)]() mutable {
-    if (state->slot.is_connected()) state->slot.clear();  // drops the slot's reference to state
-    auto handler = std::move(*state->handler);
-    state->handler.reset();
-    std::move(handler)(error, std::move(value));
-  });
-}
 
 template <class T, class Queue>
 struct Initiation {
@@ -123,20 +104,18 @@ struct Initiation {
   void operator()(Handler handler, std::function<T()> work,
                   std::function<void(asio::cancellation_type)> on_cancel_running,
                   bool withdrawable) const {
-    auto slot = asio::get_associated_cancellation_slot(handler);
-    auto executor = asio::prefer(asio::get_associated_executor(handler),
-                                 asio::execution::outstanding_work.tracked);
-    using S = State<T, Handler, decltype(executor)>;
-    auto state = std::make_shared<S>(std::move(handler), std::move(executor), std::move(work),
-                                     std::move(on_cancel_running));
-    if (withdrawable && slot.is_connected()) {
-      state->slot = slot;
+    auto state = std::make_shared<State<T>>(std::move(work), std::move(on_cancel_running));
+    state->completion.emplace(std::move(handler));
+    // A queued job withdrawn has no side effects: every cancellation type withdraws it. A running
+    // one hears the type through on_cancel_running.
+    if (auto slot = state->completion.slot(); withdrawable && slot.is_connected()) {
+      // The slot's handler holds the state until the completion clears the slot.
       slot.assign([state](asio::cancellation_type type) {
         if (type == asio::cancellation_type::none) return;
         int expected = queued;
         if (state->phase.compare_exchange_strong(expected, withdrawn)) {
-          complete(state,
-                   std::make_exception_ptr(std::system_error(asio::error::operation_aborted)), T{});
+          state->completion.post(
+              std::make_exception_ptr(std::system_error(asio::error::operation_aborted)), T{});
         } else if (expected == running && state->on_cancel_running) {
           state->on_cancel_running(type);
         }
@@ -152,7 +131,7 @@ struct Initiation {
       } catch (...) {
         error = std::current_exception();
       }
-      complete(state, error, std::move(value));
+      state->completion.post(std::move(error), std::move(value));
     });
   }
 };

@@ -42,6 +42,36 @@ bool only_blank(const char* tail) {
 
 }  // namespace
 
+bool wait_for_lock(std::chrono::steady_clock::time_point deadline, int attempts) noexcept {
+  using std::chrono::microseconds;
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= deadline) return false;
+  // The holder is usually one short transaction from done: yield first, then back off
+  // exponentially from 10 us to 2 ms, never past the deadline.
+  if (attempts < 2) {
+    std::this_thread::yield();
+    return true;
+  }
+  const int shift = std::min(attempts - 2, 8);
+  auto delay = std::min(microseconds(10 << shift), microseconds(2000));
+  delay =
+      std::min(delay, std::chrono::duration_cast<microseconds>(deadline - now) + microseconds(1));
+  std::this_thread::sleep_for(delay);
+  return true;
+}
+
+void retry_while_busy(std::chrono::milliseconds timeout, const std::function<void()>& step) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  for (int attempts = 0;; ++attempts) {
+    try {
+      step();
+      return;
+    } catch (const SqliteError& e) {
+      if (e.code() != ErrorCode::store_busy || !wait_for_lock(deadline, attempts)) throw;
+    }
+  }
+}
+
 // ---- Statement ------------------------------------------------------------------------------
 
 Statement::~Statement() {
@@ -170,24 +200,11 @@ Connection::~Connection() {
 }
 
 int Connection::on_busy(void* self, int attempts) noexcept {
-  using std::chrono::microseconds;
   auto* connection = static_cast<Connection*>(self);
-  const auto now = std::chrono::steady_clock::now();
-  if (attempts == 0) connection->busy_deadline_ = now + connection->busy_timeout_;
-  if (now >= connection->busy_deadline_) return 0;  // give up: the caller sees SQLITE_BUSY
-  // The holder is usually one short transaction from done: yield first, then back off
-  // exponentially from 10 us to 2 ms, never past the deadline.
-  if (attempts < 2) {
-    std::this_thread::yield();
-    return 1;
+  if (attempts == 0) {
+    connection->busy_deadline_ = std::chrono::steady_clock::now() + connection->busy_timeout_;
   }
-  const int shift = std::min(attempts - 2, 8);
-  auto delay = std::min(microseconds(10 << shift), microseconds(2000));
-  delay =
-      std::min(delay, std::chrono::duration_cast<microseconds>(connection->busy_deadline_ - now) +
-                          microseconds(1));
-  std::this_thread::sleep_for(delay);
-  return 1;
+  return wait_for_lock(connection->busy_deadline_, attempts) ? 1 : 0;
 }
 
 Statement Connection::prepare(std::string_view sql) {
@@ -331,7 +348,8 @@ std::unique_ptr<Connection> open_writer(const std::string& path, const SqliteOpt
     throw SqliteError(e.code(), e.message() + hint, e.sqlite_code(), e.extended_code(),
                       e.retryable(), e.in_doubt());
   }
-  set_synchronous(*writer, options.durability);  // a property of the connection, not the file
+  // A property of the connection, not the file.
+  retry_while_busy(options.busy_timeout, [&] { set_synchronous(*writer, options.durability); });
   return writer;
 }
 
@@ -371,20 +389,29 @@ std::unique_ptr<Checkpointer> start_checkpointer(Connection& writer, const std::
 void ConnectionSet::open(const std::function<bool()>& check_schema,
                          const std::function<void()>& create_schema) {
   writer_ = open_writer(path_, options_);  // synchronous, clear open errors; writes nothing
-  // The check only reads (a file that is not a database fails its first statement with
-  // SQLITE_NOTADB): a file it refuses is left byte for byte as it was.
-  const bool missing = check_schema();
-  if (options_.read_only || !options_.create_schema) {
-    // The file as it is: its journal mode (an infinity_bus file stays in rollback mode), no
-    // tables added. Without WAL there is nothing for the checkpoint thread to do.
-    if (!in_memory_ && !options_.read_only && journal_mode(*writer_) == "wal") {
-      checkpointer_ = start_checkpointer(*writer_, path_, options_);
+  bool checkpoints = false;
+  // Each step may meet another connection's lock, and the journal-mode switch meets it without
+  // SQLite calling the busy handler: every step is run again until the busy timeout is spent
+  // (DESIGN-NOTES §73). A step that failed changed nothing (check_schema only reads, the switch
+  // either happens or not, create_schema is one transaction), so running them all again is safe.
+  retry_while_busy(options_.busy_timeout, [&] {
+    // The check only reads (a file that is not a database fails its first statement with
+    // SQLITE_NOTADB): a file it refuses is left byte for byte as it was.
+    const bool missing = check_schema();
+    if (options_.read_only || !options_.create_schema) {
+      // The file as it is: its journal mode (an infinity_bus file stays in rollback mode), no
+      // tables added. Without WAL there is nothing for the checkpoint thread to do.
+      checkpoints = !in_memory_ && !options_.read_only && journal_mode(*writer_) == "wal";
+      return;
     }
-    return;
+    if (!in_memory_) use_wal(*writer_);
+    if (missing) create_schema();
+    checkpoints = true;
+  });
+  if (checkpoints) {
+    retry_while_busy(options_.busy_timeout,
+                     [&] { checkpointer_ = start_checkpointer(*writer_, path_, options_); });
   }
-  if (!in_memory_) use_wal(*writer_);
-  if (missing) create_schema();
-  checkpointer_ = start_checkpointer(*writer_, path_, options_);
 }
 
 std::unique_ptr<Connection> ConnectionSet::take_reader() {

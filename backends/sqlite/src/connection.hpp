@@ -144,6 +144,18 @@ class Connection {
   std::unordered_map<std::string, StatementHandle, TransparentHash, std::equal_to<>> cache_;
 };
 
+// The busy handler's wait, shared with retry_while_busy: false once `deadline` has passed;
+// otherwise yields (the first two attempts) or sleeps an exponentially growing delay (10 us to
+// 2 ms, never past the deadline) and returns true.
+bool wait_for_lock(std::chrono::steady_clock::time_point deadline, int attempts) noexcept;
+
+// Runs `step`, and runs it again while it throws a store_busy SqliteError, for at most `timeout`
+// in all; then the last error is thrown. For the steps of opening a file: SQLite answers some of
+// them with SQLITE_BUSY without calling the busy handler, above all a journal-mode change while
+// another connection holds a lock (sqlite3_busy_handler: waiting there could deadlock), so the
+// busy timeout alone would not let them wait. `step` must be safe to run again after it failed.
+void retry_while_busy(std::chrono::milliseconds timeout, const std::function<void()>& step);
+
 // What every SQLite component checks before it opens `path` with `options`: InvalidArgument for
 // an empty path or a NUL byte in it, ConfigError for bad options or a libsqlite3 built without
 // thread support.

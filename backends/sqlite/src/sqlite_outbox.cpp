@@ -129,8 +129,12 @@ class SqliteOutbox::Impl {
     }
     connection_ = detail::open_writer(path_, options_);
     if (!options_.read_only) {
-      detail::use_wal(*connection_);
-      if (options_.create_schema) connection_->exec_script(kCreateOutbox);
+      // Run again while another connection's lock is in the way (see retry_while_busy): the
+      // journal-mode switch does not wait in the busy handler.
+      detail::retry_while_busy(options_.busy_timeout, [&] {
+        detail::use_wal(*connection_);
+        if (options_.create_schema) connection_->exec_script(kCreateOutbox);
+      });
     }
   }
 

@@ -6,7 +6,9 @@
 // failed. Each fallback's result goes through the operation's validators. The first fallback that
 // returns a valid result wins (the report says fallback_used and which one). If every fallback
 // fails, the operation fails with idem::FallbackChainError listing every failure — the primary's
-// last one first, then each fallback's — as the cause of its OperationError.
+// last one first, then each fallback's — as the cause of its OperationError. `fallback_on`, when
+// set, also judges each fallback's failure, as relprim's FallbackPolicy does: one it does not
+// accept stops the chain and is the cause itself.
 //
 // Fallbacks are not retried, not timed out and do not pass through the circuit breaker: they
 // are the plan B for when the protected dependency is unavailable.

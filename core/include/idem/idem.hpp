@@ -39,6 +39,7 @@
 #include "idem/handler.hpp"
 #include "idem/handler_options.hpp"
 #include "idem/idempotency.hpp"
+#include "idem/idempotency_policy.hpp"
 #include "idem/idempotency_store.hpp"
 #include "idem/key.hpp"
 #include "idem/memory_recorder.hpp"

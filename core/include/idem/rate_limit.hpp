@@ -13,7 +13,8 @@
 // For each failed primary attempt that rate_limit_on accepts (a "rate-limited failure"):
 //   1. retry_after, if set, extracts the provider's delay (nullopt: the provider gave none). An
 //      extractor that throws, or returns a negative delay, ends the retries with
-//      idem::RetryAfterExtractionError — an untrusted delay is never waited out;
+//      idem::RetryAfterExtractionError — an untrusted delay is never waited out; that error is
+//      then the attempt's failure (as in relprim), not a rate limit;
 //   2. the delay of the next retry is the provider's when there is one (delay source
 //      "provider"), else the backoff's ("backoff");
 //   3. a delay longer than max_wait ends the retries with idem::RateLimitWaitExceeded (which
@@ -21,8 +22,9 @@
 //   4. otherwise the retry is scheduled like any other. A rate-limited failure is retried even
 //      when retry_on would not retry it; rate limits never add attempts: max_attempts / retries
 //      still bounds them, so without retries a rate limit just fails the call.
-// Events rate_limit.detected and rate_limit.wait_exceeded, and per-attempt / per-report
-// metadata (rate_limited, rate_limit_*), say what happened (docs/resilience.md). Once the
+// Events rate_limit.detected and rate_limit.wait_exceeded (before the attempt's attempt.failed),
+// and per-attempt / per-report metadata (rate_limited, rate_limit_*), say what happened
+// (docs/resilience.md). Once the
 // retries end, the circuit breaker and the fallbacks see a rate-limited failure like any other.
 //
 // This is recovery after a rejection, not a throttle: nothing here limits the rate of calls.

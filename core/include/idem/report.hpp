@@ -1,13 +1,13 @@
 // ExecutionReport: what happened during one resilient operation.
 //
 // Every call through idem::resilient / idem::operation produces a report: overall status, when
-// it started and how long it took, every attempt (primary and fallbacks), whether a fallback
-// produced the result, and a string metadata map (idempotency_enabled, idempotency_key,
-// idempotency_status, idempotency_cache_hit, ...). A replayed result carries the report of the
-// execution that produced it, with the idempotency metadata of the replaying call merged in.
-// Metadata keys are listed in docs/resilience.md §5 (validation_*, circuit_breaker_open,
-// fallback_*, rate_limit_*, idempotency_*); values are strings ("true"/"false", seconds as
-// decimals).
+// it started and how long it took, every attempt (primary and fallbacks), whether a fallback ran
+// and which one produced the result, and a string metadata map (idempotency_enabled,
+// idempotency_key, idempotency_status, idempotency_cache_hit, ...). A replayed result carries the
+// report of the execution that produced it, with the idempotency metadata of the replaying call
+// merged in. Metadata keys are listed in docs/resilience.md §5 (validation_*,
+// circuit_breaker_open, fallback_*, rate_limit*, idempotency_*); values are strings
+// ("true"/"false", seconds as decimals).
 //
 // Thread-safety: a plain value.
 #pragma once
@@ -41,8 +41,8 @@ struct AttemptRecord {
   std::string error_type;     // demangled exception type, empty on success
   std::string error_message;  // what(), empty on success
   bool retryable = false;     // whether the retry policy considered it retryable
-  // Per-attempt details: rate_limited, rate_limit_* (a rate-limited failure), timeout_seconds,
-  // stop_requested, attempt_stopped (a timed-out attempt), validator_name, reason.
+  // Per-attempt details: rate_limited, rate_limit_* (every primary attempt), timeout_seconds,
+  // stop_requested, attempt_stopped (a timed-out attempt), validation_* (a rejected result).
   std::map<std::string, std::string> metadata;
 };
 
@@ -52,7 +52,7 @@ struct ExecutionReport {
   WallTime started_at{};
   std::chrono::nanoseconds duration{0};
   std::vector<AttemptRecord> attempts;
-  bool fallback_used = false;
+  bool fallback_used = false;                  // a fallback ran (relprim's fallback_used)
   std::optional<std::string> fallback_source;  // which fallback produced the value
   std::map<std::string, std::string> metadata;
 

@@ -112,8 +112,8 @@ struct BasicResilientOptions<R(Params...), V, Store> {
   // Tried once the primary gives up: `fallback` first, then `fallbacks` in order. Default none.
   Fallback<R(Params...)> fallback{};
   std::vector<Fallback<R(Params...)>> fallbacks{};
-  // Which failures of the primary start the fallbacks; any other propagates at once. Default:
-  // empty = every failure.
+  // Which failures of the primary start the fallbacks, and of a fallback go on to the next one;
+  // any other propagates at once. Default: empty = every failure.
   FailurePredicate fallback_on{};
 
   // Where structured events go. Default: nowhere (no events are built).

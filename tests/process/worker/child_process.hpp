@@ -25,8 +25,11 @@
 #include <cerrno>
 #include <chrono>
 #include <exception>
+#include <filesystem>
+#include <fstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -124,6 +127,40 @@ class ChildProcess {
   bool reaped_ = false;
 };
 
+namespace detail {
+
+// True when every thread of this process but the calling one is asleep (state S in
+// /proc/self/task/<tid>/stat): none can then be inside an allocator's critical section.
+inline bool other_threads_asleep() {
+  const std::string self = std::to_string(::gettid());
+  std::error_code error;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task", error)) {
+    if (task.path().filename() == self) continue;
+    std::ifstream stat(task.path() / "stat");
+    std::string line;
+    std::getline(stat, line);
+    const auto paren = line.rfind(')');  // the name may hold spaces and parentheses
+    if (paren == std::string::npos || paren + 2 >= line.size()) continue;  // the thread ended
+    if (line[paren + 2] != 'S') return false;
+  }
+  return !error;
+}
+
+// See the header comment: only the AddressSanitizer build needs it. Two samples in a row, a
+// millisecond apart, and at most five seconds (after which the fork goes ahead anyway).
+inline void let_other_threads_settle_before_fork() {
+#if defined(__SANITIZE_ADDRESS__)
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(5);
+  int asleep_in_a_row = 0;
+  while (asleep_in_a_row < 2 && std::chrono::steady_clock::now() < deadline) {
+    asleep_in_a_row = other_threads_asleep() ? asleep_in_a_row + 1 : 0;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+#endif
+}
+
+}  // namespace detail
+
 class ForkedChild {
  public:
   // How the child ended: what it wrote, and how it exited.
@@ -160,6 +197,7 @@ class ForkedChild {
   explicit ForkedChild(Body&& body) {
     int fds[2];
     if (::pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("pipe failed");
+    detail::let_other_threads_settle_before_fork();
     pid_ = ::fork();
     if (pid_ < 0) throw std::runtime_error("fork failed");
     if (pid_ == 0) {

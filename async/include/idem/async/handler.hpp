@@ -6,7 +6,7 @@
 //   check_then_mark  co_await is_processed → duplicate; else co_await handle; success →
 //                    mark_processed; a throw (or cancellation) marks nothing and propagates.
 //   exclusive        co_await claim(lease): processed → duplicate; live lease → AlreadyInProgress;
-//                    acquired → handle, while an asio::steady_timer on the caller's executor
+//                    acquired → handle, while a coroutine on a strand of the caller's executor
 //                    renews the lease every lease/3 → complete(token), or LeaseLost when the claim
 //                    was taken over. handle throws or is cancelled → release(token) (run even for
 //                    a cancelled caller) and the exception propagates.
@@ -15,8 +15,9 @@
 //                    AsyncSqlTransaction); events it publishes are held back until the commit.
 //   automatic        exclusive when the recorder's capabilities() has claims, else
 //                    check_then_mark.
-// The renewal timer runs on the executor's steady clock; HandlerOptions::clock only times
-// `handle` for HandlerOptions::observer.
+// The renewals follow the blocking handler's rules (idem/detail/lease_renewer.hpp), on
+// HandlerOptions::clock (null: the system clock): a ManualClock moved by hand makes them due.
+// The same clock times `handle` for HandlerOptions::observer.
 //
 // Cancellation: cancelling the awaiting coroutine (its cancellation slot) while handle runs
 // reaches handle's own awaits (operation_aborted there); the delivery is then not marked, its
@@ -89,14 +90,13 @@ class AsyncHandlerCore {
   Task<HandleResult> run_check_then_mark(const Event& event, BusProxy& bus, const Invoke& invoke);
   Task<HandleResult> run_exclusive(const Event& event, BusProxy& bus, const Invoke& invoke);
   Task<HandleResult> run_transactional(const Event& event, BusProxy& bus, const Invoke& invoke);
-  Task<void> keep_lease(std::string_view event_id, std::uint64_t token);
 
   std::string consumer_;
   std::shared_ptr<AsyncRecorder> recorder_;
   HandlerMode mode_;
   Millis lease_;
   std::shared_ptr<Observer> observer_;
-  std::shared_ptr<Clock> clock_;  // handler durations only
+  std::shared_ptr<Clock> clock_;  // the renewal schedule's, and the observer's durations
 };
 
 }  // namespace detail

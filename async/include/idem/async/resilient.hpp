@@ -427,8 +427,8 @@ class AsyncEngine {
         }
         if (error) {
           if (co_await caller_cancelled()) end_cancelled(life, s, 0, nullptr);
-          life.fallback_failed(i, error);
-          continue;
+          if (life.fallback_failed(i, error)) continue;
+          break;
         }
         if (!s.validators.empty()) life.validation_succeeded(0, s.core.fallback_sources[i]);
         life.fallback_succeeded(i);

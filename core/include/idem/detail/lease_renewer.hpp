@@ -1,18 +1,27 @@
 // LeaseRenewer: keeps the leases of held claims alive while their owners run.
 //
-// One background thread renews every registered lease, lease/3 after it was registered and after
-// each renewal, until it is removed. Both blocking faces use it: an IdempotentHandler in
-// exclusive mode (a recorder claim per event) and the operation coordinator (a store claim per
-// executing key). What a renewal does is the caller's: a function that returns true when the
-// lease was extended, false when the claim was fenced off (another owner took it over: the
-// renewer stops renewing it and lost() says so), and throws when the store could not be reached
-// (tried again next period; the lease outlives two missed renewals).
+// The rules of every lease renewal in idem — this blocking renewer's and the coroutine face's
+// (idem::async::detail::renew_every, which follows them to the letter):
+//  * When: renewal_interval(lease) (lease/3) after the claim was taken, then after each renewal
+//    was decided (not after it returned: the store's latency does not drift the schedule), on the
+//    steady time of the injected Clock.
+//  * Renewed (the renewal returns true): go on.
+//  * Fenced (false): another owner took the claim over. Renewing stops for good and the owner
+//    can see it (Lease::lost(), LeaseKeeper::fenced()); its complete() then reports the loss.
+//  * Failed (it throws): the store could not be reached. Tried again next period; the lease
+//    outlives two missed renewals.
+//  * Stopped (remove(), or the renewing coroutine cancelled): renewing ends without an error; a
+//    renewal already running may still land, which is harmless (a store or recorder refuses a
+//    token that completed or was released), and its outcome is not used.
 //
-// Time is the injected Clock of each registration: its steady time decides when a renewal is
-// due. The thread waits on real time, exactly for the SystemClock; with any other clock (a
-// ManualClock a test moves by hand) it re-reads that clock every millisecond while such a lease is
-// registered, so a clock advanced past a renewal's due time is noticed promptly without the
-// renewer ever moving the clock itself.
+// One background thread renews every registered lease until it is removed. Both blocking faces
+// use it: an IdempotentHandler in exclusive mode (a recorder claim per event) and the operation
+// coordinator (a store claim per executing key). What a renewal does is the caller's function.
+//
+// Time: the thread waits on real time, exactly for the SystemClock; with any other clock (a
+// ManualClock a test moves by hand) it re-reads that clock every kInjectedClockPoll while such a
+// lease is registered (renewal_wait()), so a clock advanced past a renewal's due time is noticed
+// promptly without the renewer ever moving the clock itself.
 //
 // The thread starts on the first add() and stays (idle, waiting) until the renewer goes, so a
 // call never starts a thread. A registration is woken early only when it is due before the
@@ -39,6 +48,14 @@ namespace idem::detail {
 
 // How often a held claim's lease is renewed: lease / 3, at least 1 ns.
 std::chrono::nanoseconds renewal_interval(Millis lease);
+
+// How often a renewer re-reads a clock that is not the SystemClock.
+inline constexpr std::chrono::milliseconds kInjectedClockPoll{1};
+
+// The real time to wait before looking at `clock` again for a renewal due at `due`, `now` being
+// the clock's steady time: what is left on the SystemClock, at most kInjectedClockPoll on any
+// other. Zero when it is due.
+std::chrono::nanoseconds renewal_wait(const Clock& clock, SteadyTime due, SteadyTime now);
 
 class LeaseRenewer {
  public:

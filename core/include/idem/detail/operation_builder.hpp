@@ -70,7 +70,8 @@ class OperationBuilder {
   Derived with_circuit_breaker(std::shared_ptr<CircuitBreaker> breaker) const {
     return change([&](Spec& s) { s.core.breaker = std::move(breaker); });
   }
-  // `fallback_on`: which failures of the primary start the chain (default: every failure).
+  // `fallback_on`: which failures of the primary start the chain, and of a fallback go on to the
+  // next one (default: every failure).
   Derived with_fallbacks(std::vector<Fallback<Signature>> fallbacks,
                          FailurePredicate fallback_on = {}) const {
     return change([&](Spec& s) {

@@ -448,8 +448,8 @@ class Engine {
             s.fallbacks[i].call(why, args...);
             Validation<Value>::run(s.validators, false);
           } catch (...) {
-            life.fallback_failed(i, std::current_exception());
-            continue;
+            if (life.fallback_failed(i, std::current_exception())) continue;
+            break;
           }
           if (!s.validators.empty()) life.validation_succeeded(0, s.core.fallback_sources[i]);
           life.fallback_succeeded(i);
@@ -460,8 +460,8 @@ class Engine {
             value.emplace(s.fallbacks[i].call(why, args...));
             Validation<Value>::run(s.validators, false, *value);
           } catch (...) {
-            life.fallback_failed(i, std::current_exception());
-            continue;
+            if (life.fallback_failed(i, std::current_exception())) continue;
+            break;
           }
           if (!s.validators.empty()) life.validation_succeeded(0, s.core.fallback_sources[i]);
           life.fallback_succeeded(i);

@@ -57,7 +57,9 @@ struct PolicyCore {
   std::chrono::nanoseconds timeout_grace{0};
   std::shared_ptr<CircuitBreaker> breaker{};
   RateLimitPolicy rate_limit{};
-  FailurePredicate fallback_on{};  // empty: every failure starts the fallbacks
+  // Which failures start the fallbacks and let the chain go on to the next candidate (relprim's
+  // FallbackPolicy); empty: every failure.
+  FailurePredicate fallback_on{};
   std::vector<std::shared_ptr<EventSink>> sinks{};
   std::shared_ptr<Observer> observer{};   // null: calls are not observed (one null check)
   std::shared_ptr<Clock> clock_option{};  // as configured (may be null)
@@ -115,7 +117,9 @@ class Lifecycle {
   void validation_succeeded(int attempt, std::string_view source);
   void fallback_started(std::size_t index);
   void fallback_succeeded(std::size_t index);
-  void fallback_failed(std::size_t index, std::exception_ptr error);
+  // Records a fallback's failure. True: the chain goes on to the next candidate; false: fallback_on
+  // does not accept this failure, so the chain stops and fail() reports it as the cause.
+  bool fallback_failed(std::size_t index, std::exception_ptr error);
 
   // Completes the report as a success (the report is moved out).
   ExecutionReport succeed();
@@ -125,13 +129,32 @@ class Lifecycle {
  private:
   void emit(EventType type, int attempt, std::map<std::string, std::string> fields) const;
   void emit_transition(const std::optional<CircuitTransition>& transition, int attempt) const;
+  // What the rate-limit policy made of one primary attempt (its rate_limit* metadata).
+  struct RateLimitNote {
+    bool rate_limited = false;
+    std::optional<std::chrono::nanoseconds> retry_after{};  // the provider's delay
+    std::optional<std::chrono::nanoseconds> delay{};        // the wait chosen before a retry
+    DelaySource source = DelaySource::backoff;
+    bool wait_exceeded = false;  // `delay` was too long: nothing was waited
+  };
+
   void record_failure(int attempt, std::string source, const FailureInfo& info);
+  // Writes the rate_limit* metadata every primary attempt carries (relprim's keys), and keeps
+  // `note` as the primary's last for the report.
+  void note_rate_limit(AttemptRecord& record, const RateLimitNote& note);
   void note_validation(const FailureInfo& info);
-  // Rate-limit handling of a failed primary attempt: true = retry after the wait (already
-  // waited), false = the retries end (the cause may be replaced by final_error_).
+  // Whether fallback_on accepts `error` (a failure it cannot test is not accepted).
+  bool accepts_fallback(const std::exception_ptr& error) const;
+  // Whether rate_limit_on calls `error` a rate limit (a throwing predicate: no).
+  bool is_rate_limit(const std::exception_ptr& error) const;
+  // The rate-limit policy's decision on a failed primary attempt that rate_limit_on accepted:
+  // the wait before the retry, or nullopt when the retries end (final_error_ then says why). An
+  // extractor that fails replaces the attempt's failure (`info`) with the
+  // RetryAfterExtractionError, which is not a rate limit.
   std::optional<std::chrono::nanoseconds> rate_limited_retry(int attempt,
                                                              const std::exception_ptr& error,
-                                                             bool last_attempt);
+                                                             bool last_attempt, FailureInfo& info,
+                                                             RateLimitNote& note);
   // Report metadata shared by succeed() and fail().
   void finish_metadata();
   // The status of a finished call from its last attempt.
@@ -154,10 +177,13 @@ class Lifecycle {
   std::string validator_{};  // the validator that rejected the last failed result
   std::string validation_reason_{};
   bool breaker_rejected_ = false;  // the last primary failure was a breaker rejection
+  bool fallback_ran_ = false;      // a fallback was called
+  bool fallback_stopped_ = false;  // fallback_on refused a fallback's failure: it is the cause
   bool cancelled_ = false;         // the caller cancelled the call (cancelled())
   bool rate_limit_encountered_ = false;
   bool rate_limit_wait_exceeded_ = false;
   std::chrono::nanoseconds rate_limit_wait_{0};
+  RateLimitNote last_rate_limit_{};  // the primary's last attempt's
   // Timed-out attempts (index into report_.attempts, the TimeoutError) for attempt_stopped.
   std::vector<std::pair<std::size_t, std::exception_ptr>> timeouts_{};
   std::vector<FallbackFailure> fallback_failures_{};

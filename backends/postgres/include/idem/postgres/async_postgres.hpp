@@ -13,13 +13,15 @@
 // one connection for itself until it commits or rolls back; other coroutines use the others (or
 // wait up to acquire_timeout when every connection is held by a transaction: store_busy).
 //
-// Cancellation through the awaiting coroutine's slot: a statement that was not sent yet is
-// withdrawn (asio::error::operation_aborted). One already sent stays in the pipeline — its
-// result is read and dropped, so the connection stays in step — and the caller gets
-// operation_aborted for a read, a PostgresError with in_doubt() for a write (retryable: idem's
-// writes are keyed and fenced) or a COMMIT (not retryable). There is no PQcancel: on a pipeline
-// it would cancel whichever statement runs at that moment, possibly another caller's;
-// statement_timeout bounds how long such a statement can run.
+// Cancellation through the awaiting coroutine's slot (Asio's cancellation types): a statement
+// that was not sent yet is withdrawn (asio::error::operation_aborted), whatever the type. One
+// already sent stays in the pipeline — its result is read and dropped, so the connection stays
+// in step — and the caller gets operation_aborted for a read; for a write or a COMMIT a terminal
+// or partial cancellation ends the call at once with a PostgresError with in_doubt() (retryable
+// for idem's writes, which are keyed and fenced; not for a COMMIT), while a total one (no side
+// effects allowed) cannot be honoured any more and the call ends with its real outcome. There is
+// no PQcancel: on a pipeline it would cancel whichever statement runs at that moment, possibly
+// another caller's; statement_timeout bounds how long such a statement can run.
 //
 // Failures are classified as in the blocking backend (postgres_error.hpp): a lost connection
 // fails the statements that were sent (writes and COMMIT in doubt) and the next statement
@@ -64,6 +66,8 @@ struct AsyncPoolStats {
 
 class AsyncConnectionPool {
  public:
+  using executor_type = asio::any_io_executor;
+
   // Validates `options` like ConnectionPool (ConfigError). Does not connect. The connections'
   // I/O runs on strands of `executor`.
   AsyncConnectionPool(asio::any_io_executor executor, PostgresOptions options);
@@ -72,6 +76,8 @@ class AsyncConnectionPool {
   AsyncConnectionPool(const AsyncConnectionPool&) = delete;
   AsyncConnectionPool& operator=(const AsyncConnectionPool&) = delete;
 
+  // The executor it was made with.
+  executor_type get_executor() const noexcept;
   const PostgresOptions& options() const noexcept;
   // "user@host:port/dbname", never the password; for messages.
   const std::string& target() const noexcept;
@@ -101,6 +107,9 @@ class AsyncPostgresRecorder final : public async::AsyncRecorder {
   AsyncPostgresRecorder(const AsyncPostgresRecorder&) = delete;
   AsyncPostgresRecorder& operator=(const AsyncPostgresRecorder&) = delete;
 
+  using executor_type = asio::any_io_executor;
+  // The executor its connections run on (the pool's).
+  executor_type get_executor() const noexcept { return pool()->get_executor(); }
   const std::shared_ptr<AsyncConnectionPool>& pool() const noexcept;
 
  private:
@@ -145,6 +154,9 @@ class AsyncPostgresStore final : public async::AsyncStore {
   AsyncPostgresStore(const AsyncPostgresStore&) = delete;
   AsyncPostgresStore& operator=(const AsyncPostgresStore&) = delete;
 
+  using executor_type = asio::any_io_executor;
+  // The executor its connections run on (the pool's).
+  executor_type get_executor() const noexcept { return pool()->get_executor(); }
   const std::shared_ptr<AsyncConnectionPool>& pool() const noexcept;
 
  private:

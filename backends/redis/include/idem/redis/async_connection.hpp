@@ -21,16 +21,20 @@
 // backoff first (50 ms doubling up to 1 s, reset by a success). An idle connection the server
 // closed is noticed before writing and replaced without failing anyone.
 //
-// Cancellation (the awaiting coroutine's cancellation slot, e.g. a per-attempt timeout):
-//  * before its command is written, the call is withdrawn: nothing reaches the server and the
-//    call ends with asio::system_error(operation_aborted);
-//  * after it is written, the call ends at once, and its reply is still read and dropped (the
-//    pipeline stays in sync). A read ends with operation_aborted; a write may or may not have
-//    run, so it ends with a RedisError (io) with in_doubt(), retryable for an idempotent write,
-//    exactly like a lost reply — find out (lookup, the lease) before acting on it again.
+// Cancellation (the awaiting coroutine's cancellation slot, e.g. a per-attempt timeout; the
+// types are Asio's, asio::cancellation_type):
+//  * before its command is written, the call is withdrawn, whatever the type: nothing reaches
+//    the server and the call ends with asio::system_error(operation_aborted);
+//  * after it is written, its reply is still read and dropped (the pipeline stays in sync). A
+//    read ends at once with operation_aborted, whatever the type. A write may or may not have
+//    run: a terminal or partial cancellation ends it at once with a RedisError (io) with
+//    in_doubt(), retryable for an idempotent write, exactly like a lost reply — find out
+//    (lookup, the lease) before acting on it again; a total cancellation (no side effects
+//    allowed) cannot be honoured any more, and the call ends with its real outcome.
 //
-// Executors: the connection does its I/O on a strand of the executor it was made with; a call
-// may come from any executor and resumes on its own (never on the connection's strand).
+// Executors: the connection does its I/O on a strand of the executor it was made with
+// (get_executor()); a call may come from any executor and resumes on its own (never on the
+// connection's strand).
 // Destroying the connection fails the calls still waiting with operation_aborted and closes the
 // socket once no I/O is pending (work in flight keeps its state alive, never the owner).
 // Destroying (or shutting down) the execution context of `executor` with calls still waiting
@@ -94,6 +98,8 @@ struct AsyncConnectionStats {
 
 class AsyncConnection {
  public:
+  using executor_type = asio::any_io_executor;
+
   // Validates the options and builds the TLS context (ConfigError); opens nothing yet.
   // `executor`'s strand runs the I/O.
   AsyncConnection(asio::any_io_executor executor, RedisOptions options);
@@ -121,6 +127,8 @@ class AsyncConnection {
                                                 CommandKind kind = CommandKind::write,
                                                 std::string_view what = "pipeline");
 
+  // The executor it was made with (its I/O runs on a strand of it).
+  executor_type get_executor() const noexcept;
   AsyncConnectionStats stats() const;
   const RedisOptions& options() const noexcept;
   // "host:port/db", for messages.
@@ -141,10 +149,14 @@ class AsyncConnection {
 // to the next one in turn. Thread safety: every member may be called from any thread at once.
 class AsyncConnectionPool {
  public:
+  using executor_type = asio::any_io_executor;
+
   AsyncConnectionPool(asio::any_io_executor executor, RedisOptions options);
   AsyncConnectionPool(const AsyncConnectionPool&) = delete;
   AsyncConnectionPool& operator=(const AsyncConnectionPool&) = delete;
 
+  // The executor it was made with.
+  executor_type get_executor() const noexcept;
   AsyncConnection& next() noexcept;
   std::size_t size() const noexcept { return connections_.size(); }
   AsyncConnection& at(std::size_t i) { return *connections_.at(i); }

@@ -48,6 +48,9 @@ class AsyncRedisRecorder final : public async::AsyncRecorder {
   async::Task<std::size_t> mark_processed_batch(std::string_view consumer,
                                                 std::span<const std::string> event_ids);
 
+  using executor_type = asio::any_io_executor;
+  // The executor its connections run on (the pool's).
+  executor_type get_executor() const noexcept { return pool_->get_executor(); }
   const std::shared_ptr<AsyncConnectionPool>& pool() const noexcept { return pool_; }
   // The Redis key of a marker / claim (the blocking recorder's layout).
   std::string marker_key(std::string_view consumer, std::string_view event_id) const;

@@ -42,6 +42,9 @@ class AsyncRedisStore final : public async::AsyncStore {
   // PING on one connection: throws RedisError when the server cannot be reached.
   async::Task<void> ping();
 
+  using executor_type = asio::any_io_executor;
+  // The executor its connections run on (the pool's).
+  executor_type get_executor() const noexcept { return pool_->get_executor(); }
   const std::shared_ptr<AsyncConnectionPool>& pool() const noexcept { return pool_; }
   // The Redis key of a record (the blocking store's layout).
   std::string record_key(std::string_view key) const;

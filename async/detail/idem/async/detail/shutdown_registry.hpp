@@ -1,5 +1,6 @@
 // ShutdownRegistry<T>: the live connections of one Asio execution context, made to drop their
-// pending operations when that context shuts down. Internal to idem's async backends.
+// pending operations when that context shuts down. Internal to idem's async backends; not
+// installed.
 //
 // Asio calls a service's shutdown() when its execution context is destroyed (or shut down),
 // after the context's threads stopped and before it destroys the handlers still queued on it.
@@ -9,8 +10,10 @@
 // session, forever. At shutdown every registered connection's abandon() destroys those handlers
 // without completing them, as Asio does with its own pending operations.
 //
-// T derives from std::enable_shared_from_this<T> and has `void abandon() noexcept`; it calls
-// add(this) once constructed and remove(this) in its destructor. Thread-safe.
+// T has weak_from_this() (it or a class derived from it derives from
+// std::enable_shared_from_this) and `void abandon() noexcept`; it calls add(this) when made and
+// remove(this) in its destructor (a T not yet owned by a shared_ptr, or already going, is
+// skipped). The one user is the pipelined-connection engine (pipeline.hpp). Thread-safe.
 #pragma once
 
 #include <asio/execution/context.hpp>

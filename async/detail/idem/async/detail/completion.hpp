@@ -1,0 +1,233 @@
+// Completion<void(Args...)>: one asynchronous operation's completion handler, type-erased and
+// move-only, for idem's own asynchronous operations (the coordinator's latch and joiners, the
+// SQLite offload, the pipelined connections of Redis and PostgreSQL). Not installed.
+//
+// It is what asio::any_completion_handler is in Asio 1.24 and later (Debian 12 ships 1.22): it
+// holds
+//  * the handler, inline when it fits in InlineSize bytes and moves without throwing (the
+//    handler of asio::use_awaitable, with its work, does: an operation that completes a waiting
+//    coroutine allocates nothing for its completion), else on the heap;
+//  * outstanding work on the handler's associated executor (outstanding_work.tracked), so
+//    io_context::run() does not return while the operation is pending on another thread;
+//  * through the handler, its associated cancellation slot (slot()).
+// post(args...) posts the handler to its associated executor (the fallback given at
+// construction when it has none) with the arguments moved, never copied: an exception_ptr the
+// caller reads is then released where it is read, not on the thread that completed it. On that
+// executor the handler's cancellation slot is cleared before the handler runs, so a cancellation
+// handler that refers to the operation is gone before the caller resumes. post() may be called
+// once; the Completion is empty afterwards. Destroying a Completion that was not posted destroys
+// the handler without calling it (and ends its work): what Asio does with the handlers of a
+// context that shuts down.
+//
+// Cancellation types (asio::cancellation_type; Asio's definitions): an operation that installs a
+// cancellation handler on slot() decides which types it honours. idem's rule:
+//  * withdrawing work that has not started has no side effects, so any type withdraws it;
+//  * work that has started and may have had an effect (a write that reached a server) may end
+//    early only for `terminal` or `partial` — and then reports the effect as in doubt, never as
+//    "nothing happened"; a `total` request leaves it to end with its real outcome
+//    (allows_side_effects() below).
+//
+// Thread safety: none; a Completion is used by one party at a time (an operation hands it over
+// under its own lock or atomic state).
+#pragma once
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/execution/outstanding_work.hpp>
+#include <asio/post.hpp>
+#include <asio/prefer.hpp>
+#include <asio/system_executor.hpp>
+#include <cstddef>
+#include <memory>
+#include <new>
+#include <type_traits>
+#include <utility>
+
+namespace idem::async::detail {
+
+// True when a cancellation of `type` accepts that work already started may have had effects
+// (terminal or partial); false for total (and none).
+constexpr bool allows_side_effects(asio::cancellation_type type) noexcept {
+  return (type & (asio::cancellation_type::terminal | asio::cancellation_type::partial)) !=
+         asio::cancellation_type::none;
+}
+
+// Room for a use_awaitable handler and the tracked any_io_executor of its work, with a margin.
+inline constexpr std::size_t kCompletionInline = 80;
+
+template <class Signature, std::size_t InlineSize = kCompletionInline>
+class Completion;
+
+template <class... Args, std::size_t InlineSize>
+class Completion<void(Args...), InlineSize> {
+ public:
+  Completion() noexcept = default;
+
+  // The handler's work and completion go to its associated executor (asio::system_executor when
+  // it has none).
+  template <class Handler>
+  requires(!std::is_same_v<std::decay_t<Handler>, Completion>) explicit Completion(
+      Handler&& handler) {
+    emplace(std::forward<Handler>(handler));
+  }
+  // The same, with `fallback` for a handler that has no associated executor.
+  template <class Handler, class Executor>
+  Completion(Handler&& handler, const Executor& fallback) {
+    emplace(std::forward<Handler>(handler), fallback);
+  }
+
+  Completion(Completion&& other) noexcept { take(other); }
+  Completion& operator=(Completion&& other) noexcept {
+    if (this != &other) {
+      reset();
+      take(other);
+    }
+    return *this;
+  }
+  Completion(const Completion&) = delete;
+  Completion& operator=(const Completion&) = delete;
+  ~Completion() { reset(); }
+
+  // Holds `handler` (and its work) in place of what this held (which is destroyed, not called).
+  template <class Handler>
+  void emplace(Handler&& handler) {
+    emplace(std::forward<Handler>(handler), asio::system_executor());
+  }
+  template <class Handler, class Executor>
+  void emplace(Handler&& handler, const Executor& fallback) {
+    using Stored = Holder<std::decay_t<Handler>, Executor>;
+    reset();
+    if constexpr (stored_inline<Stored>()) {
+      new (storage_) Stored(std::forward<Handler>(handler), fallback);
+    } else {
+      *reinterpret_cast<Stored**>(storage_) = new Stored(std::forward<Handler>(handler), fallback);
+    }
+    ops_ = &kOps<Stored>;
+  }
+
+  // True when a Handler (completed through Executor when it has none) is kept without a heap
+  // allocation.
+  template <class Handler, class Executor = asio::system_executor>
+  static constexpr bool fits_inline() noexcept {
+    return stored_inline<Holder<std::decay_t<Handler>, Executor>>();
+  }
+
+  explicit operator bool() const noexcept { return ops_ != nullptr; }
+
+  // The handler's associated cancellation slot (an unconnected one when empty).
+  asio::cancellation_slot slot() const noexcept {
+    return ops_ != nullptr ? ops_->slot(storage_) : asio::cancellation_slot();
+  }
+
+  // Posts the handler with `args` (see the top of the file). Requires a handler (operator bool).
+  void post(Args... args) {
+    const Ops* ops = std::exchange(ops_, nullptr);
+    ops->post(storage_, std::move(args)...);
+  }
+
+  // Destroys the handler without calling it; the Completion is empty afterwards.
+  void reset() noexcept {
+    if (const Ops* ops = std::exchange(ops_, nullptr)) ops->destroy(storage_);
+  }
+
+ private:
+  template <class Handler, class Executor>
+  struct Holder {
+    using WorkExecutor = std::decay_t<decltype(asio::prefer(
+        std::declval<asio::associated_executor_t<Handler, Executor>>(),
+        asio::execution::outstanding_work.tracked))>;
+
+    template <class H>
+    Holder(H&& h, const Executor& fallback)
+        : handler(std::forward<H>(h)),
+          work(asio::prefer(asio::get_associated_executor(handler, fallback),
+                            asio::execution::outstanding_work.tracked)) {}
+
+    Handler handler;
+    WorkExecutor work;
+  };
+
+  struct Ops {
+    void (*relocate)(unsigned char* from, unsigned char* to) noexcept;
+    void (*destroy)(unsigned char* storage) noexcept;
+    void (*post)(unsigned char* storage, Args&&... args);
+    asio::cancellation_slot (*slot)(const unsigned char* storage) noexcept;
+  };
+
+  template <class Stored>
+  static constexpr bool stored_inline() noexcept {
+    return sizeof(Stored) <= InlineSize && alignof(Stored) <= alignof(std::max_align_t) &&
+           std::is_nothrow_move_constructible_v<Stored>;
+  }
+
+  template <class Stored>
+  static Stored* get(unsigned char* storage) noexcept {
+    if constexpr (stored_inline<Stored>()) {
+      return std::launder(reinterpret_cast<Stored*>(storage));
+    } else {
+      return *reinterpret_cast<Stored**>(storage);
+    }
+  }
+  template <class Stored>
+  static const Stored* get(const unsigned char* storage) noexcept {
+    return get<Stored>(const_cast<unsigned char*>(storage));
+  }
+
+  template <class Stored>
+  static void relocate(unsigned char* from, unsigned char* to) noexcept {
+    if constexpr (stored_inline<Stored>()) {
+      Stored* source = get<Stored>(from);
+      new (to) Stored(std::move(*source));
+      source->~Stored();
+    } else {
+      *reinterpret_cast<Stored**>(to) = *reinterpret_cast<Stored**>(from);
+    }
+  }
+
+  template <class Stored>
+  static void destroy(unsigned char* storage) noexcept {
+    if constexpr (stored_inline<Stored>()) {
+      get<Stored>(storage)->~Stored();
+    } else {
+      delete get<Stored>(storage);
+    }
+  }
+
+  template <class Stored>
+  static void post_stored(unsigned char* storage, Args&&... args) {
+    Stored* stored = get<Stored>(storage);
+    // Out of the storage first: the handler may destroy the object that holds this Completion.
+    auto handler = std::move(stored->handler);
+    auto work = std::move(stored->work);
+    destroy<Stored>(storage);
+    const auto executor = asio::get_associated_executor(handler, work);
+    asio::post(executor, [handler = std::move(handler), work = std::move(work),
+                          ... args = std::move(args)]() mutable {
+      asio::get_associated_cancellation_slot(handler).clear();
+      std::move(handler)(std::move(args)...);
+    });
+  }
+
+  template <class Stored>
+  static asio::cancellation_slot slot_of(const unsigned char* storage) noexcept {
+    return asio::get_associated_cancellation_slot(get<Stored>(storage)->handler);
+  }
+
+  template <class Stored>
+  static constexpr Ops kOps{&relocate<Stored>, &destroy<Stored>, &post_stored<Stored>,
+                            &slot_of<Stored>};
+
+  void take(Completion& other) noexcept {
+    if (other.ops_ == nullptr) return;
+    other.ops_->relocate(other.storage_, storage_);
+    ops_ = std::exchange(other.ops_, nullptr);
+  }
+
+  alignas(std::max_align_t) unsigned char storage_[InlineSize < sizeof(void*) ? sizeof(void*)
+                                                                              : InlineSize];
+  const Ops* ops_ = nullptr;
+};
+
+}  // namespace idem::async::detail

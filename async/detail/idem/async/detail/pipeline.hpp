@@ -1,0 +1,359 @@
+// Pipeline<Derived, Call, Value>: the engine under idem's pipelined connections (Redis's
+// AsyncConnection, PostgreSQL's). Not installed.
+//
+// A pipelined connection lets any number of coroutines share one socket: calls queue up, are
+// written together, and their replies come back in the order the calls were written. What does
+// not depend on the protocol is written here, once:
+//  * The calls. A queue of calls not written yet and a list of calls written ("in flight"),
+//    oldest first, whose replies are awaited; each caller's Completion (completion.hpp), posted
+//    to the caller's executor (the strand when its handler has none) with the outcome moved.
+//  * Cancellation by id, from the caller's cancellation slot. A queued call is withdrawn
+//    (operation_aborted; nothing reached the server), whatever the cancellation type. A call in
+//    flight is the protocol's to judge (cancel_sent below): its reply is read and dropped either
+//    way, so the pipeline stays in step.
+//  * Failing every call at once: those in flight (a lost connection), those queued (a refused
+//    connect).
+//  * The ends. shut_down() (the owner's destructor): every call ends with operation_aborted and
+//    the transport closes. The end of the executor's execution context (its destructor, nothing
+//    runs it any more): every call is destroyed without being completed — Asio's rule for the
+//    handlers pending on a context that goes — and the transport closes (ShutdownRegistry,
+//    DESIGN-NOTES §65). Work in flight keeps the engine alive, never its owner.
+//  * The strand everything runs on, and one pump() per turn of the event loop: the calls made in
+//    one turn go out in one write.
+//  * The socket's readiness waits and the protocol's one timer, whose handlers never run once
+//    the transport they were armed for has ended (end_transport(): a generation count).
+// The protocol (Derived) keeps what is its own: connecting and its handshake, encoding calls,
+// decoding replies, its deadlines, and what a failure means for each call.
+//
+// Derived derives from Pipeline<Derived, Call, Value>, is made with std::make_shared, and
+// provides, on the strand:
+//   void pump();
+//       Calls were queued (or the protocol asked, schedule_pump()): connect, or write them
+//       (send_next()).
+//   std::exception_ptr cancel_sent(const Call& call, asio::cancellation_type type);
+//       The caller of a call in flight cancelled it with `type`: the error it ends with now, or
+//       null to let it wait for its reply. A call whose effect may already have happened (a
+//       write) may end early only when allows_side_effects(type), and then in doubt.
+//   void close_transport() noexcept;
+//       Close the socket and forget the session (end_transport() was called just before).
+//
+// Thread safety: start(), shut_down(), load(), cancelled() and get_executor() from any thread;
+// everything else on the strand (the protocol's own code).
+#pragma once
+
+#include <asio/any_io_executor.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/system_error.hpp>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <exception>
+#include <memory>
+#include <utility>
+
+#include "idem/async/detail/completion.hpp"
+#include "idem/async/detail/shutdown_registry.hpp"
+
+namespace idem::async::detail {
+
+// What a call ends with when it was withdrawn, or its connection closed.
+inline std::exception_ptr operation_aborted() {
+  return std::make_exception_ptr(asio::system_error(asio::error::operation_aborted));
+}
+
+template <class Derived, class Call, class Value>
+class Pipeline : public std::enable_shared_from_this<Derived> {
+ public:
+  using executor_type = asio::strand<asio::any_io_executor>;
+  using CallCompletion = Completion<void(std::exception_ptr, Value)>;
+  using WaitType = asio::posix::descriptor_base::wait_type;
+
+  // One call: the protocol's part and its caller's completion, empty for the protocol's own calls
+  // (a handshake) and once the caller was completed (cancelled while in flight).
+  struct Pending {
+    explicit Pending(Call c) : call(std::move(c)) {}
+    std::uint64_t id = 0;  // 0 for the protocol's own calls
+    Call call;
+    CallCompletion completion;
+  };
+  using Entry = std::unique_ptr<Pending>;
+
+  explicit Pipeline(const asio::any_io_executor& executor)
+      : strand_(asio::make_strand(executor)),
+        descriptor_(strand_),
+        timer_(strand_),
+        // Made after the strand's, the reactor's and the timer's services, so shut down before
+        // them: the calls' handlers are dropped while every service they touch still exists.
+        registry_(Registry::of(strand_.get_inner_executor())) {
+    registry_.add(this);
+  }
+
+  ~Pipeline() {
+    registry_.remove(this);
+    if (descriptor_.is_open()) (void)descriptor_.release();  // a view: never closed here
+  }
+
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  // ---- any thread ------------------------------------------------------------------------------
+
+  // The strand the connection runs on.
+  const executor_type& get_executor() const noexcept { return strand_; }
+
+  // Starts a call: `handler` is completed once with (error, value) on its own executor.
+  template <class Handler>
+  void start(Handler&& handler, Call call) {
+    auto pending = std::make_unique<Pending>(std::move(call));
+    pending->id = next_id_.fetch_add(1, std::memory_order_relaxed);
+    pending->completion.emplace(std::forward<Handler>(handler), strand_);
+    load_.fetch_add(1, std::memory_order_relaxed);
+    if (auto slot = pending->completion.slot(); slot.is_connected()) {
+      // Runs where the caller emits; the calls are only touched on the strand.
+      slot.assign([weak = this->weak_from_this(), id = pending->id](asio::cancellation_type type) {
+        if (type == asio::cancellation_type::none) return;
+        if (auto self = weak.lock()) {
+          Pipeline& engine = *self;
+          asio::post(engine.strand_, [self = std::move(self), id, type] {
+            static_cast<Pipeline&>(*self).cancel(id, type);
+          });
+        }
+      });
+    }
+    asio::post(strand_, [self = this->shared_from_this(), p = std::move(pending)]() mutable {
+      static_cast<Pipeline&>(*self).submit(std::move(p));
+    });
+  }
+
+  // Ends every call with operation_aborted and closes the transport; calls started later end
+  // the same way. For the owner's destructor.
+  void shut_down() {
+    asio::post(strand_, [self = this->shared_from_this()] {
+      Pipeline& engine = *self;
+      engine.closed_ = true;
+      engine.fail_in_flight([](const Pending&) { return operation_aborted(); });
+      engine.fail_queued([](const Pending&) { return operation_aborted(); });
+      engine.close();
+    });
+  }
+
+  // Calls started and not completed yet (queued or in flight).
+  std::size_t load() const noexcept { return load_.load(std::memory_order_relaxed); }
+  // Calls that ended early because their callers cancelled them.
+  std::uint64_t cancelled() const noexcept { return cancelled_.load(std::memory_order_relaxed); }
+
+  // The execution context is shutting down (ShutdownRegistry; not for the protocol to call):
+  // every call is destroyed without being completed, and the transport closes.
+  void abandon() noexcept {
+    closed_ = true;
+    auto queued = std::move(queued_);
+    auto in_flight = std::move(in_flight_);
+    queued_.clear();
+    in_flight_.clear();
+    close();
+    load_.store(0, std::memory_order_relaxed);
+    // `queued` and `in_flight` go here, with the handlers (and coroutine frames) they own.
+  }
+
+ protected:
+  // ---- the calls (on the strand) ----------------------------------------------------------------
+
+  // True after shut_down() or abandon().
+  bool closed() const noexcept { return closed_; }
+  bool has_queued() const noexcept { return !queued_.empty(); }
+  bool has_in_flight() const noexcept { return !in_flight_.empty(); }
+
+  // The oldest queued call becomes the newest in flight (the protocol writes it).
+  Pending& send_next() {
+    in_flight_.push_back(std::move(queued_.front()));
+    queued_.pop_front();
+    return *in_flight_.back();
+  }
+  // A call of the protocol's own (no caller), newest in flight.
+  Pending& send_own(Call call) {
+    in_flight_.push_back(std::make_unique<Pending>(std::move(call)));
+    return *in_flight_.back();
+  }
+  // The oldest call in flight (whose reply comes next), and taking it out of the list.
+  Pending& oldest() noexcept { return *in_flight_.front(); }
+  Entry pop_oldest() {
+    Entry done = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    return done;
+  }
+
+  // The caller of `pending` hears the outcome (once: nothing when it already did).
+  void complete(Pending& pending, std::exception_ptr error, Value value) {
+    if (!pending.completion) return;
+    load_.fetch_sub(1, std::memory_order_relaxed);
+    pending.completion.post(std::move(error), std::move(value));
+  }
+
+  // Every call in flight whose caller still waits ends with error_for(pending); the list is then
+  // empty (the protocol's own calls go too).
+  template <class ErrorFor>
+  void fail_in_flight(ErrorFor&& error_for) {
+    auto lost = std::move(in_flight_);
+    in_flight_.clear();
+    for (auto& pending : lost)
+      if (pending->completion) complete(*pending, error_for(*pending), Value{});
+  }
+  // Every queued call ends with error_for(pending); the queue is then empty.
+  template <class ErrorFor>
+  void fail_queued(ErrorFor&& error_for) {
+    auto failed = std::move(queued_);
+    queued_.clear();
+    for (auto& pending : failed)
+      complete(*pending, error_for(*pending), Value{});
+  }
+
+  // pump() once more, after what is already posted to the strand (the calls posted meanwhile
+  // join the same write).
+  void schedule_pump() {
+    if (pump_scheduled_) return;
+    pump_scheduled_ = true;
+    asio::post(strand_, [self = this->shared_from_this()] {
+      Pipeline& engine = *self;
+      engine.pump_scheduled_ = false;
+      if (!engine.closed_) self->pump();
+    });
+  }
+
+  // ---- the transport (on the strand) ------------------------------------------------------------
+
+  // Watches `fd` for readiness from now on: a view (the protocol's library owns and closes the
+  // descriptor), in place of the one watched before, whose waits end unseen.
+  void watch(int fd) {
+    unwatch();
+    descriptor_.assign(fd);
+  }
+  // Stops watching; the waits end unseen. The transport's generation stays (the protocol's timer
+  // still applies): for trying the next address of a host.
+  void unwatch() noexcept {
+    if (descriptor_.is_open()) (void)descriptor_.release();
+    reading_ = writing_ = false;
+  }
+  // The descriptor watched, -1 when none.
+  int watched() noexcept { return descriptor_.is_open() ? descriptor_.native_handle() : -1; }
+
+  // on_ready(Derived&, const asio::error_code&) on the strand once the socket is ready for
+  // `what` (or its wait failed), unless the transport ended meanwhile.
+  template <class OnReady>
+  void when_ready(WaitType what, OnReady on_ready) {
+    descriptor_.async_wait(what,
+                           [self = this->shared_from_this(), generation = generation_,
+                            on_ready = std::move(on_ready)](const asio::error_code& ec) mutable {
+                             if (generation != static_cast<Pipeline&>(*self).generation_) return;
+                             on_ready(*self, ec);
+                           });
+  }
+  // The same, with at most one read wait and one write wait pending: a call while one is pending
+  // (or while nothing is watched) does nothing. A write may wait for the socket to be readable
+  // (TLS).
+  template <class OnReady>
+  void when_readable(OnReady on_ready) {
+    if (reading_ || !descriptor_.is_open()) return;
+    reading_ = true;
+    when_ready(WaitType::wait_read,
+               [on_ready = std::move(on_ready)](Derived& self, const asio::error_code& ec) mutable {
+                 static_cast<Pipeline&>(self).reading_ = false;
+                 on_ready(self, ec);
+               });
+  }
+  template <class OnReady>
+  void when_writable(WaitType what, OnReady on_ready) {
+    if (writing_ || !descriptor_.is_open()) return;
+    writing_ = true;
+    when_ready(what,
+               [on_ready = std::move(on_ready)](Derived& self, const asio::error_code& ec) mutable {
+                 static_cast<Pipeline&>(self).writing_ = false;
+                 on_ready(self, ec);
+               });
+  }
+  bool write_waiting() const noexcept { return writing_; }
+
+  // The protocol's one timer (connect timeout, backoff, a reply's deadline). on_fire(Derived&,
+  // const asio::error_code&) runs when it fires or is cancelled, unless the transport ended
+  // meanwhile.
+  asio::steady_timer& timer() noexcept { return timer_; }
+  template <class OnFire>
+  void when_timer(OnFire on_fire) {
+    timer_.async_wait([self = this->shared_from_this(), generation = generation_,
+                       on_fire = std::move(on_fire)](const asio::error_code& ec) mutable {
+      if (generation != static_cast<Pipeline&>(*self).generation_) return;
+      on_fire(*self, ec);
+    });
+  }
+
+  // Ends the transport: nothing is watched, the timer is cancelled, and the handlers armed for it
+  // never run. The protocol then closes its socket.
+  void end_transport() noexcept {
+    ++generation_;
+    unwatch();
+    timer_.cancel();
+  }
+  // Changes with each end_transport(): for handlers the protocol arms itself.
+  std::uint64_t generation() const noexcept { return generation_; }
+
+ private:
+  using Registry = ShutdownRegistry<Pipeline>;
+
+  Derived& derived() noexcept { return static_cast<Derived&>(*this); }
+
+  void submit(Entry pending) {
+    if (closed_) {
+      complete(*pending, operation_aborted(), Value{});
+      return;
+    }
+    queued_.push_back(std::move(pending));
+    schedule_pump();
+  }
+
+  void cancel(std::uint64_t id, asio::cancellation_type type) {
+    for (auto it = queued_.begin(); it != queued_.end(); ++it) {
+      if ((*it)->id != id) continue;
+      Entry withdrawn = std::move(*it);
+      queued_.erase(it);
+      cancelled_.fetch_add(1, std::memory_order_relaxed);
+      complete(*withdrawn, operation_aborted(), Value{});
+      return;
+    }
+    for (auto& pending : in_flight_) {
+      if (pending->id != id) continue;
+      if (!pending->completion) return;
+      std::exception_ptr error = derived().cancel_sent(pending->call, type);
+      if (!error) return;  // it waits for its reply
+      cancelled_.fetch_add(1, std::memory_order_relaxed);
+      complete(*pending, std::move(error), Value{});  // its reply is read and dropped
+      return;
+    }
+  }
+
+  void close() noexcept {
+    end_transport();
+    derived().close_transport();
+  }
+
+  executor_type strand_;
+  asio::posix::stream_descriptor descriptor_;  // a view of the protocol's socket
+  asio::steady_timer timer_;
+  Registry& registry_;
+  std::deque<Entry> queued_;
+  std::deque<Entry> in_flight_;
+  std::uint64_t generation_ = 0;
+  bool closed_ = false;
+  bool pump_scheduled_ = false;
+  bool reading_ = false;
+  bool writing_ = false;
+  std::atomic<std::uint64_t> next_id_{1};
+  std::atomic<std::size_t> load_{0};
+  std::atomic<std::uint64_t> cancelled_{0};
+};
+
+}  // namespace idem::async::detail

@@ -1,0 +1,407 @@
+#include "idem/http/guard.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <typeindex>
+#include <utility>
+
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/post.hpp>
+#include <asio/redirect_error.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
+#include <asio/system_error.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+
+#include "idem/error.hpp"
+
+namespace idem::http {
+
+namespace {
+
+// A waiting request polls the store from this interval, doubling up to the cap.
+constexpr Millis kFirstPoll{2};
+constexpr Millis kPollCap{100};
+
+using Strand = asio::strand<asio::any_io_executor>;
+
+// The lease renewal of a held claim: a timer loop on the claim's strand.
+struct Renewal {
+  explicit Renewal(const Strand& strand) : timer(strand) {}
+  asio::steady_timer timer;
+  std::atomic<bool> stopped{false};
+  std::atomic<bool> lost{false};  // a renewal was fenced off: another owner has the key
+};
+
+async::Task<void> renew_lease(std::shared_ptr<async::AsyncStore> store, std::string key,
+                              std::uint64_t token, Millis lease, std::shared_ptr<Renewal> renewal) {
+  const auto period = std::max<std::chrono::nanoseconds>(lease / 3, Millis(1));
+  for (;;) {
+    // Checked on the strand right before waiting: stop() posts its cancel to the same strand, so
+    // it either is seen here or cancels the wait below.
+    if (renewal->stopped) co_return;
+    renewal->timer.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(period));
+    asio::error_code ec;
+    co_await renewal->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
+    if (renewal->stopped) co_return;
+    try {
+      if (!co_await store->renew(key, token, lease)) {
+        renewal->lost = true;
+        co_return;
+      }
+    } catch (...) {
+      // The store did not answer: try again next period (the lease outlives two misses).
+    }
+  }
+}
+
+// The stored value's bytes, from a durable store (bytes) or the in-memory one (the object).
+std::optional<std::string_view> stored_bytes(const IdempotencyRecord& record) {
+  if (record.value.bytes) return std::string_view(*record.value.bytes);
+  if (record.value.object && record.value.type == std::type_index(typeid(std::string))) {
+    return std::string_view(*static_cast<const std::string*>(record.value.object.get()));
+  }
+  return std::nullopt;
+}
+
+// Whether `route` keeps an outcome of `kind` at all (a ttl of zero keeps nothing).
+bool keeps_outcome(const Route& route, OutcomeKind kind) noexcept {
+  return route.policy.ttl > Millis::zero() && keeps(route.policy, kind);
+}
+
+std::string failure_words(const std::exception& error) {
+  if (const auto* idem_error = dynamic_cast<const Error*>(&error)) {
+    return "the store answered " + std::string(idem_error->code_name());
+  }
+  return "the store could not be reached";
+}
+
+}  // namespace
+
+struct Guard::Shared {
+  std::shared_ptr<async::AsyncStore> store;
+  GuardOptions options;
+  GuardHooks hooks;
+
+  void emit(const GuardEvent& event) const noexcept {
+    if (!hooks.observer) return;
+    try {
+      hooks.observer(event);
+    } catch (...) {
+      // An observer's failure is not the request's.
+    }
+  }
+};
+
+struct Decision::Claim {
+  std::shared_ptr<Guard::Shared> shared;
+  std::string key;
+  std::uint64_t token = 0;
+  Strand strand;
+  std::shared_ptr<Renewal> renewal;
+  std::string route;       // for events
+  std::string key_digest;  // for events
+  bool open = true;        // neither finish() nor release() ran yet
+
+  Claim(std::shared_ptr<Guard::Shared> s, std::string k, std::uint64_t t, Strand st)
+      : shared(std::move(s)), key(std::move(k)), token(t), strand(std::move(st)) {}
+
+  void stop_renewal() {
+    if (!renewal || renewal->stopped.exchange(true)) return;
+    asio::post(strand, [renewal = renewal] { renewal->timer.cancel(); });
+  }
+};
+
+Guard::Guard(std::shared_ptr<async::AsyncStore> store, GuardOptions options, GuardHooks hooks)
+    : shared_(std::make_shared<Shared>()) {
+  if (!store) throw InvalidArgument("idem::http::Guard needs a store (got null)");
+  shared_->store = std::move(store);
+  shared_->options = normalized(std::move(options));
+  if (!hooks.clock) hooks.clock = system_clock();
+  shared_->hooks = std::move(hooks);
+}
+
+Guard::~Guard() = default;
+
+const GuardOptions& Guard::options() const noexcept {
+  return shared_->options;
+}
+const std::shared_ptr<async::AsyncStore>& Guard::store() const noexcept {
+  return shared_->store;
+}
+
+async::Task<Decision> Guard::begin(const Request& request) {
+  std::shared_ptr<Shared> shared = shared_;
+  Decision decision;
+  decision.shared_ = shared;
+  decision.inspection_ = inspect(shared->options, request);
+  const Inspection& inspection = decision.inspection_;
+  const std::string_view route_name =
+      inspection.route != nullptr ? std::string_view(inspection.route->name) : std::string_view();
+  GuardEvent event;
+  event.route = route_name;
+  const auto refuse = [&](Refusal refusal, std::string_view detail, bool waited) {
+    decision.action_ = Decision::Action::respond;
+    decision.response_ = problem(shared->options, refusal, detail);
+    event.kind = GuardEvent::Kind::refused;
+    event.refusal = refusal;
+    event.waited = waited;
+    shared->emit(event);
+  };
+  switch (inspection.kind) {
+    case Inspection::Kind::pass:
+      decision.action_ = Decision::Action::forward;
+      event.kind = GuardEvent::Kind::passed;
+      shared->emit(event);
+      co_return decision;
+    case Inspection::Kind::refuse:
+      refuse(inspection.refusal, inspection.detail, false);
+      co_return decision;
+    case Inspection::Kind::guarded:
+      break;
+  }
+  const GuardedRequest& guarded = inspection.guarded;
+  event.key_digest = guarded.key_digest;
+  const DuplicatePolicy& policy = guarded.route->policy;
+  const std::shared_ptr<Clock>& clock = shared->hooks.clock;
+  const std::optional<std::string_view> fingerprint(guarded.fingerprint);
+  std::optional<SteadyTime> deadline;
+  Millis poll = kFirstPoll;
+  bool waited = false;
+  for (;;) {
+    ClaimOutcome claim;
+    std::string failure;
+    try {
+      claim = co_await shared->store->claim(guarded.store_key, fingerprint, policy.lease);
+    } catch (const asio::system_error& e) {
+      if (e.code() == asio::error::operation_aborted) throw;
+      failure = "the store could not be reached";
+    } catch (const std::exception& e) {
+      failure = failure_words(e);
+    }
+    if (!failure.empty()) {
+      refuse(Refusal::store_unavailable, failure + "; nothing was forwarded, retry later", waited);
+      co_return decision;
+    }
+    switch (claim.status) {
+      case ClaimOutcome::Status::acquired: {
+        const asio::any_io_executor executor = co_await asio::this_coro::executor;
+        auto held = std::make_shared<Decision::Claim>(shared, guarded.store_key, claim.token,
+                                                      asio::make_strand(executor));
+        held->renewal = std::make_shared<Renewal>(held->strand);
+        held->route = guarded.route->name;
+        held->key_digest = guarded.key_digest;
+        asio::co_spawn(
+            held->strand,
+            renew_lease(shared->store, guarded.store_key, claim.token, policy.lease, held->renewal),
+            asio::detached);
+        decision.claim_ = std::move(held);
+        decision.action_ = Decision::Action::forward;
+        event.kind = GuardEvent::Kind::claimed;
+        event.token = claim.token;
+        event.took_over = claim.took_over;
+        event.waited = waited;
+        shared->emit(event);
+        co_return decision;
+      }
+      case ClaimOutcome::Status::completed: {
+        if (policy.after_finished == ReusePolicy::reject) {
+          refuse(Refusal::key_spent,
+                 "this key was already used, and this route does not replay its outcome", waited);
+          co_return decision;
+        }
+        std::optional<StoredResponse> stored;
+        if (claim.record) {
+          if (const std::optional<std::string_view> bytes = stored_bytes(*claim.record)) {
+            try {
+              stored = decode_stored(*bytes);
+            } catch (const DecodeError&) {
+            }
+          }
+        }
+        if (!stored) {
+          refuse(Refusal::store_unavailable, "the stored response for this key cannot be read",
+                 waited);
+          co_return decision;
+        }
+        decision.action_ = Decision::Action::respond;
+        decision.response_ = std::move(stored->response);
+        set_header(decision.response_.headers, kReplayedField, "true");
+        set_header(decision.response_.headers, kExpiresField, http_date(claim.record->expires_at));
+        event.kind = GuardEvent::Kind::replayed;
+        event.status = decision.response_.status;
+        event.waited = waited;
+        shared->emit(event);
+        co_return decision;
+      }
+      case ClaimOutcome::Status::mismatch:
+        refuse(Refusal::fingerprint_mismatch,
+               "this key was first used with a different request; use a new key for a new "
+               "request",
+               waited);
+        co_return decision;
+      case ClaimOutcome::Status::in_progress: {
+        if (policy.while_running == InProgressPolicy::reject) {
+          refuse(Refusal::in_progress,
+                 "the first request with this key is still being processed; retry later", false);
+          co_return decision;
+        }
+        const SteadyTime now = clock->steady_now();
+        if (!deadline) deadline = now + policy.max_wait;
+        if (now >= *deadline) {
+          refuse(Refusal::in_progress,
+                 "the first request with this key is still being processed after waiting " +
+                     std::to_string(policy.max_wait.count()) + " ms; retry later",
+                 waited);
+          co_return decision;
+        }
+        if (!waited) {
+          event.kind = GuardEvent::Kind::waiting;
+          shared->emit(event);
+        }
+        const auto wait = std::min<std::chrono::nanoseconds>(poll, *deadline - now);
+        asio::steady_timer timer(co_await asio::this_coro::executor,
+                                 std::chrono::duration_cast<asio::steady_timer::duration>(wait));
+        co_await timer.async_wait(asio::use_awaitable);
+        poll = std::min(poll * 2, kPollCap);
+        waited = true;
+        continue;
+      }
+    }
+  }
+}
+
+Decision::Decision(Decision&&) noexcept = default;
+Decision& Decision::operator=(Decision&& other) noexcept {
+  if (this != &other) {
+    Decision old(std::move(*this));  // releases what this held
+    action_ = other.action_;
+    response_ = std::move(other.response_);
+    inspection_ = std::move(other.inspection_);
+    shared_ = std::move(other.shared_);
+    claim_ = std::move(other.claim_);
+  }
+  return *this;
+}
+
+Decision::~Decision() {
+  if (!claim_ || !claim_->open) return;
+  std::shared_ptr<Claim> claim = std::move(claim_);
+  claim->open = false;
+  claim->stop_renewal();
+  try {
+    asio::co_spawn(
+        claim->strand,
+        [claim]() -> async::Task<void> {
+          try {
+            (void)co_await claim->shared->store->release(claim->key, claim->token);
+          } catch (...) {
+            // The claim then lapses with its lease.
+          }
+          GuardEvent event;
+          event.kind = GuardEvent::Kind::released;
+          event.route = claim->route;
+          event.key_digest = claim->key_digest;
+          event.token = claim->token;
+          claim->shared->emit(event);
+        },
+        asio::detached);
+  } catch (...) {
+    // No executor to run on (its context is gone): the claim lapses with its lease.
+  }
+}
+
+bool Decision::holds_claim() const noexcept {
+  return claim_ && claim_->open;
+}
+
+bool Decision::would_keep(int status) const noexcept {
+  if (!holds_claim() || inspection_.guarded.route == nullptr) return false;
+  const Route& route = *inspection_.guarded.route;
+  return keeps_outcome(route, outcome_of(route, status));
+}
+
+async::Task<Response> Decision::finish(Response upstream) {
+  if (!holds_claim()) co_return upstream;
+  std::shared_ptr<Claim> claim = claim_;
+  claim->open = false;
+  claim->stop_renewal();
+  const Route& route = *inspection_.guarded.route;
+  const std::shared_ptr<async::AsyncStore>& store = shared_->store;
+  GuardEvent event;
+  event.route = route.name;
+  event.key_digest = inspection_.guarded.key_digest;
+  event.token = claim->token;
+  event.status = upstream.status;
+  const OutcomeKind kind = outcome_of(route, upstream.status);
+  const bool keep = keeps_outcome(route, kind) && upstream.body.size() <= route.max_stored_body;
+  if (claim->renewal->lost) {
+    event.kind = GuardEvent::Kind::fenced;
+    shared_->emit(event);
+    co_return upstream;
+  }
+  bool completed = false;
+  bool failed = false;
+  if (keep) {
+    std::string encoded = encode_stored(route, upstream, kind);
+    StoredValue value;
+    if (store->needs_bytes()) value.bytes = encoded;
+    value.type = std::type_index(typeid(std::string));
+    value.object = std::make_shared<const std::string>(std::move(encoded));
+    ExecutionReport report;
+    report.operation = "http " + route.name;
+    report.started_at = shared_->hooks.clock->wall_now();
+    report.metadata["http_status"] = std::to_string(upstream.status);
+    report.metadata["outcome"] = std::string(to_string(kind));
+    const std::string& key = claim->key;
+    const Millis ttl = route.policy.ttl;
+    try {
+      completed = co_await store->complete(key, claim->token, std::move(value), report, ttl);
+    } catch (...) {
+      failed = true;  // the response is real; only its record is missing: free the key
+    }
+    if (completed) {
+      set_header(upstream.headers, kExpiresField,
+                 http_date(shared_->hooks.clock->wall_now() + route.policy.ttl));
+      event.kind = GuardEvent::Kind::kept;
+      shared_->emit(event);
+      co_return upstream;
+    }
+    if (!failed) {
+      event.kind = GuardEvent::Kind::fenced;  // another owner took the key over meanwhile
+      shared_->emit(event);
+      co_return upstream;
+    }
+  }
+  try {
+    (void)co_await store->release(claim->key, claim->token);
+  } catch (...) {
+    // The claim then lapses with its lease.
+  }
+  event.kind = GuardEvent::Kind::released;
+  shared_->emit(event);
+  co_return upstream;
+}
+
+async::Task<void> Decision::release() {
+  if (!holds_claim()) co_return;
+  std::shared_ptr<Claim> claim = claim_;
+  claim->open = false;
+  claim->stop_renewal();
+  try {
+    (void)co_await shared_->store->release(claim->key, claim->token);
+  } catch (...) {
+    // The claim then lapses with its lease.
+  }
+  GuardEvent event;
+  event.kind = GuardEvent::Kind::released;
+  event.route = claim->route;
+  event.key_digest = claim->key_digest;
+  event.token = claim->token;
+  shared_->emit(event);
+}
+
+}  // namespace idem::http
