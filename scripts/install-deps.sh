@@ -16,7 +16,9 @@
 #           the sqlite3 shell, fmt (the soak run), openssl and python3 (scripts/servers.sh);
 #           for `idem proxy` and idem::http, Boost.Beast (header-only) to parse HTTP/1.1, toml++
 #           for its route file, cpp-httplib for examples/http_middleware.cpp, and curl and
-#           Python's requests and aiohttp to drive it and serve as its upstream in the tests
+#           Python's requests and aiohttp to drive it and serve as its upstream in the tests;
+#           promtool (package prometheus), which checks idem's Prometheus text (idem::Metrics,
+#           `idem stats --format prometheus`) in the tests (tests/promtool.hpp)
 #   format  clang-format (CI's check)
 #   fuzz    clang, its libFuzzer runtime and the LLVM binutils and linker it finds (scripts/fuzz.sh)
 #   tools   what linting, plotting and faster rebuilds need
@@ -39,6 +41,7 @@ test_packages=(
   libhiredis-dev libpq-dev librabbitmq-dev redis-server redis-tools postgresql rabbitmq-server
   openssl python3
   libboost-dev libtomlplusplus-dev libcpp-httplib-dev curl python3-requests python3-aiohttp
+  prometheus
 )
 format_packages=(clang-format)
 fuzz_packages=(clang libclang-rt-14-dev llvm lld)

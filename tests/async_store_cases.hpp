@@ -4,13 +4,14 @@
 // It checks the contract of idem/async/store.hpp (the blocking store's meaning, call for call, as
 // coroutines) and the rules of idem/async/task.hpp: claim / in progress / complete / replay,
 // fencing tokens, release, renew, lease loss (takeover after a short real lease), TTL expiry (a
-// short real TTL), fingerprint mismatch, values and reports round-tripping, the argument checks
-// of the non-virtual calls (InvalidKey, InvalidArgument before the backend is reached), every
-// call resuming on the awaiting coroutine's thread, claims racing on a 2-thread io_context,
-// cancellation of a claim (aborted: nothing held; otherwise done or in doubt), and
-// idem::async::resilient over the store: coroutine callers of one key join one execution, a
-// cancelled joiner detaches alone, and a caller waiting for a key another owner holds stops
-// waiting when cancelled.
+// short real TTL), fingerprint mismatch (also for racing claims: the losers get the winner's
+// claim), values and reports round-tripping, the argument checks of the non-virtual calls
+// (InvalidKey, InvalidArgument before the backend is reached), every call resuming on the awaiting
+// coroutine's thread, claims racing on a 2-thread io_context, cancellation of a claim (aborted:
+// nothing held; otherwise done or in doubt), and idem::async::resilient over the store: a key
+// reused with other arguments is refused (after a result, and while another process holds the
+// claim), coroutine callers of one key join one execution, a cancelled joiner detaches alone, and a
+// caller waiting for a key another owner holds stops waiting when cancelled.
 //
 // The blocking suite (idem/testing/store_conformance.hpp) moves an injected ManualClock to check
 // boundaries to the millisecond; these cases take real time instead (the Redis and PostgreSQL
@@ -55,6 +56,7 @@
 #include <cstdint>
 #include <future>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -62,6 +64,7 @@
 #include <thread>
 #include <type_traits>
 #include <typeindex>
+#include <utility>
 #include <vector>
 
 #include "async_test_support.hpp"
@@ -69,6 +72,7 @@
 #include "idem/async/store.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
+#include "idem/fingerprint.hpp"
 #include "idem/idempotency_store.hpp"
 #include "idem/key.hpp"
 #include "idem/operation_idempotency.hpp"
@@ -507,6 +511,52 @@ TYPED_TEST_P(IdemAsyncStoreCases, RaceClaimsOnTwoThreadsOneOwner) {
   }
 }
 
+TYPED_TEST_P(IdemAsyncStoreCases, RaceClaimsWithOtherArgumentsAllMismatch) {
+  // Coroutines on two threads claim one key, each with a fingerprint of its own: one acquires;
+  // every other claim fails and is answered with the winner's claim, which mismatches.
+  const int n = idem::test::async_store_cases::coroutines<TypeParam>();
+  for (int round = 0; round < 3; ++round) {
+    const std::string key = this->fresh_key();
+    asio::io_context& io = this->threads_io_;
+    std::mutex mutex;
+    std::vector<std::pair<int, idem::ClaimOutcome>> outcomes;
+    std::atomic<int> errors{0};
+    std::vector<std::string> fingerprints;
+    for (int i = 0; i < n; ++i)
+      fingerprints.push_back("fp-" + std::to_string(i));
+    for (int i = 0; i < n; ++i) {
+      asio::co_spawn(io, this->store_->claim(key, fingerprints[i], this->kLease),
+                     [&, i](std::exception_ptr e, idem::ClaimOutcome c) {
+                       if (e) {
+                         errors.fetch_add(1);
+                         return;
+                       }
+                       std::lock_guard lock(mutex);
+                       outcomes.emplace_back(i, std::move(c));
+                     });
+    }
+    idem::test::run_on_two_threads(io);
+    EXPECT_EQ(errors.load(), 0);
+    int winner = -1;
+    std::uint64_t token = 0;
+    for (const auto& [i, c] : outcomes) {
+      if (c.status == idem::ClaimOutcome::Status::acquired) {
+        EXPECT_EQ(winner, -1) << "two owners";
+        winner = i;
+        token = c.token;
+      }
+    }
+    ASSERT_NE(winner, -1);
+    for (const auto& [i, c] : outcomes) {
+      if (i == winner) continue;
+      EXPECT_EQ(c.status, idem::ClaimOutcome::Status::mismatch) << "coroutine " << i;
+      ASSERT_TRUE(c.record.has_value());
+      EXPECT_EQ(c.record->fingerprint, fingerprints[winner]);
+      EXPECT_EQ(c.record->token, token);
+    }
+  }
+}
+
 // ---- cancellation ---------------------------------------------------------------------------
 
 TYPED_TEST_P(IdemAsyncStoreCases, CancelledClaimIsAbortedOrHeld) {
@@ -642,6 +692,51 @@ TYPED_TEST_P(IdemAsyncStoreCases, CancelledWaiterForAnotherOwnerStopsWaiting) {
   EXPECT_EQ(calls.load(), 1);
 }
 
+TYPED_TEST_P(IdemAsyncStoreCases, ResilientRefusesAKeyReusedWithOtherArguments) {
+  // idem::async::resilient fingerprints its arguments by default: its key with other arguments
+  // is refused after a result is stored and while another process holds the claim for other
+  // arguments; `false` opts out.
+  std::atomic<int> calls{0};
+  auto fn = [&calls](std::string order, int cents) -> idem::async::Task<std::string> {
+    calls.fetch_add(1);
+    co_return order + ":" + std::to_string(cents);
+  };
+  auto key = [](const std::string& order, int) { return order; };
+  auto charge = idem::async::resilient(
+      fn, {.name = "charge_reuse", .idempotency_key = key, .idempotency_store = this->store_});
+  const std::string order = this->fresh_key();
+  EXPECT_EQ(this->run(charge(order, 1)).value, order + ":1");
+  try {
+    this->run(charge(order, 2));
+    ADD_FAILURE() << "expected KeyReuseError";
+  } catch (const idem::KeyReuseError& e) {
+    EXPECT_EQ(e.key(), order);
+    EXPECT_EQ(e.operation(), "charge_reuse");
+    EXPECT_NE(std::string(e.what()).find("operation 'charge_reuse': idempotency key '" + order +
+                                         "' was first used with different arguments"),
+              std::string::npos)
+        << e.what();
+  }
+  const std::string held_order = this->fresh_key();
+  const std::string held = idem::scoped_idempotency_key("charge_reuse", held_order);
+  this->acquire(held, idem::fingerprint(held_order, 1));
+  try {
+    this->run(charge(held_order, 2));
+    ADD_FAILURE() << "expected KeyReuseError";
+  } catch (const idem::KeyReuseError& e) {
+    EXPECT_NE(std::string(e.what()).find("is in progress with different arguments"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(calls.load(), 1);
+  auto lax = idem::async::resilient(fn, {.name = "charge_reuse",
+                                         .idempotency_key = key,
+                                         .idempotency_store = this->store_,
+                                         .idempotency_fingerprint = false});
+  EXPECT_EQ(this->run(lax(order, 3)).value, order + ":1");
+  EXPECT_EQ(calls.load(), 1);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(IdemAsyncStoreCases, ClaimOfAnAbsentKeyAcquires,
                             SecondClaimSeesTheOwnersClaim, CompleteMakesTheRecordReplayable,
                             UnknownKeysRefuseTokenOperations, BinaryValuesRoundTrip,
@@ -651,9 +746,10 @@ REGISTER_TYPED_TEST_SUITE_P(IdemAsyncStoreCases, ClaimOfAnAbsentKeyAcquires,
                             LapsedLeaseIsTakenOverAndTheOldOwnerIsFenced,
                             DifferentFingerprintsMismatch, InvalidKeysAndBadArgumentsAreRejected,
                             UnusualValidKeysWorkAndStayDistinct, RaceClaimsOnTwoThreadsOneOwner,
-                            CancelledClaimIsAbortedOrHeld,
+                            RaceClaimsWithOtherArgumentsAllMismatch, CancelledClaimIsAbortedOrHeld,
                             ResilientCallersJoinOneExecutionAndReplay, CancelledJoinerDetachesAlone,
-                            CancelledWaiterForAnotherOwnerStopsWaiting);
+                            CancelledWaiterForAnotherOwnerStopsWaiting,
+                            ResilientRefusesAKeyReusedWithOtherArguments);
 
 // One instantiation per backend configuration: INSTANTIATE_ASYNC_STORE_CASES(Prefix, Factory).
 #define INSTANTIATE_ASYNC_STORE_CASES(Prefix, Factory) \

@@ -56,6 +56,7 @@ AsyncHandlerCore::AsyncHandlerCore(std::string consumer, std::shared_ptr<AsyncRe
       recorder_(std::move(recorder)),
       mode_(HandlerMode::check_then_mark),
       lease_(options.lease),
+      observer_(std::move(options.observer)),
       clock_(options.clock ? std::move(options.clock) : system_clock()) {
   validate_key("consumer", consumer_);
   if (!recorder_) throw InvalidArgument("AsyncIdempotentHandler needs a recorder (got null)");
@@ -64,6 +65,56 @@ AsyncHandlerCore::AsyncHandlerCore(std::string consumer, std::shared_ptr<AsyncRe
 }
 
 Task<HandleResult> AsyncHandlerCore::run(const Event& event, BusProxy& bus, Invoke invoke) {
+  if (observer_) return run_observed(event, bus, std::move(invoke));
+  return run_unobserved(event, bus, std::move(invoke));
+}
+
+namespace {
+
+// Awaits invoke(event, proxy) and sets `ran` to how long it took on `clock`, also when it
+// throws.
+Task<void> timed(const AsyncHandlerCore::Invoke& invoke, const Event& event, BusProxy& proxy,
+                 const Clock& clock, std::optional<std::chrono::nanoseconds>& ran) {
+  const SteadyTime start = clock.steady_now();
+  std::exception_ptr failure;
+  try {
+    co_await invoke(event, proxy);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  ran = clock.steady_now() - start;
+  if (failure) std::rethrow_exception(failure);
+}
+
+}  // namespace
+
+Task<HandleResult> AsyncHandlerCore::run_observed(const Event& event, BusProxy& bus,
+                                                  Invoke invoke) {
+  std::optional<std::chrono::nanoseconds> ran;
+  const Invoke timed_invoke = [&](const Event& e, BusProxy& proxy) {
+    return timed(invoke, e, proxy, *clock_, ran);
+  };
+  HandleResult result = HandleResult::processed;
+  std::exception_ptr failure;
+  try {
+    result = co_await run_unobserved(event, bus, timed_invoke);
+  } catch (...) {
+    failure = std::current_exception();
+  }
+  if (failure) {
+    idem::detail::observe_delivery(*observer_, consumer_, event,
+                                   idem::detail::failure_outcome(failure), ran);
+    std::rethrow_exception(failure);
+  }
+  idem::detail::observe_delivery(
+      *observer_, consumer_, event,
+      result == HandleResult::processed ? DeliveryOutcome::processed : DeliveryOutcome::duplicate,
+      ran);
+  co_return result;
+}
+
+Task<HandleResult> AsyncHandlerCore::run_unobserved(const Event& event, BusProxy& bus,
+                                                    Invoke invoke) {
   validate_key("event id", event.id);
   switch (mode_) {
     case HandlerMode::check_then_mark:
@@ -91,7 +142,21 @@ Task<std::vector<HandleOutcome>> AsyncHandlerCore::run_batch(std::span<const Eve
     }
     co_return outcomes;
   }
+  if (!observer_) co_return co_await run_batch_check_then_mark(events, bus, invoke);
+  std::vector<std::optional<std::chrono::nanoseconds>> ran(events.size());
+  const Invoke timed_invoke = [&](const Event& event, BusProxy& proxy) {
+    // The window hands over the events themselves: the position says whose time it is.
+    const auto index = static_cast<std::size_t>(&event - events.data());
+    return timed(invoke, event, proxy, *clock_, ran[index]);
+  };
+  std::vector<HandleOutcome> outcomes =
+      co_await run_batch_check_then_mark(events, bus, timed_invoke);
+  idem::detail::observe_batch(*observer_, consumer_, events, outcomes, ran);
+  co_return outcomes;
+}
 
+Task<std::vector<HandleOutcome>> AsyncHandlerCore::run_batch_check_then_mark(
+    std::span<const Event> events, BusProxy& bus, const Invoke& invoke) {
   idem::detail::CheckMarkWindow window(events);
   std::vector<bool> processed;
   bool checked = true;

@@ -303,6 +303,7 @@ Task<CoordinatedResult> execute_owned(std::shared_ptr<AsyncStore> store,
                                       std::shared_ptr<FlightLead> lead, ClaimOutcome claim,
                                       const IdempotencyPolicy& policy, const IdempotentCall& call,
                                       const AsyncExecute& execute) {
+  lead->claimed(claim.token, (policy.clock ? policy.clock : system_clock())->wall_now());
   auto owned = std::make_shared<OwnedClaim>(co_await asio::this_coro::executor, store, lead,
                                             call.key, claim.token, policy.lease, policy.clock);
   OwnedClaim& owned_claim = *owned;
@@ -375,32 +376,29 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
       case ClaimOutcome::Status::completed: {
         if (!claim.record) {
           auto missing = std::make_exception_ptr(
-              StoreError("the idempotency store answered 'completed' for key " +
-                         quote_key(call.key) + " without the record"));
+              StoreError("the idempotency store answered 'completed' for " +
+                         idem::detail::key_subject(call) + " without the record"));
           lead->abandon(missing);
           std::rethrow_exception(missing);
         }
         co_return lead->replay(std::move(*claim.record));
       }
       case ClaimOutcome::Status::mismatch: {
-        auto reuse = std::make_exception_ptr(KeyReuseError(
-            call.key, "idempotency key " + quote_key(call.key) +
-                          " was first used with different arguments (fingerprint mismatch); "
-                          "this call did not run"));
+        auto reuse = std::make_exception_ptr(
+            idem::detail::key_reuse_error(call, claim.record ? &*claim.record : nullptr));
         lead->abandon(reuse);
         std::rethrow_exception(reuse);
       }
       case ClaimOutcome::Status::in_progress: {
+        const IdempotencyRecord* holder = claim.record ? &*claim.record : nullptr;
         if (policy.in_progress == InProgressPolicy::reject) {
-          auto busy = std::make_exception_ptr(
-              AlreadyInProgress("idempotency key " + quote_key(call.key) +
-                                " is in progress elsewhere (another process holds its claim)"));
+          auto busy = std::make_exception_ptr(idem::detail::in_progress_error(call, holder));
           lead->abandon(busy);
           std::rethrow_exception(busy);
         }
         if (call.stop.stop_requested()) {
           lead->abandon(nullptr);  // its joiners start over without it
-          throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
+          throw Cancelled("stopped waiting for " + idem::detail::key_subject(call) +
                           " (in progress in another process)");
         }
         const SteadyTime now = clock->steady_now();
@@ -408,13 +406,12 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
         if (call.wait_deadline && *call.wait_deadline <= *until && now >= *call.wait_deadline) {
           // This caller gave up; its joiners did not: they start over without it.
           lead->abandon(nullptr);
-          throw TimeoutError("gave up waiting for idempotency key " + quote_key(call.key) +
+          throw TimeoutError("gave up waiting for " + idem::detail::key_subject(call) +
                              " (in progress in another process) at its wait deadline");
         }
         if (now >= *until) {
-          auto busy = std::make_exception_ptr(AlreadyInProgress(
-              "idempotency key " + quote_key(call.key) + " is still in progress elsewhere after " +
-              "waiting " + std::to_string(policy.max_wait.count()) + " ms"));
+          auto busy = std::make_exception_ptr(
+              idem::detail::in_progress_error(call, holder, policy.max_wait));
           lead->abandon(busy);
           std::rethrow_exception(busy);
         }
@@ -425,7 +422,7 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
         poll = std::min<std::chrono::nanoseconds>(poll * 2, std::chrono::milliseconds(250));
         if (!co_await wait_delay(wait, clock)) {
           lead->abandon(nullptr);  // its joiners start over without it
-          throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
+          throw Cancelled("stopped waiting for " + idem::detail::key_subject(call) +
                           " (in progress in another process)");
         }
         continue;
@@ -599,10 +596,10 @@ std::shared_ptr<const CoordinatedResult> joined_outcome(FlightJoin& join, bool t
   if (!told) {
     join.detach();
     if (join.past_its_deadline()) {
-      throw TimeoutError("gave up waiting for idempotency key " + quote_key(call.key) +
+      throw TimeoutError("gave up waiting for " + idem::detail::key_subject(call) +
                          " at its wait deadline (the execution it waited for goes on)");
     }
-    throw Cancelled("stopped waiting for idempotency key " + quote_key(call.key) +
+    throw Cancelled("stopped waiting for " + idem::detail::key_subject(call) +
                     " (the execution it waited for goes on)");
   }
   const FlightOutcome& outcome = join.outcome();

@@ -23,10 +23,20 @@ std::string digest_hex(std::string_view data, const EVP_MD* algorithm, std::stri
   return hex;
 }
 
+// The algorithm fetched once: EVP_sha256() makes OpenSSL 3 look the implementation up again on
+// every digest (a lock and a property query), and every keyed call fingerprints its arguments.
+const EVP_MD* fetched_sha256() {
+  static const EVP_MD* const md = [] {
+    const EVP_MD* fetched = EVP_MD_fetch(nullptr, "SHA256", nullptr);
+    return fetched != nullptr ? fetched : EVP_sha256();
+  }();
+  return md;
+}
+
 }  // namespace
 
 std::string sha256_hex(std::string_view data) {
-  return digest_hex(data, EVP_sha256(), "SHA-256");
+  return digest_hex(data, fetched_sha256(), "SHA-256");
 }
 
 std::string sha1_hex(std::string_view data) {

@@ -8,6 +8,7 @@
 #include "idem/key.hpp"
 #include "idem/outbox.hpp"
 #include "idem/sql.hpp"
+#include "iso_time.hpp"
 
 namespace idem {
 
@@ -57,9 +58,13 @@ bool claim_says_run(const Claim& claim, std::string_view consumer, std::string_v
     case Claim::Status::processed:
       return false;
     case Claim::Status::in_progress:
-      throw AlreadyInProgress("consumer '" + std::string(consumer) + "': event " +
-                              std::string(event_id) +
-                              " is being handled by another delivery; deliver it again later");
+      throw AlreadyInProgress(
+          "consumer '" + std::string(consumer) + "': event " + std::string(event_id) +
+          " is being handled by another delivery" +
+          (claim.lease_until == WallTime{}
+               ? std::string()
+               : " (its lease runs until " + format_iso8601(claim.lease_until) + ")") +
+          "; deliver it again later");
     case Claim::Status::acquired:
       break;
   }
@@ -70,6 +75,45 @@ void throw_lease_lost(std::string_view consumer, std::string_view event_id) {
   throw LeaseLost("consumer '" + std::string(consumer) + "': event " + std::string(event_id) +
                   " was handled, but its claim had been taken over by another delivery (the "
                   "lease lapsed); the side effect may run twice");
+}
+
+DeliveryOutcome failure_outcome(const std::exception_ptr& error) noexcept {
+  try {
+    std::rethrow_exception(error);
+  } catch (const AlreadyInProgress&) {
+    return DeliveryOutcome::in_progress;
+  } catch (...) {
+  }
+  return DeliveryOutcome::failed;
+}
+
+void observe_delivery(Observer& observer, std::string_view consumer, const Event& event,
+                      DeliveryOutcome outcome,
+                      std::optional<std::chrono::nanoseconds> handler_duration) noexcept {
+  DeliveryObservation observation;
+  observation.consumer = consumer;
+  observation.event_id = event.id;
+  observation.outcome = outcome;
+  observation.handler_duration = handler_duration;
+  notify(observer, observation);
+}
+
+void observe_batch(
+    Observer& observer, std::string_view consumer, std::span<const Event> events,
+    const std::vector<HandleOutcome>& outcomes,
+    const std::vector<std::optional<std::chrono::nanoseconds>>& handler_durations) noexcept {
+  for (std::size_t i = 0; i < events.size() && i < outcomes.size(); ++i) {
+    const HandleOutcome& outcome = outcomes[i];
+    DeliveryOutcome what = DeliveryOutcome::failed;
+    if (outcome.result) {
+      what = *outcome.result == HandleResult::processed ? DeliveryOutcome::processed
+                                                        : DeliveryOutcome::duplicate;
+    } else if (outcome.error) {
+      what = failure_outcome(outcome.error);
+    }
+    observe_delivery(observer, consumer, events[i], what,
+                     i < handler_durations.size() ? handler_durations[i] : std::nullopt);
+  }
 }
 
 CheckMarkWindow::CheckMarkWindow(std::span<const Event> events)
@@ -189,6 +233,7 @@ HandlerCore::HandlerCore(std::string consumer, std::shared_ptr<IdempotencyRecord
       lease_(options.lease),
       clock_(options.clock ? std::move(options.clock) : system_clock()),
       outbox_(std::move(options.outbox)),
+      observer_(std::move(options.observer)),
       renewer_("IdempotentHandler '" + consumer_ + "'") {
   validate_key("consumer", consumer_);
   if (!recorder_) throw InvalidArgument("IdempotentHandler needs a recorder (got null)");
@@ -206,6 +251,49 @@ void HandlerCore::check_process() const {
 
 HandleResult HandlerCore::run(const Event& event, BusProxy& bus,
                               const std::function<void(BusProxy&)>& invoke) {
+  if (observer_) return run_observed(event, bus, invoke);
+  return run_unobserved(event, bus, invoke);
+}
+
+namespace {
+
+// Calls `call()` and sets `ran` to how long it took on `clock`, also when it throws.
+template <class Call>
+void timed(const Clock& clock, std::optional<std::chrono::nanoseconds>& ran, Call&& call) {
+  const SteadyTime start = clock.steady_now();
+  try {
+    call();
+  } catch (...) {
+    ran = clock.steady_now() - start;
+    throw;
+  }
+  ran = clock.steady_now() - start;
+}
+
+}  // namespace
+
+HandleResult HandlerCore::run_observed(const Event& event, BusProxy& bus,
+                                       const std::function<void(BusProxy&)>& invoke) {
+  std::optional<std::chrono::nanoseconds> ran;
+  const std::function<void(BusProxy&)> timed_invoke = [&](BusProxy& proxy) {
+    timed(*clock_, ran, [&] { invoke(proxy); });
+  };
+  HandleResult result = HandleResult::processed;
+  try {
+    result = run_unobserved(event, bus, timed_invoke);
+  } catch (...) {
+    observe_delivery(*observer_, consumer_, event, failure_outcome(std::current_exception()), ran);
+    throw;
+  }
+  observe_delivery(
+      *observer_, consumer_, event,
+      result == HandleResult::processed ? DeliveryOutcome::processed : DeliveryOutcome::duplicate,
+      ran);
+  return result;
+}
+
+HandleResult HandlerCore::run_unobserved(const Event& event, BusProxy& bus,
+                                         const std::function<void(BusProxy&)>& invoke) {
   check_process();
   validate_key("event id", event.id);
   switch (mode_) {
@@ -237,7 +325,20 @@ std::vector<HandleOutcome> HandlerCore::run_batch(
     }
     return outcomes;
   }
+  if (!observer_) return run_batch_check_then_mark(events, bus, invoke);
+  std::vector<std::optional<std::chrono::nanoseconds>> ran(events.size());
+  outcomes = run_batch_check_then_mark(events, bus, [&](const Event& event, BusProxy& proxy) {
+    // The window hands over the events themselves: the position says whose time it is.
+    const auto index = static_cast<std::size_t>(&event - events.data());
+    timed(*clock_, ran[index], [&] { invoke(event, proxy); });
+  });
+  observe_batch(*observer_, consumer_, events, outcomes, ran);
+  return outcomes;
+}
 
+std::vector<HandleOutcome> HandlerCore::run_batch_check_then_mark(
+    std::span<const Event> events, BusProxy& bus,
+    const std::function<void(const Event&, BusProxy&)>& invoke) {
   CheckMarkWindow window(events);
   std::vector<bool> processed;
   try {

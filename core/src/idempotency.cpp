@@ -112,6 +112,11 @@ std::string quoted(std::string_view key) {
   return "'" + std::string(key) + "'";
 }
 
+// The key as the caller knows it: before scoping, when the caller said.
+const std::string& shown_key(const IdempotentCall& call) {
+  return call.caller_key.empty() ? call.key : call.caller_key;
+}
+
 std::string format_wall(WallTime t) {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch());
   const std::time_t seconds =
@@ -131,6 +136,22 @@ std::string type_name(const std::type_index& type) {
   std::string name = (status == 0 && demangled != nullptr) ? demangled : type.name();
   std::free(demangled);
   return name;
+}
+
+// "claim token 7, started ..., completed ..., replayed until ..." or "claim token 7, its lease
+// runs until ...": the claim that holds a key, as far as the record tells.
+std::string holder_of(const IdempotencyRecord& record) {
+  std::string out = "claim token " + std::to_string(record.token);
+  if (record.state == IdempotencyRecord::State::completed) {
+    if (record.report && record.report->started_at != WallTime{}) {
+      out += ", started " + format_wall(record.report->started_at);
+    }
+    out += ", completed " + format_wall(record.completed_at) + ", replayed until " +
+           format_wall(record.expires_at);
+  } else {
+    out += ", its lease runs until " + format_wall(record.lease_until);
+  }
+  return out;
 }
 
 void validate_policy(const IdempotencyPolicy& policy) {
@@ -171,14 +192,14 @@ void add_idempotency_metadata(ExecutionReport& report, const std::string& key,
 // codec.
 std::shared_ptr<const void> replayed_value(StoredValue& stored, const IdempotentCall& call) {
   if (call.type && stored.type && *call.type != *stored.type) {
-    throw DecodeError("idempotency key " + quoted(call.key) + ": the stored result is a " +
+    throw DecodeError(detail::key_subject(call) + ": the stored result is a " +
                       type_name(*stored.type) + " but this call expects a " +
                       type_name(*call.type) + " (is the key shared by two operations?)");
   }
   if (stored.object) return std::move(stored.object);
   if (stored.bytes) {
     if (call.codec == nullptr || !call.codec->decode) {
-      throw DecodeError("idempotency key " + quoted(call.key) +
+      throw DecodeError(detail::key_subject(call) +
                         ": the stored result is bytes and the call has no codec to decode it");
     }
     return call.codec->decode(*stored.bytes);
@@ -238,6 +259,10 @@ struct Flight {
   std::unique_ptr<std::condition_variable_any> changed;
   Phase phase = Phase::running;
   std::size_t waiting = 0;
+  // The leader's claim once it acquired the key (token 0 until then), for the message of a
+  // joiner refused for other arguments.
+  std::uint64_t token = 0;
+  WallTime claimed_at{};
   // The outcome (phase done or lingering). Neither a result nor an error: start over. The
   // result is the joiners' (status joined or replayed, metadata merged), built once and shared.
   std::shared_ptr<const CoordinatedResult> joined;
@@ -250,13 +275,20 @@ struct Flight {
 // A caller about to join a running flight: same arguments, same value type (flight->mutex held).
 void check_joinable(const Flight& flight, const IdempotentCall& call) {
   if (fingerprints_differ(flight.fingerprint, call.fingerprint)) {
-    throw KeyReuseError(call.key, "idempotency key " + quoted(call.key) +
-                                      " is being executed with different arguments (fingerprint "
-                                      "mismatch); this call did not run");
+    const std::string holder =
+        flight.token == 0 ? std::string("another call in this process is claiming it")
+                          : "claim token " + std::to_string(flight.token) + " of this process, " +
+                                "started " + format_wall(flight.claimed_at);
+    throw KeyReuseError(shown_key(call),
+                        detail::key_subject(call) +
+                            " is being executed with different arguments (the fingerprints "
+                            "differ; " +
+                            holder + "); this call did not run",
+                        call.operation);
   }
   if (call.type && flight.type && *call.type != *flight.type) {
     // Handing over the leader's object would give this caller a value of the wrong type.
-    throw DecodeError("idempotency key " + quoted(call.key) + " is being executed for a " +
+    throw DecodeError(detail::key_subject(call) + " is being executed for a " +
                       type_name(*flight.type) + " result but this call expects a " +
                       type_name(*call.type) + " (is the key shared by two operations?)");
   }
@@ -529,10 +561,10 @@ CoordinatedResult Coordinator::run(const IdempotencyPolicy& policy, const Idempo
   validate_key("idempotency key", call.key);
   validate_policy(policy);
   if (t_owned_keys && t_owned_keys->contains(identity_, call.key)) {
-    throw ReentryError(call.key, "idempotency key " + quoted(call.key) +
-                                     " is already being executed by this caller" +
-                                     (call.operation.empty() ? "" : " (" + call.operation + ")") +
-                                     "; a nested call with the same key would wait for itself");
+    throw ReentryError(shown_key(call),
+                       detail::key_subject(call) +
+                           " is already being executed by this caller; a nested call with the "
+                           "same key would wait for itself");
   }
   auto store = lock_store();
   if (store->needs_bytes() &&
@@ -586,14 +618,14 @@ CoordinatedResult Coordinator::join(const std::shared_ptr<Flight>& flight,
     } waiting{*flight};
     for (;;) {
       if (call.stop.stop_requested()) {
-        throw Cancelled("stopped waiting for idempotency key " + quoted(call.key) +
+        throw Cancelled("stopped waiting for " + detail::key_subject(call) +
                         " (the execution it waited for goes on)");
       }
       auto slice = RealClock::duration(kWaitSlice);
       if (call.wait_deadline) {
         const SteadyTime now = clock->steady_now();
         if (now >= *call.wait_deadline) {
-          throw TimeoutError("gave up waiting for idempotency key " + quoted(call.key) +
+          throw TimeoutError("gave up waiting for " + detail::key_subject(call) +
                              " at its wait deadline (the execution it waited for goes on)");
         }
         slice = std::min<RealClock::duration>(slice, *call.wait_deadline - now);
@@ -687,26 +719,20 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
       case ClaimOutcome::Status::completed: {
         if (!claim.record) {
           fail(flight, std::make_exception_ptr(
-                           StoreError("the idempotency store answered 'completed' for key " +
-                                      quoted(call.key) + " without the record")));
+                           StoreError("the idempotency store answered 'completed' for " +
+                                      detail::key_subject(call) + " without the record")));
         }
         return replay(flight, call, std::move(*claim.record));
       }
 
       case ClaimOutcome::Status::mismatch:
-        fail(flight, std::make_exception_ptr(KeyReuseError(
-                         call.key, "idempotency key " + quoted(call.key) +
-                                       " was first used with different arguments (fingerprint "
-                                       "mismatch); this call did not run")));
+        fail(flight, std::make_exception_ptr(
+                         detail::key_reuse_error(call, claim.record ? &*claim.record : nullptr)));
 
       case ClaimOutcome::Status::in_progress: {
-        const std::string lease_until =
-            claim.record ? format_wall(claim.record->lease_until) : std::string("an unknown time");
+        const IdempotencyRecord* holder = claim.record ? &*claim.record : nullptr;
         if (policy.in_progress == InProgressPolicy::reject) {
-          fail(flight, std::make_exception_ptr(AlreadyInProgress(
-                           "idempotency key " + quoted(call.key) +
-                           " is in progress elsewhere (another process holds its claim until " +
-                           lease_until + ")")));
+          fail(flight, std::make_exception_ptr(detail::in_progress_error(call, holder)));
         }
         const SteadyTime now = (policy.clock ? policy.clock : system_clock())->steady_now();
         if (!max_wait_until) max_wait_until = now + policy.max_wait;
@@ -717,14 +743,11 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
           if (caller_deadline_first) {
             // This caller gave up; its joiners did not: they start over without it.
             finish(flight, nullptr, nullptr);
-            throw TimeoutError("gave up waiting for idempotency key " + quoted(call.key) +
+            throw TimeoutError("gave up waiting for " + detail::key_subject(call) +
                                " (in progress in another process) at its wait deadline");
           }
-          fail(flight, std::make_exception_ptr(AlreadyInProgress(
-                           "idempotency key " + quoted(call.key) +
-                           " is still in progress elsewhere after waiting " +
-                           std::to_string(policy.max_wait.count()) +
-                           " ms (another process holds its claim until " + lease_until + ")")));
+          fail(flight,
+               std::make_exception_ptr(detail::in_progress_error(call, holder, policy.max_wait)));
         }
         try {
           // The record it returns is read again by the claim that follows.
@@ -734,7 +757,7 @@ CoordinatedResult Coordinator::lead(IdempotencyStore& store, const std::shared_p
         }
         if (call.stop.stop_requested()) {
           finish(flight, nullptr, nullptr);
-          throw Cancelled("stopped waiting for idempotency key " + quoted(call.key) +
+          throw Cancelled("stopped waiting for " + detail::key_subject(call) +
                           " (in progress in another process)");
         }
         continue;  // claim again: completed -> replay, absent/abandoned -> execute
@@ -749,6 +772,12 @@ CoordinatedResult Coordinator::execute_owned(IdempotencyStore& store,
                                              const IdempotencyPolicy& policy,
                                              const IdempotentCall& call,
                                              const std::function<Execution(ClaimHold&)>& execute) {
+  {
+    const WallTime now = (policy.clock ? policy.clock : system_clock())->wall_now();
+    std::lock_guard lock(flight->mutex);
+    flight->token = claim.token;
+    flight->claimed_at = now;
+  }
   std::shared_ptr<detail::LeaseRenewer::Lease> renewal;
   std::shared_ptr<ReleaseGuard> guard;
   try {
@@ -846,6 +875,11 @@ class AsyncLead final : public FlightLead {
     ended_ = true;
     coordinator_->released(flight_);
   }
+  void claimed(std::uint64_t token, WallTime at) override {
+    std::lock_guard lock(flight_->mutex);
+    flight_->token = token;
+    flight_->claimed_at = at;
+  }
   std::shared_ptr<const OwnedKeys> owned_keys() const override { return owned_; }
 
  private:
@@ -860,10 +894,10 @@ FlightEntry Coordinator::enter(const IdempotentCall& call, std::shared_ptr<Fligh
   validate_key("idempotency key", call.key);
   renewer_.check_process();
   if (t_owned_keys && t_owned_keys->contains(identity_, call.key)) {
-    throw ReentryError(call.key, "idempotency key " + quoted(call.key) +
-                                     " is already being executed by this caller" +
-                                     (call.operation.empty() ? "" : " (" + call.operation + ")") +
-                                     "; a nested call with the same key would wait for itself");
+    throw ReentryError(shown_key(call),
+                       detail::key_subject(call) +
+                           " is already being executed by this caller; a nested call with the "
+                           "same key would wait for itself");
   }
   std::shared_ptr<Flight> flight;
   const HashedKey hashed = HashedKey::of(call.key);
@@ -893,6 +927,43 @@ FlightEntry Coordinator::enter(const IdempotentCall& call, std::shared_ptr<Fligh
   notify_all(std::move(ready));
   return {};
 }
+
+// ---- the errors both faces' leaders throw ----------------------------------------------------
+
+}  // namespace
+
+std::string detail::key_subject(const IdempotentCall& call) {
+  std::string out;
+  if (!call.operation.empty()) out = "operation " + quoted(call.operation) + ": ";
+  out += "idempotency key " + quoted(shown_key(call));
+  return out;
+}
+
+KeyReuseError detail::key_reuse_error(const IdempotentCall& call, const IdempotencyRecord* record) {
+  std::string message = key_subject(call);
+  if (record != nullptr && record->state == IdempotencyRecord::State::in_progress) {
+    message += " is in progress with different arguments (the fingerprints differ; " +
+               holder_of(*record) + "); this call did not run";
+  } else {
+    message += " was first used with different arguments (the fingerprints differ";
+    if (record != nullptr) message += "; " + holder_of(*record);
+    message += "); this call did not run";
+  }
+  return KeyReuseError(shown_key(call), message, call.operation);
+}
+
+AlreadyInProgress detail::in_progress_error(const IdempotentCall& call,
+                                            const IdempotencyRecord* record,
+                                            std::optional<Millis> waited) {
+  std::string message = key_subject(call);
+  message += waited ? " is still in progress in another process after waiting " +
+                          std::to_string(waited->count()) + " ms"
+                    : std::string(" is in progress in another process");
+  if (record != nullptr) message += " (" + holder_of(*record) + ")";
+  return AlreadyInProgress(message);
+}
+
+namespace {
 
 // ---- registry ---------------------------------------------------------------------------------
 

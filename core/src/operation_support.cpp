@@ -15,8 +15,11 @@
 #include <typeinfo>
 #include <utility>
 
+#include "idem/circuit_breaker.hpp"
 #include "idem/error.hpp"
+#include "idem/idempotency.hpp"
 #include "idem/key.hpp"
+#include "idem/observer.hpp"
 #include "idem/operation_idempotency.hpp"
 #include "idem/operation_result.hpp"
 #include "idem/timeout.hpp"
@@ -241,13 +244,13 @@ void rethrow_idempotency_rejection(const PolicyCore& core, const std::string& us
   } catch (const AlreadyInProgress&) {
     emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "already_in_progress");
     throw;
-  } catch (const KeyReuseError& e) {
+  } catch (const KeyReuseError&) {
+    // The coordinator named the caller's key and the operation (IdempotentCall::caller_key).
     emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "key_reuse");
-    // key(): the caller's key, not the scoped one.
-    throw KeyReuseError(user_key, message_of(e));
-  } catch (const ReentryError& e) {
+    throw;
+  } catch (const ReentryError&) {
     emit_idempotency_event(core, EventType::idempotency_rejected, user_key, "reentry");
-    throw ReentryError(user_key, message_of(e));
+    throw;
   }
 }
 
@@ -364,6 +367,68 @@ void emit_idempotency_event(const PolicyCore& core, EventType type, const std::s
   event.fields.emplace("status", std::string(status));
   if (!reason.empty()) event.fields.emplace("reason", std::string(reason));
   core.events.emit(event);
+}
+
+namespace {
+
+// What a call that threw `error` came to, for observers.
+CallOutcome call_outcome_of(const std::exception_ptr& error) noexcept {
+  try {
+    std::rethrow_exception(error);
+  } catch (const OperationError& e) {
+    if (e.report().status == OperationStatus::timed_out) return CallOutcome::timed_out;
+    if (e.report().status == OperationStatus::cancelled) return CallOutcome::cancelled;
+    try {
+      if (e.cause()) std::rethrow_exception(e.cause());
+    } catch (const CircuitOpenError&) {
+      return CallOutcome::rejected_circuit_open;
+    } catch (const RateLimitWaitExceeded&) {
+      return CallOutcome::rejected_rate_limit;
+    } catch (...) {
+    }
+    return CallOutcome::failed;
+  } catch (const KeyReuseError&) {
+    return CallOutcome::rejected_key_reuse;
+  } catch (const AlreadyInProgress&) {
+    return CallOutcome::rejected_in_progress;
+  } catch (const TimeoutError&) {
+    return CallOutcome::timed_out;  // a waiter's deadline
+  } catch (const Cancelled&) {
+    return CallOutcome::cancelled;  // a waiter's stop
+  } catch (...) {
+  }
+  return CallOutcome::error;
+}
+
+}  // namespace
+
+void observe_call(const PolicyCore& core, SteadyTime started, bool keyed,
+                  const ExecutionReport* report) noexcept {
+  if (!core.observer) return;
+  CallObservation observation;
+  observation.operation = core.name;
+  observation.keyed = keyed;
+  if (report != nullptr) {
+    observation.outcome = CallOutcome::executed;
+    if (keyed) {
+      const auto it = report->metadata.find(detail::metadata_keys().status);
+      if (it != report->metadata.end()) {
+        if (it->second == to_string(IdempotencyStatus::joined)) {
+          observation.outcome = CallOutcome::joined;
+        } else if (it->second == to_string(IdempotencyStatus::replayed)) {
+          observation.outcome = CallOutcome::replayed;
+        }
+      }
+    }
+  } else {
+    observation.outcome = call_outcome_of(std::current_exception());
+  }
+  try {
+    observation.duration = core.clock->steady_now() - started;
+  } catch (...) {
+    // A clock that throws leaves the duration at zero.
+  }
+  detail::notify(*core.observer, observation);
 }
 
 void check_idempotency_settings(const std::string& operation, Millis ttl, Millis lease,

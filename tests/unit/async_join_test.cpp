@@ -20,6 +20,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -315,6 +316,56 @@ TEST(AsyncJoin, FingerprintMismatchIsKeyReuse) {
                                     .idempotency_fingerprint = true});
   EXPECT_EQ(run(io, op("k", 5)).value, 5);
   EXPECT_THROW(run(io, op("k", 6)), idem::KeyReuseError);
+}
+
+TEST(AsyncJoin, AJoinerWithOtherArgumentsIsRefusedByDefault) {
+  asio::io_context io;
+  Stores stores;
+  // The owner waits on a gate the test opens (cancels) at the end.
+  auto gate = std::make_shared<asio::steady_timer>(io, asio::steady_timer::time_point::max());
+  auto op = idem::async::resilient(
+      [gate](std::string, int cents) -> Task<int> {
+        try {
+          co_await gate->async_wait(asio::use_awaitable);
+        } catch (const std::system_error&) {
+        }
+        co_return cents;
+      },
+      {.name = "pay",
+       .idempotency_key = [](const std::string& k, int) { return k; },
+       .idempotency_store = stores.async});
+  std::optional<int> owner;
+  asio::co_spawn(io, op("k", 5), [&](std::exception_ptr e, idem::OperationResult<int> r) {
+    if (!e) owner = r.value;
+  });
+  io.poll();  // the owner claims the key and waits at the gate
+  std::exception_ptr refused;
+  bool joiner_done = false;
+  asio::co_spawn(io, op("k", 6), [&](std::exception_ptr e, idem::OperationResult<int>) {
+    refused = e;
+    joiner_done = true;
+  });
+  while (!joiner_done)
+    io.poll_one();
+  ASSERT_TRUE(refused);
+  try {
+    std::rethrow_exception(refused);
+  } catch (const idem::KeyReuseError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.key(), "k");
+    EXPECT_NE(message.find("operation 'pay': idempotency key 'k' is being executed with different "
+                           "arguments"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("claim token "), std::string::npos) << message;
+  } catch (...) {
+    ADD_FAILURE() << "expected KeyReuseError";
+  }
+  idem::test::keep_exception(refused);
+  gate->cancel();
+  io.restart();
+  io.run();
+  EXPECT_EQ(owner, 5);
 }
 
 TEST(AsyncJoin, KeyHeldByAnotherProcessRejectsOrWaits) {

@@ -18,6 +18,7 @@
 
 #include "idem/circuit_breaker.hpp"
 #include "idem/events.hpp"
+#include "idem/fingerprint.hpp"
 #include "idem/idempotency.hpp"
 #include "idem/memory_store.hpp"
 #include "idem/operation.hpp"
@@ -776,6 +777,170 @@ TEST_F(ResilientIdempotency, AlreadyInProgressInAnotherProcessWithRejectPolicy) 
   release.count_down();
   owner.join();
   EXPECT_EQ(op().value, 1) << "then the other process's result is replayed";
+}
+
+// ---- fingerprints by default ----------------------------------------------------------------
+
+// What a payment gateway saw: one charge per execution.
+struct Charges {
+  std::atomic<int> calls{0};
+};
+
+auto payment_operation(std::shared_ptr<Charges> charges,
+                       std::shared_ptr<InMemoryIdempotencyStore> store,
+                       std::shared_ptr<ManualClock> clock) {
+  return idem::resilient(
+      [charges](const std::string& request_id, int amount) {
+        ++charges->calls;
+        return Receipt{"rcpt-" + request_id, amount};
+      },
+      {.name = "create_payment",
+       .idempotency_key = [](const std::string& id, int) { return id; },
+       .idempotency_store = std::move(store),
+       .clock = std::move(clock)});
+}
+
+TEST_F(ResilientIdempotency, AKeyReusedWithOtherArgumentsIsRefusedByDefault) {
+  auto charges = std::make_shared<Charges>();
+  auto create_payment = payment_operation(charges, store, clock);
+  EXPECT_EQ(create_payment("request-123", 2499).value.amount, 2499);
+  try {
+    create_payment("request-123", 1);
+    FAIL() << "expected KeyReuseError";
+  } catch (const idem::KeyReuseError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.key(), "request-123") << "the caller's key, not the scoped one";
+    EXPECT_EQ(e.operation(), "create_payment");
+    EXPECT_NE(message.find("operation 'create_payment': idempotency key 'request-123' was first "
+                           "used with different arguments"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("claim token "), std::string::npos) << message;
+    EXPECT_NE(message.find("started 2030-01-01T00:00:00.000Z"), std::string::npos) << message;
+    EXPECT_EQ(message.find("14:create_payment"), std::string::npos) << message;
+    EXPECT_EQ(message.find("2499"), std::string::npos) << "no argument values: " << message;
+  }
+  EXPECT_EQ(create_payment("request-123", 2499).report.metadata.at("idempotency_status"),
+            "replayed");
+  EXPECT_EQ(charges->calls.load(), 1);
+}
+
+TEST_F(ResilientIdempotency, FingerprintFalseReplaysWhateverTheArguments) {
+  std::atomic<int> calls{0};
+  // A timestamp argument is noise: the caller opts out.
+  auto op = idem::resilient(
+      [&](const std::string& id, long long /*sent_at_ms*/) {
+        ++calls;
+        return id;
+      },
+      {.idempotency_key = [](const std::string& id, long long) { return id; },
+       .idempotency_store = store,
+       .idempotency_fingerprint = false});
+  EXPECT_EQ(op("r", 1000).value, "r");
+  EXPECT_EQ(op("r", 2000).report.metadata.at("idempotency_status"), "replayed");
+  EXPECT_EQ(calls.load(), 1);
+}
+
+// No idem::Codec, no to_json: idem::fingerprint cannot encode it.
+struct Opaque {
+  int value = 0;
+};
+
+TEST_F(ResilientIdempotency, ArgumentsWithoutAnEncodingKeepNoFingerprint) {
+  std::atomic<int> calls{0};
+  auto op = idem::resilient(
+      [&](const std::string&, const Opaque& opaque) {
+        ++calls;
+        return opaque.value;
+      },
+      {.idempotency_key = [](const std::string& id, const Opaque&) { return id; },
+       .idempotency_store = store});
+  EXPECT_EQ(op("r", Opaque{1}).value, 1);
+  EXPECT_EQ(op("r", Opaque{2}).value, 1) << "no fingerprint: the first result replays";
+  EXPECT_EQ(calls.load(), 1);
+  // `true` insists, and says why it cannot.
+  EXPECT_THROW(
+      idem::resilient([](const std::string&, const Opaque& o) { return o.value; },
+                      {.idempotency_key = [](const std::string& id, const Opaque&) { return id; },
+                       .idempotency_fingerprint = true}),
+      idem::ConfigError);
+}
+
+TEST_F(ResilientIdempotency, AJoinerWithOtherArgumentsIsRefusedNamingTheRunningClaim) {
+  std::latch owner_started(1);
+  std::latch release_owner(1);
+  auto op = idem::resilient(
+      [&](const std::string& id, int amount) {
+        owner_started.count_down();
+        release_owner.wait();
+        return Receipt{id, amount};
+      },
+      {.name = "create_payment",
+       .idempotency_key = [](const std::string& id, int) { return id; },
+       .idempotency_store = store,
+       .clock = clock});
+  std::thread owner([&] { EXPECT_EQ(op("request-9", 10).value.amount, 10); });
+  owner_started.wait();
+  try {
+    op("request-9", 11);
+    ADD_FAILURE() << "expected KeyReuseError";
+  } catch (const idem::KeyReuseError& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(e.key(), "request-9");
+    EXPECT_NE(message.find("operation 'create_payment': idempotency key 'request-9' is being "
+                           "executed with different arguments"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("claim token "), std::string::npos) << message;
+    EXPECT_NE(message.find("started 2030-01-01T00:00:00.000Z"), std::string::npos) << message;
+  }
+  release_owner.count_down();
+  owner.join();
+}
+
+TEST_F(ResilientIdempotency, AClaimHeldElsewhereWithOtherArgumentsIsRefused) {
+  // Another process claimed the key for other arguments; this call's claim fails and the store
+  // answers with that claim: the mismatch is found there too (not only on replays).
+  const idem::ClaimOutcome other = store->claim(scoped("create_payment", "request-5"),
+                                                idem::fingerprint("request-5", 500), 1min);
+  ASSERT_EQ(other.status, idem::ClaimOutcome::Status::acquired);
+  auto charges = std::make_shared<Charges>();
+  auto create_payment = payment_operation(charges, store, clock);
+  try {
+    create_payment("request-5", 1);
+    FAIL() << "expected KeyReuseError";
+  } catch (const idem::KeyReuseError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("operation 'create_payment': idempotency key 'request-5' is in progress "
+                           "with different arguments"),
+              std::string::npos)
+        << message;
+    EXPECT_NE(message.find("claim token " + std::to_string(other.token)), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("its lease runs until 2030-01-01T00:01:00.000Z"), std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(charges->calls.load(), 0);
+}
+
+TEST_F(ResilientIdempotency, InProgressElsewhereNamesTheOperationKeyAndClaim) {
+  const idem::ClaimOutcome other =
+      store->claim(scoped("create_payment", "request-7"), std::nullopt, 1min);
+  auto op = idem::resilient([](const std::string& id) { return id; },
+                            {.name = "create_payment",
+                             .idempotency_key = [](const std::string& id) { return id; },
+                             .idempotency_store = store,
+                             .idempotency_in_progress = idem::InProgressPolicy::reject,
+                             .clock = clock});
+  try {
+    op("request-7");
+    FAIL() << "expected AlreadyInProgress";
+  } catch (const idem::AlreadyInProgress& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "idem: already_in_progress: operation 'create_payment': idempotency key "
+              "'request-7' is in progress in another process (claim token " +
+                  std::to_string(other.token) + ", its lease runs until 2030-01-01T00:01:00.000Z)");
+  }
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "idem/recorder.hpp"
 #include "outbox_commands.hpp"
 #include "progress.hpp"
+#include "stats_format.hpp"
 
 namespace idem::cli {
 namespace {
@@ -41,9 +42,17 @@ constexpr std::size_t kPreviewBytes = 64;
 struct StatsArgs {
   std::string url;
   bool json = false;
+  std::string format;  // text, json or prometheus (stats_format.hpp); --json is --format json
 };
 
 int run_stats(const StatsArgs& args) {
+  const std::optional<StatsFormat> format =
+      parse_stats_format(args.format.empty() ? (args.json ? "json" : "text") : args.format);
+  if (!format || (args.json && *format != StatsFormat::json)) {
+    throw UsageError(
+        !format ? "--format " + printable(args.format, 64) + ": expected text, json or prometheus"
+                : std::string("--json and --format ") + args.format + " exclude each other");
+  }
   Faces faces = open_faces(args.url, true, true, OpenOptions::Schema::look_only);
   std::optional<std::vector<ConsumerCounts>> consumers;
   std::optional<StoreCounts> records;
@@ -62,7 +71,11 @@ int run_stats(const StatsArgs& args) {
       in_progress += c.in_progress;
     }
   }
-  if (args.json) {
+  if (*format == StatsFormat::prometheus) {
+    std::cout << stats_prometheus({consumers, records, outbox}) << std::flush;
+    return kOk;
+  }
+  if (*format == StatsFormat::json) {
     nlohmann::json out;
     out["url"] = redact_url(args.url);
     if (consumers) {
@@ -452,7 +465,8 @@ void add_store_commands(CLI::App& app) {
                          "Counts in a recorder (markers and live claims per consumer) and a store "
                          "(records by state) at URL");
   stats_cmd->add_option("url", stats->url, "sqlite:PATH, redis://..., postgresql://...");
-  stats_cmd->add_flag("--json", stats->json, "Print JSON");
+  stats_cmd->add_flag("--json", stats->json, "Print JSON (--format json)");
+  stats_cmd->add_option("--format", stats->format, "text (default), json or prometheus");
   stats_cmd->allow_extras();
   stats_cmd->callback([stats, stats_cmd] {
     finish(guarded("stats", stats->url, stats_cmd->remaining(), [&] { return run_stats(*stats); }));

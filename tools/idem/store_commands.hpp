@@ -1,8 +1,10 @@
 // `idem stats`, `idem purge` and `idem inspect`: operator commands on a recorder and a store
 // named by a URL (idem/open.hpp), e.g. sqlite:///var/lib/app/idem.db or redis://cache:6379/0.
 //
-//   idem stats URL [--json]                      markers and live claims per consumer; store
-//                                                records by state ("none" for an absent face)
+//   idem stats URL [--format text|json|prometheus]
+//                                                markers and live claims per consumer; store
+//                                                records by state ("none" for an absent face);
+//                                                --json is --format json
 //   idem purge URL --older-than 7d [--store-only|--recorder-only] [--dry-run]
 //                                                markers older than the duration and expired
 //                                                store records; progress on stderr

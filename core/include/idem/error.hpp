@@ -144,15 +144,20 @@ class ReentryError : public Error {
 };
 
 // A key was reused with arguments whose fingerprint differs from the first call's. The call did
-// not run. (IETF Idempotency-Key draft: 422.)
+// not run. (IETF Idempotency-Key draft: 422.) The message names the operation, the key, and the
+// claim that holds it (its fencing token, and when it started or until when its lease runs).
 class KeyReuseError : public Error {
  public:
-  KeyReuseError(const std::string& key, const std::string& message)
-      : Error(ErrorCode::key_reuse, message), key_(key) {}
+  KeyReuseError(const std::string& key, const std::string& message, std::string operation = {})
+      : Error(ErrorCode::key_reuse, message), key_(key), operation_(std::move(operation)) {}
+  // The caller's key (as its key function returned it, not the scoped key the store holds).
   const std::string& key() const noexcept { return key_; }
+  // The operation's name; empty when the coordinator was called without one.
+  const std::string& operation() const noexcept { return operation_; }
 
  private:
   std::string key_;
+  std::string operation_;
 };
 
 // An attempt, or a caller's wait, exceeded its deadline. Retryable: the dependency may answer

@@ -2,7 +2,8 @@
 //
 // Options are plain values: a handler copies them at construction and never reads them again.
 //
-// Thread-safety: plain values (the clock and outbox they point to are thread-safe themselves).
+// Thread-safety: plain values (the clock, outbox and observer they point to are thread-safe
+// themselves).
 #pragma once
 
 #include <chrono>
@@ -12,6 +13,7 @@
 
 #include "idem/clock.hpp"
 #include "idem/error.hpp"
+#include "idem/observer.hpp"
 
 namespace idem {
 
@@ -41,6 +43,9 @@ struct HandlerOptions {
   // follow_up_id(consumer, incoming event id, n), n counting the run's publishes from 0. Default
   // (null): held back and handed to the caller's BusProxy after the commit.
   std::shared_ptr<Outbox> outbox = nullptr;
+  // Told what every delivery came to and how long `handle` ran (observer.hpp), e.g. an
+  // idem::Metrics; durations on `clock`. Default (null): none (one null check per delivery).
+  std::shared_ptr<Observer> observer = nullptr;
 };
 
 // Exclusive mode: handle ran, but complete() refused the token because another delivery took

@@ -17,7 +17,9 @@
 //                        store, and the coordinator under both
 //   retry.hpp, timeout.hpp, validation.hpp, circuit_breaker.hpp, fallback.hpp, rate_limit.hpp,
 //   report.hpp, events.hpp, operation_result.hpp, fingerprint.hpp, key.hpp, codec.hpp
-// Shared: clock.hpp (injected time), error.hpp (the error taxonomy), wrapper.hpp (decorators).
+// Shared: clock.hpp (injected time), error.hpp (the error taxonomy), wrapper.hpp (decorators),
+//   observer.hpp, metrics.hpp, prometheus.hpp (what both faces did, as counters and histograms
+//   in the Prometheus text format).
 //
 // Thread-safety: as each header states; every recorder, store, handler and resilient callable
 // is safe to share between threads.
@@ -42,10 +44,13 @@
 #include "idem/key.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/memory_store.hpp"
+#include "idem/metrics.hpp"
+#include "idem/observer.hpp"
 #include "idem/operation.hpp"
 #include "idem/operation_idempotency.hpp"
 #include "idem/operation_result.hpp"
 #include "idem/outbox.hpp"
+#include "idem/prometheus.hpp"
 #include "idem/purge_progress.hpp"
 #include "idem/rate_limit.hpp"
 #include "idem/recorder.hpp"

@@ -124,6 +124,9 @@ struct IdempotentCall {
   std::stop_token stop{};                     // a waiter stops waiting (Cancelled); never the owner
   std::optional<SteadyTime> wait_deadline{};  // a waiter gives up then (TimeoutError); policy.clock
   std::string operation{};                    // operation name, for messages and events
+  // The key as the caller's key function returned it, before scoping: what messages and
+  // KeyReuseError::key() name. Empty: `key`.
+  std::string caller_key{};
 };
 
 // Re-entrancy is detected per execution context: the keys owned by the current thread. Work

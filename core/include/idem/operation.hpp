@@ -56,8 +56,9 @@ class Operation<R(Params...)>
   explicit Operation(std::shared_ptr<const Spec> spec) : Builder(std::move(spec)) {}
 
   // with_retry, with_retries, with_timeout, with_rate_limit, with_validation,
-  // with_circuit_breaker, with_fallbacks, with_events, with_idempotency, without_idempotency,
-  // with_clock and name(): detail::OperationBuilder (detail/operation_builder.hpp).
+  // with_circuit_breaker, with_fallbacks, with_events, with_observer, with_idempotency,
+  // without_idempotency, with_clock and name(): detail::OperationBuilder
+  // (detail/operation_builder.hpp).
 
   result_type run(Params... args) const {
     return detail::Engine<R, Params...>::call(this->spec_, CallOptions{}, args...);

@@ -8,9 +8,14 @@
 // are never cached. A caller that joins or replays never starts retries, fallbacks or breaker
 // checks of its own — a replay succeeds even while the breaker is open.
 //
-// `fingerprint` (opt-in) detects a key reused with different arguments: `true` hashes the
-// arguments with idem::fingerprint (fingerprint.hpp), or pass your own function of the
-// arguments. Same key, different fingerprint: idem::KeyReuseError, nothing runs.
+// `fingerprint` detects a key reused with different arguments: same key, different fingerprint
+// → idem::KeyReuseError naming the operation and the caller's key, and nothing runs (IETF
+// Idempotency-Key draft: 422). It is on by default whenever idem::fingerprint can encode every
+// argument (strings, numbers, bool, enums, std::optional, nlohmann::json, types with to_json or
+// an idem::Codec<T>; fingerprint.hpp); an operation with an argument it cannot encode keeps no
+// fingerprint. `false` turns it off (arguments that carry noise, such as a timestamp
+// or a trace id), `true` requires it (ConfigError when an argument cannot be encoded), and a
+// function of the arguments fingerprints what it returns (e.g. only the fields that matter).
 //
 // Keys are scoped per operation. The key a store sees is scoped_idempotency_key(scope, key), with
 // the scope defaulting to the operation's name, so two operations never replay each other's
@@ -62,26 +67,35 @@ std::optional<ScopedIdempotencyKey> split_scoped_idempotency_key(std::string_vie
 template <class Signature>
 class IdempotencyFingerprint;
 
-// Off by default; `true` uses idem::fingerprint(args...); a function of the arguments returning
-// a string uses that.
+// Automatic by default: idem::fingerprint(args...) when every argument can be encoded, else none.
+// `true` always idem::fingerprint(args...), `false` never, a function of the arguments returning
+// a string that string.
 template <class R, class... Params>
 class IdempotencyFingerprint<R(Params...)> {
  public:
   using Function = std::function<std::string(detail::ConstArg<Params>...)>;
 
   IdempotencyFingerprint() = default;
-  IdempotencyFingerprint(bool use_default) : use_default_(use_default) {}  // NOLINT: implicit
+  IdempotencyFingerprint(bool use_default)  // NOLINT: implicit
+      : mode_(use_default ? Mode::required : Mode::off) {}
   template <class F>
   requires(std::is_invocable_r_v<std::string, const F&, detail::ConstArg<Params>...> &&
            !std::same_as<std::remove_cvref_t<F>, bool>) IdempotencyFingerprint(F fn)
-      : function_(std::move(fn)) {}  // NOLINT: implicit on purpose
+      : function_(std::move(fn)) {  // NOLINT: implicit on purpose
+    mode_ = function_ ? Mode::function : Mode::off;
+  }
 
-  bool enabled() const noexcept { return use_default_ || static_cast<bool>(function_); }
-  bool uses_default() const noexcept { return use_default_ && !function_; }
+  // Asked for explicitly (`true` or a function): needs an idempotency key.
+  bool enabled() const noexcept { return mode_ == Mode::required || mode_ == Mode::function; }
+  // `true`: idem::fingerprint(args...), which must be able to encode every argument.
+  bool uses_default() const noexcept { return mode_ == Mode::required; }
+  // Not configured: idem::fingerprint(args...) when it can encode every argument, else none.
+  bool is_automatic() const noexcept { return mode_ == Mode::automatic; }
   const Function& function() const noexcept { return function_; }
 
  private:
-  bool use_default_ = false;
+  enum class Mode { automatic, required, off, function };
+  Mode mode_ = Mode::automatic;
   Function function_{};
 };
 
@@ -106,7 +120,8 @@ struct IdempotencyOptions<R(Params...), Store> {
   Millis ttl = std::chrono::hours(1);
   // Where records live. Default (null): the process-wide in-memory store.
   std::shared_ptr<Store> store{};
-  // Detect a key reused with different arguments. Default: off.
+  // Detect a key reused with different arguments. Default: on when idem::fingerprint can encode
+  // every argument; `false` turns it off (see the top of this file).
   IdempotencyFingerprint<R(Params...)> fingerprint{};
   // A caller finding the key in progress in another process waits or is rejected. Default wait.
   InProgressPolicy in_progress = InProgressPolicy::wait;

@@ -29,7 +29,7 @@
 //
 // Thread-safety: a Resilient is immutable; copies share one configuration and may be called from
 // any number of threads at once. The functions you give it (fn, validators, fallbacks, key and
-// fingerprint functions, sinks) are called concurrently and must be safe so.
+// fingerprint functions, sinks, the observer) are called concurrently and must be safe so.
 #pragma once
 
 #include <chrono>
@@ -52,6 +52,7 @@
 #include "idem/fallback.hpp"
 #include "idem/idempotency.hpp"
 #include "idem/idempotency_store.hpp"
+#include "idem/observer.hpp"
 #include "idem/operation_idempotency.hpp"
 #include "idem/operation_result.hpp"
 #include "idem/rate_limit.hpp"
@@ -117,6 +118,9 @@ struct BasicResilientOptions<R(Params...), V, Store> {
 
   // Where structured events go. Default: nowhere (no events are built).
   std::vector<std::shared_ptr<EventSink>> events{};
+  // Told how every call ended (outcome and duration; observer.hpp), e.g. an idem::Metrics.
+  // Default: none (one null check per call).
+  std::shared_ptr<Observer> observer{};
 
   // The idempotency key of a call, from its arguments. Default: none (no idempotency). All
   // other idempotency_* options require it.
@@ -220,6 +224,7 @@ std::shared_ptr<const Spec> make_spec(F fn, Options&& options) {
   spec->core.breaker = std::move(options.circuit_breaker);
   spec->core.fallback_on = std::move(options.fallback_on);
   spec->core.sinks = std::move(options.events);
+  spec->core.observer = std::move(options.observer);
   spec->core.clock_option = std::move(options.clock);
   spec->validators = std::move(options.validate);
   if (options.fallback.call || !options.fallback.name.empty()) {

@@ -17,6 +17,7 @@
 //                    check_then_mark.
 // The renewals follow the blocking handler's rules (idem/detail/lease_renewer.hpp), on
 // HandlerOptions::clock (null: the system clock): a ManualClock moved by hand makes them due.
+// The same clock times `handle` for HandlerOptions::observer.
 //
 // Cancellation: cancelling the awaiting coroutine (its cancellation slot) while handle runs
 // reaches handle's own awaits (operation_aborted there); the delivery is then not marked, its
@@ -82,6 +83,10 @@ class AsyncHandlerCore {
                                              Invoke invoke);
 
  private:
+  Task<HandleResult> run_unobserved(const Event& event, BusProxy& bus, Invoke invoke);
+  Task<HandleResult> run_observed(const Event& event, BusProxy& bus, Invoke invoke);
+  Task<std::vector<HandleOutcome>> run_batch_check_then_mark(std::span<const Event> events,
+                                                             BusProxy& bus, const Invoke& invoke);
   Task<HandleResult> run_check_then_mark(const Event& event, BusProxy& bus, const Invoke& invoke);
   Task<HandleResult> run_exclusive(const Event& event, BusProxy& bus, const Invoke& invoke);
   Task<HandleResult> run_transactional(const Event& event, BusProxy& bus, const Invoke& invoke);
@@ -90,7 +95,8 @@ class AsyncHandlerCore {
   std::shared_ptr<AsyncRecorder> recorder_;
   HandlerMode mode_;
   Millis lease_;
-  std::shared_ptr<Clock> clock_;  // the renewal schedule's
+  std::shared_ptr<Observer> observer_;
+  std::shared_ptr<Clock> clock_;  // the renewal schedule's, and the observer's durations
 };
 
 }  // namespace detail

@@ -62,8 +62,8 @@ class Operation<R(Params...)>
   explicit Operation(std::shared_ptr<const Spec> spec) : Builder(std::move(spec)) {}
 
   // with_retry, with_retries, with_timeout, with_rate_limit, with_validation,
-  // with_circuit_breaker, with_fallbacks, with_events, with_idempotency, without_idempotency,
-  // with_clock and name(): idem::detail::OperationBuilder.
+  // with_circuit_breaker, with_fallbacks, with_events, with_observer, with_idempotency,
+  // without_idempotency, with_clock and name(): idem::detail::OperationBuilder.
 
   // The arguments (and a share of the configuration) live in the call's frame until it ends.
   Task<result_type> run(Params... args) const {

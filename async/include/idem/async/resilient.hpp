@@ -200,13 +200,43 @@ class AsyncEngine {
   // coroutine owns the arguments. `options` concern a keyed caller that waits (call_options.hpp).
   static Task<Result> call(std::shared_ptr<const Spec> spec, const CallOptions& options,
                            Params... args) {
+    if (spec->core.observer) {
+      return call_observed(std::move(spec), options, std::forward<Params>(args)...);
+    }
+    return call_unobserved(std::move(spec), options, std::forward<Params>(args)...);
+  }
+
+ private:
+  static Task<Result> call_unobserved(std::shared_ptr<const Spec> spec, const CallOptions& options,
+                                      Params... args) {
     if constexpr (std::is_void_v<Value> || std::is_copy_constructible_v<Value>) {
       if (spec->key) return call_keyed(std::move(spec), options, std::forward<Params>(args)...);
     }
     return call_plain(std::move(spec), std::forward<Params>(args)...);
   }
 
- private:
+  // The call, and then the observer told how it ended (the caller's throw_if_cancelled setting
+  // is restored before the call returns or throws, as call_plain and call_keyed do).
+  static Task<Result> call_observed(std::shared_ptr<const Spec> spec, CallOptions options,
+                                    Params... args) {
+    const bool throw_if_cancelled = co_await asio::this_coro::throw_if_cancelled();
+    co_await asio::this_coro::throw_if_cancelled(false);
+    const SteadyTime started = spec->core.clock->steady_now();
+    const bool keyed = static_cast<bool>(spec->key);
+    std::optional<Result> result;
+    std::exception_ptr error;
+    try {
+      result.emplace(co_await call_unobserved(spec, options, std::forward<Params>(args)...));
+    } catch (...) {
+      idem::detail::observe_call(spec->core, started, keyed, nullptr);
+      error = std::current_exception();
+    }
+    if (!error) idem::detail::observe_call(spec->core, started, keyed, &result->report);
+    co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
+    if (error) std::rethrow_exception(error);
+    co_return std::move(*result);
+  }
+
   // The engine checks the caller's cancellation itself (to report it, and to still decide after
   // it), so co_await must not throw on its own once the slot fired; the caller's setting is
   // restored before the call returns or throws.
@@ -228,8 +258,8 @@ class AsyncEngine {
     co_return std::move(*result);
   }
 
+  // request.caller_key is the caller's key.
   struct KeyedCall {
-    std::string user_key;
     IdempotentCall request;
   };
 
@@ -247,8 +277,7 @@ class AsyncEngine {
     std::exception_ptr error;     // the key or fingerprint function's: rethrown as is
     std::exception_ptr rejected;  // the coordinator's
     try {
-      keyed.user_key = spec->key(args...);
-      keyed.request = idem::detail::idempotent_request(*spec, keyed.user_key, args...);
+      keyed.request = idem::detail::idempotent_request(*spec, spec->key(args...), args...);
       keyed.request.stop = std::move(options.stop);
       keyed.request.wait_deadline = options.wait_deadline;
     } catch (...) {
@@ -275,7 +304,7 @@ class AsyncEngine {
     }
     co_await asio::this_coro::throw_if_cancelled(throw_if_cancelled);
     if (error) std::rethrow_exception(error);
-    if (rejected) rethrow_rejection(*spec, rejected, keyed.user_key);
+    if (rejected) rethrow_rejection(*spec, rejected, keyed.request.caller_key);
     co_return joined_result(*spec, *joined, keyed);
   }
 
@@ -290,8 +319,8 @@ class AsyncEngine {
 
   static Result joined_result(const Spec& s, const CoordinatedResult& joined,
                               const KeyedCall& keyed) {
-    return idem::detail::idempotent_result<Value>(s, CoordinatedResult(joined), keyed.user_key,
-                                                  keyed.request.key);
+    return idem::detail::idempotent_result<Value>(s, CoordinatedResult(joined),
+                                                  keyed.request.caller_key, keyed.request.key);
   }
 
   // The leader's part of call_keyed, which restores the caller's throw_if_cancelled and leaves
@@ -301,7 +330,7 @@ class AsyncEngine {
                               const KeyedCall& keyed, bool throw_if_cancelled,
                               std::unique_ptr<Result>& led, ArgRef<Params>... args) {
     const Spec& s = *spec;
-    const std::string& user_key = keyed.user_key;
+    const std::string& user_key = keyed.request.caller_key;
     std::tuple<ArgRef<Params>...> arguments{args...};
     AsyncExecute execute = [&](ClaimHold& hold) -> Task<Execution> {
       idem::detail::emit_idempotency_event(s.core, EventType::idempotency_executed, user_key, {});

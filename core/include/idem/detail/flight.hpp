@@ -14,10 +14,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 
+#include "idem/clock.hpp"
+#include "idem/error.hpp"
 #include "idem/idempotency.hpp"
 #include "idem/idempotency_store.hpp"
 
@@ -98,11 +103,26 @@ class FlightLead {
   // The failed owner's claim is released in the store (or given up on): waiting callers start
   // over.
   virtual void released() = 0;
+  // The leader acquired the key in the store with `token` at `at`: what a joiner refused for
+  // other arguments is told about the holder.
+  virtual void claimed(std::uint64_t /*token*/, WallTime /*at*/) {}
   // The execution context of this leader's execution: the keys owned where enter() was called,
   // plus this key. Code of the execution that runs with it current (OwnedKeysScope) and calls
   // the same key again gets ReentryError instead of waiting for itself.
   virtual std::shared_ptr<const OwnedKeys> owned_keys() const { return nullptr; }
 };
+
+// The errors of the idempotency layer, shared by both faces' leaders. Each names the operation
+// (IdempotentCall::operation) and the caller's key (IdempotentCall::caller_key, else key), and
+// the claim that holds the key from `record`: its fencing token, and when it started and
+// completed or until when its lease runs.
+// A live record with another fingerprint (ClaimOutcome::mismatch).
+KeyReuseError key_reuse_error(const IdempotentCall& call, const IdempotencyRecord* record);
+// A live claim of another process: rejected at once (`waited` unset) or after waiting that long.
+AlreadyInProgress in_progress_error(const IdempotentCall& call, const IdempotencyRecord* record,
+                                    std::optional<Millis> waited = std::nullopt);
+// "operation 'create_payment': idempotency key 'request-123'" (or without the operation).
+std::string key_subject(const IdempotentCall& call);
 
 struct FlightEntry {
   // Set: this caller leads the flight. Null: its FlightWaiter is listed and will be notified

@@ -18,6 +18,7 @@
 #include "idem/event.hpp"
 #include "idem/event_handler.hpp"
 #include "idem/handler_options.hpp"
+#include "idem/observer.hpp"
 #include "idem/recorder.hpp"
 
 namespace idem {
@@ -45,6 +46,14 @@ class HandlerCore {
                                        const std::function<void(const Event&, BusProxy&)>& invoke);
 
  private:
+  // run() without the observer, and with it (handle timed, the outcome told).
+  HandleResult run_unobserved(const Event& event, BusProxy& bus,
+                              const std::function<void(BusProxy&)>& invoke);
+  HandleResult run_observed(const Event& event, BusProxy& bus,
+                            const std::function<void(BusProxy&)>& invoke);
+  std::vector<HandleOutcome> run_batch_check_then_mark(
+      std::span<const Event> events, BusProxy& bus,
+      const std::function<void(const Event&, BusProxy&)>& invoke);
   HandleResult run_check_then_mark(const Event& event, BusProxy& bus,
                                    const std::function<void(BusProxy&)>& invoke);
   HandleResult run_exclusive(const Event& event, BusProxy& bus,
@@ -61,6 +70,7 @@ class HandlerCore {
   Millis lease_;
   std::shared_ptr<Clock> clock_;
   std::shared_ptr<Outbox> outbox_;
+  std::shared_ptr<Observer> observer_;
   // Exclusive mode's lease renewals. Last: its thread stops before the members it uses go.
   LeaseRenewer renewer_;
 };

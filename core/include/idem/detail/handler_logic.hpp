@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstddef>
 #include <exception>
+#include <optional>
 #include <set>
 #include <span>
 #include <string>
@@ -17,6 +18,7 @@
 #include "idem/clock.hpp"
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
+#include "idem/observer.hpp"
 #include "idem/recorder.hpp"
 
 namespace idem::detail {
@@ -33,6 +35,22 @@ bool claim_says_run(const Claim& claim, std::string_view consumer, std::string_v
 
 // Exclusive mode: complete() refused the token (the claim was taken over).
 [[noreturn]] void throw_lease_lost(std::string_view consumer, std::string_view event_id);
+
+// What a delivery that threw `error` came to: in_progress for AlreadyInProgress (another
+// delivery holds the claim), else failed.
+DeliveryOutcome failure_outcome(const std::exception_ptr& error) noexcept;
+
+// Tells `observer` what one delivery came to (swallowing what it throws).
+void observe_delivery(Observer& observer, std::string_view consumer, const Event& event,
+                      DeliveryOutcome outcome,
+                      std::optional<std::chrono::nanoseconds> handler_duration) noexcept;
+
+// Tells `observer` what each delivery of a batch came to; handler_durations[i] is how long
+// `handle` ran for events[i] (unset: it did not run).
+void observe_batch(
+    Observer& observer, std::string_view consumer, std::span<const Event> events,
+    const std::vector<HandleOutcome>& outcomes,
+    const std::vector<std::optional<std::chrono::nanoseconds>>& handler_durations) noexcept;
 
 // check_then_mark over a window of deliveries: one check for the window, handle for each event
 // not processed yet (a repeat of an id that succeeded earlier in the window is a duplicate), one

@@ -22,6 +22,7 @@
 #include "idem/error.hpp"
 #include "idem/events.hpp"
 #include "idem/fallback.hpp"
+#include "idem/observer.hpp"
 #include "idem/operation_idempotency.hpp"
 #include "idem/rate_limit.hpp"
 #include "idem/retry.hpp"
@@ -80,6 +81,10 @@ class OperationBuilder {
   }
   Derived with_events(std::vector<std::shared_ptr<EventSink>> sinks) const {
     return change([&](Spec& s) { s.core.sinks = std::move(sinks); });
+  }
+  // Told how every call ended (see ResilientOptions::observer). Null removes it.
+  Derived with_observer(std::shared_ptr<Observer> observer) const {
+    return change([&](Spec& s) { s.core.observer = std::move(observer); });
   }
   Derived with_idempotency(Idempotency options) const {
     if (!options.key) {

@@ -277,19 +277,12 @@ struct Validation {
   }
 };
 
-// An error's message without the "idem: <code>: " prefix its constructor added.
-inline std::string message_of(const Error& error) {
-  std::string_view text = error.what();
-  const std::string prefix = "idem: " + std::string(error.code_name()) + ": ";
-  if (text.substr(0, prefix.size()) == prefix) text.remove_prefix(prefix.size());
-  return std::string(text);
-}
-
 // ---- the idempotency layer's pieces shared by both faces ----
 
 // Called inside a catch block around the coordinator: the rejections (AlreadyInProgress,
-// KeyReuseError, ReentryError) emit idempotency.rejected and name the caller's key, not the
-// scoped one; anything else is rethrown as is. Defined in operation_support.cpp.
+// KeyReuseError, ReentryError) emit idempotency.rejected; everything is rethrown as is (the
+// coordinator names the caller's key, IdempotentCall::caller_key). Defined in
+// operation_support.cpp.
 [[noreturn]] void rethrow_idempotency_rejection(const PolicyCore& core,
                                                 const std::string& user_key);
 // Emits joined/replayed/takeover events and writes the caller's key, the scope and the stored
@@ -298,15 +291,18 @@ void note_idempotent_outcome(const PolicyCore& core, CoordinatedResult& outcome,
                              const std::string& user_key, const std::string& scope,
                              const std::string& stored_key);
 
-// The coordinator's request for one keyed call (without the caller's stop/deadline).
+// The coordinator's request for one keyed call (without the caller's stop/deadline); the
+// caller's key moves into its caller_key.
 template <class Spec, class... A>
-IdempotentCall idempotent_request(const Spec& s, const std::string& user_key, const A&... args) {
+IdempotentCall idempotent_request(const Spec& s, std::string user_key, const A&... args) {
   using Value = typename Spec::Value;
   IdempotentCall request;
   request.key = scoped_key_for(s.core.name, s.resolved_scope, user_key);
+  request.caller_key = std::move(user_key);
   if (s.fingerprint.function()) {
     request.fingerprint = s.fingerprint.function()(args...);
-  } else if (s.fingerprint.uses_default()) {
+  } else if (s.fingerprint.uses_default() || s.fingerprint.is_automatic()) {
+    // Automatic: arguments idem::fingerprint cannot encode leave the call without a fingerprint.
     if constexpr (DefaultFingerprintable<std::remove_cvref_t<A>...>) {
       request.fingerprint = idem::fingerprint(args...);
     }
@@ -353,9 +349,26 @@ class Engine {
   using Value = typename Spec::Value;
   using Result = OperationResult<Value>;
 
-  // One call: the idempotency layer when a key is configured, then the lifecycle.
+  // One call: the idempotency layer when a key is configured, then the lifecycle; the observer,
+  // when there is one, is told how it ended.
   static Result call(const std::shared_ptr<const Spec>& spec, const CallOptions& options,
                      ArgRef<Params>... args) {
+    if (!spec->core.observer) return call_unobserved(spec, options, args...);
+    const SteadyTime started = spec->core.clock->steady_now();
+    const bool keyed = static_cast<bool>(spec->key);
+    try {
+      Result result = call_unobserved(spec, options, args...);
+      observe_call(spec->core, started, keyed, &result.report);
+      return result;
+    } catch (...) {
+      observe_call(spec->core, started, keyed, nullptr);
+      throw;
+    }
+  }
+
+ private:
+  static Result call_unobserved(const std::shared_ptr<const Spec>& spec, const CallOptions& options,
+                                ArgRef<Params>... args) {
     if (!spec->key) return run_lifecycle(spec, nullptr, args...);
     if constexpr (std::is_void_v<Value> || std::is_copy_constructible_v<Value>) {
       return call_idempotent(spec, options, args...);
@@ -364,12 +377,11 @@ class Engine {
     }
   }
 
- private:
   static Result call_idempotent(const std::shared_ptr<const Spec>& spec, const CallOptions& options,
                                 ArgRef<Params>... args) {
     const Spec& s = *spec;
-    const std::string user_key = s.key(args...);
-    IdempotentCall request = idempotent_request(s, user_key, args...);
+    IdempotentCall request = idempotent_request(s, s.key(args...), args...);
+    const std::string& user_key = request.caller_key;
     request.stop = options.stop;
     request.wait_deadline = options.wait_deadline;
 

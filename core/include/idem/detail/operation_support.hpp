@@ -24,6 +24,7 @@
 #include "idem/clock.hpp"
 #include "idem/events.hpp"
 #include "idem/fallback.hpp"
+#include "idem/observer.hpp"
 #include "idem/rate_limit.hpp"
 #include "idem/report.hpp"
 #include "idem/retry.hpp"
@@ -60,6 +61,7 @@ struct PolicyCore {
   // FallbackPolicy); empty: every failure.
   FailurePredicate fallback_on{};
   std::vector<std::shared_ptr<EventSink>> sinks{};
+  std::shared_ptr<Observer> observer{};   // null: calls are not observed (one null check)
   std::shared_ptr<Clock> clock_option{};  // as configured (may be null)
   // Set by the typed spec before resolve(), for events and report metadata.
   std::vector<std::string> validator_names{};
@@ -76,6 +78,12 @@ struct PolicyCore {
   // A jitter draw in [0, 1).
   double draw() const noexcept;
 };
+
+// Tells core.observer how a call that started at `started` (core.clock's steady time) ended:
+// `report` is a success's (its idempotency_status tells joined and replayed apart); null means
+// the call threw the exception being handled (call it from a catch block).
+void observe_call(const PolicyCore& core, SteadyTime started, bool keyed,
+                  const ExecutionReport* report) noexcept;
 
 // Bookkeeping for one call: the report, events, breaker permits, retry decisions.
 class Lifecycle {

@@ -6,9 +6,12 @@
 // exactly at their boundaries, fingerprint mismatch rules, lookup / purge_expired / entry_count,
 // the operator calls list (by prefix, page by page) and remove (fencing the holder off),
 // values (typed objects for in-process stores, bytes for stores that need bytes), the stored
-// report, wait(), races between threads, and key validation. The ScopedKeys* tests run
+// report, wait(), races between threads (claims of one key with different fingerprints
+// included), and key validation. The ScopedKeys* tests run
 // idem::resilient / idem::operation over the store: operations never share results unless they
-// name one scope, and the store holds keys in the documented scoped format.
+// name one scope, and the store holds keys in the documented scoped format; a key reused with
+// other arguments is refused (KeyReuseError) whether the store answers with a result or with a
+// claim held for those other arguments.
 //
 // How to use it — a factory type and one macro, in a test file linked with gtest_main:
 //
@@ -58,6 +61,7 @@
 #include <vector>
 
 #include "idem/error.hpp"
+#include "idem/fingerprint.hpp"
 #include "idem/idempotency_store.hpp"
 #include "idem/key.hpp"
 #include "idem/operation.hpp"
@@ -1067,6 +1071,48 @@ TYPED_TEST_P(IdemStoreConformance, RemoveTakesResultsAndDeadRecordsToo) {
   EXPECT_EQ(this->store_->entry_count(), 1u);
 }
 
+TYPED_TEST_P(IdemStoreConformance, RacingClaimsWithOtherArgumentsAllMismatch) {
+  // 8 threads claim one key, each with a fingerprint of its own: one acquires, and every other
+  // claim fails and is answered with the winner's claim, which mismatches. The fingerprint is
+  // checked where a claim fails, not only where a result is read.
+  constexpr int kThreads = 8;
+  const int keys = idem::testing::store_conformance_detail::race_keys<TypeParam>();
+  for (int k = 0; k < keys; ++k) {
+    const std::string key = "reuse-race-" + std::to_string(k);
+    if (k % 2 == 1) {  // odd rounds race for an abandoned claim instead of an absent key
+      this->acquire(key, "fp-abandoned");
+      this->clock_->advance(this->kLease);
+    }
+    std::latch start(kThreads);
+    std::vector<idem::ClaimOutcome> outcomes(kThreads);
+    std::vector<std::thread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        const std::string fingerprint = "fp-" + std::to_string(t);
+        start.arrive_and_wait();
+        outcomes[t] = this->store_->claim(key, fingerprint, this->kLease);
+      });
+    }
+    for (auto& thread : threads)
+      thread.join();
+    int winner = -1;
+    for (int t = 0; t < kThreads; ++t) {
+      if (outcomes[t].status == idem::ClaimOutcome::Status::acquired) {
+        EXPECT_EQ(winner, -1) << key << ": two owners";
+        winner = t;
+      }
+    }
+    ASSERT_NE(winner, -1) << key;
+    for (int t = 0; t < kThreads; ++t) {
+      if (t == winner) continue;
+      EXPECT_EQ(outcomes[t].status, idem::ClaimOutcome::Status::mismatch) << key << " thread " << t;
+      ASSERT_TRUE(outcomes[t].record.has_value()) << key;
+      EXPECT_EQ(outcomes[t].record->fingerprint, "fp-" + std::to_string(winner)) << key;
+      EXPECT_EQ(outcomes[t].record->token, outcomes[winner].token) << key;
+    }
+  }
+}
+
 // ---- keys and arguments -------------------------------------------------------------------
 
 TYPED_TEST_P(IdemStoreConformance, InvalidKeysAreRejectedByEveryMethod) {
@@ -1186,6 +1232,55 @@ TYPED_TEST_P(IdemStoreConformance, ScopedKeysUpToTheLimitWork) {
   EXPECT_THROW(op(longest + "k"), idem::InvalidKey);
 }
 
+TYPED_TEST_P(IdemStoreConformance, AKeyReusedWithOtherArgumentsIsRefusedOnEveryPath) {
+  // An operation fingerprints its arguments by default. Its key comes back with other arguments:
+  // after the first call completed (the store answers with the result), and while another
+  // process holds the claim for other arguments (the store answers the failed claim with that
+  // claim). Each is KeyReuseError naming the operation and the caller's key, and nothing runs.
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  auto fn = [calls](const std::string& id, int amount) {
+    ++*calls;
+    return id + ":" + std::to_string(amount);
+  };
+  auto key = [](const std::string& id, int) { return id; };
+  auto pay = idem::resilient(fn, {.name = "conformance_reuse",
+                                  .idempotency_key = key,
+                                  .idempotency_store = this->store_,
+                                  .clock = this->clock_});
+  auto expect_reuse = [&](const std::string& id, int amount, const std::string& what) {
+    try {
+      pay(id, amount);
+      ADD_FAILURE() << "expected KeyReuseError for " << id;
+    } catch (const idem::KeyReuseError& e) {
+      const std::string message = e.what();
+      EXPECT_EQ(e.key(), id);
+      EXPECT_EQ(e.operation(), "conformance_reuse");
+      EXPECT_NE(message.find("operation 'conformance_reuse': idempotency key '" + id + "' " + what),
+                std::string::npos)
+          << message;
+      EXPECT_NE(message.find("claim token "), std::string::npos) << message;
+    }
+  };
+  EXPECT_EQ(pay("k-1", 1).value, "k-1:1");
+  expect_reuse("k-1", 2, "was first used with different arguments");
+
+  const std::string held = idem::scoped_idempotency_key("conformance_reuse", "k-2");
+  const auto other =
+      this->store_->claim(held, idem::fingerprint(std::string("k-2"), 1), this->kLease);
+  ASSERT_EQ(other.status, idem::ClaimOutcome::Status::acquired);
+  expect_reuse("k-2", 2, "is in progress with different arguments");
+  EXPECT_EQ(*calls, 1);
+
+  // A caller whose arguments carry noise opts out, and replays.
+  auto lax = idem::resilient(fn, {.name = "conformance_reuse",
+                                  .idempotency_key = key,
+                                  .idempotency_store = this->store_,
+                                  .idempotency_fingerprint = false,
+                                  .clock = this->clock_});
+  EXPECT_EQ(lax("k-1", 3).value, "k-1:1");
+  EXPECT_EQ(*calls, 1);
+}
+
 REGISTER_TYPED_TEST_SUITE_P(
     IdemStoreConformance, ClaimOfAnAbsentKeyAcquires, SecondClaimSeesTheOwnersClaim,
     ClaimOnAnotherKeyIsIndependent, CompleteMakesTheRecordReplayable,
@@ -1200,10 +1295,11 @@ REGISTER_TYPED_TEST_SUITE_P(
     PurgeRemovesOnlyExpiredResults, EntryCountFollowsTheRecords, ValuesRoundTrip,
     TypedObjectsKeepTheirType, ReportRoundTrips, WaitReturnsAtOnceWhenNothingIsInProgress,
     WaitStopsAtTheDeadlineOrOnStop, WaitSeesTheOwnerFinish, EightThreadsClaimingOneKeyYieldOneOwner,
-    RacingOwnersAndClaimersKeepOneResult, InvalidKeysAreRejectedByEveryMethod,
-    UnusualValidKeysWorkAndStayDistinct, BadLeaseOrTtlIsRejected, CountsSplitTheRecordsByState,
-    PurgeReportsProgressUpToItsTotal, ScopedKeysKeepOperationsApart,
-    ScopedKeysAreSharedOnlyByAnExplicitScope, ScopedKeysUpToTheLimitWork,
+    RacingOwnersAndClaimersKeepOneResult, RacingClaimsWithOtherArgumentsAllMismatch,
+    InvalidKeysAreRejectedByEveryMethod, UnusualValidKeysWorkAndStayDistinct,
+    BadLeaseOrTtlIsRejected, CountsSplitTheRecordsByState, PurgeReportsProgressUpToItsTotal,
+    ScopedKeysKeepOperationsApart, ScopedKeysAreSharedOnlyByAnExplicitScope,
+    ScopedKeysUpToTheLimitWork, AKeyReusedWithOtherArgumentsIsRefusedOnEveryPath,
     ListFindsKeysByPrefixPageByPage, ListShowsRecordsThatAreNoLongerLive,
     ListTakesPrefixCharactersLiterally, ListRejectsBadArguments, RemoveFencesTheHolderOff,
     RemoveTakesResultsAndDeadRecordsToo);
