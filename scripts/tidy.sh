@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# clang-tidy on the C++ sources a change touches, failing on the checks idem keeps clean:
-# bugprone-*, performance-* and concurrency-* (less the two .clang-tidy turns off). The other
-# checks of .clang-tidy (modernize, readability, misc) are advice: run clang-tidy yourself for
-# them. A source clang-tidy 14 cannot parse (the coroutine face: Asio's awaitables under clang 14
-# with libstdc++ 12) is named and skipped, not failed.
+# clang-tidy on the library, CLI and example sources a change touches, failing on the bugprone-*
+# and performance-* findings idem keeps clean. Left out of the gate, with the reason:
+#   bugprone-easily-swappable-parameters, bugprone-exception-escape  (as in .clang-tidy)
+#   bugprone-macro-parentheses       the qualifier macros of callable_traits.hpp take `const &`
+#   performance-unnecessary-value-param  sink parameters moved into a builder's lambda read as copies
+# The other checks of .clang-tidy (modernize, readability, misc, concurrency) are advice: run
+# `clang-tidy -p build/asan FILE` for them. Tests, fuzzers, benchmarks and the soak program are
+# not gated. A source clang-tidy 14 cannot parse (the coroutine face: Asio's awaitables under
+# clang 14 with libstdc++ 12) is named and skipped, not failed.
 #
 # Usage: scripts/tidy.sh [--build-dir DIR] [BASE]
 #   BASE   the commit the change starts from (default: $IDEM_TIDY_BASE, else HEAD~1); the
@@ -22,8 +26,8 @@ if ! git rev-parse --verify --quiet "$base^{commit}" >/dev/null; then
   exit 0
 fi
 
-checks='-*,bugprone-*,-bugprone-easily-swappable-parameters,-bugprone-exception-escape,performance-*,concurrency-*'
-mapfile -t files < <(git diff --name-only --diff-filter=AM "$base" -- '*.cpp' |
+checks='-*,bugprone-*,-bugprone-easily-swappable-parameters,-bugprone-exception-escape,-bugprone-macro-parentheses,performance-*,-performance-unnecessary-value-param'
+mapfile -t files < <(git diff --name-only --diff-filter=AM "$base" -- '*.cpp' ':!tests/' ':!fuzz/' ':!bench/' ':!soak/' |
   while read -r f; do grep -q "\"file\": \"$PWD/$f\"" "$db" && echo "$f"; done)
 if [ "${#files[@]}" = 0 ]; then
   echo "tidy: no compiled source changed since $base"
@@ -31,22 +35,23 @@ if [ "${#files[@]}" = 0 ]; then
 fi
 echo "tidy: ${#files[@]} source(s) changed since $base"
 
-status=0
-out=$(mktemp)
-trap 'rm -f "$out"' EXIT
+export build_dir checks
 check_one() {
-  clang-tidy -p "$build_dir" --quiet --checks="$checks" --warnings-as-errors='*' \
-    --extra-arg=-Wno-unknown-warning-option "$1" >"$out" 2>&1
-}
-for f in "${files[@]}"; do
-  if check_one "$f"; then
-    continue
-  elif grep -q 'clang-diagnostic-error' "$out"; then
+  local f=$1 out
+  if out=$(clang-tidy -p "$build_dir" --quiet --checks="$checks" --warnings-as-errors='*' \
+    --extra-arg=-Wno-unknown-warning-option "$f" 2>&1); then
+    return 0
+  elif grep -q 'clang-diagnostic-error' <<<"$out"; then
     echo "tidy: skipped $f (clang-tidy 14 cannot parse it)"
   else
-    grep -E '(warning|error):' "$out" | grep -v 'clang-diagnostic' >&2 || true
-    status=1
+    grep -E '(warning|error):' <<<"$out" | grep -v 'clang-diagnostic' >&2 || true
+    return 1
   fi
-done
-[ "$status" = 0 ] && echo "tidy: OK"
-exit "$status"
+}
+export -f check_one
+if printf '%s\0' "${files[@]}" | xargs -0 -n 1 -P "$(nproc)" bash -c 'check_one "$1"' _; then
+  echo "tidy: OK"
+else
+  echo "tidy: findings above (fix them, or say in a NOLINT comment why the check is wrong there)" >&2
+  exit 1
+fi
