@@ -135,9 +135,9 @@ int run_stats(const StatsArgs& args) {
     std::printf("recorder: none\n");
   }
   if (records) {
-    std::printf("store: %llu records\n",
-                static_cast<unsigned long long>(records->in_progress + records->abandoned +
-                                                records->completed + records->expired));
+    std::printf("store: %llu records\n", static_cast<unsigned long long>(records->in_progress) +
+                                             records->abandoned + records->completed +
+                                             records->expired);
     std::printf("  %-12s %12llu\n", "in_progress",
                 static_cast<unsigned long long>(records->in_progress));
     std::printf("  %-12s %12llu   (lease ended; the next claim takes over)\n", "abandoned",

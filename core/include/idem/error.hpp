@@ -125,10 +125,13 @@ class AlreadyInProgress : public Error {
       : Error(ErrorCode::already_in_progress, message, /*retryable=*/true) {}
 };
 
-// A stored record could not be decoded (corrupt row, unknown state, undecodable result).
-class DecodeError : public StoreError {
+// Bytes that do not decode as the type asked for: a Codec's stored result, an event's payload,
+// a stored execution report or HTTP response. Not a StoreError: the store answered, and another
+// attempt would read the same bytes (not retryable). A row a backend cannot read as a record at
+// all (unknown state, broken framing) is a StoreError with code store_corrupt_record instead.
+class DecodeError : public Error {
  public:
-  explicit DecodeError(const std::string& message) : StoreError(ErrorCode::decode_error, message) {}
+  explicit DecodeError(const std::string& message) : Error(ErrorCode::decode_error, message) {}
 };
 
 // The owner of an idempotency key called the same key again while running it. Waiting would

@@ -1,6 +1,6 @@
 // IdempotencyStore: the record-per-key protocol behind idempotent operations.
 //
-// One record per idempotency key (DESIGN.md §2):
+// One record per idempotency key (docs/idempotency.md):
 //
 //   (absent) --claim--> IN_PROGRESS{token, lease_until, fingerprint}
 //   IN_PROGRESS --complete(token, value, report, ttl)--> COMPLETED{value, report, expires_at}

@@ -70,6 +70,7 @@ void read_table(const amqp_table_t& table, std::map<std::string, std::string>& h
         headers[key] = string_of(value.value.bytes);
         break;
       case AMQP_FIELD_KIND_I8:
+        // NOLINTNEXTLINE(bugprone-signed-char-misuse): AMQP's short-short-int is signed
         if (key == "x-delivery-count") delivery_count = value.value.i8;
         break;
       case AMQP_FIELD_KIND_U8:

@@ -69,6 +69,7 @@ void check_idempotency_settings(const std::string& operation, Millis ttl, Millis
 template <class T>
 constexpr bool fingerprintable() {
   using U = std::remove_cvref_t<T>;
+  // NOLINTNEXTLINE(bugprone-branch-clone): one branch per kind of argument, for the reader
   if constexpr (std::is_same_v<U, bool> || std::is_same_v<U, char> || std::is_enum_v<U> ||
                 std::is_integral_v<U>) {
     return true;
