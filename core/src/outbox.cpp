@@ -7,6 +7,7 @@
 
 #include "idem/bus.hpp"
 #include "idem/error.hpp"
+#include "idem/key.hpp"
 
 namespace idem {
 
@@ -58,7 +59,77 @@ std::vector<PublishVerdict> BusOutboxPublisher::publish(std::span<const OutboxRo
   return verdicts;
 }
 
-// ---- Outbox -----------------------------------------------------------------------------------
+// ---- Outbox: the contract, checked once; the relay pass, written once -------------------------
+
+void Outbox::append(SqlTransaction& tx, std::string_view consumer, std::string_view source_event_id,
+                    const Event& event) {
+  validate_key("consumer", consumer);
+  validate_key("source event id", source_event_id);
+  validate_key("event id", event.id);
+  if (event.type.empty()) {
+    throw InvalidArgument("Outbox::append: event " + event.id + " has no type");
+  }
+  do_append(tx, consumer, source_event_id, event);
+}
+
+RelayBatchResult Outbox::relay_batch(OutboxPublisher& publisher, std::size_t max_rows,
+                                     int max_attempts) {
+  if (max_rows == 0) throw InvalidArgument("Outbox::relay_batch: max_rows must be >= 1 (got 0)");
+  if (max_attempts < 1) {
+    throw InvalidArgument("Outbox::relay_batch: max_attempts must be >= 1 (got " +
+                          std::to_string(max_attempts) + ")");
+  }
+  RelayBatchResult result;
+  const std::unique_ptr<OutboxBatch> batch = do_take(max_rows);
+  if (!batch) return result;
+  result.busy = batch->busy;
+  result.taken = batch->rows.size();
+  if (batch->rows.empty()) return result;
+
+  // The broker is awaited while the batch holds the rows: no other relay publishes them, and a
+  // throw below releases them unchanged (the batch is destroyed unsettled).
+  const std::vector<PublishVerdict> verdicts = publisher.publish(batch->rows);
+  if (verdicts.size() != batch->rows.size()) {
+    throw InvalidArgument("OutboxPublisher::publish returned " + std::to_string(verdicts.size()) +
+                          " verdicts for " + std::to_string(batch->rows.size()) + " rows");
+  }
+  std::vector<std::int64_t> confirmed;
+  std::vector<OutboxBatch::Refusal> refused;
+  for (std::size_t i = 0; i < verdicts.size(); ++i) {
+    const OutboxRow& row = batch->rows[i];
+    if (verdicts[i].confirmed) {
+      confirmed.push_back(row.seq);
+      ++result.published;
+    } else if (!verdicts[i].refusal.empty()) {
+      const bool park = row.attempts + 1 >= max_attempts;
+      refused.push_back({row.seq, verdicts[i].refusal, park});
+      ++(park ? result.parked : result.refused);
+    } else {
+      ++result.deferred;  // outcome unknown: it goes out again in a later pass
+    }
+  }
+  if (!confirmed.empty() || !refused.empty()) batch->settle(confirmed, refused);
+  return result;
+}
+
+bool Outbox::wait_for_rows(std::chrono::milliseconds timeout) {
+  if (timeout < std::chrono::milliseconds::zero()) {
+    throw InvalidArgument("Outbox::wait_for_rows: timeout must be >= 0 (got " +
+                          std::to_string(timeout.count()) + " ms)");
+  }
+  return do_wait_for_rows(timeout);
+}
+
+std::vector<OutboxRow> Outbox::parked(std::size_t limit) {
+  if (limit == 0) return {};
+  return do_parked(limit);
+}
+
+std::size_t Outbox::unpark() {
+  const std::size_t unparked = do_unpark();
+  if (unparked > 0) notify_committed();
+  return unparked;
+}
 
 void Outbox::notify_committed() {
   wake();
@@ -72,7 +143,7 @@ void Outbox::wake() {
   wake_cv_.notify_all();
 }
 
-bool Outbox::wait_for_rows(std::chrono::milliseconds timeout) {
+bool Outbox::do_wait_for_rows(std::chrono::milliseconds timeout) {
   std::unique_lock lock(wake_mutex_);
   const bool woken = wake_cv_.wait_for(lock, timeout, [this] { return woken_; });
   woken_ = false;

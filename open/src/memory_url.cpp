@@ -68,16 +68,21 @@ InMemoryStoreOptions memory_store_options(const UrlContext& context, std::string
 
 OpenPlan memory_url(const UrlContext& context, const SplitUrl& split, OpenFace face,
                     const OpenOptions& options) {
+  if (face == OpenFace::outbox) return {.recorder = nullptr, .store = nullptr, .outbox = nullptr};
   if (face == OpenFace::recorder) {
     return {.recorder =
                 [o = memory_recorder_options(context, split.rest, options)] {
                   return std::make_shared<InMemoryIdempotencyRecorder>(o);
                 },
-            .store = nullptr};
+            .store = nullptr,
+            .outbox = nullptr};
   }
-  return {.recorder = nullptr, .store = [o = memory_store_options(context, split.rest, options)] {
-            return std::make_shared<InMemoryIdempotencyStore>(o);
-          }};
+  return {.recorder = nullptr,
+          .store =
+              [o = memory_store_options(context, split.rest, options)] {
+                return std::make_shared<InMemoryIdempotencyStore>(o);
+              },
+          .outbox = nullptr};
 }
 
 }  // namespace idem::detail

@@ -14,8 +14,8 @@ using detail::OpenFace;
 using detail::OpenPlan;
 using detail::UrlContext;
 
-// Everything a URL asks for, parsed and checked, before anything is opened: open_recorder and
-// open_store share the parsing and differ only in the face they construct.
+// Everything a URL asks for, parsed and checked, before anything is opened: open_recorder,
+// open_store and open_outbox share the parsing and differ only in the face they construct.
 OpenPlan plan(const UrlContext& context, OpenFace face, const OpenOptions& options) {
   const detail::SplitUrl split = detail::split_scheme(context);
   for (const detail::Scheme& scheme : detail::schemes()) {
@@ -54,6 +54,18 @@ std::shared_ptr<IdempotencyStore> open_store(std::string_view url, const OpenOpt
   const UrlContext context(url);
   OpenPlan planned = plan(context, OpenFace::store, options);
   return detail::with_context(context, planned.store);
+}
+
+std::shared_ptr<Outbox> open_outbox(std::string_view url, const OpenOptions& options) {
+  const UrlContext context(url);
+  OpenPlan planned = plan(context, OpenFace::outbox, options);
+  if (!planned.outbox) {
+    throw NotSupported("open_outbox: " + detail::split_scheme(context).scheme +
+                       ": URLs name a backend without an outbox (an outbox lives in the "
+                       "recorder's SQL database: sqlite or postgresql URLs; URL '" +
+                       redact_url(url) + "')");
+  }
+  return detail::with_context(context, planned.outbox);
 }
 
 }  // namespace idem

@@ -32,11 +32,12 @@ inline constexpr std::size_t kMaxCount = 1'000'000'000;
 inline constexpr std::size_t kMaxSeconds = 86'400'000;  // 1000 days, as durations (url.cpp)
 
 // What a URL asks for, parsed and checked before anything is opened: how to construct the
-// recorder and the store it names. A parser fills the face it was asked for (both when parsing
-// does not depend on the face).
+// recorder, the store and the outbox it names. A parser fills the face it was asked for (all
+// when parsing does not depend on the face); a backend without an outbox leaves `outbox` empty.
 struct OpenPlan {
   std::function<std::shared_ptr<IdempotencyRecorder>()> recorder;
   std::function<std::shared_ptr<IdempotencyStore>()> store;
+  std::function<std::shared_ptr<Outbox>()> outbox;
 };
 
 // Parses one scheme's URL (`split.rest` is what follows "scheme:"). Throws ConfigError naming the

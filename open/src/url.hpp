@@ -75,7 +75,7 @@ std::chrono::milliseconds duration_value(const UrlContext& context,
 // Parses and checks `url` as open_recorder / open_store would, opening nothing (no file, no
 // connection). Throws what they throw for a bad URL (ConfigError, NotSupported). For tests and
 // the URL fuzzer.
-enum class OpenFace { recorder, store };
+enum class OpenFace { recorder, store, outbox };
 void check_open_url(std::string_view url, OpenFace face);
 
 }  // namespace idem::detail

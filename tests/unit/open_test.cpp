@@ -23,6 +23,7 @@
 
 #if __has_include("idem/sqlite/sqlite_recorder.hpp")
 #define IDEM_TEST_HAVE_SQLITE 1
+#include "idem/sqlite/sqlite_outbox.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #endif
@@ -271,6 +272,63 @@ TEST(OpenSqlite, NotBuiltIsNotSupported) {
   const Thrown t = thrown_by([] { return open_recorder("sqlite:///tmp/x.db"); });
   EXPECT_TRUE(t.not_supported);
   EXPECT_NE(t.message.find("IDEM_WITH_SQLITE"), std::string::npos) << t.message;
+}
+#endif
+
+// ---- open_outbox -------------------------------------------------------------------------------
+
+// A backend without an outbox is refused by name before anything is opened (no server needed).
+TEST(OpenOutbox, SchemesWithoutAnOutboxAreNotSupportedByName) {
+  for (const std::string_view url :
+       {"memory://", "MEMORY:", "redis://127.0.0.1:1/0", "redis://:secret@127.0.0.1:1/0"}) {
+    const Thrown t = thrown_by([&] { return idem::open_outbox(url); });
+    EXPECT_TRUE(t.not_supported) << url << " gave: '" << t.message << "'";
+    const std::string scheme(url.substr(0, url.find(':')));
+    std::string lower;
+    for (char c : scheme)
+      lower += static_cast<char>(c >= 'A' && c <= 'Z' ? c + 32 : c);
+    EXPECT_NE(t.message.find(lower), std::string::npos) << t.message;
+    EXPECT_EQ(t.message.find("secret"), std::string::npos) << t.message;
+  }
+}
+
+TEST(OpenOutbox, MalformedUrlsAreConfigErrors) {
+  EXPECT_TRUE(thrown_by([] { return idem::open_outbox(""); }).config_error);
+  EXPECT_TRUE(thrown_by([] { return idem::open_outbox("nosuch://x"); }).config_error);
+#if IDEM_TEST_HAVE_SQLITE
+  EXPECT_TRUE(thrown_by([] { return idem::open_outbox("sqlite:x.db?bogus=1"); }).config_error);
+#endif
+}
+
+#if IDEM_TEST_HAVE_SQLITE
+TEST(OpenOutbox, SqliteFileGivesTheOutboxOnThatFile) {
+  TempDir dir;
+  const std::string path = (dir.path() / "outbox.db").string();
+  auto outbox = idem::open_outbox("sqlite://" + path + "?busy_timeout=2s");
+  auto* sqlite = dynamic_cast<idem::sqlite::SqliteOutbox*>(outbox.get());
+  ASSERT_NE(sqlite, nullptr);
+  EXPECT_EQ(sqlite->path(), path);
+  EXPECT_EQ(outbox->stats().depth, 0u);
+  // The same file as the recorder's: look-only opening finds the table the first one created.
+  idem::OpenOptions look;
+  look.schema = idem::OpenOptions::Schema::look_only;
+  EXPECT_EQ(idem::open_outbox("sqlite://" + path, look)->stats().depth, 0u);
+}
+
+TEST(OpenOutbox, LookOnlyCreatesNoTable) {
+  TempDir dir;
+  const std::string url = "sqlite://" + (dir.path() / "markers.db").string();
+  (void)open_recorder(url);  // a recorder's file, no outbox table
+  idem::OpenOptions look;
+  look.schema = idem::OpenOptions::Schema::look_only;
+  auto outbox = idem::open_outbox(url, look);
+  EXPECT_TRUE(thrown_by([&] { return outbox->stats(); }).store_error);
+}
+
+TEST(OpenOutbox, PrivateInMemorySqliteHasNoOutbox) {
+  const Thrown t = thrown_by([] { return idem::open_outbox("sqlite::memory:"); });
+  EXPECT_TRUE(t.not_supported) << t.message;
+  EXPECT_NE(t.message.find("sqlite::memory:"), std::string::npos) << t.message;
 }
 #endif
 

@@ -13,14 +13,6 @@
 #include "idem/error.hpp"
 #include "idem/open.hpp"
 
-#if IDEM_HAVE_SQLITE
-#include "idem/sqlite/sqlite_outbox.hpp"
-#include "idem/sqlite/sqlite_recorder.hpp"
-#endif
-#if IDEM_HAVE_POSTGRES
-#include "idem/postgres/postgres_outbox.hpp"
-#include "idem/postgres/postgres_recorder.hpp"
-#endif
 #if IDEM_HAVE_RABBITMQ
 #include "idem/rabbitmq/outbox_publisher.hpp"
 #include "idem/rabbitmq/publisher.hpp"
@@ -28,44 +20,26 @@
 
 namespace idem::cli {
 
-std::shared_ptr<Outbox> outbox_of(
-    [[maybe_unused]] const std::shared_ptr<IdempotencyRecorder>& recorder,
-    [[maybe_unused]] bool look_only, std::string* absent) {
+std::shared_ptr<Outbox> outbox_of(std::string_view url, bool look_only, std::string* absent) {
   const auto none = [&](const std::string& why) -> std::shared_ptr<Outbox> {
     if (absent != nullptr) *absent = why;
     return nullptr;
   };
-#if IDEM_HAVE_SQLITE
-  if (auto* sqlite = dynamic_cast<sqlite::SqliteIdempotencyRecorder*>(recorder.get())) {
-    if (sqlite->path() == ":memory:") return none("a private in-memory database has no outbox");
-    sqlite::SqliteOptions options = sqlite->options();
-    if (look_only) {
-      options.read_only = true;
-      options.create_schema = false;
-    }
-    auto outbox = std::make_shared<sqlite::SqliteOutbox>(sqlite->path(), options);
-    if (look_only) {
-      try {
-        (void)outbox->stats();
-      } catch (const StoreError& e) {
-        return none(e.what());  // no idem_outbox table in the file
-      }
-    }
-    return outbox;
+  OpenOptions options;
+  if (look_only) options.schema = OpenOptions::Schema::look_only;
+  std::shared_ptr<Outbox> outbox;
+  try {
+    outbox = open_outbox(url, options);
+    // A look-only SQLite outbox finds out on first use whether the table exists.
+    if (look_only) (void)outbox->stats();
+  } catch (const NotSupported& e) {
+    return none(e.what());  // memory, redis, sqlite::memory:
+  } catch (const StoreError& e) {
+    // Look-only opening creates nothing: a missing table is "none", not a failure.
+    if (!look_only || e.retryable()) throw;
+    return none(e.what());
   }
-#endif
-#if IDEM_HAVE_POSTGRES
-  if (auto* pg = dynamic_cast<postgres::PostgresIdempotencyRecorder*>(recorder.get())) {
-    try {
-      return std::make_shared<postgres::PostgresOutbox>(pg->pool());
-    } catch (const StoreError& e) {
-      // Look-only pools do not create schemas: a missing table is "none", not a failure.
-      if (!look_only || e.retryable()) throw;
-      return none(e.what());
-    }
-  }
-#endif
-  return none("the backend has no outbox (SQLite and PostgreSQL have)");
+  return outbox;
 }
 
 namespace {
@@ -128,9 +102,8 @@ int run_relay(const RelayArgs& args) {
     const auto retry_max = std::max(parse_duration(args.retry_max), retry_delay);
     const auto status_every = parse_duration(args.status_every);
     const auto connection = rabbitmq::ConnectionOptions::from_url(args.broker);
-    auto recorder = open_recorder(args.store);
     std::string absent;
-    auto outbox = outbox_of(recorder, /*look_only=*/false, &absent);
+    auto outbox = outbox_of(args.store, /*look_only=*/false, &absent);
     if (!outbox) {
       std::cerr << "idem relay: " << redact_url(args.store) << ": " << absent << "\n";
       return kUsage;

@@ -11,9 +11,9 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "idem/outbox.hpp"
-#include "idem/recorder.hpp"
 
 namespace CLI {
 class App;
@@ -21,11 +21,11 @@ class App;
 
 namespace idem::cli {
 
-// The outbox on the database of `recorder` (a SQLite or PostgreSQL recorder); null for other
-// backends. With look_only, nothing is created: null (and `absent` says why) when the outbox
-// table does not exist.
-std::shared_ptr<Outbox> outbox_of(const std::shared_ptr<IdempotencyRecorder>& recorder,
-                                  bool look_only, std::string* absent = nullptr);
+// The outbox of the database at store URL `url` (open_outbox); null, and `absent` says why, for a
+// backend without one (memory, redis, sqlite::memory:). With look_only, nothing is created: null
+// too when the outbox table does not exist.
+std::shared_ptr<Outbox> outbox_of(std::string_view url, bool look_only,
+                                  std::string* absent = nullptr);
 
 // Adds the subcommand `relay` to `app` (run from its callback, as the store commands).
 void add_outbox_commands(CLI::App& app);

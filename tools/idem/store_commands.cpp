@@ -60,7 +60,7 @@ int run_stats(const StatsArgs& args) {
   if (faces.store) records = faces.store->counts();
   std::optional<OutboxStats> outbox;  // the recorder database's outbox, when it has one
   if (faces.recorder) {
-    if (auto box = outbox_of(faces.recorder, /*look_only=*/true)) outbox = box->stats();
+    if (auto box = outbox_of(args.url, /*look_only=*/true)) outbox = box->stats();
   }
 
   std::uint64_t processed = 0;

@@ -1,6 +1,7 @@
 // postgresql:// and postgres:// — idem::postgres. idem's own settings are query parameters taken
 // out here; the rest of the URL goes to libpq.
 #include "idem/postgres/postgres_options.hpp"
+#include "idem/postgres/postgres_outbox.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
 #include "scheme.hpp"
@@ -93,7 +94,8 @@ OpenPlan postgres_url(const UrlContext& context, const SplitUrl& split, OpenFace
   return {
       .recorder =
           [parsed] { return std::make_shared<postgres::PostgresIdempotencyRecorder>(parsed); },
-      .store = [parsed] { return std::make_shared<postgres::PostgresIdempotencyStore>(parsed); }};
+      .store = [parsed] { return std::make_shared<postgres::PostgresIdempotencyStore>(parsed); },
+      .outbox = [parsed] { return std::make_shared<postgres::PostgresOutbox>(parsed); }};
 }
 
 }  // namespace idem::detail

@@ -4,8 +4,10 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "connection.hpp"
 #include "idem/postgres/postgres_error.hpp"
@@ -77,8 +79,8 @@ class PostgresOutbox::Impl {
         delete_row("DELETE FROM " + table + " WHERE seq = $1", {kInt8Oid}),
         refuse_row("UPDATE " + table +
                        " SET attempts = attempts + 1, last_error = $2, "
-                       "parked_at = CASE WHEN attempts + 1 >= $3 THEN now() END WHERE seq = $1",
-                   {kInt8Oid, kTextOid, kInt8Oid}),
+                       "parked_at = CASE WHEN $3 THEN now() END WHERE seq = $1",
+                   {kInt8Oid, kTextOid, detail::kBoolOid}),
         stats_query(
             "SELECT count(*) FILTER (WHERE parked_at IS NULL), "
             "count(*) FILTER (WHERE parked_at IS NOT NULL), "
@@ -129,6 +131,44 @@ class PostgresOutbox::Impl {
 
   std::mutex listen_mutex;
   std::unique_ptr<detail::Connection> listener;  // guarded by listen_mutex
+
+  // The relay transaction, open from take to settle (COMMIT) or destruction (ROLLBACK): its
+  // advisory and row locks keep other relays off the batch's consumers and rows.
+  class Batch final : public OutboxBatch {
+   public:
+    Batch(Impl& impl, ConnectionPool::Lease lease) : impl_(impl), lease_(std::move(lease)) {}
+
+    void settle(std::span<const std::int64_t> confirmed,
+                std::span<const Refusal> refused) override {
+      constexpr std::string_view kCall = "PostgresOutbox::relay_batch";
+      detail::Connection& connection = lease_.connection();
+      for (const std::int64_t seq : confirmed) {
+        Params params;
+        params.int8(seq);
+        connection.run(impl_.delete_row, params, kCall, StatementKind::read);
+      }
+      for (const Refusal& refusal : refused) {
+        Params params;
+        params.int8(refusal.seq).text(refusal.reason).boolean(refusal.park);
+        connection.run(impl_.refuse_row, params, kCall, StatementKind::read);
+      }
+      connection.exec("COMMIT", kCall, StatementKind::commit);
+      rollback_.disarm();
+    }
+
+    // The transaction holds nothing worth keeping (no row taken): end it now.
+    void finish() {
+      lease_.connection().exec("ROLLBACK", "PostgresOutbox::relay_batch", StatementKind::read);
+      rollback_.disarm();
+    }
+
+    detail::Connection& connection() { return lease_.connection(); }
+
+   private:
+    Impl& impl_;
+    ConnectionPool::Lease lease_;
+    detail::RollbackGuard rollback_{lease_};  // after lease_: rolls back before it is returned
+  };
 };
 
 PostgresOutbox::PostgresOutbox(PostgresOptions options, PostgresOutboxOptions outbox)
@@ -141,8 +181,8 @@ PostgresOutbox::PostgresOutbox(std::shared_ptr<ConnectionPool> pool, PostgresOut
 
 PostgresOutbox::~PostgresOutbox() = default;
 
-void PostgresOutbox::append(SqlTransaction& tx, std::string_view consumer,
-                            std::string_view source_event_id, const Event& event) {
+void PostgresOutbox::do_append(SqlTransaction& tx, std::string_view consumer,
+                               std::string_view source_event_id, const Event& event) {
   const std::string headers = nlohmann::json(event.headers).dump();
   // The event's time as text the server parses: microseconds since the epoch.
   const auto micros =
@@ -154,14 +194,10 @@ void PostgresOutbox::append(SqlTransaction& tx, std::string_view consumer,
                           SqlParam::blob(event.payload), headers, ts, impl_->channel});
 }
 
-RelayBatchResult PostgresOutbox::relay_batch(OutboxPublisher& publisher, std::size_t max_rows,
-                                             int max_attempts) {
+std::unique_ptr<OutboxBatch> PostgresOutbox::do_take(std::size_t max_rows) {
   constexpr std::string_view kCall = "PostgresOutbox::relay_batch";
-  RelayBatchResult result;
-  ConnectionPool::Lease lease = impl_->pool->acquire();
-  detail::Connection& connection = lease.connection();
-  detail::RollbackGuard rollback(lease);
-
+  auto batch = std::make_unique<Impl::Batch>(*impl_, impl_->pool->acquire());
+  detail::Connection& connection = batch->connection();
   connection.exec("BEGIN", kCall, StatementKind::read);
   Params lock_params;
   lock_params.text(impl_->table);
@@ -171,56 +207,21 @@ RelayBatchResult PostgresOutbox::relay_batch(OutboxPublisher& publisher, std::si
   for (int i = 0; i < locked.rows(); ++i)
     consumers.emplace_back(locked.bytes(i, 0));
   if (consumers.empty()) {
-    connection.exec("ROLLBACK", kCall, StatementKind::read);
-    rollback.disarm();
-    return result;
+    batch->finish();
+    return batch;
   }
   Params select_params;
   select_params.text_array(consumers).int8(static_cast<std::int64_t>(max_rows));
   const Result selected =
       connection.run(impl_->select_rows, select_params, kCall, StatementKind::read);
-  std::vector<OutboxRow> rows;
-  rows.reserve(static_cast<std::size_t>(selected.rows()));
+  batch->rows.reserve(static_cast<std::size_t>(selected.rows()));
   for (int i = 0; i < selected.rows(); ++i)
-    rows.push_back(read_row(selected, i));
-  result.taken = rows.size();
-  if (rows.empty()) {
-    connection.exec("ROLLBACK", kCall, StatementKind::read);
-    rollback.disarm();
-    return result;
-  }
-
-  const std::vector<PublishVerdict> verdicts = publisher.publish(rows);
-  if (verdicts.size() != rows.size()) {
-    throw InvalidArgument("OutboxPublisher::publish returned " + std::to_string(verdicts.size()) +
-                          " verdicts for " + std::to_string(rows.size()) + " rows");
-  }
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    Params params;
-    params.int8(rows[i].seq);
-    if (!verdicts[i].confirmed && verdicts[i].refusal.empty()) {
-      ++result.deferred;  // outcome unknown: it goes out again in a later pass
-      continue;
-    }
-    if (verdicts[i].confirmed) {
-      connection.run(impl_->delete_row, params, kCall, StatementKind::read);
-      ++result.published;
-      continue;
-    }
-    params.text(verdicts[i].refusal).int8(max_attempts);
-    connection.run(impl_->refuse_row, params, kCall, StatementKind::read);
-    if (rows[i].attempts + 1 >= max_attempts) {
-      ++result.parked;
-    } else {
-      ++result.refused;
-    }
-  }
-  connection.exec("COMMIT", kCall, StatementKind::commit);
-  rollback.disarm();
-  return result;
+    batch->rows.push_back(read_row(selected, i));
+  if (batch->rows.empty()) batch->finish();
+  return batch;
 }
 
-bool PostgresOutbox::wait_for_rows(std::chrono::milliseconds timeout) {
+bool PostgresOutbox::do_wait_for_rows(std::chrono::milliseconds timeout) {
   constexpr std::string_view kCall = "PostgresOutbox::wait_for_rows";
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   std::unique_lock lock(impl_->listen_mutex);
@@ -233,7 +234,7 @@ bool PostgresOutbox::wait_for_rows(std::chrono::milliseconds timeout) {
   } catch (const std::exception&) {
     impl_->listener.reset();
     lock.unlock();
-    return Outbox::wait_for_rows(timeout);  // poll
+    return Outbox::do_wait_for_rows(timeout);  // poll
   }
   PGconn* conn = impl_->listener->raw();
   const auto drain_notifies = [conn] {
@@ -247,11 +248,11 @@ bool PostgresOutbox::wait_for_rows(std::chrono::milliseconds timeout) {
   for (;;) {
     if (PQconsumeInput(conn) == 0) {
       impl_->listener.reset();  // reopened on the next wait
-      return Outbox::wait_for_rows(std::chrono::milliseconds(0));
+      return Outbox::do_wait_for_rows(std::chrono::milliseconds(0));
     }
     if (drain_notifies()) return true;
     // A commit in this process (or stop()) arrives without the server: check between slices.
-    if (Outbox::wait_for_rows(std::chrono::milliseconds(0))) return true;
+    if (Outbox::do_wait_for_rows(std::chrono::milliseconds(0))) return true;
     const auto now = std::chrono::steady_clock::now();
     if (now >= deadline) return false;
     const auto slice = std::min<std::chrono::steady_clock::duration>(deadline - now,
@@ -263,7 +264,7 @@ bool PostgresOutbox::wait_for_rows(std::chrono::milliseconds timeout) {
   }
 }
 
-OutboxStats PostgresOutbox::stats() {
+OutboxStats PostgresOutbox::do_stats() {
   constexpr std::string_view kCall = "PostgresOutbox::stats";
   ConnectionPool::Lease lease = impl_->pool->acquire();
   const Result r = lease.connection().run(impl_->stats_query, Params{}, kCall, StatementKind::read);
@@ -276,7 +277,7 @@ OutboxStats PostgresOutbox::stats() {
   return stats;
 }
 
-std::vector<OutboxRow> PostgresOutbox::parked(std::size_t limit) {
+std::vector<OutboxRow> PostgresOutbox::do_parked(std::size_t limit) {
   constexpr std::string_view kCall = "PostgresOutbox::parked";
   ConnectionPool::Lease lease = impl_->pool->acquire();
   Params params;
@@ -288,14 +289,12 @@ std::vector<OutboxRow> PostgresOutbox::parked(std::size_t limit) {
   return rows;
 }
 
-std::size_t PostgresOutbox::unpark() {
+std::size_t PostgresOutbox::do_unpark() {
   constexpr std::string_view kCall = "PostgresOutbox::unpark";
   ConnectionPool::Lease lease = impl_->pool->acquire();
   const Result r =
       lease.connection().run(impl_->unpark_rows, Params{}, kCall, StatementKind::write);
-  const auto changed = static_cast<std::size_t>(r.affected());
-  if (changed > 0) notify_committed();
-  return changed;
+  return static_cast<std::size_t>(r.affected());
 }
 
 }  // namespace idem::postgres

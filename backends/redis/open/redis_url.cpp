@@ -36,7 +36,8 @@ OpenPlan redis_url(const UrlContext& context, const SplitUrl& split, OpenFace /*
   const redis::RedisOptions parsed = redis_options(context, split, options);
   return {
       .recorder = [parsed] { return std::make_shared<redis::RedisIdempotencyRecorder>(parsed); },
-      .store = [parsed] { return std::make_shared<redis::RedisIdempotencyStore>(parsed); }};
+      .store = [parsed] { return std::make_shared<redis::RedisIdempotencyStore>(parsed); },
+      .outbox = nullptr};  // Redis has no transactions a handler's follow-ups could join
 }
 
 }  // namespace idem::detail

@@ -1,4 +1,5 @@
 // sqlite:///absolute/path.db, sqlite:relative/path.db, sqlite::memory: — idem::sqlite.
+#include "idem/sqlite/sqlite_outbox.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "scheme.hpp"
@@ -88,7 +89,15 @@ OpenPlan sqlite_url(const UrlContext& context, const SplitUrl& split, OpenFace /
       .store =
           [target] {
             return std::make_shared<sqlite::SqliteIdempotencyStore>(target.path, target.options);
-          }};
+          },
+      .outbox = [target]() -> std::shared_ptr<Outbox> {
+        if (target.path == ":memory:") {
+          throw NotSupported(
+              "open_outbox: sqlite::memory: is a private in-memory database: it has no outbox a "
+              "relay could share (use a SQLite file)");
+        }
+        return std::make_shared<sqlite::SqliteOutbox>(target.path, target.options);
+      }};
 }
 
 }  // namespace idem::detail

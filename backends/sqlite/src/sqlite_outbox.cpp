@@ -6,8 +6,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <span>
 
 #include "connection.hpp"
 #include "idem/detail/fork.hpp"
@@ -140,6 +142,49 @@ class SqliteOutbox::Impl {
 
   void check_process() const { process_.use("this SqliteOutbox"); }
 
+  // Holds the relay lock (this process's mutex and the file lock) from take to destruction; a
+  // busy batch holds neither (another thread's pass may hold the file lock through this same
+  // descriptor, so only the holder unlocks it).
+  class Batch final : public OutboxBatch {
+   public:
+    Batch(Impl& impl, std::unique_lock<std::mutex> relay) : impl_(impl), relay_(std::move(relay)) {}
+    ~Batch() override {
+      if (relay_.owns_lock()) impl_.relay_lock_.unlock();
+    }
+    Batch(const Batch&) = delete;
+    Batch& operator=(const Batch&) = delete;
+
+    void settle(std::span<const std::int64_t> confirmed,
+                std::span<const Refusal> refused) override {
+      std::lock_guard lock(impl_.mutex_);
+      Connection& connection = *impl_.connection_;
+      WriteTransaction tx(connection);
+      for (const std::int64_t seq : confirmed) {
+        Statement drop = connection.prepare("DELETE FROM idem_outbox WHERE seq = ?1");
+        drop.bind(1, seq);
+        drop.run();
+      }
+      const std::int64_t now = to_ms(std::chrono::system_clock::now());
+      for (const Refusal& refusal : refused) {
+        Statement update = connection.prepare(
+            "UPDATE idem_outbox SET attempts = attempts + 1, last_error = ?2, parked_ms = ?3 "
+            "WHERE seq = ?1");
+        update.bind(1, refusal.seq).bind(2, std::string_view(refusal.reason));
+        if (refusal.park) {
+          update.bind(3, now);
+        } else {
+          update.bind_null(3);
+        }
+        update.run();
+      }
+      tx.commit();
+    }
+
+   private:
+    Impl& impl_;
+    std::unique_lock<std::mutex> relay_;
+  };
+
   std::string path_;
   SqliteOptions options_;
   ::idem::detail::ForkOwner process_;
@@ -158,83 +203,34 @@ const std::string& SqliteOutbox::path() const noexcept {
   return impl_->path_;
 }
 
-void SqliteOutbox::append(SqlTransaction& tx, std::string_view consumer,
-                          std::string_view source_event_id, const Event& event) {
+void SqliteOutbox::do_append(SqlTransaction& tx, std::string_view consumer,
+                             std::string_view source_event_id, const Event& event) {
   const std::string headers = encode_headers(event.headers);
   const std::int64_t now = to_ms(std::chrono::system_clock::now());
   tx.exec(kInsert, {consumer, source_event_id, event.id, event.type, SqlParam::blob(event.payload),
                     headers, to_ms(event.timestamp), now});
 }
 
-RelayBatchResult SqliteOutbox::relay_batch(OutboxPublisher& publisher, std::size_t max_rows,
-                                           int max_attempts) {
+std::unique_ptr<OutboxBatch> SqliteOutbox::do_take(std::size_t max_rows) {
   impl_->check_process();
-  RelayBatchResult result;
   std::unique_lock relay(impl_->relay_mutex_, std::try_to_lock);
   if (!relay.owns_lock() || !impl_->relay_lock_.try_lock()) {
-    result.busy = true;
-    return result;
+    auto busy = std::make_unique<Impl::Batch>(*impl_, std::unique_lock<std::mutex>());
+    busy->busy = true;
+    return busy;
   }
-  struct Unlock {
-    RelayLock& lock;
-    ~Unlock() { lock.unlock(); }
-  } unlock{impl_->relay_lock_};
-
-  std::vector<OutboxRow> rows;
-  {
-    std::lock_guard lock(impl_->mutex_);
-    Statement select = impl_->connection_->prepare(
-        "SELECT " + std::string(kColumns) +
-        " FROM idem_outbox WHERE parked_ms IS NULL ORDER BY seq LIMIT ?1");
-    select.bind(1, static_cast<std::int64_t>(max_rows));
-    while (select.step())
-      rows.push_back(read_row(select));
-  }
-  result.taken = rows.size();
-  if (rows.empty()) return result;
-
-  // The broker is awaited without any database lock: handlers keep committing meanwhile.
-  const std::vector<PublishVerdict> verdicts = publisher.publish(rows);
-  if (verdicts.size() != rows.size()) {
-    throw InvalidArgument("OutboxPublisher::publish returned " + std::to_string(verdicts.size()) +
-                          " verdicts for " + std::to_string(rows.size()) + " rows");
-  }
-
+  auto batch = std::make_unique<Impl::Batch>(*impl_, std::move(relay));
   std::lock_guard lock(impl_->mutex_);
-  Connection& connection = *impl_->connection_;
-  WriteTransaction tx(connection);
-  const std::int64_t now = to_ms(std::chrono::system_clock::now());
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    if (!verdicts[i].confirmed && verdicts[i].refusal.empty()) {
-      ++result.deferred;  // outcome unknown: it goes out again in a later pass
-      continue;
-    }
-    if (verdicts[i].confirmed) {
-      Statement drop = connection.prepare("DELETE FROM idem_outbox WHERE seq = ?1");
-      drop.bind(1, rows[i].seq);
-      drop.run();
-      ++result.published;
-      continue;
-    }
-    const bool park = rows[i].attempts + 1 >= max_attempts;
-    Statement update = connection.prepare(
-        "UPDATE idem_outbox SET attempts = attempts + 1, last_error = ?2, parked_ms = ?3 "
-        "WHERE seq = ?1");
-    update.bind(1, rows[i].seq).bind(2, std::string_view(verdicts[i].refusal));
-    if (park) {
-      update.bind(3, now);
-      ++result.parked;
-    } else {
-      update.bind_null(3);
-      ++result.refused;
-    }
-    update.run();
-  }
-  tx.commit();
-  return result;
+  Statement select = impl_->connection_->prepare(
+      "SELECT " + std::string(kColumns) +
+      " FROM idem_outbox WHERE parked_ms IS NULL ORDER BY seq LIMIT ?1");
+  select.bind(1, static_cast<std::int64_t>(max_rows));
+  while (select.step())
+    batch->rows.push_back(read_row(select));
+  return batch;
 }
 
-OutboxStats SqliteOutbox::stats() {
+OutboxStats SqliteOutbox::do_stats() {
   impl_->check_process();
   std::lock_guard lock(impl_->mutex_);
   OutboxStats stats;
@@ -252,7 +248,7 @@ OutboxStats SqliteOutbox::stats() {
   return stats;
 }
 
-std::vector<OutboxRow> SqliteOutbox::parked(std::size_t limit) {
+std::vector<OutboxRow> SqliteOutbox::do_parked(std::size_t limit) {
   impl_->check_process();
   std::lock_guard lock(impl_->mutex_);
   std::vector<OutboxRow> rows;
@@ -265,7 +261,7 @@ std::vector<OutboxRow> SqliteOutbox::parked(std::size_t limit) {
   return rows;
 }
 
-std::size_t SqliteOutbox::unpark() {
+std::size_t SqliteOutbox::do_unpark() {
   impl_->check_process();
   std::lock_guard lock(impl_->mutex_);
   WriteTransaction tx(*impl_->connection_);
@@ -273,7 +269,6 @@ std::size_t SqliteOutbox::unpark() {
       "UPDATE idem_outbox SET parked_ms = NULL, attempts = 0 WHERE parked_ms IS NOT NULL");
   const auto changed = static_cast<std::size_t>(update.run());
   tx.commit();
-  if (changed > 0) notify_committed();
   return changed;
 }
 

@@ -14,7 +14,8 @@
 // rolled-back attempt, a redelivery) produces the same ids. An event with an id keeps it.
 //
 // Backends: idem::sqlite::SqliteOutbox and idem::postgres::PostgresOutbox implement Outbox on
-// the recorder's database (each creates its table `idem_outbox` when missing).
+// the recorder's database (each creates its table `idem_outbox` when missing); open_outbox(url)
+// (idem/open.hpp) opens one from a store URL.
 //
 // Thread-safety: Outbox implementations and OutboxRelay may be used from any thread.
 // OutboxPublisher implementations state their own (the relay calls one from one thread).
@@ -107,7 +108,46 @@ struct OutboxStats {
   std::optional<std::chrono::milliseconds> oldest_age;
 };
 
+// Rows one relay pass took from an outbox (Outbox::do_take), held by that pass alone until
+// settle() or destruction: no other relay takes them meanwhile. What holds them is the backend's
+// (SQLite: a file lock; PostgreSQL: an open transaction with row and advisory locks). Destroying a
+// batch that was not settled releases its rows unchanged (the publisher threw, the pass failed).
+// Used by one thread (the relay pass that took it).
+class OutboxBatch {
+ public:
+  // A refused row: attempts + 1, last_error = reason, and parked when `park` (Outbox decides:
+  // at the max_attempts-th refusal).
+  struct Refusal {
+    std::int64_t seq = 0;
+    std::string reason;
+    bool park = false;
+  };
+
+  virtual ~OutboxBatch() = default;
+
+  // Deletes the `confirmed` rows and records the `refused` ones, all in one transaction, then
+  // releases the batch. Rows in neither list stay as they were. Called at most once, with seqs
+  // of `rows` only.
+  virtual void settle(std::span<const std::int64_t> confirmed,
+                      std::span<const Refusal> refused) = 0;
+
+  std::vector<OutboxRow> rows;  // waiting rows, oldest first (per consumer, in commit order)
+  bool busy = false;            // another relay held what this pass needed (rows is then empty)
+
+ protected:
+  OutboxBatch() = default;
+};
+
 // The outbox of one database. A backend implements it (SqliteOutbox, PostgresOutbox).
+//
+// Its public calls are non-virtual: each checks its arguments once (InvalidKey for a consumer,
+// source event id or event id that validate_key() rejects; InvalidArgument for an event without
+// type, max_rows or max_attempts below 1, a negative timeout) and then calls the protected do_*
+// virtual a backend implements, so a backend only ever sees valid arguments. The relay pass
+// itself (take, publish, settle; which rows are deleted, refused, parked or left alone) lives
+// here, once: a backend supplies the SQL steps do_take() and OutboxBatch::settle(), plus
+// do_append, do_stats, do_parked and do_unpark (and do_wait_for_rows when its database can
+// notify). idem/testing/outbox_conformance.hpp checks an implementation against this contract.
 class Outbox {
  public:
   virtual ~Outbox() = default;
@@ -115,8 +155,8 @@ class Outbox {
   // Writes `event` (its id already final) as a row of (consumer, source event) through `tx`, the
   // open transaction of a recorder on the same database. Called by the handler; throws what the
   // statement throws (the handler's transaction then rolls back).
-  virtual void append(SqlTransaction& tx, std::string_view consumer,
-                      std::string_view source_event_id, const Event& event) = 0;
+  void append(SqlTransaction& tx, std::string_view consumer, std::string_view source_event_id,
+              const Event& event);
 
   // Called after a transaction that appended rows committed: wakes this process's relays.
   void notify_committed();
@@ -124,25 +164,39 @@ class Outbox {
   // One relay pass: takes up to `max_rows` waiting rows in commit order, exclusively (no other
   // relay publishes them meanwhile; per consumer, rows go out in order), hands them to
   // `publisher`, deletes the confirmed ones, counts refusals and parks a row at its
-  // `max_attempts`-th refusal. If publisher throws, nothing changes and the exception propagates.
-  virtual RelayBatchResult relay_batch(OutboxPublisher& publisher, std::size_t max_rows,
-                                       int max_attempts) = 0;
+  // `max_attempts`-th refusal; rows neither confirmed nor refused stay as they were. If the
+  // publisher throws (or returns a verdict count other than the row count: InvalidArgument),
+  // nothing changes and the exception propagates.
+  RelayBatchResult relay_batch(OutboxPublisher& publisher, std::size_t max_rows, int max_attempts);
 
   // Waits until rows may be waiting: a commit in this process (notify_committed), a
   // notification from the database (PostgreSQL LISTEN/NOTIFY), or `timeout` (polling).
   // Returns true when woken before the timeout.
-  virtual bool wait_for_rows(std::chrono::milliseconds timeout);
+  bool wait_for_rows(std::chrono::milliseconds timeout);
 
-  virtual OutboxStats stats() = 0;
-  // Parked rows, oldest first, at most `limit`.
-  virtual std::vector<OutboxRow> parked(std::size_t limit) = 0;
-  // Puts parked rows back in the queue (attempts reset); returns how many.
-  virtual std::size_t unpark() = 0;
+  OutboxStats stats() { return do_stats(); }
+  // Parked rows, oldest first, at most `limit` (none for 0).
+  std::vector<OutboxRow> parked(std::size_t limit);
+  // Puts parked rows back in the queue (attempts reset, last_error kept); returns how many, and
+  // wakes this process's relays when there were any.
+  std::size_t unpark();
 
  protected:
   Outbox() = default;
   // Wakes wait_for_rows() (for subclasses whose database notifies them).
   void wake();
+
+  // What a backend implements (protected, so that an override can call the base's default).
+  virtual void do_append(SqlTransaction& tx, std::string_view consumer,
+                         std::string_view source_event_id, const Event& event) = 0;
+  // Up to `max_rows` waiting (not parked) rows, oldest first, held exclusively by the returned
+  // batch; an empty batch when none waits, busy when another relay holds them.
+  virtual std::unique_ptr<OutboxBatch> do_take(std::size_t max_rows) = 0;
+  // Default: waits for notify_committed()/wake() or the timeout.
+  virtual bool do_wait_for_rows(std::chrono::milliseconds timeout);
+  virtual OutboxStats do_stats() = 0;
+  virtual std::vector<OutboxRow> do_parked(std::size_t limit) = 0;
+  virtual std::size_t do_unpark() = 0;
 
  private:
   std::mutex wake_mutex_;

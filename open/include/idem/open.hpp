@@ -1,4 +1,4 @@
-// Opening recorders and idempotency stores from a URL.
+// Opening recorders, idempotency stores and outboxes from a URL.
 //
 // One string says which backend to use and how to configure it, so a program (or the `idem`
 // CLI) can be pointed at memory, SQLite, Redis or PostgreSQL by configuration alone:
@@ -38,6 +38,7 @@
 #include "idem/clock.hpp"
 #include "idem/duration.hpp"  // parse_duration: the durations of every URL
 #include "idem/idempotency_store.hpp"
+#include "idem/outbox.hpp"
 #include "idem/recorder.hpp"
 
 namespace idem {
@@ -66,6 +67,15 @@ std::shared_ptr<IdempotencyRecorder> open_recorder(std::string_view url,
 
 // An IdempotencyStore for `url` (memory, sqlite, redis, postgresql/postgres).
 std::shared_ptr<IdempotencyStore> open_store(std::string_view url, const OpenOptions& options = {});
+
+// The outbox (idem/outbox.hpp) in the database at `url` (sqlite, postgresql/postgres): the one a
+// transactional handler on open_recorder(url)'s recorder writes its follow-ups to, and a relay
+// reads. URLs take the same parameters as open_recorder's. NotSupported, naming the scheme, when
+// the backend has no outbox (memory, redis) or the database is private to one connection
+// (sqlite::memory:). With OpenOptions::Schema::look_only or keep the table is not created: an
+// outbox whose table is missing then fails on first use (SQLite) or here (PostgreSQL) with a
+// StoreError.
+std::shared_ptr<Outbox> open_outbox(std::string_view url, const OpenOptions& options = {});
 
 // `url` with secrets replaced by "***": the password of the user info ("redis://:***@host",
 // "postgresql://app:***@db/orders") and the value of a `password` query parameter. Control

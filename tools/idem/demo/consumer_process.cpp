@@ -50,7 +50,7 @@ int run_demo_consumer(const ConsumerOptions& options) {
   std::shared_ptr<Outbox> outbox;
   if (options.outbox) {
     std::string absent;
-    outbox = outbox_of(recorder, /*look_only=*/false, &absent);
+    outbox = outbox_of(url, /*look_only=*/false, &absent);
     if (!outbox) throw NotSupported("--hops 2: " + redact_url(url) + ": " + absent);
   }
   const std::string insert = demo::ledger_insert(options.ledger);

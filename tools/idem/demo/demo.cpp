@@ -93,12 +93,10 @@ void check_recorder(const IdempotencyRecorder& recorder, const DemoOptions& opti
 
 // The outbox of a two-hop run, which must hold none but this run's rows (the relay publishes
 // every waiting row). Null for one hop.
-std::shared_ptr<Outbox> demo_outbox(const DemoOptions& options,
-                                    const std::shared_ptr<IdempotencyRecorder>& recorder,
-                                    const std::string& url) {
+std::shared_ptr<Outbox> demo_outbox(const DemoOptions& options, const std::string& url) {
   if (options.hops != 2) return nullptr;
   std::string absent;
-  auto outbox = outbox_of(recorder, /*look_only=*/false, &absent);
+  auto outbox = outbox_of(url, /*look_only=*/false, &absent);
   if (!outbox) {
     throw NotSupported("--hops 2: " + redact_url(url) + " has no outbox (" + absent +
                        "); use a SQLite file or postgresql://");
@@ -163,7 +161,7 @@ int DemoRun::execute() {
   const std::string shown = redact_url(url);
   recorder_ = open_recorder(url);
   check_recorder(*recorder_, options_, mode_, redact_url(options_.store));
-  outbox_ = demo_outbox(options_, recorder_, url);
+  outbox_ = demo_outbox(options_, url);
   billing_ = namespace_->consumer("billing");
   const std::string shipping = namespace_->consumer("shipping");
   // Transactional mode writes its side effect, a ledger row, through the marker's transaction,

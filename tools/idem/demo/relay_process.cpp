@@ -90,9 +90,8 @@ int run_demo_relay(const RelayProcessOptions& options) {
   const char* store = std::getenv(kDemoStoreVariable);
   const std::string url =
       store != nullptr ? store : "sqlite://" + demo::fs::absolute(dir / "idem.db").string();
-  std::shared_ptr<IdempotencyRecorder> recorder = open_recorder(url);
   std::string absent;
-  const std::shared_ptr<Outbox> outbox = outbox_of(recorder, /*look_only=*/false, &absent);
+  const std::shared_ptr<Outbox> outbox = outbox_of(url, /*look_only=*/false, &absent);
   if (!outbox) throw NotSupported("--hops 2: " + redact_url(url) + ": " + absent);
   std::shared_ptr<OutboxPublisher> inner;
   const char* broker = std::getenv(kDemoBrokerVariable);

@@ -110,7 +110,7 @@ std::string what_store_holds(const std::string& url) {
       }
     } catch (const NotSupported&) {
     }
-    if (const auto outbox = outbox_of(recorder, /*look_only=*/true)) {
+    if (const auto outbox = outbox_of(url, /*look_only=*/true)) {
       const OutboxStats stats = outbox->stats();
       if (stats.depth + stats.parked > 0) {
         held.push_back(std::to_string(stats.depth + stats.parked) + " outbox rows");

@@ -6,12 +6,13 @@
 // transactional handler's follow-ups are inserted through its PostgresTransaction, with a
 // pg_notify on the table's channel that the server delivers at COMMIT.
 //
-// relay_batch(): in one transaction, takes a transaction-scoped advisory lock per consumer with
-// waiting rows (pg_try_advisory_xact_lock: a consumer another relay is working on is skipped),
-// then reads those consumers' oldest rows with FOR UPDATE SKIP LOCKED, publishes them, deletes
-// the confirmed ones and commits. So several relay processes never publish a row twice at once,
-// and each consumer's rows go out in `seq` order. (`seq` is taken at INSERT: two transactions of
-// one consumer committing at once may go out in either order.) The transaction (one pooled
+// Relay passes (Outbox::relay_batch, written once in idem::Outbox; this class supplies its SQL
+// steps, take and settle): in one transaction, takes a transaction-scoped advisory lock per
+// consumer with waiting rows (pg_try_advisory_xact_lock: a consumer another relay is working on is
+// skipped), then reads those consumers' oldest rows with FOR UPDATE SKIP LOCKED, publishes them,
+// deletes the confirmed ones and commits. So several relay processes never publish a row twice at
+// once, and each consumer's rows go out in `seq` order. (`seq` is taken at INSERT: two transactions
+// of one consumer committing at once may go out in either order.) The transaction (one pooled
 // connection) is open while the broker is awaited; a relay that dies rolls it back and its rows
 // are taken again.
 //
@@ -44,16 +45,15 @@ class PostgresOutbox final : public Outbox {
   PostgresOutbox(const PostgresOutbox&) = delete;
   PostgresOutbox& operator=(const PostgresOutbox&) = delete;
 
-  void append(SqlTransaction& tx, std::string_view consumer, std::string_view source_event_id,
-              const Event& event) override;
-  RelayBatchResult relay_batch(OutboxPublisher& publisher, std::size_t max_rows,
-                               int max_attempts) override;
-  bool wait_for_rows(std::chrono::milliseconds timeout) override;
-  OutboxStats stats() override;
-  std::vector<OutboxRow> parked(std::size_t limit) override;
-  std::size_t unpark() override;
-
  private:
+  void do_append(SqlTransaction& tx, std::string_view consumer, std::string_view source_event_id,
+                 const Event& event) override;
+  std::unique_ptr<OutboxBatch> do_take(std::size_t max_rows) override;
+  bool do_wait_for_rows(std::chrono::milliseconds timeout) override;
+  OutboxStats do_stats() override;
+  std::vector<OutboxRow> do_parked(std::size_t limit) override;
+  std::size_t do_unpark() override;
+
   class Impl;
   std::unique_ptr<Impl> impl_;
 };

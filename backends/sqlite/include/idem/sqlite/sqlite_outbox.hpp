@@ -6,11 +6,12 @@
 // inserted through its SqliteTransaction, so they commit with the marker; SQLite has one writer
 // at a time, so `seq` order is commit order.
 //
-// relay_batch(): one relay at a time per file, across threads and processes: the relay holds an
-// exclusive flock() on "<path>-outbox.lock" (released by the kernel if the process dies) while it
-// reads rows, publishes them and deletes the confirmed ones; a relay that finds it held returns
-// busy. The write lock of the database is held only for the final delete/update transaction,
-// never while the broker is awaited, so handlers keep committing meanwhile.
+// Relay passes (Outbox::relay_batch, written once in idem::Outbox; this class supplies its SQL
+// steps, take and settle): one relay at a time per file, across threads and processes: the relay
+// holds an exclusive flock() on "<path>-outbox.lock" (released by the kernel if the process dies)
+// while it reads rows, publishes them and deletes the confirmed ones; a relay that finds it held
+// returns busy. The write lock of the database is held only for the final delete/update
+// transaction, never while the broker is awaited, so handlers keep committing meanwhile.
 //
 // Errors: as SqliteIdempotencyRecorder (SqliteError with stable codes); ":memory:" is refused
 // (InvalidArgument: a private in-memory database cannot be shared with a recorder).
@@ -36,17 +37,16 @@ class SqliteOutbox final : public Outbox {
   SqliteOutbox(const SqliteOutbox&) = delete;
   SqliteOutbox& operator=(const SqliteOutbox&) = delete;
 
-  void append(SqlTransaction& tx, std::string_view consumer, std::string_view source_event_id,
-              const Event& event) override;
-  RelayBatchResult relay_batch(OutboxPublisher& publisher, std::size_t max_rows,
-                               int max_attempts) override;
-  OutboxStats stats() override;
-  std::vector<OutboxRow> parked(std::size_t limit) override;
-  std::size_t unpark() override;
-
   const std::string& path() const noexcept;
 
  private:
+  void do_append(SqlTransaction& tx, std::string_view consumer, std::string_view source_event_id,
+                 const Event& event) override;
+  std::unique_ptr<OutboxBatch> do_take(std::size_t max_rows) override;
+  OutboxStats do_stats() override;
+  std::vector<OutboxRow> do_parked(std::size_t limit) override;
+  std::size_t do_unpark() override;
+
   class Impl;
   std::unique_ptr<Impl> impl_;
 };
