@@ -41,6 +41,21 @@
 #   IDEM_TEST_REDIS_TLS_EXPIRED_PORT  a second, TLS-only redis-server presenting
 #                                server-expired.crt, --tls-auth-clients no (for the refusal of an
 #                                expired certificate without disturbing the shared instance)
+#
+# A streaming standby of the test PostgreSQL, on request only (the default run does not pay for
+# it): IDEM_TEST_POSTGRES_STANDBY=1 starts a second PostgreSQL from `pg_basebackup -R` of the
+# primary (replication slot idem_standby, hot_standby=on, its own data dir and free port);
+# IDEM_TEST_POSTGRES_SYNC=1 as well makes it the synchronous standby
+# (synchronous_standby_names = '*' on the primary, so each COMMIT waits for it). Exports
+#   IDEM_TEST_POSTGRES_STANDBY_URL   postgresql://idem@127.0.0.1:PORT/idem_test (read-only)
+#   IDEM_TEST_POSTGRES_STANDBY_PORT
+#   IDEM_TEST_POSTGRES_FAILOVER_URL  postgresql://idem@127.0.0.1:P1,127.0.0.1:P2/idem_test
+#                                    ?target_session_attrs=read-write (libpq takes the first
+#                                    host that accepts writes)
+#   IDEM_TEST_PG_STANDBY_CTL_CMD     "<bin>/pg_ctl -D <standby data>" (append `promote`)
+# Tests that kill the primary use a pair of their own instead
+# (tests/integration/postgres_private_pair.hpp), so the shared server stays up for the others.
+# IDEM_TEST_PG_BIN names the PostgreSQL server binaries' directory in every run.
 set -euo pipefail
 
 [ $# -gt 0 ] || { echo "usage: scripts/servers.sh COMMAND [ARGS...]" >&2; exit 2; }
@@ -87,7 +102,7 @@ cleanup() {
   stop_pid "$(pid_in "$work/redis/redis.pid")"
   stop_pid "$(pid_in "$work/redis-expired/redis.pid")"
   local data
-  for data in "${pg_data:-}" "${pg_tls_data:-}"; do
+  for data in "${pg_standby_data:-}" "${pg_data:-}" "${pg_tls_data:-}"; do
     [ -n "$data" ] && [ -d "$data" ] || continue
     # pg_ctl stops the postmaster of this data directory (the PID in its postmaster.pid).
     as_pg "$pg_bin/pg_ctl" -D "$data" -m immediate -t 30 stop >/dev/null 2>&1 ||
@@ -265,6 +280,50 @@ as_pg "$pg_bin/createdb" -h 127.0.0.1 -p "$pg_port" -U idem idem_test
 export IDEM_TEST_POSTGRES_URL="postgresql://idem@127.0.0.1:${pg_port}/idem_test"
 export IDEM_TEST_POSTGRES_PORT=$pg_port
 export IDEM_TEST_PG_CTL_CMD="$pg_bin/pg_ctl -D $pg_data"
+export IDEM_TEST_PG_BIN=$pg_bin
+
+if [ "${IDEM_TEST_POSTGRES_STANDBY:-0}" = 1 ]; then
+  # initdb's pg_hba lets idem replicate from 127.0.0.1 (trust), and PostgreSQL 15's defaults
+  # (wal_level=replica, max_wal_senders=10) serve a standby: the primary needs no restart.
+  pg_standby_port=$(free_port)
+  pg_standby_data=$work/pg-standby/data
+  mkdir -p "$work/pg-standby"
+  if [ "$(id -u)" -eq 0 ]; then chown -R "$pg_user" "$work/pg-standby"; fi
+  as_pg "$pg_bin/psql" -q -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U idem -d postgres \
+    -c "SELECT pg_create_physical_replication_slot('idem_standby')" >/dev/null
+  as_pg "$pg_bin/pg_basebackup" -h 127.0.0.1 -p "$pg_port" -U idem -D "$pg_standby_data" -R \
+    -S idem_standby -X stream --checkpoint=fast --no-sync
+  as_pg "$pg_bin/pg_ctl" -D "$pg_standby_data" -l "$work/pg-standby/postgres.log" -w -t 60 \
+    -o "-c listen_addresses=127.0.0.1 -p $pg_standby_port -k $work/pg-standby -c fsync=off \
+        -c max_connections=200 -c hot_standby=on" start >/dev/null ||
+    { cat "$work/pg-standby/postgres.log" >&2; exit 1; }
+  pg_primary_sql() {
+    as_pg "$pg_bin/psql" -qtA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U idem -d postgres \
+      -c "$1"
+  }
+  for _ in $(seq 1 300); do
+    [ "$(pg_primary_sql "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")" = 1 ] &&
+      break
+    sleep 0.1
+  done
+  [ "$(pg_primary_sql "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")" = 1 ] ||
+    { echo "servers.sh: the PostgreSQL standby does not stream" >&2; exit 1; }
+  if [ "${IDEM_TEST_POSTGRES_SYNC:-0}" = 1 ]; then
+    pg_primary_sql "ALTER SYSTEM SET synchronous_standby_names = '*'" >/dev/null
+    pg_primary_sql "SELECT pg_reload_conf()" >/dev/null
+    for _ in $(seq 1 300); do
+      [ "$(pg_primary_sql "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ] &&
+        break
+      sleep 0.1
+    done
+    [ "$(pg_primary_sql "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ] ||
+      { echo "servers.sh: the PostgreSQL standby did not become synchronous" >&2; exit 1; }
+  fi
+  export IDEM_TEST_POSTGRES_STANDBY_URL="postgresql://idem@127.0.0.1:${pg_standby_port}/idem_test"
+  export IDEM_TEST_POSTGRES_STANDBY_PORT=$pg_standby_port
+  export IDEM_TEST_POSTGRES_FAILOVER_URL="postgresql://idem@127.0.0.1:${pg_port},127.0.0.1:${pg_standby_port}/idem_test?target_session_attrs=read-write"
+  export IDEM_TEST_PG_STANDBY_CTL_CMD="$pg_bin/pg_ctl -D $pg_standby_data"
+fi
 
 # A second PostgreSQL that takes TLS connections only (every pg_hba rule is hostssl), so the
 # plain one above keeps libpq's default sslmode=prefer from encrypting the other tests.
@@ -319,7 +378,8 @@ export IDEM_TEST_AMQPS_URL="amqps://guest:guest@localhost:${amqps_port}/?cacertf
 export IDEM_TEST_AMQPS_PORT=$amqps_port
 
 echo "servers.sh: redis on $redis_port (TLS $redis_tls_port), postgresql on $pg_port (TLS" \
-  "$pg_tls_port), rabbitmq on $amqp_port (TLS $amqps_port) (dir $work)" >&2
+  "$pg_tls_port${pg_standby_port:+, standby $pg_standby_port}), rabbitmq on $amqp_port" \
+  "(TLS $amqps_port) (dir $work)" >&2
 set +e
 "$@"
 status=$?

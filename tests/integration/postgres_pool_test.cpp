@@ -75,7 +75,7 @@ TEST(PostgresErrorClassification, EverythingElse) {
         Case{"28P01", ErrorCode::store_open_failed, false},
         Case{"3D000", ErrorCode::store_open_failed, false},
         Case{"42501", ErrorCode::store_open_failed, false},
-        Case{"25006", ErrorCode::store_read_only, false},
+        Case{"25006", ErrorCode::store_read_only, true},
         Case{"53100", ErrorCode::store_error, true}, Case{"53200", ErrorCode::store_error, true},
         Case{"42P01", ErrorCode::store_error, false},
         Case{"XX000", ErrorCode::store_error, false}}) {

@@ -84,6 +84,7 @@ void AsyncConnection::pump() {
   }
   if (phase_ == Phase::connecting) return;
   if (reset_pending_) return;  // draining before a reset: new queries wait for the new session
+  if (doomed_ && has_in_flight()) return;  // likewise for a session that is ending
   if (!has_in_flight() && !idle_connection_healthy()) {
     // The server closed the session while it was idle (restart, terminated): nothing was sent,
     // so reconnect instead of failing the query.
@@ -283,6 +284,8 @@ void AsyncConnection::drain() {
       Entry done = pop_oldest();
       if (done->call.prepare_failed) prepared_.erase(done->call.query.statement->name);
       if (done->call.error.get() != nullptr) {
+        // A standby's session: reopened once the queries in flight are answered.
+        if (refuses_writes(done->call.error.get())) doomed_ = true;
         std::exception_ptr error = std::make_exception_ptr(make_error(
             conn_, done->call.error.get(), done->call.query.call, target_, done->call.query.kind));
         complete(*done, std::move(error), Result{});

@@ -363,6 +363,11 @@ PostgresError make_error(PGconn* conn, const PGresult* result, std::string_view 
   return PostgresError(cls.code, text, std::move(sqlstate), cls.retryable, cls.in_doubt);
 }
 
+bool refuses_writes(const PGresult* result) noexcept {
+  const char* state = result != nullptr ? PQresultErrorField(result, PG_DIAG_SQLSTATE) : nullptr;
+  return state != nullptr && std::strcmp(state, "25006") == 0;
+}
+
 PostgresError make_client_error(ErrorCode code, std::string_view call, std::string_view target,
                                 std::string_view message, bool retryable) {
   return PostgresError(
@@ -741,6 +746,7 @@ void Connection::check(const Result& result, std::string_view call, StatementKin
   const ExecStatusType status =
       result.get() != nullptr ? PQresultStatus(result.get()) : PGRES_FATAL_ERROR;
   if (status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK) return;
+  if (refuses_writes(result.get())) doomed_ = true;  // the pool drops it, like a lost one
   throw make_error(conn_, result.get(), call, target_, kind);
 }
 

@@ -62,6 +62,10 @@ WallTime add_saturating(WallTime t, std::chrono::nanoseconds d) noexcept;
 // be null (libpq could not even send the statement).
 PostgresError make_error(PGconn* conn, const PGresult* result, std::string_view call,
                          std::string_view target, StatementKind kind);
+// True when `result` is the server refusing a write (SQLSTATE 25006): the session is on a
+// standby or a read-only server, so it is not reused (a new connection with
+// target_session_attrs=read-write finds the primary after a failover).
+bool refuses_writes(const PGresult* result) noexcept;
 // A client-side failure (no SQLSTATE): could not connect, pool exhausted, ...
 PostgresError make_client_error(ErrorCode code, std::string_view call, std::string_view target,
                                 std::string_view message, bool retryable);
@@ -236,7 +240,7 @@ class Connection {
   static void on_notice(void* self, const PGresult* notice);
 
   PGconn* conn_;
-  bool doomed_ = false;  // the server sent this session a FATAL
+  bool doomed_ = false;  // the server sent this session a FATAL, or refused a write (25006)
   std::string target_;
   std::unordered_set<std::string> prepared_;
 };

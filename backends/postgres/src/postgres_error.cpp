@@ -35,7 +35,11 @@ ErrorClass classify_error(std::string_view sqlstate, bool connection_lost,
   if (starts_with(sqlstate, "28") || sqlstate == "3D000" || sqlstate == "42501") {
     return {ErrorCode::store_open_failed, false, false};
   }
-  if (sqlstate == "25006") return {ErrorCode::store_read_only, false, false};
+  // A server that refuses writes is a standby (a failover moved the primary, or the URL led
+  // to the standby) or one switched read-only: the connection is dropped (connection.cpp,
+  // async_connection.cpp) and a new one, with target_session_attrs=read-write, finds the
+  // primary. The statement was refused, so nothing is in doubt.
+  if (sqlstate == "25006") return {ErrorCode::store_read_only, true, false};
   if (starts_with(sqlstate, "22")) return {ErrorCode::invalid_argument, false, false};
   return {ErrorCode::store_error, false, false};
 }

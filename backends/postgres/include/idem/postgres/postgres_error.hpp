@@ -17,7 +17,8 @@
 //   42501 insufficient privilege
 //   22xxx data exception                        invalid_argument      no
 //   23xxx integrity (23505 unique, 23503 fk)    store_error           no
-//   25006 read-only transaction                 store_read_only       no
+//   25006 read-only transaction                 store_read_only       yes        the connection
+//   (a standby, or a server set read-only)                                       is dropped
 //   anything else                               store_error           no
 //
 // In doubt: a COMMIT — or a single-statement (autocommit) write — whose connection broke, or
