@@ -4,6 +4,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <array>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
@@ -198,12 +199,11 @@ class Connection final : public ConnectionBase,
   }
 
   Task<bool> read_more() {
-    char chunk[kReadChunk];
     asio::error_code ec;
     const std::size_t n = co_await stream_.async_read_some(
-        asio::buffer(chunk), asio::redirect_error(asio::use_awaitable, ec));
+        asio::buffer(scratch_), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return false;
-    buffer_.append(chunk, n);
+    buffer_.append(scratch_.data(), n);
     co_return true;
   }
 
@@ -484,14 +484,13 @@ class Connection final : public ConnectionBase,
         }
         if (step != ResponseReader::Step::need_more || used > 0) co_return step;
       }
-      char chunk_buffer[kReadChunk];
       asio::error_code ec;
       std::size_t n = 0;
       {
         asio::steady_timer timer(co_await asio::this_coro::executor);
         arm_upstream(timer, exchange);
         n = co_await exchange.connection->socket.async_read_some(
-            asio::buffer(chunk_buffer), asio::redirect_error(asio::use_awaitable, ec));
+            asio::buffer(scratch_), asio::redirect_error(asio::use_awaitable, ec));
         timer.cancel();
       }
       if (ec == asio::error::eof) {
@@ -504,7 +503,7 @@ class Connection final : public ConnectionBase,
         exchange.failure = *exchange.timed_out ? UpstreamFailure::timeout : UpstreamFailure::reset;
         co_return ResponseReader::Step::error;
       }
-      buffer.append(chunk_buffer, n);
+      buffer.append(scratch_.data(), n);
     }
   }
 
@@ -550,6 +549,11 @@ class Connection final : public ConnectionBase,
   std::string remote_;
   RequestReader reader_;
   std::string buffer_;
+  // Where every read of this connection lands, from the client or the upstream (one at a time:
+  // the connection's coroutine is sequential). A member, not a local: a coroutine's locals live
+  // in its frame, and a 16 KiB frame per read was a heap allocation (and heap growth and trim)
+  // per request.
+  std::array<char, kReadChunk> scratch_;
   asio::steady_timer deadline_;
   SteadyClock::time_point armed_until_ = SteadyClock::time_point::max();
   asio::cancellation_signal cancel_;
