@@ -179,23 +179,35 @@ class Connection final : public ConnectionBase,
     deadline_.cancel();
   }
 
-  // The connection is closed when `at` passes (a timeout of the phase it is in).
+  // The connection is closed when `at` passes (a timeout of the phase it is in). A request moves
+  // its deadline several times (idle, header, body, write, none while the upstream works), so the
+  // timer is moved only when the deadline comes earlier than its pending wait: a later deadline,
+  // or none, is found by that wait when it fires, which then waits again for what is left. Most
+  // moves are then a store to armed_until_, not a timer cancel, a new wait and a timerfd update.
   void arm(SteadyClock::time_point at) {
     armed_until_ = at;
+    if (waiting_ && deadline_.expiry() <= at) return;
+    wait_until(at);
+  }
+  void disarm() { armed_until_ = SteadyClock::time_point::max(); }
+
+  // Every new wait first cancels the pending one (expires_at), so at most one wait is live.
+  void wait_until(SteadyClock::time_point at) {
     deadline_.expires_at(at);
+    waiting_ = true;
     deadline_.async_wait([weak = this->weak_from_this()](const asio::error_code& ec) {
-      if (ec) return;
+      if (ec) return;  // replaced by a newer wait, or the connection closed
       auto self = weak.lock();
-      // A handler queued just before a later arm() sees the new deadline and does nothing.
-      if (self && SteadyClock::now() >= self->armed_until_) {
+      if (!self) return;
+      self->waiting_ = false;
+      if (self->closed_) return;
+      if (SteadyClock::now() >= self->armed_until_) {
         self->timed_out_ = true;
         self->close_socket();
+      } else if (self->armed_until_ != SteadyClock::time_point::max()) {
+        self->wait_until(self->armed_until_);  // the deadline moved later meanwhile
       }
     });
-  }
-  void disarm() {
-    armed_until_ = SteadyClock::time_point::max();
-    deadline_.cancel();
   }
 
   Task<bool> read_more() {
@@ -556,6 +568,7 @@ class Connection final : public ConnectionBase,
   std::array<char, kReadChunk> scratch_;
   asio::steady_timer deadline_;
   SteadyClock::time_point armed_until_ = SteadyClock::time_point::max();
+  bool waiting_ = false;  // deadline_ has a wait pending
   asio::cancellation_signal cancel_;
   std::optional<std::string> client_subject_;
   bool idle_ = true;
