@@ -6,13 +6,14 @@
 #
 #   bench/http_proxy_bench.sh                                   # both upstreams, 3 runs of 10 s
 #   UPSTREAMS=static RUNS=5 DURATION=20 CONNECTIONS=64 bench/http_proxy_bench.sh
+#   THREADS=2 UPSTREAMS=static bench/http_proxy_bench.sh          # both proxies on two threads
 #
 # Upstreams: `static` is nginx answering 201 with a small JSON body (the cheapest upstream there
 # is: the proxies' own cost decides), `app` is tests/http/upstream.py (aiohttp, a Python API
-# server: the upstream decides). Every proxy is one event-loop thread (nginx worker_processes 1,
-# idem proxy --threads 1), keeps upstream connections alive, and is driven by one wrk thread with
-# CONNECTIONS connections. Each configuration runs RUNS times (>= 3), in a rotating order; the
-# medians are compared. "Added" latency is the proxy's p50/p99 minus the upstream's own (wrk
+# server: the upstream decides). Every proxy runs THREADS event-loop threads (default 1: nginx
+# worker_processes THREADS, idem proxy --threads THREADS; the upstream keeps one), keeps upstream
+# connections alive, and is driven by one wrk thread with CONNECTIONS connections. Each
+# configuration runs RUNS times (>= 3), in a rotating order; the medians are compared. "Added" latency is the proxy's p50/p99 minus the upstream's own (wrk
 # against it directly, same run). Build: IDEM_BUILD_DIR (default build/release, configured with
 # the release preset when missing). Needs wrk and nginx (scripts/install-deps.sh bench).
 set -euo pipefail
@@ -22,9 +23,11 @@ upstreams=${UPSTREAMS:-"static app"}
 runs=${RUNS:-3}
 duration=${DURATION:-10}
 connections=${CONNECTIONS:-32}
+threads=${THREADS:-1}
 build_dir=${IDEM_BUILD_DIR:-build/release}
 idem=$build_dir/tools/idem/idem
 [ "$runs" -ge 3 ] || { echo "RUNS must be >= 3 (medians)" >&2; exit 2; }
+[ "$threads" -ge 1 ] || { echo "THREADS must be >= 1" >&2; exit 2; }
 for tool in wrk nginx redis-server redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "http_proxy_bench: $tool not found (scripts/install-deps.sh bench)" >&2; exit 1; }
 done
@@ -56,12 +59,13 @@ wait_port() {
   exit 1
 }
 
-# nginx with its own prefix: `nginx_conf NAME SERVER_BLOCK` writes $work/NAME/nginx.conf.
+# nginx with its own prefix: `start_nginx NAME SERVER_BLOCK [WORKERS]` writes $work/NAME/nginx.conf
+# and runs it with WORKERS worker processes (default 1).
 start_nginx() {
-  local name=$1 server=$2
+  local name=$1 server=$2 workers=${3:-1}
   mkdir -p "$work/$name/logs"
   cat >"$work/$name/nginx.conf" <<CONF
-worker_processes 1;
+worker_processes $workers;
 daemon off;
 pid $work/$name/nginx.pid;
 error_log $work/$name/logs/error.log warn;
@@ -125,7 +129,7 @@ for upstream in $upstreams; do
   nginx_port=$(free_port)
   start_nginx "proxy-$upstream" "upstream app { server 127.0.0.1:$up_port; keepalive 64; }
     server { listen 127.0.0.1:$nginx_port; location / { proxy_pass http://app;
-      proxy_http_version 1.1; proxy_set_header Connection \"\"; } }"
+      proxy_http_version 1.1; proxy_set_header Connection \"\"; } }" "$threads"
   wait_port "$nginx_port"
   declare -A idem_port=()
   for store in sqlite redis; do
@@ -136,7 +140,7 @@ for upstream in $upstreams; do
       url="redis://127.0.0.1:$redis_port/0?prefix=bench-$upstream:"
     fi
     "$idem" proxy --listen "127.0.0.1:$port" --upstream "127.0.0.1:$up_port" --store "$url" \
-      --threads 1 >"$work/idem-$store-$upstream.log" 2>&1 &
+      --threads "$threads" >"$work/idem-$store-$upstream.log" 2>&1 &
     pids+=($!)
     wait_port "$port"
     idem_port[$store]=$port
@@ -166,19 +170,21 @@ for upstream in $upstreams; do
 done
 
 PYTHONPATH=bench python3 - "$results" "$runs" "$duration" "$connections" \
-  "UPSTREAMS=\"$upstreams\" RUNS=$runs DURATION=$duration CONNECTIONS=$connections bench/http_proxy_bench.sh" <<'PY'
+  "$threads" \
+  "THREADS=$threads UPSTREAMS=\"$upstreams\" RUNS=$runs DURATION=$duration CONNECTIONS=$connections bench/http_proxy_bench.sh" <<'PY'
 import statistics, sys
 from ratios import record
 rows = {}
 for line in open(sys.argv[1]):
     upstream, name, workload, run, rps, p50, p99 = line.split()
     rows.setdefault((upstream, name, workload), []).append((float(rps), float(p50), float(p99)))
-runs, duration, connections, command = sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
+runs, duration, connections, threads, command = sys.argv[2:7]
 def med(key, i):
     return statistics.median(r[i] for r in rows[key])
 ok = True
 for upstream in dict.fromkeys(k[0] for k in rows):
-    print(f"\nupstream: {upstream}  (wrk -t1 -c{connections} -d{duration}s, medians of {runs} runs)")
+    print(f"\nupstream: {upstream}  (wrk -t1 -c{connections} -d{duration}s, proxies on {threads} "
+          f"thread(s), medians of {runs} runs)")
     print(f"{'proxy':<12} {'workload':<9} {'req/s':>9} {'vs nginx':>9} {'p50 ms':>8} {'p99 ms':>8} "
           f"{'added p50':>10} {'added p99':>10}")
     base50, base99 = med((upstream, "direct", "unique"), 1), med((upstream, "direct", "unique"), 2)
@@ -199,9 +205,10 @@ for upstream in dict.fromkeys(k[0] for k in rows):
                 target = 0.7 if workload == "unique" else 1.5
                 ok = ok and ratio >= target
                 store = name.split("-")[1]
-                record(f"idem proxy {label} / nginx ({store}, {upstream} upstream)", ratio, target,
+                on = "" if threads == "1" else f", {threads} threads"
+                record(f"idem proxy {label} / nginx ({store}, {upstream} upstream{on})", ratio, target,
                        f"idem {rps:.0f}/s, nginx {nginx:.0f}/s, medians of {runs} runs",
                        face="operation", group="idem proxy / nginx, same upstream",
-                       bar=f"{label}, {store}, {upstream} upstream", command=command)
+                       bar=f"{label}, {store}, {upstream} upstream{on}", command=command)
 print(f"\ntargets (new keys >= 0.7x nginx, replays >= 1.5x): {'met' if ok else 'NOT met'}")
 PY

@@ -22,8 +22,8 @@
 #   format  clang-format (CI's check)
 #   fuzz    clang, its libFuzzer runtime and the LLVM binutils and linker it finds (scripts/fuzz.sh)
 #   tools   what linting, plotting and faster rebuilds need
-#   bench   wrk and nginx (bench/http_proxy_bench.sh); Node.js >= 20 with npm, which run the Node
-#           peers of bench/redis_peers.sh
+#   bench   wrk and nginx (bench/http_proxy_bench.sh), perf (profiling what a benchmark runs);
+#           Node.js >= 20 with npm, which run the Node peers of bench/redis_peers.sh
 #   all     every group
 set -euo pipefail
 
@@ -47,7 +47,7 @@ test_packages=(
 format_packages=(clang-format)
 fuzz_packages=(clang libclang-rt-14-dev llvm lld)
 tools_packages=(clang-format clang-tidy python3-matplotlib ccache)
-bench_packages=(wrk nginx-light nodejs)
+bench_packages=(wrk nginx-light linux-perf nodejs)
 for group in "$@"; do
   case "$group" in
     test) packages+=("${test_packages[@]}") ;;

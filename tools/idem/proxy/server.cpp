@@ -4,6 +4,7 @@
 #include <openssl/ssl.h>
 #include <openssl/x509.h>
 
+#include <array>
 #include <asio/bind_cancellation_slot.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
@@ -178,32 +179,43 @@ class Connection final : public ConnectionBase,
     deadline_.cancel();
   }
 
-  // The connection is closed when `at` passes (a timeout of the phase it is in).
+  // The connection is closed when `at` passes (a timeout of the phase it is in). A request moves
+  // its deadline several times (idle, header, body, write, none while the upstream works), so the
+  // timer is moved only when the deadline comes earlier than its pending wait: a later deadline,
+  // or none, is found by that wait when it fires, which then waits again for what is left. Most
+  // moves are then a store to armed_until_, not a timer cancel, a new wait and a timerfd update.
   void arm(SteadyClock::time_point at) {
     armed_until_ = at;
+    if (waiting_ && deadline_.expiry() <= at) return;
+    wait_until(at);
+  }
+  void disarm() { armed_until_ = SteadyClock::time_point::max(); }
+
+  // Every new wait first cancels the pending one (expires_at), so at most one wait is live.
+  void wait_until(SteadyClock::time_point at) {
     deadline_.expires_at(at);
+    waiting_ = true;
     deadline_.async_wait([weak = this->weak_from_this()](const asio::error_code& ec) {
-      if (ec) return;
+      if (ec) return;  // replaced by a newer wait, or the connection closed
       auto self = weak.lock();
-      // A handler queued just before a later arm() sees the new deadline and does nothing.
-      if (self && SteadyClock::now() >= self->armed_until_) {
+      if (!self) return;
+      self->waiting_ = false;
+      if (self->closed_) return;
+      if (SteadyClock::now() >= self->armed_until_) {
         self->timed_out_ = true;
         self->close_socket();
+      } else if (self->armed_until_ != SteadyClock::time_point::max()) {
+        self->wait_until(self->armed_until_);  // the deadline moved later meanwhile
       }
     });
   }
-  void disarm() {
-    armed_until_ = SteadyClock::time_point::max();
-    deadline_.cancel();
-  }
 
   Task<bool> read_more() {
-    char chunk[kReadChunk];
     asio::error_code ec;
     const std::size_t n = co_await stream_.async_read_some(
-        asio::buffer(chunk), asio::redirect_error(asio::use_awaitable, ec));
+        asio::buffer(scratch_), asio::redirect_error(asio::use_awaitable, ec));
     if (ec) co_return false;
-    buffer_.append(chunk, n);
+    buffer_.append(scratch_.data(), n);
     co_return true;
   }
 
@@ -484,14 +496,13 @@ class Connection final : public ConnectionBase,
         }
         if (step != ResponseReader::Step::need_more || used > 0) co_return step;
       }
-      char chunk_buffer[kReadChunk];
       asio::error_code ec;
       std::size_t n = 0;
       {
         asio::steady_timer timer(co_await asio::this_coro::executor);
         arm_upstream(timer, exchange);
         n = co_await exchange.connection->socket.async_read_some(
-            asio::buffer(chunk_buffer), asio::redirect_error(asio::use_awaitable, ec));
+            asio::buffer(scratch_), asio::redirect_error(asio::use_awaitable, ec));
         timer.cancel();
       }
       if (ec == asio::error::eof) {
@@ -504,7 +515,7 @@ class Connection final : public ConnectionBase,
         exchange.failure = *exchange.timed_out ? UpstreamFailure::timeout : UpstreamFailure::reset;
         co_return ResponseReader::Step::error;
       }
-      buffer.append(chunk_buffer, n);
+      buffer.append(scratch_.data(), n);
     }
   }
 
@@ -550,8 +561,14 @@ class Connection final : public ConnectionBase,
   std::string remote_;
   RequestReader reader_;
   std::string buffer_;
+  // Where every read of this connection lands, from the client or the upstream (one at a time:
+  // the connection's coroutine is sequential). A member, not a local: a coroutine's locals live
+  // in its frame, and a 16 KiB frame per read was a heap allocation (and heap growth and trim)
+  // per request.
+  std::array<char, kReadChunk> scratch_;
   asio::steady_timer deadline_;
   SteadyClock::time_point armed_until_ = SteadyClock::time_point::max();
+  bool waiting_ = false;  // deadline_ has a wait pending
   asio::cancellation_signal cancel_;
   std::optional<std::string> client_subject_;
   bool idle_ = true;
