@@ -249,12 +249,7 @@ bool StoreClaim::read(const RedisReply& reply, const std::string& endpoint) {
     case Step::get:
       return read_record(reply, endpoint);
     case Step::set:
-      if (reply.is_nil()) {
-        outcome_.status = ClaimOutcome::Status::acquired;
-        outcome_.token = token_;
-        outcome_.took_over = replaces_claim_;
-        return true;
-      }
+      if (reply.is_nil()) return acquired();
       if (reply.is_error() && reply.str.find("syntax error") != std::string::npos) {
         throw RedisError(RedisFailure::reply,
                          "idem redis: claim on " + endpoint + ": the server rejected SET ... NX " +
@@ -264,12 +259,7 @@ bool StoreClaim::read(const RedisReply& reply, const std::string& endpoint) {
       }
       return read_record(reply, endpoint);  // the record that holds the key
     case Step::takeover:
-      if (reply.type == RedisReply::Type::integer) {
-        outcome_.status = ClaimOutcome::Status::acquired;
-        outcome_.token = token_;
-        outcome_.took_over = replaces_claim_;
-        return true;
-      }
+      if (reply.type == RedisReply::Type::integer) return acquired();
       return read_record(reply, endpoint);  // changed since it was read: what is there now
     case Step::legacy_get:
       return read_legacy(reply, endpoint);
@@ -285,6 +275,13 @@ bool StoreClaim::read(const RedisReply& reply, const std::string& endpoint) {
       return false;
   }
   throw_unexpected_reply(reply, "claim", endpoint);
+}
+
+bool StoreClaim::acquired() {
+  outcome_.status = ClaimOutcome::Status::acquired;
+  outcome_.token = token_;
+  outcome_.took_over = replaces_claim_;
+  return true;
 }
 
 bool StoreClaim::read_record(const RedisReply& reply, const std::string& endpoint) {

@@ -102,6 +102,7 @@ class StoreClaim {
  private:
   enum class Step { get, set, takeover, legacy_get, legacy_drop };
   bool read_record(const RedisReply& reply, const std::string& endpoint);
+  bool acquired();  // the claim being written was written
   bool read_legacy(const RedisReply& reply, const std::string& endpoint);
   // SET NX GET of a new claim, `replaces_claim` the outcome's took_over if it is taken; its
   // token is larger than `old_token` (of a record just deleted, or 0).
