@@ -4,8 +4,8 @@
 //   blocking  RedisIdempotencyStore, 50 threads over its default pool (pool_size 8)
 //   raw       one hiredis connection sending the very same commands 50 at a time
 //             (append 50, read 50): the floor any client of these commands pays
-// for new keys (claim: the acquire script, as a claim after a new key starts; then complete: two
-// round trips per call) and replays (claim of a completed key: one GET, as after a replay). Each
+// for new keys (claim: SET NX GET, as a claim after a new key starts; then complete: two round
+// trips per call) and replays (claim of a completed key: one GET, as after a replay). Each
 // mode runs 3 times; the medians and the ratios of the same run are printed. Then the same for one
 // call in flight (async: one coroutine, blocking: one thread), and each mode's CPU per call: the
 // client's (getrusage of this process) and the Redis server's (INFO cpu, user + system), both
@@ -281,7 +281,7 @@ Measurement run_raw(int calls, bool replay, int run) {
     for (int i = first; i < first + n; ++i) {
       keys.push_back(key_of(run, i));
       // Started as idem's claims start in a run of the same kind (next_claim_reads_first()):
-      // replays read first, new keys go straight to the acquire script.
+      // replays read first, new keys go straight to SET NX GET.
       claims.emplace_back(g_options, now_ms(), keys.back(), std::nullopt, std::chrono::seconds(60),
                           /*read_first=*/!complete);
     }
@@ -315,10 +315,9 @@ Measurement run_raw(int calls, bool replay, int run) {
     for (int first = 0; first < calls; first += kInFlight)
       window(first, std::min(kInFlight, calls - first), complete);
   };
-  // The scripts are cached by the earlier modes' runs; SCRIPT LOAD makes sure.
-  for (const auto* script : {&idem::redis::detail::store_acquire_script(),
-                             &idem::redis::detail::store_complete_script()}) {
-    const std::string source(script->source);
+  // The script is cached by the earlier modes' runs; SCRIPT LOAD makes sure.
+  {
+    const std::string source(idem::redis::detail::store_complete_script().source);
     freeReplyObject(redisCommand(context, "SCRIPT LOAD %b", source.data(), source.size()));
   }
   if (replay) all(true);

@@ -1,6 +1,6 @@
 // What one call of the Redis store costs the server: sequential replays (claim of a key that is
-// completed: one GET) and new keys (claim + complete: the acquire script and the complete script,
-// since a claim that follows a new key's starts with the script), next to a plain GET of an
+// completed: one GET) and new keys (claim + complete: a plain SET NX GET and the complete script,
+// since a claim that follows a new key's starts with the SET), next to a plain GET of an
 // existing key and a SET NX EX of a new key sent with raw hiredis on the same server. Each
 // benchmark resets the server's statistics (CONFIG RESETSTAT) before its timed loop and reads INFO
 // afterwards, and reports per call:
@@ -141,7 +141,7 @@ void BM_RedisStore_Replay(benchmark::State& state) {
     return state.SkipWithError("the replayed key was fenced off");
   }
   // A run of replays: the claim after a replay starts with a GET (the first after the new key
-  // above would start with the acquire script, which returns the record as well).
+  // above would start with SET NX GET, which returns the record as well).
   if (g_store->claim(key, std::nullopt, 30s).status != idem::ClaimOutcome::Status::completed) {
     return state.SkipWithError("not a replay");
   }
@@ -159,7 +159,7 @@ void BM_RedisStore_Replay(benchmark::State& state) {
 }
 BENCHMARK(BM_RedisStore_Replay)->UseRealTime();
 
-// A new key: claim (the acquire script, as after another new key) and complete: two round trips.
+// A new key: claim (SET NX GET, as after another new key) and complete: two round trips.
 void BM_RedisStore_NewKey(benchmark::State& state) {
   redisContext* stats = connect_raw();
   if (stats == nullptr) return state.SkipWithError("cannot connect");

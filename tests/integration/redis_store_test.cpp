@@ -1,12 +1,14 @@
 // RedisIdempotencyStore beyond the conformance suite: the string it writes, Redis expiries (only
 // for space), damaged records of every kind (a clear store_corrupt_record error naming what is
 // wrong, never a guess), the hashes of an older idem (read, replayed, replaced only when dead),
-// claims that start with a GET or with the acquire script (the store picks by its last claim),
+// claims that start with a GET or with SET NX GET (the store picks by its last claim), records
+// of the layout whose tokens came from a shared counter (read, replayed, taken over when dead),
 // NOSCRIPT after SCRIPT FLUSH, pages of SCAN, and idem::resilient() on top — executed then
 // replayed with the original report, across two stores (two "processes"), and a stored result
 // that no longer decodes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -123,7 +125,8 @@ TEST_F(RedisStore, OneStringPerKeyInTheDocumentedLayout) {
   EXPECT_EQ(keys_.command({"GET", key}).str, "1i " + token + " " + lease_until + " =fp");
   EXPECT_EQ(keys_.command({"PEXPIRETIME", key}).integer, kStartMs + 10'000 + 3'600'000)
       << "lease_until + the default slack of 1 h";
-  EXPECT_EQ(keys_.command({"GET", keys_.prefix() + "tokens"}).str, token);
+  EXPECT_EQ(keys_.command({"EXISTS", keys_.prefix() + "tokens"}).integer, 0)
+      << "tokens come from no shared counter";
 
   clock_->advance(2s);
   idem::ExecutionReport report;
@@ -158,40 +161,36 @@ TEST_F(RedisStore, OneStringPerKeyInTheDocumentedLayout) {
 }
 
 TEST_F(RedisStore, AClaimStartsAsTheStoresLastClaimEnded) {
-  // After a claim that took its key, the next claim goes straight to the acquire script (a new
-  // key in one round trip); after one that found a live record, it reads first (a replay is one
-  // GET). Both give the same outcome. Visible from outside through the token counter: only the
-  // script takes a token, also when it then finds the key taken.
+  // After a claim that took its key, the next claim goes straight to SET NX GET (a new key in
+  // one round trip, a record found there comes back in its reply); after one that found a live
+  // record, it reads first (a replay is one GET). Both give the same outcome.
   auto store = make();
-  const std::string counter = keys_.prefix() + "tokens";
-  const auto tokens = [&] { return std::stoull(keys_.command({"GET", counter}).str); };
+  int fresh_keys = 0;
 
   const auto first = store->claim("a", "fp", 10s);
   ASSERT_EQ(first.status, idem::ClaimOutcome::Status::acquired);
   ASSERT_TRUE(store->complete("a", first.token, bytes("A"), {}, 1h));
-  EXPECT_EQ(tokens(), first.token);
+  const std::string completed = keys_.command({"GET", store->record_key("a")}).str;
 
-  // Started with the script: the key is taken, so the script returns the record; one token used.
+  // Started with SET NX GET: the key is taken, so the reply is the record, left unchanged.
   const auto replay = store->claim("a", "fp", 10s);
   ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
   EXPECT_EQ(*replay.record->value.bytes, "A");
   EXPECT_EQ(replay.record->token, first.token);
-  EXPECT_EQ(tokens(), first.token + 1) << "the acquire script ran (its token is skipped)";
+  EXPECT_EQ(keys_.command({"GET", store->record_key("a")}).str, completed);
 
-  // Started with a GET: no token.
+  // Started with a GET.
   EXPECT_EQ(store->claim("a", "other", 10s).status, idem::ClaimOutcome::Status::mismatch);
   EXPECT_EQ(store->claim("a", "fp", 10s).status, idem::ClaimOutcome::Status::completed);
-  EXPECT_EQ(tokens(), first.token + 1);
 
-  // A new key after a replay: the GET finds nothing, then the script takes it.
+  // A new key after a replay: the GET finds nothing, then SET NX GET takes it.
   const auto second = store->claim("b", std::nullopt, 10s);
   ASSERT_EQ(second.status, idem::ClaimOutcome::Status::acquired);
-  EXPECT_EQ(second.token, first.token + 2);
-  // A live claim found by the script: in progress, with its owner's token.
+  EXPECT_GT(second.token, first.token) << "one process's tokens only grow";
+  // A live claim found by SET NX GET: in progress, with its owner's token.
   const auto held = store->claim("b", std::nullopt, 10s);
   ASSERT_EQ(held.status, idem::ClaimOutcome::Status::in_progress);
   EXPECT_EQ(held.record->token, second.token);
-  EXPECT_EQ(tokens(), second.token + 1);
 
   // An expired result and an abandoned claim are replaced, whichever way the claim starts.
   for (const bool read_first : {false, true}) {
@@ -206,8 +205,9 @@ TEST_F(RedisStore, AClaimStartsAsTheStoresLastClaimEnded) {
       if (read_first) {
         ASSERT_EQ(store->claim("a", "fp", 10s).status, idem::ClaimOutcome::Status::completed);
       } else {
-        ASSERT_EQ(store->claim("fresh" + tag + std::to_string(tokens()), std::nullopt, 10s).status,
-                  idem::ClaimOutcome::Status::acquired);
+        ASSERT_EQ(
+            store->claim("fresh" + tag + std::to_string(fresh_keys++), std::nullopt, 10s).status,
+            idem::ClaimOutcome::Status::acquired);
       }
     };
     prime();
@@ -219,6 +219,7 @@ TEST_F(RedisStore, AClaimStartsAsTheStoresLastClaimEnded) {
     const auto taken = store->claim("d" + tag, std::nullopt, 10s);
     ASSERT_EQ(taken.status, idem::ClaimOutcome::Status::acquired);
     EXPECT_TRUE(taken.took_over);
+    EXPECT_GT(taken.token, dead.token);
     EXPECT_FALSE(store->complete("d" + tag, dead.token, bytes("late"), {}, 1h)) << "fenced off";
     EXPECT_TRUE(store->complete("d" + tag, taken.token, bytes("D"), {}, 1h));
   }
@@ -357,6 +358,14 @@ TEST_F(RedisStore, ScriptsAreReloadedAfterScriptFlush) {
   clock_->advance(1s);
   keys_.command({"SCRIPT", "FLUSH"});
   EXPECT_EQ(store->purge_expired(), 1u);
+  // A takeover is the claim's one script.
+  const auto dead = store->claim("dead", std::nullopt, 1s);
+  clock_->advance(1s);
+  keys_.command({"SCRIPT", "FLUSH"});
+  const auto taken = store->claim("dead", std::nullopt, 10s);
+  ASSERT_EQ(taken.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_TRUE(taken.took_over);
+  EXPECT_FALSE(store->release("dead", dead.token));
 }
 
 TEST_F(RedisStore, PurgeAndCountWalkManyPages) {
@@ -479,7 +488,7 @@ TEST_F(RedisStore, TakeoverAcrossStoresFencesTheOldOwner) {
 
 TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
   // An older idem kept each record as a hash. Its live records still count: results replay,
-  // claims hold the key; dead ones are replaced like any other, with tokens from the same counter.
+  // claims hold the key; dead ones are replaced like any other, with larger tokens.
   auto store = make();
   const std::string report = idem::ExecutionReport{}.to_json();
   const std::string start = std::to_string(kStartMs);
@@ -501,7 +510,6 @@ TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
   completed("gone", kStartMs - 1);
   in_progress("running", "8", kStartMs + 10'000);
   in_progress("abandoned", "9", kStartMs);
-  keys_.command({"SET", keys_.prefix() + "tokens", "100"});
 
   const auto done = store->lookup("done");
   ASSERT_TRUE(done.has_value());
@@ -530,11 +538,11 @@ TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
   EXPECT_EQ(counts.abandoned, 1u);
 
   // The last claim found a live record, so this one reads first and meets the hash with HGETALL;
-  // the next one starts with the acquire script, whose GET meets the hash (WRONGTYPE).
+  // the next one starts with SET NX GET, which meets the hash (WRONGTYPE, nothing written).
   const auto taken = store->claim("abandoned", std::nullopt, 10s);
   ASSERT_EQ(taken.status, idem::ClaimOutcome::Status::acquired);
   EXPECT_TRUE(taken.took_over);
-  EXPECT_GT(taken.token, 100u);
+  EXPECT_GT(taken.token, 9u);
   const auto fresh = store->claim("expired", std::nullopt, 10s);
   ASSERT_EQ(fresh.status, idem::ClaimOutcome::Status::acquired);
   EXPECT_FALSE(fresh.took_over);
@@ -553,6 +561,86 @@ TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
   EXPECT_FALSE(store->release("swapped", mine.token));
   EXPECT_EQ(store->claim("swapped", std::nullopt, 10s).status,
             idem::ClaimOutcome::Status::in_progress);
+}
+
+TEST_F(RedisStore, RecordsWithCounterTokensAreReadReplayedAndTakenOverWhenDead) {
+  // The same string layout, written by an idem that drew its tokens from the counter P tokens
+  // (small numbers, which a counter may repeat after a failover): live records still count,
+  // dead ones are taken over with a larger token, and the counter is left alone.
+  auto store = make();
+  const std::string counter = keys_.prefix() + "tokens";
+  keys_.command({"SET", counter, "42"});
+  const std::string expiry = std::to_string(kStartMs + 3'600'000);
+  const auto raw_set = [&](const std::string& key, const std::string& text) {
+    ASSERT_EQ(keys_.command({"SET", store->record_key(key), text, "PXAT", expiry}).str, "OK");
+  };
+  raw_set("done", "1c 41 " + std::to_string(kStartMs) + " " + std::to_string(kStartMs + 60'000) +
+                      " 3 " + std::to_string(idem::ExecutionReport{}.to_json().size()) + " old" +
+                      idem::ExecutionReport{}.to_json() + std::to_string(kStartMs) + " =fp");
+  raw_set("expired", completed_text("gone", kStartMs));
+  raw_set("running", "1i 42 " + std::to_string(kStartMs + 10'000) + " =fp");
+
+  for_each_claim_start(*store, [&] {
+    const auto replay = store->claim("done", "fp", 10s);
+    ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
+    EXPECT_EQ(replay.record->token, 41u);
+    EXPECT_EQ(*replay.record->value.bytes, "old");
+    EXPECT_EQ(store->claim("done", "other", 10s).status, idem::ClaimOutcome::Status::mismatch);
+    const auto running = store->claim("running", "fp", 10s);
+    ASSERT_EQ(running.status, idem::ClaimOutcome::Status::in_progress);
+    EXPECT_EQ(running.record->token, 42u);
+    EXPECT_EQ(running.record->lease_until,
+              idem::WallTime(std::chrono::milliseconds(kStartMs + 10'000)));
+  });
+  EXPECT_EQ(keys_.command({"GET", store->record_key("running")}).str,
+            "1i 42 " + std::to_string(kStartMs + 10'000) + " =fp")
+      << "a live claim is never changed";
+
+  const auto fresh = store->claim("expired", std::nullopt, 10s);
+  ASSERT_EQ(fresh.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_FALSE(fresh.took_over);
+  EXPECT_GT(fresh.token, 42u);
+
+  clock_->advance(10s);  // the counter-token claim's lease has ended
+  const auto taken = store->claim("running", "fp", 10s);
+  ASSERT_EQ(taken.status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_TRUE(taken.took_over);
+  EXPECT_GT(taken.token, 42u);
+  EXPECT_FALSE(store->renew("running", 42, 10s)) << "the old holder is fenced off";
+  EXPECT_FALSE(store->complete("running", 42, bytes("late"), {}, 1h));
+  EXPECT_FALSE(store->release("running", 42));
+  ASSERT_TRUE(store->complete("running", taken.token, bytes("new"), {}, 1h));
+  EXPECT_EQ(*store->lookup("running")->value.bytes, "new");
+  EXPECT_EQ(keys_.command({"GET", counter}).str, "42") << "the counter is not used";
+}
+
+TEST_F(RedisStore, TokensAreUniqueAndGrowAcrossThreads) {
+  // No counter: every claim draws its own token. Tokens of one process never repeat and only
+  // grow, whichever thread draws them.
+  auto store = make();
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 50;
+  std::vector<std::vector<std::uint64_t>> drawn(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        const auto claim =
+            store->claim("t" + std::to_string(t) + "-" + std::to_string(i), std::nullopt, 10s);
+        if (claim.status == idem::ClaimOutcome::Status::acquired) drawn[t].push_back(claim.token);
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  std::vector<std::uint64_t> all;
+  for (const auto& tokens : drawn) {
+    ASSERT_EQ(tokens.size(), static_cast<std::size_t>(kPerThread));
+    EXPECT_TRUE(std::is_sorted(tokens.begin(), tokens.end()));
+    all.insert(all.end(), tokens.begin(), tokens.end());
+  }
+  std::sort(all.begin(), all.end());
+  EXPECT_EQ(std::adjacent_find(all.begin(), all.end()), all.end()) << "a token repeated";
 }
 
 }  // namespace

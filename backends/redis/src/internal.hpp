@@ -56,7 +56,7 @@ const Script& recorder_complete_script();
 const Script& recorder_release_script();
 const Script& recorder_renew_script();
 const Script& recorder_purge_script();
-const Script& store_acquire_script();
+const Script& store_takeover_script();
 const Script& store_complete_script();
 const Script& store_release_script();
 const Script& store_renew_script();

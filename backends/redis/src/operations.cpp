@@ -1,6 +1,12 @@
 #include "operations.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <limits>
+#include <random>
 #include <utility>
 
 #include "idem/error.hpp"
@@ -152,7 +158,46 @@ bool live(const IdempotencyRecord& record, WallTime now) {
                                                                : now < record.expires_at;
 }
 
+// A store token: the system clock's milliseconds above kTokenRandomBits random bits. 42 bits
+// of milliseconds last until the year 2109 and keep tokens below 2^63.
+constexpr int kTokenRandomBits = 21;
+
+// Random bits from a per-thread generator seeded from std::random_device, seeded again in a
+// forked child (which would otherwise repeat its parent's sequence).
+std::uint64_t token_random_bits() {
+  thread_local pid_t seeded_for = 0;
+  thread_local std::mt19937_64 random;
+  const pid_t pid = ::getpid();
+  if (pid != seeded_for) {
+    std::random_device device;
+    std::seed_seq seed{device(), device(), device(), device(), static_cast<unsigned>(pid)};
+    random.seed(seed);
+    seeded_for = pid;
+  }
+  return random() >> (64 - kTokenRandomBits);
+}
+
 }  // namespace
+
+std::uint64_t new_store_token(std::uint64_t above) {
+  // Strictly increasing within the process, also when the clock steps back or many tokens are
+  // drawn in one millisecond.
+  static std::atomic<std::uint64_t> last{0};
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::system_clock::now().time_since_epoch())
+                      .count();
+  const std::uint64_t drawn =
+      (static_cast<std::uint64_t>(std::max<std::int64_t>(ms, 0)) << kTokenRandomBits) |
+      token_random_bits();
+  const std::uint64_t floor =
+      above == std::numeric_limits<std::uint64_t>::max() ? above : above + 1;
+  std::uint64_t previous = last.load(std::memory_order_relaxed);
+  std::uint64_t token = 0;
+  do {
+    token = std::max({drawn, previous + 1, floor});
+  } while (!last.compare_exchange_weak(previous, token, std::memory_order_relaxed));
+  return token;
+}
 
 StoreClaim::StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::string_view key,
                        std::optional<std::string_view> fingerprint, Millis lease, bool read_first)
@@ -165,22 +210,32 @@ StoreClaim::StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::st
   tail_ = RecordText::claim_tail(lease_until, fingerprint);
   pxat_ = pxat_arg(options, lease_until);
   if (!read_first) {
-    // As if a GET had found the key absent: the script takes it or returns what is there.
-    acquire("", false);
+    claim_absent(false);  // as if a GET had found the key absent
     return;
   }
   request_.kind = CommandKind::read;
   request_.command = {"GET", record_key_};
 }
 
-void StoreClaim::acquire(std::string expected, bool replaces_claim) {
-  step_ = Step::acquire;
+void StoreClaim::claim_absent(bool replaces_claim, std::uint64_t old_token) {
+  step_ = Step::set;
   replaces_claim_ = replaces_claim;
+  token_ = new_store_token(old_token);
+  request_.kind = CommandKind::write;
+  request_.script = {};
+  request_.command = {"SET", record_key_, "1i " + std::to_string(token_) + tail_, "NX", "PXAT",
+                      pxat_, "GET"};
+}
+
+void StoreClaim::take_over(std::string expected, std::uint64_t old_token, bool replaces_claim) {
+  step_ = Step::takeover;
+  replaces_claim_ = replaces_claim;
+  token_ = new_store_token(old_token);
   request_.kind = CommandKind::write;
   request_.command.clear();
-  request_.script.script = &store_acquire_script();
-  request_.script.keys = {record_key_, token_counter_key(options_.key_prefix)};
-  request_.script.args = {std::move(expected), tail_, pxat_};
+  request_.script.script = &store_takeover_script();
+  request_.script.keys = {record_key_};
+  request_.script.args = {std::move(expected), "1i " + std::to_string(token_) + tail_, pxat_};
 }
 
 bool StoreClaim::read(const RedisReply& reply, const std::string& endpoint) {
@@ -193,19 +248,24 @@ bool StoreClaim::read(const RedisReply& reply, const std::string& endpoint) {
   switch (step_) {
     case Step::get:
       return read_record(reply, endpoint);
-    case Step::acquire:
-      if (reply.type == RedisReply::Type::integer) {
-        outcome_.status = ClaimOutcome::Status::acquired;
-        outcome_.token = static_cast<std::uint64_t>(reply.integer);
-        outcome_.took_over = replaces_claim_;
-        return true;
+    case Step::set:
+      if (reply.is_nil()) return acquired();
+      if (reply.is_error() && reply.str.find("syntax error") != std::string::npos) {
+        throw RedisError(RedisFailure::reply,
+                         "idem redis: claim on " + endpoint + ": the server rejected SET ... NX " +
+                             "PXAT ... GET (" + reply.str +
+                             "); the Redis store needs Redis 7.0 or later",
+                         /*retryable=*/false, /*in_doubt=*/false);
       }
-      return read_record(reply, endpoint);  // changed since the GET: what is there now
+      return read_record(reply, endpoint);  // the record that holds the key
+    case Step::takeover:
+      if (reply.type == RedisReply::Type::integer) return acquired();
+      return read_record(reply, endpoint);  // changed since it was read: what is there now
     case Step::legacy_get:
       return read_legacy(reply, endpoint);
     case Step::legacy_drop:
       if (flag_reply(reply, "claim", endpoint)) {
-        acquire("", legacy_claim_);
+        claim_absent(legacy_claim_, legacy_token_);
       } else {
         step_ = Step::get;  // it changed: read it again
         request_.kind = CommandKind::read;
@@ -215,6 +275,13 @@ bool StoreClaim::read(const RedisReply& reply, const std::string& endpoint) {
       return false;
   }
   throw_unexpected_reply(reply, "claim", endpoint);
+}
+
+bool StoreClaim::acquired() {
+  outcome_.status = ClaimOutcome::Status::acquired;
+  outcome_.token = token_;
+  outcome_.took_over = replaces_claim_;
+  return true;
 }
 
 bool StoreClaim::read_record(const RedisReply& reply, const std::string& endpoint) {
@@ -228,7 +295,7 @@ bool StoreClaim::read_record(const RedisReply& reply, const std::string& endpoin
   }
   if (reply.is_error()) throw_reply_error(reply, "claim", endpoint);
   if (reply.is_nil()) {
-    acquire("", false);
+    claim_absent(false);
     return false;
   }
   if (reply.type != RedisReply::Type::string) throw_unexpected_reply(reply, "claim", endpoint);
@@ -237,14 +304,14 @@ bool StoreClaim::read_record(const RedisReply& reply, const std::string& endpoin
     outcome_ = ClaimOutcome::found(std::move(record), fingerprint_);
     return true;
   }
-  acquire(reply.str, record.state == IdempotencyRecord::State::in_progress);
+  take_over(reply.str, record.token, record.state == IdempotencyRecord::State::in_progress);
   return false;
 }
 
 bool StoreClaim::read_legacy(const RedisReply& reply, const std::string& endpoint) {
   if (reply.is_error()) throw_reply_error(reply, "claim", endpoint);
   if (reply.type == RedisReply::Type::array && reply.elements.empty()) {
-    acquire("", false);  // gone since the GET
+    claim_absent(false);  // gone since the GET
     return false;
   }
   IdempotencyRecord record = RecordDecoder(key_, record_key_, reply).decode();
@@ -264,6 +331,7 @@ bool StoreClaim::read_legacy(const RedisReply& reply, const std::string& endpoin
   }
   step_ = Step::legacy_drop;
   legacy_claim_ = record.state == IdempotencyRecord::State::in_progress;
+  legacy_token_ = record.token;
   request_.kind = CommandKind::write;
   request_.command.clear();
   request_.script.script = &store_drop_legacy_script();

@@ -64,9 +64,10 @@ ScriptInvocation recorder_renew_call(const RedisOptions& options, std::int64_t n
                                      std::uint64_t token, Millis lease);
 
 // ---- store ------------------------------------------------------------------------------------
-// The record is one string (record_decoder.hpp's RecordText). Reading it is a plain GET; the
-// steps that compare and write are small scripts. A hash under the key is a record of an older
-// idem: it is read with HGETALL (RecordDecoder) and replaced only through a compare-and-delete.
+// The record is one string (record_decoder.hpp's RecordText). Reading it is a plain GET, taking
+// a new key a plain SET NX GET; the steps that compare and write are small scripts. A hash under
+// the key is a record of an older idem: it is read with HGETALL (RecordDecoder) and replaced only
+// through a compare-and-delete.
 
 // One request of a store step: a plain command, or a script run when `script.script` is set.
 struct Request {
@@ -78,17 +79,18 @@ struct Request {
   std::vector<std::string_view> command_views() const { return {command.begin(), command.end()}; }
 };
 
-// claim() as a conversation of at most a few requests, the same for both faces: send request(),
+// claim() as a conversation of a few requests at most, the same for both faces: send request(),
 // give its reply to read(); when read() returns true, outcome() is the answer, else send the new
-// request(). First a GET: a live record is the outcome (completed, in_progress or mismatch); an
-// absent, expired or abandoned one is replaced by the acquire script, which writes the claim
-// only if the record is still exactly what the GET saw (else its reply is what is there now,
-// read again like the GET's).
+// request(). A new key is one plain command, SET <claim> NX PXAT <expiry> GET: nil means the
+// claim is ours; a value back is the record that holds the key, decided by the client — a live
+// one is the outcome (completed, in_progress or mismatch), an expired or abandoned one is
+// replaced by the takeover script, which writes the claim only if the record is still exactly
+// what the client read (else its reply is what is there now, read again like the SET's).
 class StoreClaim {
  public:
-  // `read_first`: start with a GET (a live record costs the server one plain command) rather
-  // than with the acquire script (an absent key is taken in one round trip; a record found there
-  // is returned by the script instead): next_claim_reads_first().
+  // `read_first`: start with a GET (a live record costs the server one plain read) rather than
+  // with the SET NX GET (an absent key is taken in one round trip; a record found there comes
+  // back in the reply): next_claim_reads_first().
   StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::string_view key,
              std::optional<std::string_view> fingerprint, Millis lease, bool read_first);
 
@@ -98,10 +100,15 @@ class StoreClaim {
   const std::string& record_key() const { return record_key_; }
 
  private:
-  enum class Step { get, acquire, legacy_get, legacy_drop };
+  enum class Step { get, set, takeover, legacy_get, legacy_drop };
   bool read_record(const RedisReply& reply, const std::string& endpoint);
+  bool acquired();  // the claim being written was written
   bool read_legacy(const RedisReply& reply, const std::string& endpoint);
-  void acquire(std::string expected, bool replaces_claim);
+  // SET NX GET of a new claim, `replaces_claim` the outcome's took_over if it is taken; its
+  // token is larger than `old_token` (of a record just deleted, or 0).
+  void claim_absent(bool replaces_claim, std::uint64_t old_token = 0);
+  // The takeover script: the claim replaces `expected` (token `old_token`) if it is still there.
+  void take_over(std::string expected, std::uint64_t old_token, bool replaces_claim);
 
   const RedisOptions& options_;
   std::int64_t now_ms_;
@@ -112,18 +119,26 @@ class StoreClaim {
   std::string pxat_;  // the claim's Redis expiry
   Step step_ = Step::get;
   int rounds_ = 0;
-  bool replaces_claim_ = false;  // took_over, if the acquire succeeds
-  bool legacy_claim_ = false;    // the hash being dropped was a claim
+  std::uint64_t token_ = 0;         // of the claim being written
+  bool replaces_claim_ = false;     // took_over, if the claim is written
+  bool legacy_claim_ = false;       // the hash being dropped was a claim
+  std::uint64_t legacy_token_ = 0;  // and its token
   Request request_;
   ClaimOutcome outcome_;
 };
 
+// A new fencing token for a store claim, greater than `above` (the token of the record being
+// replaced, or 0). No shared counter: the milliseconds of the system clock in the high bits and
+// random bits below them, kept strictly increasing within the process (docs/redis.md §5).
+// Thread-safe; a forked child draws new random bits.
+std::uint64_t new_store_token(std::uint64_t above);
+
 // How a store's next claim starts (StoreClaim's `read_first`): as its last claim ended. A claim
 // that found a live record (a replay, a claim in progress, a mismatch) makes the next one read
 // first, since replays come in runs (a client retrying, a batch resent); one that took its key
-// makes the next one go straight to the acquire script, since new keys come in runs too. The
-// outcome is the same either way; a wrong guess costs a new key one more round trip (the GET it
-// would have had anyway), or a replay a script instead of a GET (still one round trip). The
+// makes the next one go straight to the SET NX GET, since new keys come in runs too. The
+// outcome is the same either way; a wrong guess costs a new key one more round trip (the GET
+// before its SET), or a replay a SET NX GET instead of a GET (still one round trip). The
 // stores keep it in one relaxed atomic shared by their threads and coroutines.
 inline bool next_claim_reads_first(const ClaimOutcome& last) noexcept {
   return last.status != ClaimOutcome::Status::acquired;

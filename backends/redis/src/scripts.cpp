@@ -101,25 +101,16 @@ return 0
 // GET. GET goes through pcall where a hash written by an older idem may sit under the key: it
 // is then a table, never equal to a string, so a fenced step refuses it like a foreign record.
 
-// KEYS: record, token counter.  ARGV: expected ('' = absent), claim tail, PXAT.
-// When the record is still what the client read (absent: SET NX), writes the claim
-// '1i <token><tail>' with the next token and returns the token; otherwise returns what is there
-// now (nil: absent). A token taken for a SET NX that finds the key is skipped, never reused.
-constexpr std::string_view kStoreAcquire = R"lua(
-local token
-if ARGV[1] == '' then
-  token = redis.call('INCR', KEYS[2])
-  if not redis.call('SET', KEYS[1], '1i ' .. string.format('%.0f', token) .. ARGV[2], 'NX',
-                    'PXAT', ARGV[3]) then
-    return redis.call('GET', KEYS[1])
-  end
-  return token
-end
+// KEYS: record.  ARGV: expected (the dead record the client read), the claim, PXAT.
+// Replaces the record with the claim when it is still exactly what the client read (an expired
+// result, an abandoned claim) and returns 1; otherwise returns what is there now (nil: absent).
+// The only step of a claim that is a script: a new key is a plain SET NX GET, but replacing a
+// record that exists needs a compare-and-set, which Redis 7.0 has no command for.
+constexpr std::string_view kStoreTakeover = R"lua(
 local cur = redis.call('GET', KEYS[1])
 if cur ~= ARGV[1] then return cur end
-token = redis.call('INCR', KEYS[2])
-redis.call('SET', KEYS[1], '1i ' .. string.format('%.0f', token) .. ARGV[2], 'PXAT', ARGV[3])
-return token
+redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
+return 1
 )lua";
 
 // KEYS: record.  ARGV: fence ('1i <token> '), completed head, PXAT.  Returns 1 | 0 (fenced).
@@ -228,7 +219,7 @@ IDEM_REDIS_SCRIPT(recorder_complete_script, "recorder complete", kRecorderComple
 IDEM_REDIS_SCRIPT(recorder_release_script, "recorder release", kRecorderRelease)
 IDEM_REDIS_SCRIPT(recorder_renew_script, "recorder renew", kRecorderRenew)
 IDEM_REDIS_SCRIPT(recorder_purge_script, "recorder purge", kRecorderPurge)
-IDEM_REDIS_SCRIPT(store_acquire_script, "store acquire", kStoreAcquire)
+IDEM_REDIS_SCRIPT(store_takeover_script, "store takeover", kStoreTakeover)
 IDEM_REDIS_SCRIPT(store_complete_script, "store complete", kStoreComplete)
 IDEM_REDIS_SCRIPT(store_release_script, "store release", kStoreRelease)
 IDEM_REDIS_SCRIPT(store_renew_script, "store renew", kStoreRenew)

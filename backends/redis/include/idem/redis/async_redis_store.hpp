@@ -1,10 +1,10 @@
 // AsyncRedisStore: the Redis idempotency store (redis_store.hpp) for coroutines.
 //
-// The same record layout (one string at P s:{key}, the shared token counter), the same commands
-// and scripts (a claim starts with a GET or with the acquire script as the store's last claim
-// ended) and the same meaning call for call as the blocking RedisIdempotencyStore: blocking and
-// coroutine callers of one key meet in Redis — one claims, the other sees it in progress, and
-// either can replay the other's result. needs_bytes() is true: values are stored encoded.
+// The same record layout (one string at P s:{key}), the same tokens, the same commands and
+// scripts (a claim starts with a GET or with SET NX GET as the store's last claim ended) and the
+// same meaning call for call as the blocking RedisIdempotencyStore: blocking and coroutine callers
+// of one key meet in Redis — one claims, the other sees it in progress, and either can replay the
+// other's result. needs_bytes() is true: values are stored encoded.
 //
 // Calls go over an AsyncConnectionPool (async_connection.hpp; RedisOptions::async_connections
 // pipelined connections, default 1). Nothing is opened by the constructor. Errors are those of

@@ -10,7 +10,8 @@
 //               SET ... NX [PX marker_ttl]; is_processed() is EXISTS.
 //   P c:{C:E}   claim: a hash {token, lease_until} (ms), with a Redis expiry at lease_until +
 //               expiry_slack so a dead owner's claim does not stay forever.
-//   P tokens    the token counter (INCR), shared with RedisIdempotencyStore under one prefix.
+//   P tokens    the token counter (INCR) of the recorder's claims (the store draws its tokens
+//               without it).
 // A record's two keys carry the same hash tag, so they live in one cluster slot and one Lua
 // script can touch both. Keys and ids are never spliced into script source: they travel as
 // KEYS/ARGV, and the escaping above makes (consumer, event id) → key one-to-one.

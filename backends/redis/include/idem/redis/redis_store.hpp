@@ -8,22 +8,25 @@
 //                "<value><report><lease_until> <fp>"
 // token is the fencing token, times are ms since the epoch, <fp> the claiming call's fingerprint
 // ("-" when it had none, else "=" and its bytes), value the result's bytes as encoded by
-// idem::Codec<T> (needs_bytes() == true), report the original ExecutionReport as JSON; and the
-// token counter P tokens (INCR; shared with RedisIdempotencyRecorder under one prefix).
+// idem::Codec<T> (needs_bytes() == true), report the original ExecutionReport as JSON. Tokens
+// need no shared key: each claim draws one (the clock's milliseconds above random bits, growing
+// within a process and always larger than the token of the record it replaces), so a failover
+// that lost writes cannot hand one out twice. Records whose tokens came from the counter
+// P tokens (an earlier idem) are read and replaced the same way.
 //
 // What each call sends (docs/redis.md §5 says why):
 //   lookup    GET.
-//   claim     GET; a live record (in_progress with lease_until > now, completed with
-//             expires_at > now) is returned as completed / in_progress / mismatch (both
-//             fingerprints set and different), unchanged. Anything else (absent, expired,
-//             abandoned) is replaced by the acquire script: if the record is still what the GET
-//             saw (absent: SET NX), INCR the counter and SET the claim — the token is taken and
-//             the key owned in one atomic step (took_over for an abandoned claim); if it changed,
-//             the script returns it and the claim reads it like the GET's reply.
-//             A claim that follows a claim which took its key skips the GET and starts with the
-//             script (as if the key were absent): a new key in two round trips with complete;
-//             one that follows a claim which found a live record reads first (a replay is one
-//             GET). Same outcomes either way (docs/redis.md §5).
+//   claim     SET <claim> NX PXAT <expiry> GET: nil → the key is ours. A record in the reply
+//             (or from a GET, below) that is live (in_progress with lease_until > now, completed
+//             with expires_at > now) is returned as completed / in_progress / mismatch (both
+//             fingerprints set and different), unchanged. An expired or abandoned one is
+//             replaced by the takeover script: if the record is still what the client read, SET
+//             the claim (took_over for an abandoned claim); if it changed, the script returns it
+//             and the claim reads it like the SET's reply.
+//             A claim that follows a claim which found a live record starts with a GET instead
+//             (a replay is one GET; a new key then takes a SET NX GET more); one that follows a
+//             claim which took its key starts with the SET (a new key in two round trips with
+//             complete). Same outcomes either way (docs/redis.md §5).
 //   complete  script: the record starts with "1i <token> " → SET completed, completed_at = now,
 //             expires_at = now + ttl (ttl 0: the record is deleted — expired at once).
 //   release   script: the same check → DEL.
