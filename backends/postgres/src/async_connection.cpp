@@ -109,7 +109,7 @@ void AsyncConnection::start_connect() {
     conn_ = connect_start(options_);
   } catch (...) {
     phase_ = Phase::down;
-    const std::exception_ptr failure = std::current_exception();
+    std::exception_ptr failure = std::current_exception();
     fail_queued([&](const Pending&) { return failure; });
     return;
   }
@@ -179,7 +179,7 @@ void AsyncConnection::connected() {
 
 void AsyncConnection::connect_failed(const PostgresError& error) {
   teardown();
-  const std::exception_ptr failure = std::make_exception_ptr(error);
+  std::exception_ptr failure = std::make_exception_ptr(error);
   fail_queued([&](const Pending&) { return failure; });
 }
 

@@ -204,6 +204,7 @@ std::unique_ptr<OutboxBatch> PostgresOutbox::do_take(std::size_t max_rows) {
   const Result locked =
       connection.run(impl_->lock_consumers, lock_params, kCall, StatementKind::read);
   std::vector<std::string> consumers;
+  consumers.reserve(static_cast<std::size_t>(locked.rows()));
   for (int i = 0; i < locked.rows(); ++i)
     consumers.emplace_back(locked.bytes(i, 0));
   if (consumers.empty()) {
@@ -284,6 +285,7 @@ std::vector<OutboxRow> PostgresOutbox::do_parked(std::size_t limit) {
   params.int8(static_cast<std::int64_t>(limit));
   const Result r = lease.connection().run(impl_->parked_rows, params, kCall, StatementKind::read);
   std::vector<OutboxRow> rows;
+  rows.reserve(static_cast<std::size_t>(r.rows()));
   for (int i = 0; i < r.rows(); ++i)
     rows.push_back(read_row(r, i));
   return rows;
