@@ -31,6 +31,10 @@ BELOW_TARGET = [
     (r"^Redis recorder SET NX / redis-benchmark \(c=1, P=16\)",
      "at raw hiredis's rate (1.05\u00d7); redis-benchmark's own client loop is faster "
      "(BENCHMARKS.md, consumer row 7)"),
+    (r"^idem proxy .*static upstream",
+     "an upstream that costs nothing leaves the proxy's own per-request cost: two store writes "
+     "per new key, a store read per replay, one thread (BENCHMARKS.md, HTTP face rows 3-4; "
+     "DESIGN-NOTES \u00a787)"),
     (r"\(text255 ids\)",
      "first-touch memory of 255 bytes per id bounds idem and the set alike "
      "(BENCHMARKS.md, consumer rows 1-2)"),
