@@ -301,23 +301,21 @@ if [ "${IDEM_TEST_POSTGRES_STANDBY:-0}" = 1 ]; then
     as_pg "$pg_bin/psql" -qtA -v ON_ERROR_STOP=1 -h 127.0.0.1 -p "$pg_port" -U idem -d postgres \
       -c "$1"
   }
-  for _ in $(seq 1 300); do
-    [ "$(pg_primary_sql "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")" = 1 ] &&
-      break
-    sleep 0.1
-  done
-  [ "$(pg_primary_sql "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming'")" = 1 ] ||
-    { echo "servers.sh: the PostgreSQL standby does not stream" >&2; exit 1; }
+  # Waits up to 30 s until the primary lists one standby matching the condition $1.
+  pg_wait_standby() {
+    local query="SELECT count(*) FROM pg_stat_replication WHERE $1"
+    for _ in $(seq 1 300); do
+      [ "$(pg_primary_sql "$query")" = 1 ] && return 0
+      sleep 0.1
+    done
+    echo "servers.sh: the PostgreSQL standby $2" >&2
+    exit 1
+  }
+  pg_wait_standby "state = 'streaming'" "does not stream"
   if [ "${IDEM_TEST_POSTGRES_SYNC:-0}" = 1 ]; then
     pg_primary_sql "ALTER SYSTEM SET synchronous_standby_names = '*'" >/dev/null
     pg_primary_sql "SELECT pg_reload_conf()" >/dev/null
-    for _ in $(seq 1 300); do
-      [ "$(pg_primary_sql "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ] &&
-        break
-      sleep 0.1
-    done
-    [ "$(pg_primary_sql "SELECT count(*) FROM pg_stat_replication WHERE sync_state = 'sync'")" = 1 ] ||
-      { echo "servers.sh: the PostgreSQL standby did not become synchronous" >&2; exit 1; }
+    pg_wait_standby "sync_state = 'sync'" "did not become synchronous"
   fi
   export IDEM_TEST_POSTGRES_STANDBY_URL="postgresql://idem@127.0.0.1:${pg_standby_port}/idem_test"
   export IDEM_TEST_POSTGRES_STANDBY_PORT=$pg_standby_port

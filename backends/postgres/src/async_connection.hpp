@@ -124,7 +124,7 @@ class AsyncConnection : public async::detail::Pipeline<AsyncConnection, PgCall, 
   std::string target_;
   PGconn* conn_ = nullptr;
   Phase phase_ = Phase::down;
-  bool doomed_ = false;  // the server sent this session a FATAL, or refused a write (25006)
+  bool doomed_ = false;  // a FATAL arrived, or a write was refused as read-only (25006)
   bool reset_pending_ = false;
   std::unordered_set<std::string> prepared_;
   std::string set_timeout_sql_;

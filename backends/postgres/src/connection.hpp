@@ -240,7 +240,7 @@ class Connection {
   static void on_notice(void* self, const PGresult* notice);
 
   PGconn* conn_;
-  bool doomed_ = false;  // the server sent this session a FATAL, or refused a write (25006)
+  bool doomed_ = false;  // a FATAL arrived, or a write was refused as read-only (25006)
   std::string target_;
   std::unordered_set<std::string> prepared_;
 };
