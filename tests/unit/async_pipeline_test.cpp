@@ -2,8 +2,9 @@
 // driven by a line protocol over a real socket pair (the test plays the server): calls written in
 // order and in one write per turn, replies matched oldest first, cancellation by id (a queued call
 // withdrawn whatever the type; a call in flight as its protocol judges the type, its reply read
-// and dropped), failing every call when the connection drops, the owner's shut_down(), and the
-// end of the execution context (handlers destroyed, never called).
+// and dropped), failing every call when the connection drops, the owner's shut_down(), the end
+// of the execution context (handlers destroyed, never called), and a socket its library closed
+// unannounced (its number reused by another connection, whose waits must survive).
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -77,7 +78,7 @@ class LineProtocol : public Pipeline<LineProtocol, LineCall, std::string> {
 
   void pump() {
     if (!may_connect_ || fd_ < 0) return;
-    if (watched() < 0) watch(fd_);
+    if (!watching()) watch(fd_);
     std::string out;
     while (has_queued())
       out += send_next().call.line + "\n";
@@ -96,9 +97,17 @@ class LineProtocol : public Pipeline<LineProtocol, LineCall, std::string> {
   }
 
   void close_transport() noexcept {
-    if (fd_ >= 0) ::close(fd_);
+    if (fd_ >= 0 && !library_closed_) ::close(fd_);
     fd_ = -1;
     transport_closed = true;
+  }
+
+  // The protocol's library closes its socket on its own, as libpq does on a read failure: the
+  // engine is not told, and the number is free for the next socket anyone opens.
+  int library_closes_socket() {
+    ::close(fd_);
+    library_closed_ = true;
+    return fd_;
   }
 
   std::size_t writes = 0;
@@ -136,6 +145,7 @@ class LineProtocol : public Pipeline<LineProtocol, LineCall, std::string> {
   }
 
   int fd_;
+  bool library_closed_ = false;
   bool may_connect_ = false;
   std::string input_;
 };
@@ -320,6 +330,47 @@ TEST_F(AsyncPipeline, ShutDownAbortsEveryCallAndEveryLaterOne) {
   run_until([&] { return later->done; });
   EXPECT_TRUE(later->aborted());
   EXPECT_EQ(received(), "sent\n");  // nothing else reached the server
+}
+
+TEST_F(AsyncPipeline, EndingATransportWhoseSocketTheLibraryClosedLeavesItsNumbersNextOwnerAlone) {
+  pipeline_->allow_connect();
+  auto first = call("first");
+  run_until([&] { return received() == "first\n"; });
+  const int number = pipeline_->library_closes_socket();
+  // The number goes to another connection's socket, on the same reactor.
+  int fds[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, fds), 0);
+  if (fds[0] != number) {  // usually the lowest free number is it already
+    ASSERT_EQ(::dup3(fds[0], number, O_CLOEXEC), number);
+    ::close(fds[0]);
+  }
+  auto other = std::make_shared<LineProtocol>(io_.get_executor(), number);
+  other->allow_connect();
+  auto done = std::make_shared<Outcome>();
+  other->start(asio::bind_executor(io_,
+                                   [done](std::exception_ptr error, std::string value) {
+                                     done->done = true;
+                                     done->value = std::move(value);
+                                     if (error) done->error = describe(error);
+                                   }),
+               LineCall{"second"});
+  std::string at_other;
+  run_until([&] {
+    char buffer[64];
+    const ssize_t n = ::read(fds[1], buffer, sizeof buffer);
+    if (n > 0) at_other.append(buffer, static_cast<std::size_t>(n));
+    return at_other == "second\n";
+  });
+  // The first connection ends; the other's wait for its reply must still be registered.
+  pipeline_->shut_down();
+  run_until([&] { return first->done; });
+  ASSERT_EQ(::write(fds[1], "SECOND\n", 7), 7);
+  run_until([&] { return done->done; });
+  EXPECT_EQ(done->value, "SECOND");
+  EXPECT_TRUE(done->error.empty());
+  other->shut_down();
+  run_until([&] { return other->transport_closed; });
+  ::close(fds[1]);
 }
 
 TEST_F(AsyncPipeline, TheEndOfTheContextDestroysPendingCallsUncalled) {

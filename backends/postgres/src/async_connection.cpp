@@ -5,6 +5,7 @@
 #include <asio/post.hpp>
 #include <cerrno>
 #include <cstring>
+#include <system_error>
 #include <utility>
 
 #include "idem/error.hpp"
@@ -131,8 +132,14 @@ void AsyncConnection::connect_step(PostgresPollingStatusType status) {
     connect_failed(connect_error(PQerrorMessage(conn_), target_));
     return;
   }
-  // The socket can change while connecting (another host or address of the URL).
-  if (watched() != fd) watch(fd);
+  // The socket can change within PQconnectPoll (libpq closes one and opens the next for another
+  // host or address of the URL), even to one with the same number: watched afresh at each step.
+  try {
+    watch(fd);
+  } catch (const std::system_error& e) {
+    connect_failed(connect_error(e.what(), target_));
+    return;
+  }
   when_ready(status == PGRES_POLLING_READING ? WaitType::wait_read : WaitType::wait_write,
              [](AsyncConnection& self, const asio::error_code& ec) { self.on_connect_ready(ec); });
 }

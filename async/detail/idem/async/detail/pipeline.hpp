@@ -50,12 +50,17 @@
 #include <asio/strand.hpp>
 #include <asio/system_error.hpp>
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
 #include <exception>
 #include <memory>
+#include <system_error>
 #include <utility>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "idem/async/detail/completion.hpp"
 #include "idem/async/detail/shutdown_registry.hpp"
@@ -96,7 +101,7 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
 
   ~Pipeline() {
     registry_.remove(this);
-    if (descriptor_.is_open()) (void)descriptor_.release();  // a view: never closed here
+    unwatch();
   }
 
   Pipeline(const Pipeline&) = delete;
@@ -227,20 +232,32 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
 
   // ---- the transport (on the strand) ------------------------------------------------------------
 
-  // Watches `fd` for readiness from now on: a view (the protocol's library owns and closes the
-  // descriptor), in place of the one watched before, whose waits end unseen.
+  // Watches the socket `fd` for readiness from now on, in place of the one watched before, whose
+  // waits end unseen. The engine watches its own duplicate of `fd`: the protocol's library owns
+  // `fd` and may close it on its own (libpq does on a read failure, and when it moves on to the
+  // next host), after which the number can belong to another thread's socket. Had the reactor
+  // registered the number itself, its later deregistration would reach that socket; the duplicate
+  // is the engine's until unwatch(), so it cannot. Throws std::system_error when the process is
+  // out of descriptors.
   void watch(int fd) {
     unwatch();
-    descriptor_.assign(fd);
+    const int own = ::fcntl(fd, F_DUPFD_CLOEXEC, 0);
+    if (own < 0) throw std::system_error(errno, std::generic_category(), "dup");
+    descriptor_.assign(own);
   }
-  // Stops watching; the waits end unseen. The transport's generation stays (the protocol's timer
-  // still applies): for trying the next address of a host.
+  // Stops watching and closes the duplicate; the waits end unseen. The transport's generation
+  // stays (the protocol's timer still applies): for trying the next address of a host.
   void unwatch() noexcept {
-    if (descriptor_.is_open()) (void)descriptor_.release();
+    if (descriptor_.is_open()) {
+      // Deregistered while still open (release), then closed: closing alone would leave the
+      // registration behind while the protocol's descriptor keeps the socket open.
+      const int own = descriptor_.release();
+      ::close(own);
+    }
     reading_ = writing_ = false;
   }
-  // The descriptor watched, -1 when none.
-  int watched() noexcept { return descriptor_.is_open() ? descriptor_.native_handle() : -1; }
+  // Whether a socket is watched.
+  bool watching() const noexcept { return descriptor_.is_open(); }
 
   // on_ready(Derived&, const asio::error_code&) on the strand once the socket is ready for
   // `what` (or its wait failed), unless the transport ended meanwhile.
@@ -341,7 +358,7 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
   }
 
   executor_type strand_;
-  asio::posix::stream_descriptor descriptor_;  // a view of the protocol's socket
+  asio::posix::stream_descriptor descriptor_;  // a duplicate of the protocol's socket
   asio::steady_timer timer_;
   Registry& registry_;
   std::deque<Entry> queued_;
