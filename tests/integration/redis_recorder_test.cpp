@@ -1,7 +1,8 @@
 // RedisIdempotencyRecorder beyond the conformance suite: the key layout and what is stored,
 // marker TTLs and claim expiries, pipelined batch marks, purge over many keys and pages (and only
 // within its prefix, glob characters included), NOSCRIPT after SCRIPT FLUSH (also mid-purge),
-// damaged claims, two recorders (two pools: two "processes") on one prefix, and IdempotentHandler
+// takeover tokens (above the dead claim's, counter tokens of an older idem included), damaged
+// claims, two recorders (two pools: two "processes") on one prefix, and IdempotentHandler
 // on top.
 #include <gtest/gtest.h>
 
@@ -101,8 +102,37 @@ TEST_F(RedisRecorder, ClaimsAreHashesExpiringAfterTheirLeasePlusSlack) {
   clock_->advance(20s);
   ASSERT_TRUE(recorder->renew("billing", "e1", claim.token, 30s));
   EXPECT_EQ(integer({"PEXPIRETIME", key}), kStartMs + 50'000 + 600'000) << "renew moves it";
-  // Tokens come from the prefix's counter.
-  EXPECT_EQ(keys_.command({"GET", keys_.prefix() + "tokens"}).str, std::to_string(claim.token));
+  // Tokens are drawn by the client: no shared counter key.
+  EXPECT_EQ(integer({"EXISTS", keys_.prefix() + "tokens"}), 0) << "tokens come from no counter";
+}
+
+TEST_F(RedisRecorder, ATakeoverTokenExceedsTheDeadClaimsWhateverTheDrawnOneWas) {
+  auto recorder = make();
+  // A dead claim whose token is above any this client draws (a process whose clock ran ahead),
+  // with a carry through every digit but the first; and one of the counter an older idem kept.
+  const std::string ahead = recorder->claim_key("billing", "ahead");
+  const std::string counted = recorder->claim_key("billing", "counted");
+  const std::string dead_until = std::to_string(kStartMs - 1);
+  keys_.command({"HSET", ahead, "token", "8999999999999999999", "lease_until", dead_until});
+  keys_.command({"HSET", counted, "token", "7", "lease_until", dead_until});
+  const auto over_ahead = recorder->claim("billing", "ahead", 30s);
+  ASSERT_EQ(over_ahead.status, idem::Claim::Status::acquired);
+  EXPECT_TRUE(over_ahead.took_over);
+  EXPECT_EQ(over_ahead.token, 9000000000000000000ULL) << "the dead claim's token plus one";
+  EXPECT_EQ(keys_.command({"HGET", ahead, "token"}).str, "9000000000000000000");
+  const auto over_counted = recorder->claim("billing", "counted", 30s);
+  ASSERT_EQ(over_counted.status, idem::Claim::Status::acquired);
+  EXPECT_TRUE(over_counted.took_over);
+  EXPECT_GT(over_counted.token, 7u);
+  EXPECT_EQ(keys_.command({"HGET", counted, "token"}).str, std::to_string(over_counted.token));
+  // Each is fenced by its own token.
+  EXPECT_FALSE(recorder->complete("billing", "ahead", 8999999999999999999ULL));
+  EXPECT_TRUE(recorder->complete("billing", "ahead", over_ahead.token));
+  EXPECT_TRUE(recorder->complete("billing", "counted", over_counted.token));
+  // A live claim with a counter token is held, whatever its token's size.
+  const std::string live = recorder->claim_key("billing", "live");
+  keys_.command({"HSET", live, "token", "3", "lease_until", std::to_string(kStartMs + 60'000)});
+  EXPECT_EQ(recorder->claim("billing", "live", 30s).status, idem::Claim::Status::in_progress);
 }
 
 TEST_F(RedisRecorder, HugeLeasesTtlsAndPurgeAgesSaturate) {
@@ -259,6 +289,15 @@ TEST_F(RedisRecorder, DamagedClaimsAreReportedNotGuessed) {
   auto recorder = make();
   keys_.command(
       {"HSET", recorder->claim_key("billing", "garbled"), "token", "x", "lease_until", "soon"});
+  // A token past 19 digits (beyond any token) is as damaged as a word.
+  keys_.command({"HSET", recorder->claim_key("billing", "long"), "token", "12345678901234567890",
+                 "lease_until", "1"});
+  try {
+    (void)recorder->claim("billing", "long", 30s);
+    FAIL() << "a token beyond 19 digits was accepted";
+  } catch (const idem::StoreError& e) {
+    EXPECT_EQ(e.code(), idem::ErrorCode::store_corrupt_record);
+  }
   try {
     (void)recorder->claim("billing", "garbled", 30s);
     FAIL() << "a garbled claim was accepted";

@@ -24,7 +24,6 @@ std::string marker_key(std::string_view prefix, std::string_view consumer,
 std::string claim_key(std::string_view prefix, std::string_view consumer,
                       std::string_view event_id);
 std::string record_key(std::string_view prefix, std::string_view key);
-std::string token_counter_key(std::string_view prefix);
 // `text` with the glob characters of SCAN MATCH (* ? [ ] \) escaped.
 std::string glob_escape(std::string_view text);
 

@@ -56,9 +56,9 @@ ScriptInvocation recorder_claim_call(const RedisOptions& options, std::int64_t n
   ScriptInvocation call;
   call.script = &recorder_claim_script();
   call.keys = {marker_key(options.key_prefix, consumer, event_id),
-               claim_key(options.key_prefix, consumer, event_id),
-               token_counter_key(options.key_prefix)};
-  call.args = {std::to_string(now_ms), span_arg(now_ms, lease), span_arg(0, options.expiry_slack)};
+               claim_key(options.key_prefix, consumer, event_id)};
+  call.args = {std::to_string(now_ms), span_arg(now_ms, lease), span_arg(0, options.expiry_slack),
+               std::to_string(draw_token(0))};
   return call;
 }
 
@@ -89,13 +89,17 @@ Claim recorder_claim_reply(const RedisReply& reply, std::string_view consumer,
       result.status = Claim::Status::in_progress;
       result.lease_until = from_ms(reply_integer(e[2], "claim", endpoint));
       return result;
-    case 0:
+    case 0: {
       if (e.size() != 4) throw_unexpected_reply(reply, "claim", endpoint);
       result.status = Claim::Status::acquired;
-      result.token = static_cast<std::uint64_t>(reply_integer(e[1], "claim", endpoint));
+      // A decimal string: a drawn token is larger than a Lua number holds exactly.
+      const long long token = reply_integer(e[1], "claim", endpoint);
+      if (token <= 0) throw_unexpected_reply(reply, "claim", endpoint);
+      result.token = static_cast<std::uint64_t>(token);
       result.lease_until = from_ms(reply_integer(e[2], "claim", endpoint));
       result.took_over = reply_integer(e[3], "claim", endpoint) == 1;
       return result;
+    }
     default:
       throw_unexpected_reply(reply, "claim", endpoint);
   }
@@ -158,7 +162,7 @@ bool live(const IdempotencyRecord& record, WallTime now) {
                                                                : now < record.expires_at;
 }
 
-// A store token: the system clock's milliseconds above kTokenRandomBits random bits. 42 bits
+// A token: the system clock's milliseconds above kTokenRandomBits random bits. 42 bits
 // of milliseconds last until the year 2109 and keep tokens below 2^63.
 constexpr int kTokenRandomBits = 21;
 
@@ -179,7 +183,7 @@ std::uint64_t token_random_bits() {
 
 }  // namespace
 
-std::uint64_t new_store_token(std::uint64_t above) {
+std::uint64_t draw_token(std::uint64_t above) {
   // Strictly increasing within the process, also when the clock steps back or many tokens are
   // drawn in one millisecond.
   static std::atomic<std::uint64_t> last{0};
@@ -220,7 +224,7 @@ StoreClaim::StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::st
 void StoreClaim::claim_absent(bool replaces_claim, std::uint64_t old_token) {
   step_ = Step::set;
   replaces_claim_ = replaces_claim;
-  token_ = new_store_token(old_token);
+  token_ = draw_token(old_token);
   request_.kind = CommandKind::write;
   request_.script = {};
   request_.command = {"SET", record_key_, "1i " + std::to_string(token_) + tail_, "NX", "PXAT",
@@ -230,7 +234,7 @@ void StoreClaim::claim_absent(bool replaces_claim, std::uint64_t old_token) {
 void StoreClaim::take_over(std::string expected, std::uint64_t old_token, bool replaces_claim) {
   step_ = Step::takeover;
   replaces_claim_ = replaces_claim;
-  token_ = new_store_token(old_token);
+  token_ = draw_token(old_token);
   request_.kind = CommandKind::write;
   request_.command.clear();
   request_.script.script = &store_takeover_script();

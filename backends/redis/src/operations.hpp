@@ -127,11 +127,11 @@ class StoreClaim {
   ClaimOutcome outcome_;
 };
 
-// A new fencing token for a store claim, greater than `above` (the token of the record being
-// replaced, or 0). No shared counter: the milliseconds of the system clock in the high bits and
-// random bits below them, kept strictly increasing within the process (docs/redis.md §5).
-// Thread-safe; a forked child draws new random bits.
-std::uint64_t new_store_token(std::uint64_t above);
+// A new fencing token for a claim (store or recorder), greater than `above` (the token of the
+// record being replaced, or 0). No shared counter: the milliseconds of the system clock in the
+// high bits and random bits below them, kept strictly increasing within the process
+// (docs/redis.md §5). Thread-safe; a forked child draws new random bits.
+std::uint64_t draw_token(std::uint64_t above);
 
 // How a store's next claim starts (StoreClaim's `read_first`): as its last claim ended. A claim
 // that found a live record (a replay, a claim in progress, a mismatch) makes the next one read

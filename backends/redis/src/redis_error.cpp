@@ -167,10 +167,6 @@ std::string record_key(std::string_view prefix, std::string_view key) {
   return out;
 }
 
-std::string token_counter_key(std::string_view prefix) {
-  return std::string(prefix) + "tokens";
-}
-
 std::string glob_escape(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -19,27 +19,44 @@ namespace {
 
 // ---- recorder -------------------------------------------------------------------------------
 
-// KEYS: marker, claim, token counter.  ARGV: now_ms, lease_ms, expiry_slack_ms.
+// KEYS: marker, claim.  ARGV: now_ms, lease_ms, expiry_slack_ms, token (drawn by the client).
 // Returns {1} processed | {2, token, lease_until} in progress |
-//         {0, token, lease_until, took_over} acquired.
+//         {0, token, lease_until, took_over} acquired; tokens as decimal strings.
+// Taking over a dead claim whose token is not below the drawn one (drawn on a machine whose
+// clock is behind) gives the held token plus one instead: a claim's new token always exceeds the
+// one it replaces. Tokens exceed what a Lua number holds exactly, so they stay strings here:
+// compared by length, then as text, and incremented digit by digit. The first write is the HSET
+// (a claim has no other fields to clear): over maxmemory Redis refuses a script's first write
+// and lets later ones through, so it must be one Redis checks.
 constexpr std::string_view kRecorderClaim = R"lua(
 local function fmt(n) return string.format('%.0f', n) end
+local function above(a, b)
+  if #a ~= #b then return #a > #b end
+  return a > b
+end
+local function plus_one(s)
+  local i = #s
+  while i > 0 and string.byte(s, i) == 57 do i = i - 1 end
+  if i == 0 then return '1' .. string.rep('0', #s) end
+  return string.sub(s, 1, i - 1) .. string.char(string.byte(s, i) + 1) .. string.rep('0', #s - i)
+end
 if redis.call('EXISTS', KEYS[1]) == 1 then return {1} end
 local now = tonumber(ARGV[1])
 local held = redis.call('HMGET', KEYS[2], 'token', 'lease_until')
+local token = ARGV[4]
 local took_over = 0
 if held[1] or held[2] then
-  local token, lease_until = tonumber(held[1]), tonumber(held[2])
-  if not token or not lease_until then
+  local held_token, lease_until = held[1], tonumber(held[2])
+  if not held_token or not string.match(held_token, '^[1-9]%d*$') or #held_token > 19
+     or not lease_until then
     return redis.error_reply('IDEMCORRUPT claim ' .. KEYS[2] .. ' has no valid token/lease_until')
   end
-  if now < lease_until then return {2, token, lease_until} end
+  if now < lease_until then return {2, held_token, lease_until} end
+  if not above(token, held_token) then token = plus_one(held_token) end
   took_over = 1
 end
-local token = redis.call('INCR', KEYS[3])
 local lease_until = now + tonumber(ARGV[2])
-redis.call('DEL', KEYS[2])
-redis.call('HSET', KEYS[2], 'token', fmt(token), 'lease_until', fmt(lease_until))
+redis.call('HSET', KEYS[2], 'token', token, 'lease_until', fmt(lease_until))
 redis.call('PEXPIREAT', KEYS[2], fmt(lease_until + tonumber(ARGV[3])))
 return {0, token, lease_until, took_over}
 )lua";
