@@ -25,11 +25,14 @@ def load():
 
 
 def commit():
-    """The checked-out commit, "+changes" when tracked files differ from it; "?" outside git."""
+    """The checked-out commit, "+changes" when tracked files differ from it; "?" outside git.
+
+    bench/results is left out: a run that records several ratios writes it between them."""
     try:
         head = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short=7", "HEAD"],
                               capture_output=True, text=True, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", ROOT, "diff", "--quiet", "HEAD", "--"],
+        dirty = subprocess.run(["git", "-C", ROOT, "diff", "--quiet", "HEAD", "--", ".",
+                                ":(exclude)bench/results"],
                                capture_output=True).returncode != 0
         return head + ("+changes" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
