@@ -56,6 +56,29 @@
 # Tests that kill the primary use a pair of their own instead
 # (tests/integration/postgres_private_pair.hpp), so the shared server stays up for the others.
 # IDEM_TEST_PG_BIN names the PostgreSQL server binaries' directory in every run.
+#
+# A Redis Cluster, in every run (six small redis-servers): three primaries holding all 16384 slots,
+# one replica each, cluster-node-timeout 2000 ms (a failover takes seconds), each node with its own
+# free port and free cluster bus port (cluster-port). The script waits until every node reports
+# cluster_state:ok and each primary has its replica attached and in sync. Exports
+#   IDEM_TEST_REDIS_CLUSTER_URL    redis+cluster://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3/0 (the
+#                                  three primaries as formed, as seeds; a failover may move them)
+#   IDEM_TEST_REDIS_CLUSTER_PORTS  "P1 P2 P3 P4 P5 P6", every node: primaries first, then replicas
+#   IDEM_TEST_REDIS_CLUSTER_DIR    one directory per node, named by its port: PORT/redis.pid,
+#                                  PORT/redis.log, PORT/redis.conf, PORT/nodes.conf
+#
+# A Redis Sentinel group, on request only: IDEM_TEST_REDIS_SENTINEL=1 starts a primary, its replica
+# (replicaof) and three sentinels monitoring the primary as "idem" (quorum 2,
+# down-after-milliseconds 1000, failover-timeout 5000), and waits until the replica's link is up
+# and each sentinel names the primary, knows the replica and has found the other two. Exports
+#   IDEM_TEST_REDIS_SENTINEL_URL         redis+sentinel://127.0.0.1:S1,127.0.0.1:S2,
+#                                        127.0.0.1:S3/idem
+#   IDEM_TEST_REDIS_SENTINEL_MASTER      idem (the monitored name)
+#   IDEM_TEST_REDIS_SENTINEL_PORTS       "S1 S2 S3", the sentinels
+#   IDEM_TEST_REDIS_SENTINEL_DATA_PORTS  "PRIMARY REPLICA", as started (a failover swaps the roles)
+#   IDEM_TEST_REDIS_SENTINEL_DIR         one directory per process (data nodes and sentinels alike),
+#                                        named by its port: PORT/redis.pid, PORT/redis.log,
+#                                        PORT/redis.conf (which a sentinel rewrites as it learns)
 set -euo pipefail
 
 [ $# -gt 0 ] || { echo "usage: scripts/servers.sh COMMAND [ARGS...]" >&2; exit 2; }
@@ -64,14 +87,23 @@ work=$(mktemp -d /tmp/idem-servers-XXXXXX)
 chmod 755 "$work"
 export IDEM_TEST_SERVERS_DIR=$work
 pids=()
+# The ports of this run's Redis Cluster nodes, Sentinel group data nodes and sentinels, each filled
+# in before its redis-server starts, so cleanup() finds every pid file.
+cluster_ports=()
+sentinel_data_ports=()
+sentinel_ports=()
 
+# free_port [N]: N (default 1) distinct free ports on 127.0.0.1, one a line (each socket stays
+# bound until all are chosen, so one call never names a port twice).
 free_port() {
-  python3 - <<'PY'
-import socket
-s = socket.socket()
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-s.close()
+  python3 - "${1:-1}" <<'PY'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print("\n".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
 PY
 }
 
@@ -101,6 +133,14 @@ cleanup() {
   set +e
   stop_pid "$(pid_in "$work/redis/redis.pid")"
   stop_pid "$(pid_in "$work/redis-expired/redis.pid")"
+  # The sentinels first, so none of them sees its primary go and starts a failover.
+  local port
+  for port in "${sentinel_ports[@]}" "${sentinel_data_ports[@]}"; do
+    stop_pid "$(pid_in "$work/redis-sentinel/$port/redis.pid")"
+  done
+  for port in "${cluster_ports[@]}"; do
+    stop_pid "$(pid_in "$work/redis-cluster/$port/redis.pid")"
+  done
   local data
   for data in "${pg_standby_data:-}" "${pg_data:-}" "${pg_tls_data:-}"; do
     [ -n "$data" ] && [ -d "$data" ] || continue
@@ -266,6 +306,169 @@ done
   { cat "$work/redis-expired/redis.log" >&2; exit 1; }
 export IDEM_TEST_REDIS_TLS_EXPIRED_PORT=$redis_expired_port
 
+# The settings every Redis Cluster node and Sentinel group data node shares, for DIR/redis.conf:
+# redis_conf DIR PORT. No diskless-sync delay: a replica's first sync starts at once, not in 5 s.
+redis_conf() {
+  printf '%s\n' "port $2" "bind 127.0.0.1" "protected-mode no" "daemonize yes" \
+    "pidfile $1/redis.pid" "logfile $1/redis.log" "dir $1" 'save ""' "appendonly no" \
+    "repl-diskless-sync-delay 0"
+}
+# redis_start DIR PORT [ARGS...]: starts `redis-server DIR/redis.conf ARGS...` (it daemonizes) and
+# waits up to 10 s for it to answer PING on PORT; if it does not, prints its log and exits.
+redis_start() {
+  local dir=$1 port=$2
+  shift 2
+  redis-server "$dir/redis.conf" "$@" >/dev/null || true
+  for _ in $(seq 1 100); do
+    redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  echo "servers.sh: the redis-server in $dir did not start" >&2
+  cat "$dir/redis.log" >&2 2>/dev/null
+  exit 1
+}
+
+# ---- Redis Cluster ---------------------------------------------------------------------------
+command -v redis-cli >/dev/null || { echo "servers.sh: redis-cli is not installed" >&2; exit 1; }
+cluster_dir=$work/redis-cluster
+mkdir -p "$cluster_dir"
+# Twelve ports: a client port and a cluster bus port (cluster-port) for each node.
+port_list=$(free_port 12)
+mapfile -t ports <<<"$port_list"
+for i in 0 1 2 3 4 5; do
+  port=${ports[$i]}
+  cluster_ports+=("$port")
+  mkdir -p "$cluster_dir/$port"
+  { redis_conf "$cluster_dir/$port" "$port"
+    printf '%s\n' "cluster-enabled yes" "cluster-config-file nodes.conf" \
+      "cluster-node-timeout 2000" "cluster-port ${ports[$((i + 6))]}"
+  } >"$cluster_dir/$port/redis.conf"
+  redis_start "$cluster_dir/$port" "$port"
+done
+# Prints the logs of the cluster's forming and of every node, then exits.
+cluster_fail() {
+  echo "servers.sh: the Redis Cluster $1" >&2
+  local port
+  cat "$cluster_dir/create.log" >&2 2>/dev/null
+  for port in "${cluster_ports[@]}"; do
+    echo "--- node $port" >&2
+    cat "$cluster_dir/$port/redis.log" >&2 2>/dev/null
+  done
+  exit 1
+}
+# redis-cli makes the first three nodes primaries, with the slots split between them, and the
+# other three their replicas.
+redis-cli --cluster create "${cluster_ports[@]/#/127.0.0.1:}" --cluster-replicas 1 --cluster-yes \
+  >"$cluster_dir/create.log" 2>&1 </dev/null || cluster_fail "was not formed"
+# Ready when every node sees the whole cluster (state ok, three shards, six nodes, three of them
+# replicas, none failing or still in handshake), each of the first three is a primary with its
+# replica online (its first sync done) and each of the other three a replica with its link up.
+cluster_ready() {
+  local i port info
+  for i in 0 1 2 3 4 5; do
+    port=${cluster_ports[$i]}
+    info=$(redis-cli -h 127.0.0.1 -p "$port" cluster info 2>/dev/null) || return 1
+    [[ $info == *cluster_state:ok* && $info == *cluster_size:3* &&
+      $info == *cluster_known_nodes:6* ]] || return 1
+    redis-cli -h 127.0.0.1 -p "$port" cluster nodes 2>/dev/null | awk '
+      $3 ~ /fail|handshake|noaddr/ || $8 != "connected" { bad = 1 }
+      $3 ~ /slave/ { n++ }
+      END { exit bad || n != 3 }' || return 1
+    info=$(redis-cli -h 127.0.0.1 -p "$port" info replication 2>/dev/null) || return 1
+    if [ "$i" -lt 3 ]; then
+      [[ $info == *role:master*connected_slaves:1*state=online* ]] || return 1
+    else
+      [[ $info == *role:slave*master_link_status:up* ]] || return 1
+    fi
+  done
+}
+for _ in $(seq 1 300); do
+  cluster_ready && break
+  sleep 0.1
+done
+cluster_ready || cluster_fail "did not become ready in 30 s"
+export IDEM_TEST_REDIS_CLUSTER_URL="redis+cluster://127.0.0.1:${cluster_ports[0]},127.0.0.1:${cluster_ports[1]},127.0.0.1:${cluster_ports[2]}/0"
+export IDEM_TEST_REDIS_CLUSTER_PORTS="${cluster_ports[*]}"
+export IDEM_TEST_REDIS_CLUSTER_DIR=$cluster_dir
+
+# ---- Redis Sentinel (on request) -------------------------------------------------------------
+if [ "${IDEM_TEST_REDIS_SENTINEL:-0}" = 1 ]; then
+  sentinel_dir=$work/redis-sentinel
+  mkdir -p "$sentinel_dir"
+  port_list=$(free_port 5)
+  mapfile -t ports <<<"$port_list"
+  sentinel_data_ports=("${ports[@]:0:2}")
+  sentinel_primary=${sentinel_data_ports[0]}
+  for port in "${sentinel_data_ports[@]}"; do
+    mkdir -p "$sentinel_dir/$port"
+    { redis_conf "$sentinel_dir/$port" "$port"
+      [ "$port" = "$sentinel_primary" ] || echo "replicaof 127.0.0.1 $sentinel_primary"
+    } >"$sentinel_dir/$port/redis.conf"
+    redis_start "$sentinel_dir/$port" "$port"
+  done
+  # Prints the log of every process of the group, then exits.
+  sentinel_fail() {
+    echo "servers.sh: the Redis Sentinel group $1" >&2
+    local port
+    for port in "${sentinel_data_ports[@]}" "${sentinel_ports[@]}"; do
+      echo "--- $port" >&2
+      cat "$sentinel_dir/$port/redis.log" >&2 2>/dev/null
+    done
+    exit 1
+  }
+  # The replica first: a sentinel learns of it from the primary's INFO when it connects.
+  for _ in $(seq 1 300); do
+    redis-cli -h 127.0.0.1 -p "${sentinel_data_ports[1]}" info replication 2>/dev/null |
+      grep -q '^master_link_status:up' && break
+    sleep 0.1
+  done
+  redis-cli -h 127.0.0.1 -p "${sentinel_data_ports[1]}" info replication 2>/dev/null |
+    grep -q '^master_link_status:up' || sentinel_fail "replica did not sync in 30 s"
+  # A sentinel rewrites its config file (the replicas, sentinels and epoch it learns), so each
+  # has its own directory. redis-sentinel is only another name for redis-server --sentinel.
+  for port in "${ports[@]:2:3}"; do
+    sentinel_ports+=("$port")
+    mkdir -p "$sentinel_dir/$port"
+    printf '%s\n' "port $port" "bind 127.0.0.1" "protected-mode no" "daemonize yes" \
+      "pidfile $sentinel_dir/$port/redis.pid" "logfile $sentinel_dir/$port/redis.log" \
+      "dir $sentinel_dir/$port" "sentinel resolve-hostnames no" \
+      "sentinel monitor idem 127.0.0.1 $sentinel_primary 2" \
+      "sentinel down-after-milliseconds idem 1000" "sentinel failover-timeout idem 5000" \
+      >"$sentinel_dir/$port/redis.conf"
+    redis_start "$sentinel_dir/$port" "$port" --sentinel
+  done
+  # Ready when each sentinel names the primary, sees it up, has INFO from the replica (its link
+  # to the primary ok) and has found the other two sentinels (their hello messages, every 2 s).
+  sentinel_ready() {
+    local port
+    for port in "${sentinel_ports[@]}"; do
+      [ "$(redis-cli -h 127.0.0.1 -p "$port" sentinel get-master-addr-by-name idem 2>/dev/null |
+        paste -sd:)" = "127.0.0.1:$sentinel_primary" ] || return 1
+      redis-cli -h 127.0.0.1 -p "$port" sentinel master idem 2>/dev/null | awk '
+        key == "flags" { ok += $0 == "master" }
+        key == "num-slaves" { ok += $0 == 1 }
+        key == "num-other-sentinels" { ok += $0 == 2 }
+        { key = (key == "" ? $0 : "") }
+        END { exit ok != 3 }' || return 1
+      redis-cli -h 127.0.0.1 -p "$port" sentinel replicas idem 2>/dev/null | awk '
+        key == "flags" { ok += $0 == "slave" }
+        key == "master-link-status" { ok += $0 == "ok" }
+        { key = (key == "" ? $0 : "") }
+        END { exit ok != 2 }' || return 1
+    done
+  }
+  for _ in $(seq 1 300); do
+    sentinel_ready && break
+    sleep 0.1
+  done
+  sentinel_ready || sentinel_fail "did not become ready in 30 s"
+  export IDEM_TEST_REDIS_SENTINEL_URL="redis+sentinel://127.0.0.1:${sentinel_ports[0]},127.0.0.1:${sentinel_ports[1]},127.0.0.1:${sentinel_ports[2]}/idem"
+  export IDEM_TEST_REDIS_SENTINEL_MASTER=idem
+  export IDEM_TEST_REDIS_SENTINEL_PORTS="${sentinel_ports[*]}"
+  export IDEM_TEST_REDIS_SENTINEL_DATA_PORTS="${sentinel_data_ports[*]}"
+  export IDEM_TEST_REDIS_SENTINEL_DIR=$sentinel_dir
+fi
+
 # ---- PostgreSQL ------------------------------------------------------------------------------
 [ -x "$pg_bin/initdb" ] || { echo "servers.sh: PostgreSQL server binaries not found" >&2; exit 1; }
 pg_port=$(free_port)
@@ -375,7 +578,9 @@ export IDEM_TEST_AMQP_PORT=$amqp_port
 export IDEM_TEST_AMQPS_URL="amqps://guest:guest@localhost:${amqps_port}/?cacertfile=$tls/ca.crt&certfile=$tls/client.crt&keyfile=$tls/client.key"
 export IDEM_TEST_AMQPS_PORT=$amqps_port
 
-echo "servers.sh: redis on $redis_port (TLS $redis_tls_port), postgresql on $pg_port (TLS" \
+sentinel_note="sentinels ${sentinel_ports[*]} on ${sentinel_data_ports[*]}"
+echo "servers.sh: redis on $redis_port (TLS $redis_tls_port), redis cluster on" \
+  "${cluster_ports[*]}${sentinel_ports[*]:+, redis $sentinel_note}, postgresql on $pg_port (TLS" \
   "$pg_tls_port${pg_standby_port:+, standby $pg_standby_port}), rabbitmq on $amqp_port" \
   "(TLS $amqps_port) (dir $work)" >&2
 set +e
