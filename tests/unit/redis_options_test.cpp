@@ -149,6 +149,39 @@ TEST(RedisOptions, BadUrlsNameTheirPart) {
   expect_config_error("redis://h?prefix=a%0Ab", "key_prefix");  // a control character
 }
 
+TEST(RedisOptions, ClusterUrlsListTheirNodes) {
+  const auto options = idem::redis::RedisOptions::from_url(
+      "rediss+cluster://app:pw@10.0.0.5:7000,[::1]:7001,node-c/0?prefix=orders:&pool_size=4");
+  ASSERT_TRUE(options.is_cluster());
+  ASSERT_EQ(options.cluster_nodes.size(), 3u);
+  EXPECT_EQ(options.cluster_nodes[0].host, "10.0.0.5");
+  EXPECT_EQ(options.cluster_nodes[0].port, 7000);
+  EXPECT_EQ(options.cluster_nodes[1].host, "::1");
+  EXPECT_EQ(options.cluster_nodes[1].port, 7001);
+  EXPECT_EQ(options.cluster_nodes[2].host, "node-c");
+  EXPECT_EQ(options.cluster_nodes[2].port, 6379);
+  EXPECT_EQ(options.host, "10.0.0.5");  // the first node
+  EXPECT_TRUE(options.tls.has_value());
+  EXPECT_EQ(options.username, "app");
+  EXPECT_EQ(options.key_prefix, "orders:");
+  EXPECT_EQ(options.pool_size, 4u);
+  EXPECT_EQ(options.endpoint(), "cluster 10.0.0.5:7000,[::1]:7001,node-c:6379");
+  EXPECT_FALSE(idem::redis::RedisOptions::from_url("redis://h").is_cluster());
+  EXPECT_TRUE(idem::redis::RedisOptions::from_url("redis+cluster://h").is_cluster());
+}
+
+TEST(RedisOptions, BadClusterUrlsNameTheirPart) {
+  expect_config_error("redis://a:1,b:2", "redis+cluster://");
+  expect_config_error("redis+cluster://a:1,b:2/3", "database 0 only");
+  expect_config_error("redis+cluster://a:1,,b:2", "host is missing");
+  expect_config_error("redis+cluster://a:1,b:0", "port");
+  expect_config_error("redis+cluster://a?tls_ca_file=/ca.pem", "use a rediss:// URL");
+  idem::redis::RedisOptions options;
+  options.cluster_nodes = {{"h", 7000}};
+  options.db = 2;
+  EXPECT_THROW(options.validate(), idem::ConfigError);
+}
+
 // The durations take the grammar of every idem URL (idem/duration.hpp); the older _ms names stay
 // as aliases in bare milliseconds.
 TEST(RedisOptions, DurationsTakeTheUrlGrammar) {

@@ -704,6 +704,12 @@ const std::string& AsyncConnection::endpoint() const noexcept {
 
 AsyncConnectionPool::AsyncConnectionPool(asio::any_io_executor executor, RedisOptions options)
     : options_(validated(std::move(options))) {
+  if (options_.is_cluster()) {
+    throw NotSupported(
+        "idem redis: the coroutine face does not reach a Redis Cluster yet (" +
+        options_.endpoint() +
+        "): use the blocking RedisIdempotencyRecorder / RedisIdempotencyStore, or one primary");
+  }
   const auto tls = detail::make_tls_context(options_);  // one context for every connection
   for (std::size_t i = 0; i < options_.async_connections; ++i)
     connections_.push_back(std::make_unique<AsyncConnection>(executor, options_, tls));

@@ -10,6 +10,7 @@
 #include <system_error>
 #include <utility>
 
+#include "cluster.hpp"
 #include "idem/error.hpp"
 #include "idem/net/stream.hpp"
 #include "idem/net/tls.hpp"
@@ -94,9 +95,29 @@ RedisConnection::RedisConnection(const RedisOptions& options,
   }
 }
 
+RedisConnection::RedisConnection(std::shared_ptr<detail::ClusterMap> cluster)
+    : command_timeout_(cluster->options().command_timeout),
+      connect_timeout_(cluster->options().connect_timeout),
+      endpoint_(cluster->options().endpoint()),
+      routing_(std::make_unique<detail::ClusterRouting>(std::move(cluster))) {}
+
 RedisConnection::~RedisConnection() = default;
 
+std::size_t RedisConnection::pending() const noexcept {
+  return routing_ ? routing_->pending() : pending_;
+}
+
+bool RedisConnection::broken() const noexcept {
+  return routing_ ? routing_->broken() : broken_;
+}
+
+const std::string& RedisConnection::endpoint() const noexcept {
+  if (routing_ && !routing_->endpoint().empty()) return routing_->endpoint();
+  return endpoint_;
+}
+
 void RedisConnection::append(std::span<const std::string_view> args) {
+  if (routing_) return routing_->append(args);
   detail::append_command(out_, args);
   boundaries_.push_back(out_.size());
   ++pending_;
@@ -108,6 +129,7 @@ void RedisConnection::append(std::initializer_list<std::string_view> args) {
 
 RedisReply RedisConnection::command(std::span<const std::string_view> args, CommandKind kind,
                                     std::string_view what) {
+  if (routing_) return routing_->command(args, kind, what);
   if (pending_ != 0) {
     // The reply read next would belong to a queued command, not to this one.
     throw InvalidArgument("idem redis: command() with " + std::to_string(pending_) +
@@ -124,6 +146,7 @@ RedisReply RedisConnection::command(std::initializer_list<std::string_view> args
 }
 
 std::vector<RedisReply> RedisConnection::read_replies(CommandKind kind, std::string_view what) {
+  if (routing_) return routing_->read_replies(kind, what);
   send_pending(kind, what);
   std::vector<RedisReply> replies;
   replies.reserve(pending_);
@@ -233,6 +256,7 @@ void RedisConnection::not_redis(std::string_view what) {
 }
 
 bool RedisConnection::looks_dead() noexcept {
+  if (routing_) return routing_->looks_dead();
   if (broken_ || !stream_ || !stream_->is_open()) return true;
   // An idle connection has nothing to read. Readable means EOF (the server closed it, e.g. on
   // restart), a reset, or stray bytes — none of which a fresh command should meet (TLS session
@@ -284,7 +308,10 @@ RedisOptions validated(RedisOptions options) {
 }  // namespace
 
 ConnectionPool::ConnectionPool(RedisOptions options)
-    : options_(validated(std::move(options))), tls_(detail::make_tls_context(options_)) {}
+    : options_(validated(std::move(options))),
+      tls_(detail::make_tls_context(options_)),
+      cluster_(options_.is_cluster() ? std::make_shared<detail::ClusterMap>(options_, tls_)
+                                     : nullptr) {}
 
 ConnectionPool::~ConnectionPool() = default;
 
@@ -307,7 +334,8 @@ ConnectionLease ConnectionPool::lease() {
       lock.unlock();
       dead.clear();
       try {
-        std::unique_ptr<RedisConnection> connection(new RedisConnection(options_, tls_));
+        std::unique_ptr<RedisConnection> connection(cluster_ ? new RedisConnection(cluster_)
+                                                             : new RedisConnection(options_, tls_));
         lock.lock();
         ++counters_.connects;
         return ConnectionLease(this, std::move(connection));

@@ -102,23 +102,39 @@ RedisError not_redis_error(std::string_view what, const std::string& endpoint,
 [[noreturn]] void throw_unexpected_reply(const RedisReply& reply, std::string_view what,
                                          const std::string& endpoint);
 
-// Calls each_page(keys) for every page of SCAN MATCH `pattern` (COUNT `count`): the purges and
-// operator views of the recorder and the store. A key may come in two pages (SCAN's rule).
+// What cluster.cpp needs of a RedisConnection beyond its public calls.
+struct ConnectionAccess {
+  // Writes the queued commands without reading their replies.
+  static void send(RedisConnection& connection, CommandKind kind, std::string_view what);
+  // The nodes a whole-keyspace command (SCAN) runs on: every primary of a freshly read layout on
+  // a cluster, else the connection itself. node(connection, i) is the connection to the i-th,
+  // asked for anew before each use (a connection to it may be replaced in between).
+  static std::size_t node_count(RedisConnection& connection);
+  static RedisConnection& node(RedisConnection& connection, std::size_t i);
+};
+
+// Calls each_page(keys) for every page of SCAN MATCH `pattern` (COUNT `count`), on every primary
+// of a cluster: the purges and operator views of the recorder and the store. A key may come in
+// two pages (SCAN's rule). each_page may send commands on `connection` (routed by their keys).
 template <class EachPage>
 void scan_keys(RedisConnection& connection, const std::string& pattern, std::size_t count,
                std::string_view what, EachPage&& each_page) {
   const std::string count_text = std::to_string(count);
-  std::string cursor = "0";
-  do {
-    const RedisReply page = connection.command(
-        {"SCAN", cursor, "MATCH", pattern, "COUNT", count_text}, CommandKind::read, what);
-    if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
-        page.elements[1].type != RedisReply::Type::array) {
-      throw_unexpected_reply(page, what, connection.endpoint());
-    }
-    cursor = page.elements[0].str;
-    each_page(page.elements[1].elements);
-  } while (cursor != "0");
+  const std::size_t nodes = ConnectionAccess::node_count(connection);
+  for (std::size_t i = 0; i < nodes; ++i) {
+    std::string cursor = "0";
+    do {
+      RedisConnection& node = ConnectionAccess::node(connection, i);
+      const RedisReply page = node.command({"SCAN", cursor, "MATCH", pattern, "COUNT", count_text},
+                                           CommandKind::read, what);
+      if (page.type != RedisReply::Type::array || page.elements.size() != 2 ||
+          page.elements[1].type != RedisReply::Type::array) {
+        throw_unexpected_reply(page, what, node.endpoint());
+      }
+      cursor = page.elements[0].str;
+      each_page(page.elements[1].elements);
+    } while (cursor != "0");
+  }
 }
 // An integer reply's value, or the integer a string reply holds; throws otherwise.
 long long reply_integer(const RedisReply& reply, std::string_view what,

@@ -7,6 +7,7 @@
 #include <string>
 #include <system_error>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "idem/detail/secret.hpp"
@@ -19,6 +20,7 @@ namespace {
 constexpr std::size_t kMaxPrefixLength = 128;
 constexpr std::size_t kMaxPoolSize = 10'000;
 constexpr std::size_t kMaxAsyncConnections = 64;
+constexpr std::size_t kMaxClusterNodes = 1000;
 
 [[noreturn]] void bad_url(const std::string& message) {
   throw ConfigError("redis URL: " + message);
@@ -86,7 +88,8 @@ bool parse_yes_no(std::string_view value, std::string_view part) {
 bool apply_tls_parameter(RedisOptions& options, std::string_view name, const std::string& value,
                          const std::string& part) {
   if (name.substr(0, 4) != "tls_") return false;
-  if (!options.tls) bad_url(part + " needs TLS: use a rediss:// URL");
+  if (!options.tls)
+    bad_url(part + " needs TLS: use a rediss:// URL (rediss+cluster:// on a cluster)");
   RedisTlsOptions& tls = *options.tls;
   if (name == "tls_ca_file") {
     tls.ca_file = value;
@@ -202,42 +205,10 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
 
 }  // namespace
 
-RedisOptions RedisOptions::from_url(std::string_view url) {
-  constexpr std::string_view kScheme = "redis://";
-  constexpr std::string_view kTlsScheme = "rediss://";
-  const bool tls = url.substr(0, kTlsScheme.size()) == kTlsScheme;
-  if (!tls && url.substr(0, kScheme.size()) != kScheme) {
-    const auto colon = url.find("://");
-    if (colon != std::string_view::npos) {
-      bad_url("scheme '" + std::string(url.substr(0, std::min<std::size_t>(colon, 32))) +
-              "' is not supported (expected redis:// or rediss://)");
-    }
-    bad_url("'" + std::string(url.substr(0, 64)) + "' does not start with redis:// or rediss://");
-  }
-  RedisOptions options;
-  if (tls) options.tls = RedisTlsOptions{};
-  std::string_view rest = url.substr(tls ? kTlsScheme.size() : kScheme.size());
+namespace {
 
-  const std::size_t authority_end = rest.find_first_of("/?#");
-  std::string_view authority = rest.substr(0, authority_end);
-  rest = authority_end == std::string_view::npos ? std::string_view() : rest.substr(authority_end);
-  if (!rest.empty() && rest.front() == '#') bad_url("fragments (#...) are not allowed");
-
-  // userinfo: ":password" or "user:password"
-  const std::size_t at = authority.rfind('@');
-  if (at != std::string_view::npos) {
-    const std::string_view userinfo = authority.substr(0, at);
-    authority = authority.substr(at + 1);
-    const std::size_t colon = userinfo.find(':');
-    if (colon == std::string_view::npos) {
-      bad_url("user info must be ':password' or 'user:password' (no ':' found before '@')");
-    }
-    const std::string user = percent_decode(userinfo.substr(0, colon), "user name");
-    options.password = percent_decode(userinfo.substr(colon + 1), "password", /*secret=*/true);
-    if (!user.empty()) options.username = user;
-  }
-
-  // host, [ipv6] or name, then :port
+// "host[:port]" or "[ipv6][:port]": one node of the authority.
+RedisNode parse_node(std::string_view authority) {
   std::string_view host;
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
@@ -260,13 +231,79 @@ RedisOptions RedisOptions::from_url(std::string_view url) {
     }
   }
   if (host.empty()) bad_url("host is missing");
-  options.host = percent_decode(host, "host");
+  RedisNode node{percent_decode(host, "host"), 6379};
   if (!port.empty()) {
     const long long number = parse_number<long long>(port, "port");
     if (number < 1 || number > 65535) {
       bad_url("port must be 1..65535, got '" + std::string(port) + "'");
     }
-    options.port = static_cast<int>(number);
+    node.port = static_cast<int>(number);
+  }
+  return node;
+}
+
+}  // namespace
+
+RedisOptions RedisOptions::from_url(std::string_view url) {
+  constexpr std::array<std::string_view, 4> kSchemes{"redis://", "rediss://", "redis+cluster://",
+                                                     "rediss+cluster://"};
+  std::size_t scheme = kSchemes.size();
+  for (std::size_t i = 0; i < kSchemes.size(); ++i) {
+    if (url.substr(0, kSchemes[i].size()) == kSchemes[i]) scheme = i;
+  }
+  if (scheme == kSchemes.size()) {
+    const auto colon = url.find("://");
+    if (colon != std::string_view::npos) {
+      bad_url("scheme '" + std::string(url.substr(0, std::min<std::size_t>(colon, 32))) +
+              "' is not supported (expected redis://, rediss://, redis+cluster:// or "
+              "rediss+cluster://)");
+    }
+    bad_url("'" + std::string(url.substr(0, 64)) +
+            "' does not start with redis://, rediss://, redis+cluster:// or rediss+cluster://");
+  }
+  const bool tls = scheme == 1 || scheme == 3;
+  const bool cluster = scheme >= 2;
+  RedisOptions options;
+  if (tls) options.tls = RedisTlsOptions{};
+  std::string_view rest = url.substr(kSchemes[scheme].size());
+
+  const std::size_t authority_end = rest.find_first_of("/?#");
+  std::string_view authority = rest.substr(0, authority_end);
+  rest = authority_end == std::string_view::npos ? std::string_view() : rest.substr(authority_end);
+  if (!rest.empty() && rest.front() == '#') bad_url("fragments (#...) are not allowed");
+
+  // userinfo: ":password" or "user:password"
+  const std::size_t at = authority.rfind('@');
+  if (at != std::string_view::npos) {
+    const std::string_view userinfo = authority.substr(0, at);
+    authority = authority.substr(at + 1);
+    const std::size_t colon = userinfo.find(':');
+    if (colon == std::string_view::npos) {
+      bad_url("user info must be ':password' or 'user:password' (no ':' found before '@')");
+    }
+    const std::string user = percent_decode(userinfo.substr(0, colon), "user name");
+    options.password = percent_decode(userinfo.substr(colon + 1), "password", /*secret=*/true);
+    if (!user.empty()) options.username = user;
+  }
+
+  // host[:port], or on a cluster host[:port],host[:port],...
+  if (!cluster) {
+    if (authority.find(',') != std::string_view::npos) {
+      bad_url("several hosts are given ('" + std::string(authority) +
+              "'): a Redis Cluster is reached with redis+cluster://");
+    }
+    RedisNode node = parse_node(authority);
+    options.host = std::move(node.host);
+    options.port = node.port;
+  } else {
+    while (true) {
+      const std::size_t comma = authority.find(',');
+      options.cluster_nodes.push_back(parse_node(authority.substr(0, comma)));
+      if (comma == std::string_view::npos) break;
+      authority = authority.substr(comma + 1);
+    }
+    options.host = options.cluster_nodes.front().host;
+    options.port = options.cluster_nodes.front().port;
   }
 
   // /db
@@ -280,6 +317,8 @@ RedisOptions RedisOptions::from_url(std::string_view url) {
       if (db > std::numeric_limits<int>::max())
         bad_url("database '" + std::string(path) + "' is too large");
       options.db = static_cast<int>(db);
+      if (cluster && db != 0)
+        bad_url("a Redis Cluster has database 0 only, got '/" + std::string(path) + "'");
     }
   } else if (!rest.empty() && rest.front() == '?') {
     query = rest.substr(1);
@@ -356,6 +395,27 @@ void RedisOptions::validate() const {
                       std::to_string(expiry_slack.count()));
   }
   if (scan_count < 1) throw ConfigError("RedisOptions::scan_count must be >= 1");
+  if (is_cluster()) {
+    if (db != 0) {
+      throw ConfigError(
+          "RedisOptions::db must be 0 on a cluster (a Redis Cluster has database 0 "
+          "only), got " +
+          std::to_string(db));
+    }
+    if (cluster_nodes.size() > kMaxClusterNodes) {
+      throw ConfigError("RedisOptions::cluster_nodes holds " +
+                        std::to_string(cluster_nodes.size()) + " nodes (at most " +
+                        std::to_string(kMaxClusterNodes) + ")");
+    }
+    for (const RedisNode& node : cluster_nodes) {
+      if (node.host.empty()) throw ConfigError("RedisOptions::cluster_nodes has an empty host");
+      check_text(node.host, "cluster_nodes host");
+      if (node.port < 1 || node.port > 65535) {
+        throw ConfigError("RedisOptions::cluster_nodes port must be 1..65535, got " +
+                          std::to_string(node.port));
+      }
+    }
+  }
   if (tls) {
     check_text(tls->ca_file, "tls.ca_file");
     check_text(tls->ca_dir, "tls.ca_dir");
@@ -371,9 +431,22 @@ void RedisOptions::validate() const {
   }
 }
 
-std::string RedisOptions::endpoint() const {
+namespace {
+std::string host_port(const std::string& host, int port) {
   const bool ipv6 = host.find(':') != std::string::npos;
-  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port) + "/" + std::to_string(db);
+  return (ipv6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+}  // namespace
+
+std::string RedisOptions::endpoint() const {
+  if (!is_cluster()) return host_port(host, port) + "/" + std::to_string(db);
+  std::string out = "cluster ";
+  for (std::size_t i = 0; i < cluster_nodes.size() && i < 3; ++i) {
+    if (i > 0) out += ',';
+    out += host_port(cluster_nodes[i].host, cluster_nodes[i].port);
+  }
+  if (cluster_nodes.size() > 3) out += ",...";
+  return out;
 }
 
 }  // namespace idem::redis

@@ -211,23 +211,38 @@ namespace {
 // match (the page then ends early, with a cursor to continue).
 constexpr int kListScanCalls = 64;
 
-// A list() cursor: "<scan cursor>" or "<scan cursor> <last key returned>".
+// A list() cursor: "<scan cursor>" or "<scan cursor> <last key returned>"; on a cluster the scan
+// cursor is "<primary>/<scan cursor>", the primary an index into the cluster's layout.
 struct ListCursor {
+  std::size_t node = 0;
   std::string scan = "0";
   std::optional<std::string> after;
+
+  std::string scan_text(bool cluster) const {
+    return cluster ? std::to_string(node) + "/" + scan : scan;
+  }
 };
 
-ListCursor parse_list_cursor(std::string_view text) {
+ListCursor parse_list_cursor(std::string_view text, bool cluster) {
   ListCursor cursor;
   if (text.empty()) return cursor;
   const std::size_t space = text.find(' ');
-  const std::string_view number = text.substr(0, space);
-  std::uint64_t value = 0;
-  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
-  if (number.empty() || ec != std::errc() || end != number.data() + number.size()) {
+  std::string_view number = text.substr(0, space);
+  const auto bad = [&] {
     throw InvalidArgument("list: '" + std::string(text.substr(0, 40)) +
                           "' is not a cursor of this store (pass a page's `next` as it is)");
+  };
+  const std::size_t slash = number.find('/');
+  if (cluster != (slash != std::string_view::npos)) bad();
+  if (cluster) {
+    const std::string_view node = number.substr(0, slash);
+    const auto [end, ec] = std::from_chars(node.data(), node.data() + node.size(), cursor.node);
+    if (node.empty() || ec != std::errc() || end != node.data() + node.size()) bad();
+    number = number.substr(slash + 1);
   }
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (number.empty() || ec != std::errc() || end != number.data() + number.size()) bad();
   cursor.scan = std::string(number);
   if (space != std::string_view::npos) cursor.after = std::string(text.substr(space + 1));
   return cursor;
@@ -238,7 +253,8 @@ ListCursor parse_list_cursor(std::string_view text) {
 RecordPage RedisIdempotencyStore::do_list(std::string_view prefix, std::size_t limit,
                                           std::string_view cursor_text) {
   const RedisOptions& options = pool_->options();
-  ListCursor cursor = parse_list_cursor(cursor_text);
+  const bool cluster = options.is_cluster();
+  ListCursor cursor = parse_list_cursor(cursor_text, cluster);
   const std::string head = options.key_prefix + "s:{";
   const std::string pattern =
       detail::glob_escape(options.key_prefix) + "s:{" + detail::glob_escape(prefix) + "*";
@@ -246,9 +262,17 @@ RecordPage RedisIdempotencyStore::do_list(std::string_view prefix, std::size_t l
   auto connection = pool_->lease();
   std::vector<std::string> keys;  // Redis keys of the page
   RecordPage page;
+  // Every primary of a cluster in turn (the connection itself on one server).
+  const std::size_t nodes = detail::ConnectionAccess::node_count(*connection);
+  if (cursor.node >= nodes) {
+    throw InvalidArgument("list: the cursor names primary " + std::to_string(cursor.node) +
+                          " of a cluster that has " + std::to_string(nodes) +
+                          " (pass a page's `next` as it is)");
+  }
   for (int call = 0; call < kListScanCalls; ++call) {
-    const RedisReply reply = connection->command(
-        {"SCAN", cursor.scan, "MATCH", pattern, "COUNT", count}, CommandKind::read, "list");
+    RedisConnection& node = detail::ConnectionAccess::node(*connection, cursor.node);
+    const RedisReply reply = node.command({"SCAN", cursor.scan, "MATCH", pattern, "COUNT", count},
+                                          CommandKind::read, "list");
     if (reply.type != RedisReply::Type::array || reply.elements.size() != 2 ||
         reply.elements[1].type != RedisReply::Type::array) {
       detail::throw_unexpected_reply(reply, "list", connection->endpoint());
@@ -266,15 +290,18 @@ RecordPage RedisIdempotencyStore::do_list(std::string_view prefix, std::size_t l
     if (batch.size() > room) {
       batch.resize(room);
       keys.insert(keys.end(), batch.begin(), batch.end());
-      page.next = cursor.scan + " " + keys.back();
+      page.next = cursor.scan_text(cluster) + " " + keys.back();
       break;
     }
     keys.insert(keys.end(), batch.begin(), batch.end());
     cursor.scan = reply.elements[0].str;
     cursor.after.reset();
-    if (cursor.scan == "0") break;
+    if (cursor.scan == "0") {
+      if (cursor.node + 1 >= nodes) break;
+      ++cursor.node;  // the next primary, from its start
+    }
     if (keys.size() == limit || call + 1 == kListScanCalls) {
-      page.next = cursor.scan;
+      page.next = cursor.scan_text(cluster);
       break;
     }
   }

@@ -24,6 +24,11 @@
 // number of commands, then read() their replies in order — one write and one round trip for the
 // batch.
 //
+// On a Redis Cluster (RedisOptions::cluster_nodes) each pooled connection is a set of connections,
+// one per primary it has needed, and routes every command to the primary of its key's slot,
+// following the cluster's redirections; a pipeline is split by node and its replies come back in
+// the order the commands were queued (docs/redis.md, "Redis Cluster"). pool_size bounds these sets.
+//
 // Thread-safety: ConnectionPool is safe to share between threads (lease(), stats()). A lease and
 // its RedisConnection belong to one thread at a time. The pool must outlive its leases.
 #pragma once
@@ -51,7 +56,10 @@ struct Address;
 }  // namespace idem::net
 namespace idem::redis::detail {
 class ReplyReader;
-}
+class ClusterMap;
+class ClusterRouting;
+struct ConnectionAccess;
+}  // namespace idem::redis::detail
 
 namespace idem::redis {
 
@@ -97,15 +105,20 @@ class RedisConnection {
   // been handed to the network.
   std::vector<RedisReply> read_replies(CommandKind kind = CommandKind::write,
                                        std::string_view what = "pipeline");
-  std::size_t pending() const noexcept { return pending_; }
+  std::size_t pending() const noexcept;
 
   // The connection failed and must not be used again (the pool closes it).
-  bool broken() const noexcept { return broken_; }
-  // "host:port/db", for messages.
-  const std::string& endpoint() const noexcept { return endpoint_; }
+  bool broken() const noexcept;
+  // "host:port/db", for messages (on a cluster: the node the last command went to).
+  const std::string& endpoint() const noexcept;
 
  private:
   friend class ConnectionPool;
+  friend class detail::ClusterMap;
+  friend class detail::ClusterRouting;
+  friend struct detail::ConnectionAccess;
+  // On a cluster: connections to its nodes, opened as commands need them (cluster.hpp).
+  explicit RedisConnection(std::shared_ptr<detail::ClusterMap> cluster);
   // Connects (and TLS handshake), applies timeouts, AUTH and SELECT. Throws RedisError (connect,
   // tls, auth).
   RedisConnection(const RedisOptions& options, std::shared_ptr<const net::TlsContext> tls);
@@ -138,6 +151,7 @@ class RedisConnection {
   std::vector<std::size_t> boundaries_;  // end offset of each queued command in out_
   std::size_t pending_ = 0;              // commands queued or sent whose replies are unread
   bool broken_ = false;
+  std::unique_ptr<detail::ClusterRouting> routing_;  // set on a cluster; then nothing above is
 };
 
 class ConnectionPool;
@@ -194,8 +208,9 @@ class ConnectionPool {
   void give_back(std::unique_ptr<RedisConnection> connection) noexcept;
 
   const RedisOptions options_;
-  const std::shared_ptr<const net::TlsContext> tls_;  // null without TLS
-  const ::idem::detail::ForkOwner process_;           // lease() refuses a child of fork()
+  const std::shared_ptr<const net::TlsContext> tls_;   // null without TLS
+  const std::shared_ptr<detail::ClusterMap> cluster_;  // set on a cluster (cluster.hpp)
+  const ::idem::detail::ForkOwner process_;            // lease() refuses a child of fork()
   mutable std::mutex mutex_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<RedisConnection>> idle_;

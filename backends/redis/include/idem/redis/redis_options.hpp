@@ -6,6 +6,9 @@
 //
 //   redis://[[user]:password@]host[:port][/db][?param=value&...]
 //   rediss://...   the same over TLS (RedisOptions::tls is set; see RedisTlsOptions)
+//   redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0][?param=value&...]
+//   rediss+cluster://...   a Redis Cluster (plaintext or TLS), given by any of its nodes
+//                          (RedisOptions::cluster_nodes; see docs/redis.md, "Redis Cluster")
 //
 // with these query parameters (each one sets the field of the same name):
 //   prefix=app:            key_prefix (percent-decoded, so prefix=%7Bapp%7D: gives "{app}:")
@@ -21,11 +24,13 @@
 //   tls_cert_file=PATH     cert_file      tls_key_file=PATH       key_file
 //   tls_key_password_file=PATH / tls_key_password_env=NAME        key_password (read once, here)
 //   tls_server_name=NAME   server_name    tls_verify=yes|no       verify_peer
-// e.g. "redis://:secret@10.0.0.5:6380/2?prefix=orders:&pool_size=16", or
+// e.g. "redis://:secret@10.0.0.5:6380/2?prefix=orders:&pool_size=16",
+// "redis+cluster://10.0.0.5:7000,10.0.0.6:7000,10.0.0.7:7000/?prefix=orders:", or
 // "rediss://app:@redis.internal:6380/0?password_file=/run/secrets/redis&tls_ca_file=/etc/ca.pem".
-// Anything malformed — a scheme other than redis:// or rediss://, a bad port, db, number or
-// duration, an unknown parameter, a parameter given twice, both spellings of one duration
-// (wait_timeout and wait_timeout_ms), a tls_ parameter on redis:// — throws ConfigError naming
+// Anything malformed — another scheme, a bad port, db, number or duration, an unknown
+// parameter, a parameter given twice, both spellings of one duration (wait_timeout and
+// wait_timeout_ms), a tls_ parameter on redis://, several hosts on redis:// or a database other
+// than 0 on a cluster — throws ConfigError naming
 // the offending part;
 // the password and the key passphrase are never repeated in a message.
 //
@@ -38,6 +43,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "idem/clock.hpp"
 
@@ -68,13 +74,27 @@ struct RedisTlsOptions {
   bool verify_peer = true;
 };
 
+// One node of a Redis Cluster, as given to find the cluster (RedisOptions::cluster_nodes).
+struct RedisNode {
+  std::string host;
+  int port = 6379;
+};
+
 struct RedisOptions {
-  // Server host name or IP address. Default "127.0.0.1".
+  // Server host name or IP address. Default "127.0.0.1". On a cluster, the first of
+  // cluster_nodes (set by from_url; otherwise unused).
   std::string host = "127.0.0.1";
   // Server TCP port, 1..65535. Default 6379.
   int port = 6379;
-  // Logical database selected on every new connection (SELECT), >= 0. Default 0.
+  // Logical database selected on every new connection (SELECT), >= 0. Default 0. A cluster has
+  // database 0 only.
   int db = 0;
+  // Redis Cluster: the nodes idem asks for the cluster's layout (CLUSTER SHARDS), any number,
+  // any role; the first that answers is used, the others when it is down. Each command then
+  // goes to the primary that serves its key's slot, following MOVED and ASK redirections (see
+  // docs/redis.md, "Redis Cluster"). Empty (the default): one server at host:port. Every other
+  // option applies to each node (credentials, TLS, timeouts, pool_size per node).
+  std::vector<RedisNode> cluster_nodes{};
   // ACL user name sent with AUTH (Redis 6+); only used together with a password. Default none
   // (AUTH <password> alone, the "default" user).
   std::optional<std::string> username{};
@@ -129,15 +149,20 @@ struct RedisOptions {
   // Default (null): idem::system_clock().
   std::shared_ptr<Clock> clock{};
 
-  // Parses a redis:// or rediss:// URL (see the top of this file). Fields the URL does not mention
-  // keep their defaults. Throws ConfigError naming the part that is wrong.
+  // True with cluster_nodes: a Redis Cluster.
+  bool is_cluster() const noexcept { return !cluster_nodes.empty(); }
+
+  // Parses a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL (see the top of this
+  // file). Fields the URL does not mention keep their defaults. Throws ConfigError naming the part
+  // that is wrong.
   static RedisOptions from_url(std::string_view url);
 
   // Throws ConfigError naming the first field that is out of range. Called by every constructor
   // that takes options.
   void validate() const;
 
-  // "host:port/db" — for messages (never includes the password).
+  // "host:port/db", or "cluster host:port,host:port" — for messages (never includes the
+  // password).
   std::string endpoint() const;
 };
 
