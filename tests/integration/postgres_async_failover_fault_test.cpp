@@ -19,6 +19,7 @@
 #include <atomic>
 #include <chrono>
 #include <iostream>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -167,8 +168,19 @@ void run_failover(bool synchronous) {
       io.get_executor(), options_for(pair.multi_host_url(), true));
   idem::postgres::AsyncPostgresRecorder async_recorder(async_pool);
 
-  // A client of the standby alone (no target_session_attrs).
-  idem::postgres::PostgresIdempotencyRecorder on_standby(options_for(pair.standby_url(), false));
+  // A client of the standby alone (no target_session_attrs). With asynchronous replication the
+  // standby may not have replayed the tables yet: opening it (which checks them) is retried.
+  std::unique_ptr<idem::postgres::PostgresIdempotencyRecorder> standby_recorder;
+  for (int attempt = 0; !standby_recorder; ++attempt) {
+    try {
+      standby_recorder = std::make_unique<idem::postgres::PostgresIdempotencyRecorder>(
+          options_for(pair.standby_url(), false));
+    } catch (const idem::StoreError&) {
+      if (attempt >= 300) throw;  // 30 s
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+  idem::postgres::PostgresIdempotencyRecorder& on_standby = *standby_recorder;
   asio::io_context standby_io;
   auto standby_async_pool = std::make_shared<idem::postgres::AsyncConnectionPool>(
       standby_io.get_executor(), options_for(pair.standby_url(), false));
