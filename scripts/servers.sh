@@ -129,6 +129,15 @@ stop_pid() {
 # The PID a server wrote into PIDFILE (its first line), "" when there is none.
 pid_in() { [ -f "$1" ] && head -n 1 "$1" | tr -dc 0-9 || true; }
 
+# ready_within_30s CHECK: runs CHECK every 0.1 s until it succeeds; fails after 30 s.
+ready_within_30s() {
+  local _
+  for _ in $(seq 1 300); do
+    "$1" && return 0
+    sleep 0.1
+  done
+  "$1"
+}
 cleanup() {
   set +e
   stop_pid "$(pid_in "$work/redis/redis.pid")"
@@ -382,11 +391,7 @@ cluster_ready() {
     fi
   done
 }
-for _ in $(seq 1 300); do
-  cluster_ready && break
-  sleep 0.1
-done
-cluster_ready || cluster_fail "did not become ready in 30 s"
+ready_within_30s cluster_ready || cluster_fail "did not become ready in 30 s"
 export IDEM_TEST_REDIS_CLUSTER_URL="redis+cluster://127.0.0.1:${cluster_ports[0]},127.0.0.1:${cluster_ports[1]},127.0.0.1:${cluster_ports[2]}/0"
 export IDEM_TEST_REDIS_CLUSTER_PORTS="${cluster_ports[*]}"
 export IDEM_TEST_REDIS_CLUSTER_DIR=$cluster_dir
@@ -457,11 +462,7 @@ if [ "${IDEM_TEST_REDIS_SENTINEL:-0}" = 1 ]; then
         END { exit ok != 2 }' || return 1
     done
   }
-  for _ in $(seq 1 300); do
-    sentinel_ready && break
-    sleep 0.1
-  done
-  sentinel_ready || sentinel_fail "did not become ready in 30 s"
+  ready_within_30s sentinel_ready || sentinel_fail "did not become ready in 30 s"
   export IDEM_TEST_REDIS_SENTINEL_URL="redis+sentinel://127.0.0.1:${sentinel_ports[0]},127.0.0.1:${sentinel_ports[1]},127.0.0.1:${sentinel_ports[2]}/idem"
   export IDEM_TEST_REDIS_SENTINEL_MASTER=idem
   export IDEM_TEST_REDIS_SENTINEL_PORTS="${sentinel_ports[*]}"
