@@ -24,7 +24,9 @@ scripts/install-deps.sh test
 jobs=$(nproc)
 cmake --preset "$preset" >/dev/null
 cmake --build --preset "$preset" -j "$jobs"
-# Real servers for the Redis and PostgreSQL tests, on free ports, stopped afterwards. In this
-# command a test that finds no server fails instead of skipping.
+# Real servers for the Redis and PostgreSQL tests, on free ports, stopped afterwards (with the
+# Redis Sentinel group the Sentinel tests fail over). In this command a test that finds no server
+# fails instead of skipping.
 export IDEM_REQUIRE_SERVERS=1
+export IDEM_TEST_REDIS_SENTINEL=${IDEM_TEST_REDIS_SENTINEL:-1}
 scripts/servers.sh ctest --preset "$preset" "${ctest_args[@]}"

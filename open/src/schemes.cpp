@@ -18,8 +18,8 @@ constexpr SchemeParser built([[maybe_unused]] std::string_view part) {
 
 constexpr std::array<std::string_view, 1> kMemory{"memory"};
 constexpr std::array<std::string_view, 1> kSqlite{"sqlite"};
-constexpr std::array<std::string_view, 4> kRedis{"redis", "rediss", "redis+cluster",
-                                                 "rediss+cluster"};
+constexpr std::array<std::string_view, 6> kRedis{
+    "redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"};
 constexpr std::array<std::string_view, 2> kPostgres{"postgresql", "postgres"};
 
 constexpr std::array<Scheme, 4> kSchemes{{

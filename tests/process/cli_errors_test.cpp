@@ -135,8 +135,8 @@ TEST(CliErrors, UrlMessagesUseTheUsersWords) {
   const CliRun missing = run_cli({"stats", "garbage"});
   const CliRun unknown = run_cli({"stats", "nosuch://x"});
   const std::string schemes =
-      "(expected memory, sqlite, redis, rediss, redis+cluster, rediss+cluster, postgresql or "
-      "postgres)";
+      "(expected memory, sqlite, redis, rediss, redis+cluster, rediss+cluster, redis+sentinel, "
+      "rediss+sentinel, postgresql or postgres)";
   for (const CliRun& run : {missing, unknown}) {
     EXPECT_EQ(run.exit_code, 2) << run.output;
     EXPECT_TRUE(has(run, schemes)) << run.output;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <optional>
 #include <string>
 
@@ -180,6 +181,51 @@ TEST(RedisOptions, BadClusterUrlsNameTheirPart) {
   options.cluster_nodes = {{"h", 7000}};
   options.db = 2;
   EXPECT_THROW(options.validate(), idem::ConfigError);
+}
+
+TEST(RedisOptions, SentinelUrlsNameTheSentinelsAndThePrimary) {
+  ::setenv("IDEM_TEST_SENTINEL_SECRET", "s3cret", 1);
+  const auto options = RedisOptions::from_url(
+      "rediss+sentinel://app:pw@10.0.0.5,10.0.0.6:26380/orders%2Dprimary/3?prefix=orders:&"
+      "sentinel_user=watcher&sentinel_password_env=IDEM_TEST_SENTINEL_SECRET");
+  ASSERT_TRUE(options.is_sentinel());
+  EXPECT_FALSE(options.is_cluster());
+  ASSERT_EQ(options.sentinel_nodes.size(), 2u);
+  EXPECT_EQ(options.sentinel_nodes[0].host, "10.0.0.5");
+  EXPECT_EQ(options.sentinel_nodes[0].port, 26379);  // Sentinel's own default port
+  EXPECT_EQ(options.sentinel_nodes[1].port, 26380);
+  EXPECT_EQ(options.sentinel_master, "orders-primary");
+  EXPECT_EQ(options.db, 3);
+  EXPECT_TRUE(options.tls.has_value());
+  EXPECT_EQ(options.username, "app");  // the primary's credentials
+  EXPECT_EQ(options.password, "pw");
+  EXPECT_EQ(options.sentinel_username, "watcher");  // the sentinels' own
+  EXPECT_EQ(options.sentinel_password, "s3cret");
+  EXPECT_EQ(options.endpoint(), "sentinel orders-primary/3 via 10.0.0.5:26379,10.0.0.6:26380");
+  EXPECT_EQ(options.endpoint().find("s3cret"), std::string::npos);
+  EXPECT_EQ(RedisOptions::from_url("redis+sentinel://h/idem").db, 0);
+  EXPECT_FALSE(RedisOptions::from_url("redis://h").is_sentinel());
+}
+
+TEST(RedisOptions, BadSentinelUrlsNameTheirPart) {
+  expect_config_error("redis+sentinel://a,b", "master-name");
+  expect_config_error("redis+sentinel://a,b/", "master-name");
+  expect_config_error("redis+sentinel://a,b/idem/x", "database");
+  expect_config_error("redis+sentinel://a,,b/idem", "host is missing");
+  expect_config_error("redis+sentinel://a:0/idem", "port");
+  expect_config_error("redis+sentinel://a/idem?tls_verify=no", "rediss+sentinel://");
+  expect_config_error("redis://h?sentinel_user=x", "redis+sentinel://");
+  expect_config_error("redis+sentinel://a/idem?sentinel_user=x", "sentinel_username");
+  expect_config_error("redis://a:1,b:2", "redis+sentinel://");
+  RedisOptions options;
+  options.sentinel_nodes = {{"h", 26379}};
+  EXPECT_THROW(options.validate(), idem::ConfigError);  // no master name
+  options.sentinel_master = "a b";
+  EXPECT_THROW(options.validate(), idem::ConfigError);  // a space would split the command
+  options.sentinel_master = "idem";
+  EXPECT_NO_THROW(options.validate());
+  options.cluster_nodes = {{"h", 7000}};
+  EXPECT_THROW(options.validate(), idem::ConfigError);  // a cluster does not use Sentinel
 }
 
 // The durations take the grammar of every idem URL (idem/duration.hpp); the older _ms names stay

@@ -710,6 +710,13 @@ AsyncConnectionPool::AsyncConnectionPool(asio::any_io_executor executor, RedisOp
         options_.endpoint() +
         "): use the blocking RedisIdempotencyRecorder / RedisIdempotencyStore, or one primary");
   }
+  if (options_.is_sentinel()) {
+    throw NotSupported(
+        "idem redis: the coroutine face does not ask Redis Sentinel for the primary yet (" +
+        options_.endpoint() +
+        "): use the blocking RedisIdempotencyRecorder / RedisIdempotencyStore, or the primary's "
+        "own redis:// URL");
+  }
   const auto tls = detail::make_tls_context(options_);  // one context for every connection
   for (std::size_t i = 0; i < options_.async_connections; ++i)
     connections_.push_back(std::make_unique<AsyncConnection>(executor, options_, tls));

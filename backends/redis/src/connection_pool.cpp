@@ -17,6 +17,7 @@
 #include "idem/redis/redis_error.hpp"
 #include "internal.hpp"
 #include "resp.hpp"
+#include "sentinel.hpp"
 #include "tls_support.hpp"
 
 namespace idem::redis {
@@ -189,6 +190,10 @@ RedisReply RedisConnection::read_one(CommandKind kind, std::string_view what, bo
       if (auto reply = reader_->next()) {
         replied_ = true;
         --pending_;
+        // A replica (the demoted primary, after a failover) refuses writes: with Sentinel, every
+        // connection to it is outdated.
+        if (sentinel_ && reply->is_error() && reply->str.rfind("READONLY", 0) == 0)
+          sentinel_->primary_demoted(epoch_);
         return std::move(*reply);
       }
     } catch (const detail::ProtocolError& e) {
@@ -255,6 +260,10 @@ void RedisConnection::not_redis(std::string_view what) {
   throw detail::not_redis_error(what, endpoint_, first_bytes_);
 }
 
+bool RedisConnection::outdated() const noexcept {
+  return sentinel_ && sentinel_->epoch() != epoch_;
+}
+
 bool RedisConnection::looks_dead() noexcept {
   if (routing_) return routing_->looks_dead();
   if (broken_ || !stream_ || !stream_->is_open()) return true;
@@ -311,7 +320,9 @@ ConnectionPool::ConnectionPool(RedisOptions options)
     : options_(validated(std::move(options))),
       tls_(detail::make_tls_context(options_)),
       cluster_(options_.is_cluster() ? std::make_shared<detail::ClusterMap>(options_, tls_)
-                                     : nullptr) {}
+                                     : nullptr),
+      sentinel_(options_.is_sentinel() ? std::make_shared<detail::SentinelGroup>(options_, tls_)
+                                       : nullptr) {}
 
 ConnectionPool::~ConnectionPool() = default;
 
@@ -324,7 +335,8 @@ ConnectionLease ConnectionPool::lease() {
     while (!idle_.empty()) {
       std::unique_ptr<RedisConnection> connection = std::move(idle_.back());
       idle_.pop_back();
-      if (!connection->looks_dead()) return ConnectionLease(this, std::move(connection));
+      if (!connection->outdated() && !connection->looks_dead())
+        return ConnectionLease(this, std::move(connection));
       --open_;
       ++counters_.dropped;
       dead.push_back(std::move(connection));
@@ -334,8 +346,10 @@ ConnectionLease ConnectionPool::lease() {
       lock.unlock();
       dead.clear();
       try {
-        std::unique_ptr<RedisConnection> connection(cluster_ ? new RedisConnection(cluster_)
-                                                             : new RedisConnection(options_, tls_));
+        std::unique_ptr<RedisConnection> connection =
+            sentinel_  ? sentinel_->connect()
+            : cluster_ ? std::unique_ptr<RedisConnection>(new RedisConnection(cluster_))
+                       : std::unique_ptr<RedisConnection>(new RedisConnection(options_, tls_));
         lock.lock();
         ++counters_.connects;
         return ConnectionLease(this, std::move(connection));
@@ -362,9 +376,9 @@ ConnectionLease ConnectionPool::lease() {
 
 void ConnectionPool::give_back(std::unique_ptr<RedisConnection> connection) noexcept {
   std::unique_lock lock(mutex_);
-  if (connection->broken() || connection->pending() != 0) {
-    // Broken, or abandoned halfway through a pipeline (its replies would be read by the next
-    // user): close it.
+  if (connection->broken() || connection->pending() != 0 || connection->outdated()) {
+    // Broken, abandoned halfway through a pipeline (its replies would be read by the next
+    // user), or open to a primary that has been replaced: close it.
     --open_;
     ++counters_.dropped;
     lock.unlock();

@@ -21,6 +21,8 @@ constexpr std::size_t kMaxPrefixLength = 128;
 constexpr std::size_t kMaxPoolSize = 10'000;
 constexpr std::size_t kMaxAsyncConnections = 64;
 constexpr std::size_t kMaxClusterNodes = 1000;
+constexpr std::size_t kMaxSentinels = 100;
+constexpr std::size_t kMaxMasterName = 256;
 
 [[noreturn]] void bad_url(const std::string& message) {
   throw ConfigError("redis URL: " + message);
@@ -89,7 +91,9 @@ bool apply_tls_parameter(RedisOptions& options, std::string_view name, const std
                          const std::string& part) {
   if (name.substr(0, 4) != "tls_") return false;
   if (!options.tls)
-    bad_url(part + " needs TLS: use a rediss:// URL (rediss+cluster:// on a cluster)");
+    bad_url(part +
+            " needs TLS: use a rediss:// URL (rediss+cluster:// on a cluster, "
+            "rediss+sentinel:// with Sentinel)");
   RedisTlsOptions& tls = *options.tls;
   if (name == "tls_ca_file") {
     tls.ca_file = value;
@@ -192,11 +196,26 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
     options.password = name == "password_file"
                            ? ::idem::detail::read_secret_file("RedisOptions password_file", value)
                            : ::idem::detail::read_secret_env("RedisOptions password_env", value);
+  } else if (name == "sentinel_password_file" || name == "sentinel_password_env") {
+    if (!options.is_sentinel()) bad_url(part + " is for redis+sentinel:// URLs");
+    if (options.sentinel_password) {
+      bad_url(
+          "give the sentinels' password one way only: sentinel_password_file or "
+          "sentinel_password_env");
+    }
+    options.sentinel_password =
+        name == "sentinel_password_file"
+            ? ::idem::detail::read_secret_file("RedisOptions sentinel_password_file", value)
+            : ::idem::detail::read_secret_env("RedisOptions sentinel_password_env", value);
+  } else if (name == "sentinel_user") {
+    if (!options.is_sentinel()) bad_url(part + " is for redis+sentinel:// URLs");
+    options.sentinel_username = value;
   } else {
     bad_url("unknown parameter '" + std::string(name) +
             "' (known: prefix, pool_size, async_connections, connect_timeout, "
             "command_timeout, wait_timeout, marker_ttl, expiry_slack (each also as _ms in "
-            "milliseconds), scan_count, password_file, password_env; with rediss://: "
+            "milliseconds), scan_count, password_file, password_env; with redis+sentinel://: "
+            "sentinel_user, sentinel_password_file, sentinel_password_env; with rediss://: "
             "tls_ca_file, tls_ca_dir, "
             "tls_cert_file, tls_key_file, tls_key_password_file, tls_key_password_env, "
             "tls_server_name, tls_verify)");
@@ -208,7 +227,7 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
 namespace {
 
 // "host[:port]" or "[ipv6][:port]": one node of the authority.
-RedisNode parse_node(std::string_view authority) {
+RedisNode parse_node(std::string_view authority, int default_port = 6379) {
   std::string_view host;
   std::string_view port;
   if (!authority.empty() && authority.front() == '[') {
@@ -231,7 +250,7 @@ RedisNode parse_node(std::string_view authority) {
     }
   }
   if (host.empty()) bad_url("host is missing");
-  RedisNode node{percent_decode(host, "host"), 6379};
+  RedisNode node{percent_decode(host, "host"), default_port};
   if (!port.empty()) {
     const long long number = parse_number<long long>(port, "port");
     if (number < 1 || number > 65535) {
@@ -245,8 +264,12 @@ RedisNode parse_node(std::string_view authority) {
 }  // namespace
 
 RedisOptions RedisOptions::from_url(std::string_view url) {
-  constexpr std::array<std::string_view, 4> kSchemes{"redis://", "rediss://", "redis+cluster://",
-                                                     "rediss+cluster://"};
+  constexpr std::array<std::string_view, 6> kSchemes{"redis://",          "rediss://",
+                                                     "redis+cluster://",  "rediss+cluster://",
+                                                     "redis+sentinel://", "rediss+sentinel://"};
+  constexpr std::string_view kExpected =
+      "redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or "
+      "rediss+sentinel://";
   std::size_t scheme = kSchemes.size();
   for (std::size_t i = 0; i < kSchemes.size(); ++i) {
     if (url.substr(0, kSchemes[i].size()) == kSchemes[i]) scheme = i;
@@ -255,14 +278,14 @@ RedisOptions RedisOptions::from_url(std::string_view url) {
     const auto colon = url.find("://");
     if (colon != std::string_view::npos) {
       bad_url("scheme '" + std::string(url.substr(0, std::min<std::size_t>(colon, 32))) +
-              "' is not supported (expected redis://, rediss://, redis+cluster:// or "
-              "rediss+cluster://)");
+              "' is not supported (expected " + std::string(kExpected) + ")");
     }
-    bad_url("'" + std::string(url.substr(0, 64)) +
-            "' does not start with redis://, rediss://, redis+cluster:// or rediss+cluster://");
+    bad_url("'" + std::string(url.substr(0, 64)) + "' does not start with " +
+            std::string(kExpected));
   }
-  const bool tls = scheme == 1 || scheme == 3;
-  const bool cluster = scheme >= 2;
+  const bool tls = scheme % 2 == 1;
+  const bool cluster = scheme == 2 || scheme == 3;
+  const bool sentinel = scheme == 4 || scheme == 5;
   RedisOptions options;
   if (tls) options.tls = RedisTlsOptions{};
   std::string_view rest = url.substr(kSchemes[scheme].size());
@@ -286,34 +309,43 @@ RedisOptions RedisOptions::from_url(std::string_view url) {
     if (!user.empty()) options.username = user;
   }
 
-  // host[:port], or on a cluster host[:port],host[:port],...
-  if (!cluster) {
+  // host[:port], or on a cluster or Sentinel group host[:port],host[:port],...
+  if (!cluster && !sentinel) {
     if (authority.find(',') != std::string_view::npos) {
       bad_url("several hosts are given ('" + std::string(authority) +
-              "'): a Redis Cluster is reached with redis+cluster://");
+              "'): a Redis Cluster is reached with redis+cluster://, a Sentinel group with "
+              "redis+sentinel://");
     }
     RedisNode node = parse_node(authority);
     options.host = std::move(node.host);
     options.port = node.port;
   } else {
+    std::vector<RedisNode>& nodes = cluster ? options.cluster_nodes : options.sentinel_nodes;
     while (true) {
       const std::size_t comma = authority.find(',');
-      options.cluster_nodes.push_back(parse_node(authority.substr(0, comma)));
+      nodes.push_back(parse_node(authority.substr(0, comma), cluster ? 6379 : 26379));
       if (comma == std::string_view::npos) break;
       authority = authority.substr(comma + 1);
     }
-    options.host = options.cluster_nodes.front().host;
-    options.port = options.cluster_nodes.front().port;
+    options.host = nodes.front().host;
+    options.port = nodes.front().port;
   }
 
-  // /db
+  // /db, or with Sentinel /master-name[/db]
   std::string_view query;
   if (!rest.empty() && rest.front() == '/') {
     const std::size_t q = rest.find('?');
-    const std::string_view path = rest.substr(1, q == std::string_view::npos ? q : q - 1);
+    std::string_view path = rest.substr(1, q == std::string_view::npos ? q : q - 1);
     query = q == std::string_view::npos ? std::string_view() : rest.substr(q + 1);
+    if (sentinel) {
+      const std::size_t slash = path.find('/');
+      options.sentinel_master = percent_decode(path.substr(0, slash), "master name");
+      path = slash == std::string_view::npos ? std::string_view() : path.substr(slash + 1);
+    }
     if (!path.empty()) {
-      const long long db = parse_number<long long>(path, "database (the path after the host)");
+      const long long db =
+          parse_number<long long>(path, sentinel ? "database (the path after the master name)"
+                                                 : "database (the path after the host)");
       if (db > std::numeric_limits<int>::max())
         bad_url("database '" + std::string(path) + "' is too large");
       options.db = static_cast<int>(db);
@@ -322,6 +354,11 @@ RedisOptions RedisOptions::from_url(std::string_view url) {
     }
   } else if (!rest.empty() && rest.front() == '?') {
     query = rest.substr(1);
+  }
+  if (sentinel && options.sentinel_master.empty()) {
+    bad_url(
+        "a Sentinel URL names the monitored primary after the hosts: "
+        "redis+sentinel://host:26379,host:26379/<master-name>[/db]");
   }
   if (query.find('#') != std::string_view::npos) bad_url("fragments (#...) are not allowed");
 
@@ -416,6 +453,44 @@ void RedisOptions::validate() const {
       }
     }
   }
+  if (is_cluster() && is_sentinel()) {
+    throw ConfigError(
+        "RedisOptions: cluster_nodes and sentinel_nodes are both set (a Redis Cluster does not "
+        "use Sentinel)");
+  }
+  if (is_sentinel()) {
+    if (sentinel_nodes.size() > kMaxSentinels) {
+      throw ConfigError("RedisOptions::sentinel_nodes holds " +
+                        std::to_string(sentinel_nodes.size()) + " nodes (at most " +
+                        std::to_string(kMaxSentinels) + ")");
+    }
+    for (const RedisNode& node : sentinel_nodes) {
+      if (node.host.empty()) throw ConfigError("RedisOptions::sentinel_nodes has an empty host");
+      check_text(node.host, "sentinel_nodes host");
+      if (node.port < 1 || node.port > 65535) {
+        throw ConfigError("RedisOptions::sentinel_nodes port must be 1..65535, got " +
+                          std::to_string(node.port));
+      }
+    }
+    if (sentinel_master.empty()) {
+      throw ConfigError(
+          "RedisOptions::sentinel_master must name the primary the sentinels "
+          "monitor");
+    }
+    if (sentinel_master.size() > kMaxMasterName) {
+      throw ConfigError("RedisOptions::sentinel_master is too long (at most " +
+                        std::to_string(kMaxMasterName) + " bytes)");
+    }
+    check_text(sentinel_master, "sentinel_master");
+    for (const unsigned char c : sentinel_master) {
+      if (c == ' ') throw ConfigError("RedisOptions::sentinel_master contains a space");
+    }
+  } else if (!sentinel_master.empty()) {
+    throw ConfigError("RedisOptions::sentinel_master is set without sentinel_nodes");
+  }
+  if (sentinel_username && !sentinel_password) {
+    throw ConfigError("RedisOptions::sentinel_username is set without sentinel_password");
+  }
   if (tls) {
     check_text(tls->ca_file, "tls.ca_file");
     check_text(tls->ca_dir, "tls.ca_dir");
@@ -439,6 +514,15 @@ std::string host_port(const std::string& host, int port) {
 }  // namespace
 
 std::string RedisOptions::endpoint() const {
+  if (is_sentinel()) {
+    std::string out = "sentinel " + sentinel_master + "/" + std::to_string(db) + " via ";
+    for (std::size_t i = 0; i < sentinel_nodes.size() && i < 3; ++i) {
+      if (i > 0) out += ',';
+      out += host_port(sentinel_nodes[i].host, sentinel_nodes[i].port);
+    }
+    if (sentinel_nodes.size() > 3) out += ",...";
+    return out;
+  }
   if (!is_cluster()) return host_port(host, port) + "/" + std::to_string(db);
   std::string out = "cluster ";
   for (std::size_t i = 0; i < cluster_nodes.size() && i < 3; ++i) {

@@ -58,6 +58,7 @@ namespace idem::redis::detail {
 class ReplyReader;
 class ClusterMap;
 class ClusterRouting;
+class SentinelGroup;
 struct ConnectionAccess;
 }  // namespace idem::redis::detail
 
@@ -116,6 +117,7 @@ class RedisConnection {
   friend class ConnectionPool;
   friend class detail::ClusterMap;
   friend class detail::ClusterRouting;
+  friend class detail::SentinelGroup;
   friend struct detail::ConnectionAccess;
   // On a cluster: connections to its nodes, opened as commands need them (cluster.hpp).
   explicit RedisConnection(std::shared_ptr<detail::ClusterMap> cluster);
@@ -126,6 +128,8 @@ class RedisConnection {
   // True when the idle connection shows a hang-up or unexpected data (checked with poll(), no
   // round trip): it must be replaced.
   bool looks_dead() noexcept;
+  // With Sentinel: the primary this connection was opened to has been replaced since.
+  bool outdated() const noexcept;
   // A read or write failed before the first reply: the TLS cause when one side does not speak
   // TLS or the server refused the TLS session (empty otherwise).
   std::string tls_mismatch(int error_number, bool eof);
@@ -152,6 +156,9 @@ class RedisConnection {
   std::size_t pending_ = 0;              // commands queued or sent whose replies are unread
   bool broken_ = false;
   std::unique_ptr<detail::ClusterRouting> routing_;  // set on a cluster; then nothing above is
+  // With Sentinel: the group that named this connection's server, and its epoch then.
+  std::shared_ptr<detail::SentinelGroup> sentinel_;
+  std::uint64_t epoch_ = 0;
 };
 
 class ConnectionPool;
@@ -208,9 +215,10 @@ class ConnectionPool {
   void give_back(std::unique_ptr<RedisConnection> connection) noexcept;
 
   const RedisOptions options_;
-  const std::shared_ptr<const net::TlsContext> tls_;   // null without TLS
-  const std::shared_ptr<detail::ClusterMap> cluster_;  // set on a cluster (cluster.hpp)
-  const ::idem::detail::ForkOwner process_;            // lease() refuses a child of fork()
+  const std::shared_ptr<const net::TlsContext> tls_;       // null without TLS
+  const std::shared_ptr<detail::ClusterMap> cluster_;      // set on a cluster (cluster.hpp)
+  const std::shared_ptr<detail::SentinelGroup> sentinel_;  // set with Sentinel (sentinel.hpp)
+  const ::idem::detail::ForkOwner process_;                // lease() refuses a child of fork()
   mutable std::mutex mutex_;
   std::condition_variable returned_;
   std::vector<std::unique_ptr<RedisConnection>> idle_;

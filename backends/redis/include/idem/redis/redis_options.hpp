@@ -9,6 +9,12 @@
 //   redis+cluster://[[user]:password@]host[:port][,host[:port]...][/0][?param=value&...]
 //   rediss+cluster://...   a Redis Cluster (plaintext or TLS), given by any of its nodes
 //                          (RedisOptions::cluster_nodes; see docs/redis.md, "Redis Cluster")
+//   redis+sentinel://[[user]:password@]host[:port][,host[:port]...]/master-name[/db][?...]
+//   rediss+sentinel://...  a primary watched by a Redis Sentinel group, given by its sentinels
+//                          (port 26379 by default) and the name they monitor it under
+//                          (RedisOptions::sentinel_nodes; see docs/redis.md, "Redis Sentinel");
+//                          the user info is the primary's, the sentinels' own password comes
+//                          from sentinel_user / sentinel_password_file / sentinel_password_env
 //
 // with these query parameters (each one sets the field of the same name):
 //   prefix=app:            key_prefix (percent-decoded, so prefix=%7Bapp%7D: gives "{app}:")
@@ -19,6 +25,8 @@
 //     (durations as in every idem URL, idem/duration.hpp: 500ms, 30s, 15m, 12h, 7d, at most
 //     1000d; each also as <name>_ms=N in bare milliseconds, the older spelling)
 //   password_file=PATH     password (read once, here)   password_env=NAME  password from $NAME
+//   sentinel_user=NAME     sentinel_username      sentinel_password_file=PATH / _env=NAME
+//                                                 sentinel_password (redis+sentinel:// only)
 // and, with rediss:// only (each sets the RedisTlsOptions field of the same name):
 //   tls_ca_file=PATH       ca_file        tls_ca_dir=DIR          ca_dir
 //   tls_cert_file=PATH     cert_file      tls_key_file=PATH       key_file
@@ -29,8 +37,8 @@
 // "rediss://app:@redis.internal:6380/0?password_file=/run/secrets/redis&tls_ca_file=/etc/ca.pem".
 // Anything malformed — another scheme, a bad port, db, number or duration, an unknown
 // parameter, a parameter given twice, both spellings of one duration (wait_timeout and
-// wait_timeout_ms), a tls_ parameter on redis://, several hosts on redis:// or a database other
-// than 0 on a cluster — throws ConfigError naming
+// wait_timeout_ms), a tls_ parameter on redis://, several hosts on redis://, a database other
+// than 0 on a cluster, a Sentinel URL without a master name — throws ConfigError naming
 // the offending part;
 // the password and the key passphrase are never repeated in a message.
 //
@@ -95,6 +103,21 @@ struct RedisOptions {
   // docs/redis.md, "Redis Cluster"). Empty (the default): one server at host:port. Every other
   // option applies to each node (credentials, TLS, timeouts, pool_size per node).
   std::vector<RedisNode> cluster_nodes{};
+  // Redis Sentinel: the sentinels to ask which server is the primary named sentinel_master
+  // (SENTINEL get-master-addr-by-name), any number; the first that answers is used. Every new
+  // connection asks, then checks the server's ROLE is master, so a pool follows a failover by
+  // itself: connections to a demoted primary are dropped (-READONLY, or the +switch-master
+  // message the pool subscribes to), and the next ones go to the promoted replica (see
+  // docs/redis.md, "Redis Sentinel"). Empty (the default): no Sentinel. host, port, the
+  // credentials, db and TLS apply to the primary; TLS also to the sentinels.
+  std::vector<RedisNode> sentinel_nodes{};
+  // The name the sentinels monitor the primary under ("sentinel monitor <name> ..."). Required
+  // with sentinel_nodes; no spaces or control characters.
+  std::string sentinel_master{};
+  // AUTH for the sentinels themselves (a sentinel run with requirepass or an ACL user), separate
+  // from the primary's. Default none.
+  std::optional<std::string> sentinel_username{};
+  std::optional<std::string> sentinel_password{};
   // ACL user name sent with AUTH (Redis 6+); only used together with a password. Default none
   // (AUTH <password> alone, the "default" user).
   std::optional<std::string> username{};
@@ -151,8 +174,11 @@ struct RedisOptions {
 
   // True with cluster_nodes: a Redis Cluster.
   bool is_cluster() const noexcept { return !cluster_nodes.empty(); }
+  // True with sentinel_nodes: a primary found through Redis Sentinel.
+  bool is_sentinel() const noexcept { return !sentinel_nodes.empty(); }
 
-  // Parses a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL (see the top of this
+  // Parses a redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or
+  // rediss+sentinel:// URL (see the top of this
   // file). Fields the URL does not mention keep their defaults. Throws ConfigError naming the part
   // that is wrong.
   static RedisOptions from_url(std::string_view url);
@@ -161,7 +187,8 @@ struct RedisOptions {
   // that takes options.
   void validate() const;
 
-  // "host:port/db", or "cluster host:port,host:port" — for messages (never includes the
+  // "host:port/db", "cluster host:port,host:port" or "sentinel name/db via host:port,..." — for
+  // messages (never includes the
   // password).
   std::string endpoint() const;
 };

@@ -1,0 +1,256 @@
+// Failovers under a Sentinel group (scripts/servers.sh with IDEM_TEST_REDIS_SENTINEL=1: a
+// primary, its replica and three sentinels monitoring it as "idem", down-after 1 s). A recorder
+// keeps marking events while the sentinels promote the replica — asked to (SENTINEL FAILOVER), or
+// because the primary was killed with SIGKILL — and must:
+//  * end every call, within its deadline, with success or a retryable / in-doubt RedisError;
+//  * reach the promoted replica by itself, with no new recorder and no restart;
+//  * keep every mark the replica had before the failover (WAIT confirmed it).
+// Marks acknowledged by the old primary after the replica was promoted may be lost (replication
+// is asynchronous): the tests count them (docs/redis.md, "Redis Sentinel") but assert nothing
+// about them. Each test leaves the group whole again: two data nodes, one primary, the replica in
+// sync, every sentinel agreeing.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "../server_env.hpp"
+#include "idem/redis/connection_pool.hpp"
+#include "idem/redis/redis_error.hpp"
+#include "idem/redis/redis_recorder.hpp"
+
+IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
+                             "Redis Sentinel group",
+                             "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/idem");
+
+namespace {
+
+using namespace std::chrono_literals;
+using idem::redis::CommandKind;
+using idem::redis::ConnectionPool;
+using idem::redis::RedisError;
+using idem::redis::RedisOptions;
+using Clock = std::chrono::steady_clock;
+
+std::vector<int> ports_of(const char* variable) {
+  std::istringstream text(idem::test::env(variable));
+  std::vector<int> out;
+  int port = 0;
+  while (text >> port)
+    out.push_back(port);
+  return out;
+}
+
+RedisOptions node(int port) {
+  RedisOptions options;
+  options.port = port;
+  options.connect_timeout = 500ms;
+  options.command_timeout = 1s;
+  return options;
+}
+
+// One command to one server (a sentinel or a data node); nullopt when it does not answer.
+std::optional<idem::redis::RedisReply> ask(int port, std::initializer_list<std::string_view> args) {
+  try {
+    ConnectionPool pool(node(port));
+    auto connection = pool.lease();
+    return connection->command(args, CommandKind::read);
+  } catch (const RedisError&) {
+    return std::nullopt;
+  }
+}
+
+// The port the first sentinel that answers names as the primary; 0 when none answers.
+int named_primary() {
+  for (int sentinel : ports_of("IDEM_TEST_REDIS_SENTINEL_PORTS")) {
+    const auto reply = ask(sentinel, {"SENTINEL", "get-master-addr-by-name", "idem"});
+    if (reply && reply->elements.size() == 2) return std::stoi(reply->elements[1].str);
+  }
+  return 0;
+}
+
+bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return condition();
+}
+
+// Every sentinel names one primary that answers ROLE master, sees its replica in sync and knows
+// the other two sentinels.
+bool group_whole() {
+  int primary = 0;
+  for (int sentinel : ports_of("IDEM_TEST_REDIS_SENTINEL_PORTS")) {
+    const auto address = ask(sentinel, {"SENTINEL", "get-master-addr-by-name", "idem"});
+    if (!address || address->elements.size() != 2) return false;
+    const int port = std::stoi(address->elements[1].str);
+    if (primary != 0 && port != primary) return false;
+    primary = port;
+    const auto replicas = ask(sentinel, {"SENTINEL", "replicas", "idem"});
+    if (!replicas || replicas->elements.size() != 1) return false;
+    const auto& fields = replicas->elements[0].elements;
+    bool link_ok = false;
+    bool plain_replica = false;
+    for (std::size_t i = 0; i + 1 < fields.size(); i += 2) {
+      if (fields[i].str == "master-link-status") link_ok = fields[i + 1].str == "ok";
+      if (fields[i].str == "flags") plain_replica = fields[i + 1].str == "slave";
+    }
+    if (!link_ok || !plain_replica) return false;
+  }
+  const auto role = ask(primary, {"ROLE"});
+  return role && !role->elements.empty() && role->elements[0].str == "master";
+}
+
+std::string prefix(const char* name) {
+  return "idemtest:" + std::to_string(::getpid()) + ":" + name + ":";
+}
+
+RedisOptions sentinel_options(const char* name) {
+  auto options = RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL"));
+  options.key_prefix = prefix(name);
+  options.connect_timeout = 1s;
+  options.command_timeout = 2s;
+  options.pool_size = 4;
+  return options;
+}
+
+// What a recorder saw while the group failed over.
+struct Marks {
+  std::vector<std::string> acknowledged;
+  std::vector<std::string> in_doubt;
+  int retryable_failures = 0;
+};
+
+// Marks events "<tag>-N" until `done` holds after a successful mark, or 60 s. Every call must end
+// with success or a retryable / in-doubt RedisError, within its deadlines (connect_timeout +
+// command_timeout, and a generous margin: this asserts that no call hangs, not a speed).
+Marks mark_through(idem::redis::RedisIdempotencyRecorder& recorder, const RedisOptions& options,
+                   const std::string& tag, const std::function<bool()>& done) {
+  Marks marks;
+  const auto limit = Clock::now() + 60s;
+  const auto bound = options.connect_timeout + options.command_timeout + 5s;
+  for (int i = 0; Clock::now() < limit; ++i) {
+    const std::string id = tag + "-" + std::to_string(i);
+    const auto start = Clock::now();
+    try {
+      recorder.mark_processed("billing", id);
+      marks.acknowledged.push_back(id);
+      if (done()) break;
+    } catch (const RedisError& e) {
+      EXPECT_TRUE(e.retryable() || e.in_doubt()) << e.what();
+      if (e.in_doubt()) {
+        marks.in_doubt.push_back(id);
+      } else {
+        ++marks.retryable_failures;
+      }
+      std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_LT(Clock::now() - start, bound) << "mark_processed(" << id << ") did not end in time";
+  }
+  return marks;
+}
+
+// Makes sure the replica holds every write so far (WAIT), so a failover cannot lose them.
+void replicate(int primary) {
+  const auto acked = ask(primary, {"WAIT", "1", "5000"});
+  ASSERT_TRUE(acked.has_value());
+  ASSERT_EQ(acked->integer, 1);
+}
+
+class RedisSentinelFailover : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL").empty()) GTEST_SKIP();
+    ASSERT_TRUE(eventually(group_whole)) << "the Sentinel group is not whole before the test";
+  }
+  void TearDown() override {
+    if (idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL").empty()) return;
+    EXPECT_TRUE(eventually(group_whole, 60s)) << "the Sentinel group did not become whole again";
+  }
+};
+
+TEST_F(RedisSentinelFailover, AForcedFailoverIsFollowedWithoutLosingReplicatedMarks) {
+  const auto options = sentinel_options("forced");
+  idem::redis::RedisIdempotencyRecorder recorder(options);
+  std::vector<std::string> before;
+  for (int i = 0; i < 100; ++i)
+    before.push_back("before-" + std::to_string(i));
+  recorder.mark_processed_many("billing", before);
+  const int old_primary = named_primary();
+  ASSERT_NE(old_primary, 0);
+  replicate(old_primary);
+
+  const auto failover =
+      ask(ports_of("IDEM_TEST_REDIS_SENTINEL_PORTS").at(0), {"SENTINEL", "FAILOVER", "idem"});
+  ASSERT_TRUE(failover.has_value());
+  ASSERT_FALSE(failover->is_error()) << failover->str;
+
+  const Marks marks = mark_through(recorder, options, "during", [&] {
+    const int now = named_primary();
+    return now != 0 && now != old_primary;
+  });
+  const int new_primary = named_primary();
+  ASSERT_NE(new_primary, old_primary) << "the sentinels did not fail over within 60 s";
+
+  // The recorder reaches the promoted replica by itself: its new connections go there.
+  idem::redis::ConnectionPool pool(options);
+  const auto lease = pool.lease();
+  EXPECT_EQ(lease->endpoint(), "127.0.0.1:" + std::to_string(new_primary) + "/0");
+  EXPECT_EQ(recorder.is_processed_many("billing", before), std::vector<bool>(before.size(), true));
+  recorder.mark_processed("billing", "after");
+  EXPECT_TRUE(recorder.is_processed("billing", "after"));
+  std::size_t lost = 0;
+  for (const auto& id : marks.acknowledged)
+    lost += recorder.is_processed("billing", id) ? 0 : 1;
+  RecordProperty("acknowledged_during", static_cast<int>(marks.acknowledged.size()));
+  RecordProperty("lost_during", static_cast<int>(lost));
+  RecordProperty("in_doubt_during", static_cast<int>(marks.in_doubt.size()));
+}
+
+TEST_F(RedisSentinelFailover, AKilledPrimaryIsReplacedAndCallsEndWithinTheirDeadlines) {
+  const auto options = sentinel_options("killed");
+  idem::redis::RedisIdempotencyRecorder recorder(options);
+  std::vector<std::string> before;
+  for (int i = 0; i < 100; ++i)
+    before.push_back("before-" + std::to_string(i));
+  recorder.mark_processed_many("billing", before);
+  const int old_primary = named_primary();
+  ASSERT_NE(old_primary, 0);
+  replicate(old_primary);
+
+  const std::string dir =
+      idem::test::env("IDEM_TEST_REDIS_SENTINEL_DIR") + "/" + std::to_string(old_primary);
+  pid_t pid = 0;
+  std::ifstream(dir + "/redis.pid") >> pid;
+  ASSERT_GT(pid, 0);
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+
+  const Marks marks = mark_through(recorder, options, "after-kill", [&] {
+    const int now = named_primary();
+    return now != 0 && now != old_primary;
+  });
+  const int new_primary = named_primary();
+  ASSERT_NE(new_primary, old_primary) << "the sentinels did not promote the replica within 60 s";
+  EXPECT_GT(marks.retryable_failures + static_cast<int>(marks.in_doubt.size()), 0)
+      << "no call noticed the primary was gone";
+  EXPECT_EQ(recorder.is_processed_many("billing", before), std::vector<bool>(before.size(), true));
+  for (const auto& id : marks.acknowledged)  // acknowledged by the new primary only
+    EXPECT_TRUE(recorder.is_processed("billing", id)) << id;
+
+  // The killed server comes back empty; the sentinels make it the new primary's replica.
+  ASSERT_EQ(std::system(("redis-server " + dir + "/redis.conf >/dev/null").c_str()), 0);
+}
+
+}  // namespace
