@@ -1,6 +1,7 @@
 // The recorder and store conformance suites (idem/testing/*_conformance.hpp) against a primary
 // found through Redis Sentinel: scripts/servers.sh with IDEM_TEST_REDIS_SENTINEL=1 starts a
-// primary, its replica and three sentinels (IDEM_TEST_REDIS_SENTINEL_URL, redis+sentinel://).
+// primary, its replica and three sentinels (IDEM_TEST_REDIS_SENTINEL_URL, redis+sentinel://);
+// then again with min_replicas=1 (every write waits for the replica).
 // Each test runs under a key prefix of its own. Failovers are in
 // tests/integration/redis_sentinel_fault_test.cpp.
 #include <gtest/gtest.h>
@@ -32,11 +33,13 @@ std::string unique_prefix(const char* name) {
 }
 
 idem::redis::RedisOptions sentinel_options(const char* name,
-                                           std::shared_ptr<idem::Clock> clock = nullptr) {
+                                           std::shared_ptr<idem::Clock> clock = nullptr,
+                                           std::size_t min_replicas = 0) {
   auto options =
       idem::redis::RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL"));
   options.key_prefix = unique_prefix(name);
   options.clock = std::move(clock);
+  options.min_replicas = min_replicas;
   return options;
 }
 
@@ -58,6 +61,22 @@ struct SentinelStoreFactory {
   std::shared_ptr<idem::IdempotencyStore> make(std::shared_ptr<idem::testing::ManualClock> clock) {
     return std::make_shared<idem::redis::RedisIdempotencyStore>(
         sentinel_options("store", std::move(clock)));
+  }
+};
+
+// The same with min_replicas=1: every write waits for the replica (WAIT), and nothing else changes.
+struct DurableRecorderFactory : SentinelRecorderFactory {
+  std::shared_ptr<idem::IdempotencyRecorder> make(
+      std::shared_ptr<idem::testing::ManualClock> clock) {
+    return std::make_shared<idem::redis::RedisIdempotencyRecorder>(
+        sentinel_options("durable-recorder", std::move(clock), 1));
+  }
+};
+
+struct DurableStoreFactory : SentinelStoreFactory {
+  std::shared_ptr<idem::IdempotencyStore> make(std::shared_ptr<idem::testing::ManualClock> clock) {
+    return std::make_shared<idem::redis::RedisIdempotencyStore>(
+        sentinel_options("durable-store", std::move(clock), 1));
   }
 };
 
@@ -93,3 +112,5 @@ TEST(RedisSentinel, ConnectionsReachThePrimaryTheSentinelsName) {
 
 INSTANTIATE_RECORDER_CONFORMANCE(RedisSentinel, SentinelRecorderFactory);
 INSTANTIATE_STORE_CONFORMANCE(RedisSentinel, SentinelStoreFactory);
+INSTANTIATE_RECORDER_CONFORMANCE(RedisSentinelMinReplicas, DurableRecorderFactory);
+INSTANTIATE_STORE_CONFORMANCE(RedisSentinelMinReplicas, DurableStoreFactory);

@@ -228,6 +228,21 @@ TEST(RedisOptions, BadSentinelUrlsNameTheirPart) {
   EXPECT_THROW(options.validate(), idem::ConfigError);  // a cluster does not use Sentinel
 }
 
+TEST(RedisOptions, MinReplicasAndItsTimeout) {
+  const auto options = RedisOptions::from_url("redis://h?min_replicas=1&replica_timeout=300ms");
+  EXPECT_EQ(options.min_replicas, 1u);
+  EXPECT_EQ(options.replica_timeout, 300ms);
+  EXPECT_EQ(RedisOptions{}.min_replicas, 0u);  // no wait unless asked
+  EXPECT_EQ(RedisOptions::from_url("redis://h?replica_timeout_ms=250").replica_timeout, 250ms);
+  expect_config_error("redis://h?min_replicas=1&replica_timeout=2s",
+                      "shorter than command_timeout");
+  expect_config_error("redis://h?min_replicas=101", "min_replicas");
+  expect_config_error("redis://h?replica_timeout=0ms", "replica_timeout");
+  expect_config_error("redis://h?min_replicas=x", "min_replicas");
+  // Without min_replicas the timeout is unused, so a short command_timeout stays valid.
+  EXPECT_NO_THROW(RedisOptions::from_url("redis://h?command_timeout=200ms"));
+}
+
 // The durations take the grammar of every idem URL (idem/duration.hpp); the older _ms names stay
 // as aliases in bare milliseconds.
 TEST(RedisOptions, DurationsTakeTheUrlGrammar) {

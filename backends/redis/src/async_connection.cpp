@@ -663,18 +663,35 @@ async::Task<Replies> AsyncConnection::many(std::shared_ptr<State> state, Command
                                            CommandKind kind, std::string what) {
   state->process.use("this Redis async connection (of a recorder or store)");
   if (batch.empty()) co_return Replies{};
+  // Durability (min_replicas): the replicas must confirm the call's writes before they count as
+  // done; the WAIT rides in the same call, so it follows them on the connection.
+  const std::size_t min_replicas = state->options.min_replicas;
+  const bool wait = min_replicas > 0 && kind != CommandKind::read;
+  if (wait) {
+    batch.add({"WAIT", std::to_string(min_replicas),
+               std::to_string(state->options.replica_timeout.count())});
+  }
   const std::size_t count = batch.size();
-  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
-                                          void(std::exception_ptr, Replies)>(
+  Replies replies = co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                                  void(std::exception_ptr, Replies)>(
       [&](auto handler) {
         Call call;
         call.bytes = batch.take_bytes();
         call.count = count;
         call.kind = kind;
-        call.what = std::move(what);
+        call.what = wait ? what : std::move(what);
         state->start(std::move(handler), std::move(call));
       },
       asio::use_awaitable);
+  if (wait) {
+    const RedisReply confirmed = std::move(replies.back());
+    replies.pop_back();
+    const bool no_write = std::all_of(replies.begin(), replies.end(),
+                                      [](const RedisReply& r) { return r.is_error(); });
+    detail::check_wait(confirmed, min_replicas, state->options.replica_timeout, no_write, kind,
+                       what, state->endpoint);
+  }
+  co_return replies;
 }
 
 AsyncConnectionStats AsyncConnection::stats() const {

@@ -42,7 +42,9 @@ RedisConnection::RedisConnection(const RedisOptions& options,
       tls_(tls),
       host_(options.host),
       reader_(std::make_unique<detail::ReplyReader>()),
-      endpoint_(options.endpoint()) {
+      endpoint_(options.endpoint()),
+      min_replicas_(options.min_replicas),
+      replica_timeout_(options.replica_timeout) {
   try {
     addresses_ = net::resolve(options.host, options.port);
   } catch (const net::ResolveError& e) {
@@ -138,7 +140,9 @@ RedisReply RedisConnection::command(std::span<const std::string_view> args, Comm
   }
   append(args);
   send_pending(kind, what);
-  return read_one(kind, what, /*any_sent=*/true);
+  RedisReply reply = read_one(kind, what, /*any_sent=*/true);
+  if (wait_queued_) check_wait(read_one(kind, what, true), reply.is_error(), kind, what);
+  return reply;
 }
 
 RedisReply RedisConnection::command(std::initializer_list<std::string_view> args, CommandKind kind,
@@ -153,7 +157,20 @@ std::vector<RedisReply> RedisConnection::read_replies(CommandKind kind, std::str
   replies.reserve(pending_);
   while (pending_ > 0)
     replies.push_back(read_one(kind, what, /*any_sent=*/true));
+  if (wait_queued_ && !replies.empty()) {
+    const RedisReply wait = std::move(replies.back());
+    replies.pop_back();
+    const bool no_write = std::all_of(replies.begin(), replies.end(),
+                                      [](const RedisReply& r) { return r.is_error(); });
+    check_wait(wait, no_write, kind, what);
+  }
   return replies;
+}
+
+void RedisConnection::check_wait(const RedisReply& wait, bool no_write, CommandKind kind,
+                                 std::string_view what) {
+  wait_queued_ = false;
+  detail::check_wait(wait, min_replicas_, replica_timeout_, no_write, kind, what, endpoint_);
 }
 
 void RedisConnection::send_pending(CommandKind kind, std::string_view what) {
@@ -162,6 +179,13 @@ void RedisConnection::send_pending(CommandKind kind, std::string_view what) {
         RedisFailure::io,
         "idem redis: " + std::string(what) + " on " + endpoint_ + ": the connection is broken",
         /*retryable=*/true, /*in_doubt=*/false);
+  }
+  if (min_replicas_ > 0 && kind != CommandKind::read && pending_ > 0 && !wait_queued_) {
+    // Durability: the replicas must confirm these writes before they count as done.
+    const std::string replicas = std::to_string(min_replicas_);
+    const std::string timeout = std::to_string(replica_timeout_.count());
+    append({"WAIT", replicas, timeout});
+    wait_queued_ = true;
   }
   std::size_t sent = 0;
   try {

@@ -91,6 +91,13 @@ void load_script(RedisConnection& connection, const Script& script, std::string_
 // up): code connection_refused for ECONNREFUSED (nothing listens there), connect_timeout for a
 // timeout, store_error otherwise. `detail` says what failed.
 RedisError connect_error(const std::string& endpoint, int error_number, const std::string& detail);
+
+// min_replicas (RedisOptions): the reply to the WAIT sent after a call's writes. Throws RedisError
+// (in doubt; retryable for an idempotent write) when fewer than `min_replicas` replicas confirmed
+// them, unless every command of the call failed (`no_write`: nothing was written).
+void check_wait(const RedisReply& wait, std::size_t min_replicas,
+                std::chrono::milliseconds replica_timeout, bool no_write, CommandKind kind,
+                std::string_view what, const std::string& endpoint);
 // A host name that does not resolve: host_not_found, retryable only when the resolver could not
 // answer now (net::ResolveError::temporary()).
 RedisError resolve_error(const std::string& endpoint, const std::string& detail, bool temporary);

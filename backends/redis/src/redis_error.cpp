@@ -208,5 +208,26 @@ std::int64_t minus_ms(std::int64_t now_ms, std::chrono::milliseconds d) {
   return std::max(now_ms - span, -max_time_ms());
 }
 
+void check_wait(const RedisReply& wait, std::size_t min_replicas,
+                std::chrono::milliseconds replica_timeout, bool no_write, CommandKind kind,
+                std::string_view what, const std::string& endpoint) {
+  if (no_write) return;  // the caller reports the error replies
+  const bool refused = wait.is_error();
+  if (!refused && wait.type == RedisReply::Type::integer &&
+      wait.integer >= static_cast<long long>(min_replicas)) {
+    return;
+  }
+  const std::string detail =
+      refused ? "WAIT was refused (" + wait.str + ")"
+              : "only " + std::to_string(wait.integer) + " of the " + std::to_string(min_replicas) +
+                    " replicas asked for (min_replicas) confirmed it within replica_timeout " +
+                    std::to_string(replica_timeout.count()) + " ms";
+  throw RedisError(RedisFailure::reply,
+                   "idem redis: " + std::string(what) + " on " + endpoint +
+                       ": written on the primary, but " + detail +
+                       "; a failover may lose it: it may or may not survive",
+                   /*retryable=*/kind == CommandKind::idempotent_write, /*in_doubt=*/true);
+}
+
 }  // namespace detail
 }  // namespace idem::redis

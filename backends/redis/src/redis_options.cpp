@@ -126,8 +126,10 @@ bool apply_tls_parameter(RedisOptions& options, std::string_view name, const std
 // The settings that are durations. Each takes the duration grammar of every idem URL
 // (idem/duration.hpp: 500ms, 30s, 15m, 12h, 7d; at most 1000d) under its own name, and bare
 // milliseconds under the older alias <name>_ms.
-constexpr std::array<std::string_view, 5> kDurationSettings{
-    "connect_timeout", "command_timeout", "wait_timeout", "marker_ttl", "expiry_slack"};
+constexpr std::array<std::string_view, 6> kDurationSettings{"connect_timeout", "command_timeout",
+                                                            "wait_timeout",    "marker_ttl",
+                                                            "expiry_slack",    "replica_timeout"};
+constexpr std::size_t kMaxMinReplicas = 100;
 
 // The setting a parameter name sets: a duration's _ms alias names its duration, any other name
 // itself. Two parameters that set one setting are an error.
@@ -168,6 +170,8 @@ bool apply_duration_parameter(RedisOptions& options, std::string_view name,
     options.wait_timeout = duration;
   } else if (setting == "marker_ttl") {
     options.marker_ttl = duration;
+  } else if (setting == "replica_timeout") {
+    options.replica_timeout = duration;
   } else {
     options.expiry_slack = duration;
   }
@@ -187,6 +191,8 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
     options.async_connections = parse_number<std::size_t>(value, part);
   } else if (name == "scan_count") {
     options.scan_count = parse_number<std::size_t>(value, part);
+  } else if (name == "min_replicas") {
+    options.min_replicas = parse_number<std::size_t>(value, part);
   } else if (name == "password_file" || name == "password_env") {
     // The secret stays out of the URL; it is read here, once (RedisOptions holds the password).
     // An ACL user is written "user:@host" (an empty password in the user info).
@@ -213,8 +219,9 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
   } else {
     bad_url("unknown parameter '" + std::string(name) +
             "' (known: prefix, pool_size, async_connections, connect_timeout, "
-            "command_timeout, wait_timeout, marker_ttl, expiry_slack (each also as _ms in "
-            "milliseconds), scan_count, password_file, password_env; with redis+sentinel://: "
+            "command_timeout, wait_timeout, marker_ttl, expiry_slack, replica_timeout (each also "
+            "as _ms in milliseconds), scan_count, min_replicas, password_file, password_env; with "
+            "redis+sentinel://: "
             "sentinel_user, sentinel_password_file, sentinel_password_env; with rediss://: "
             "tls_ca_file, tls_ca_dir, "
             "tls_cert_file, tls_key_file, tls_key_password_file, tls_key_password_env, "
@@ -432,6 +439,20 @@ void RedisOptions::validate() const {
                       std::to_string(expiry_slack.count()));
   }
   if (scan_count < 1) throw ConfigError("RedisOptions::scan_count must be >= 1");
+  if (min_replicas > kMaxMinReplicas) {
+    throw ConfigError("RedisOptions::min_replicas must be 0.." + std::to_string(kMaxMinReplicas) +
+                      ", got " + std::to_string(min_replicas));
+  }
+  if (replica_timeout <= std::chrono::milliseconds::zero()) {
+    throw ConfigError("RedisOptions::replica_timeout must be > 0 ms, got " +
+                      std::to_string(replica_timeout.count()));
+  }
+  if (min_replicas > 0 && replica_timeout >= command_timeout) {
+    throw ConfigError("RedisOptions::replica_timeout (" + std::to_string(replica_timeout.count()) +
+                      " ms) must be shorter than command_timeout (" +
+                      std::to_string(command_timeout.count()) +
+                      " ms) with min_replicas: the reply to WAIT is read within command_timeout");
+  }
   if (is_cluster()) {
     if (db != 0) {
       throw ConfigError(

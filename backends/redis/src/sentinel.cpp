@@ -33,6 +33,7 @@ RedisOptions sentinel_connection_options(const RedisOptions& options) {
   out.db = 0;  // a sentinel has no databases
   out.username = options.sentinel_username;
   out.password = options.sentinel_password;
+  out.min_replicas = 0;  // nothing idem sends a sentinel writes
   return out;
 }
 

@@ -139,6 +139,9 @@ class RedisConnection {
                             const std::string& detail, bool protocol = false, bool eof = false);
   // The first bytes of the connection are not RESP: wrong_protocol.
   [[noreturn]] void not_redis(std::string_view what);
+  // With min_replicas: the reply to the WAIT queued after a write. Throws RedisError (in doubt)
+  // when fewer replicas confirmed it, unless every write it followed failed (`no_write`).
+  void check_wait(const RedisReply& wait, bool no_write, CommandKind kind, std::string_view what);
 
   std::chrono::milliseconds command_timeout_;
   std::chrono::milliseconds connect_timeout_;
@@ -155,6 +158,9 @@ class RedisConnection {
   std::vector<std::size_t> boundaries_;  // end offset of each queued command in out_
   std::size_t pending_ = 0;              // commands queued or sent whose replies are unread
   bool broken_ = false;
+  std::size_t min_replicas_ = 0;                     // RedisOptions::min_replicas
+  std::chrono::milliseconds replica_timeout_{};      // RedisOptions::replica_timeout
+  bool wait_queued_ = false;                         // the last queued or sent command is that WAIT
   std::unique_ptr<detail::ClusterRouting> routing_;  // set on a cluster; then nothing above is
   // With Sentinel: the group that named this connection's server, and its epoch then.
   std::shared_ptr<detail::SentinelGroup> sentinel_;

@@ -21,6 +21,7 @@
 //   pool_size=8            pool_size              async_connections=1    async_connections
 //   connect_timeout=1s     connect_timeout        command_timeout=2s     command_timeout
 //   wait_timeout=1s        wait_timeout           marker_ttl=7d          marker_ttl
+//   min_replicas=N         min_replicas           replica_timeout=500ms  replica_timeout
 //   expiry_slack=1h        expiry_slack           scan_count=N           scan_count
 //     (durations as in every idem URL, idem/duration.hpp: 500ms, 30s, 15m, 12h, 7d, at most
 //     1000d; each also as <name>_ms=N in bare milliseconds, the older spelling)
@@ -145,6 +146,19 @@ struct RedisOptions {
   // The longest a call waits for a connection when all pool_size are busy, before failing with
   // a retryable RedisError (pool_exhausted). Must be >= 0; 0 fails at once. Default 1 s.
   std::chrono::milliseconds wait_timeout = std::chrono::seconds(1);
+
+  // Durability across a failover: when > 0, every write idem sends (claims, completions, marks,
+  // releases, purges) is followed on the same connection by WAIT min_replicas replica_timeout, and
+  // a write that fewer than min_replicas replicas confirmed within replica_timeout is reported as
+  // a RedisError in doubt (retryable for idempotent writes such as marks), never as success: it
+  // is on the primary, but a failover may lose it. Reads are not delayed. On a cluster each
+  // primary waits for its own replicas. 0..100; default 0 (no wait: replication is asynchronous,
+  // see docs/redis.md, "Durability across failover").
+  std::size_t min_replicas = 0;
+  // The longest one write waits for its replicas (WAIT's timeout). Must be > 0, and with
+  // min_replicas shorter than command_timeout (the reply to WAIT is read within it). Default
+  // 500 ms.
+  std::chrono::milliseconds replica_timeout = std::chrono::milliseconds(500);
 
   // Prepended to every key idem writes, so several applications (or tests) share one database.
   // Any bytes but control characters; at most 128 bytes. A hash tag in it ("{app}:") pins
