@@ -440,6 +440,10 @@ RedisReply ClusterRouting::command(std::span<const std::string_view> args, Comma
     if (!is_retry_later(reply) || redirections > kMaxRedirections) return reply;
     last = reply;
     if (!pause_until(pause, deadline)) return reply;
+    // The cap is on redirections in a row (a loop between nodes that disagree). While a slot
+    // migrates, a two-key script bounces source -ASK-> target -TRYAGAIN-> for as long as the
+    // move lasts: each round waits, and the deadline bounds them all.
+    redirections = 0;
     layout_ = map_->reload(layout_);
   }
 }
