@@ -24,10 +24,8 @@
 #include <thread>
 #include <vector>
 
-#include "../server_env.hpp"
-#include "idem/redis/connection_pool.hpp"
-#include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
+#include "redis_sentinel_env.hpp"
 
 IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
                              "Redis Sentinel group",
@@ -35,83 +33,7 @@ IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTIN
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::redis::CommandKind;
-using idem::redis::ConnectionPool;
-using idem::redis::RedisError;
-using idem::redis::RedisOptions;
-using Clock = std::chrono::steady_clock;
-
-std::vector<int> ports_of(const char* variable) {
-  std::istringstream text(idem::test::env(variable));
-  std::vector<int> out;
-  int port = 0;
-  while (text >> port)
-    out.push_back(port);
-  return out;
-}
-
-RedisOptions node(int port) {
-  RedisOptions options;
-  options.port = port;
-  options.connect_timeout = 500ms;
-  options.command_timeout = 1s;
-  return options;
-}
-
-// One command to one server (a sentinel or a data node); nullopt when it does not answer.
-std::optional<idem::redis::RedisReply> ask(int port, std::initializer_list<std::string_view> args) {
-  try {
-    ConnectionPool pool(node(port));
-    auto connection = pool.lease();
-    return connection->command(args, CommandKind::read);
-  } catch (const RedisError&) {
-    return std::nullopt;
-  }
-}
-
-// The port the first sentinel that answers names as the primary; 0 when none answers.
-int named_primary() {
-  for (int sentinel : ports_of("IDEM_TEST_REDIS_SENTINEL_PORTS")) {
-    const auto reply = ask(sentinel, {"SENTINEL", "get-master-addr-by-name", "idem"});
-    if (reply && reply->elements.size() == 2) return std::stoi(reply->elements[1].str);
-  }
-  return 0;
-}
-
-bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return condition();
-}
-
-// Every sentinel names one primary that answers ROLE master, sees its replica in sync and knows
-// the other two sentinels.
-bool group_whole() {
-  int primary = 0;
-  for (int sentinel : ports_of("IDEM_TEST_REDIS_SENTINEL_PORTS")) {
-    const auto address = ask(sentinel, {"SENTINEL", "get-master-addr-by-name", "idem"});
-    if (!address || address->elements.size() != 2) return false;
-    const int port = std::stoi(address->elements[1].str);
-    if (primary != 0 && port != primary) return false;
-    primary = port;
-    const auto replicas = ask(sentinel, {"SENTINEL", "replicas", "idem"});
-    if (!replicas || replicas->elements.size() != 1) return false;
-    const auto& fields = replicas->elements[0].elements;
-    bool link_ok = false;
-    bool plain_replica = false;
-    for (std::size_t i = 0; i + 1 < fields.size(); i += 2) {
-      if (fields[i].str == "master-link-status") link_ok = fields[i + 1].str == "ok";
-      if (fields[i].str == "flags") plain_replica = fields[i + 1].str == "slave";
-    }
-    if (!link_ok || !plain_replica) return false;
-  }
-  const auto role = ask(primary, {"ROLE"});
-  return role && !role->elements.empty() && role->elements[0].str == "master";
-}
+using namespace idem::test::sentinel;
 
 std::string prefix(const char* name) {
   return "idemtest:" + std::to_string(::getpid()) + ":" + name + ":";

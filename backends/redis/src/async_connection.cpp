@@ -10,6 +10,7 @@
 #include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <exception>
 #include <system_error>
@@ -42,6 +43,9 @@ constexpr std::chrono::milliseconds kFirstBackoff{50};
 constexpr std::chrono::milliseconds kMaxBackoff{1000};
 constexpr std::size_t kMaxBatchBytes = 1 << 20;  // one write takes at most this much new work
 constexpr std::size_t kReadChunk = 64 * 1024;
+// The handshake calls of a connection found through Sentinel (told apart by their `what`).
+constexpr const char* kSentinelAsk = "SENTINEL get-master-addr-by-name";
+constexpr const char* kRoleCheck = "ROLE";
 
 // One call of the connection: its commands and, once written, what reading its replies needs.
 struct Call {
@@ -73,7 +77,9 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
       : Pipeline(executor),
         options(std::move(opts)),
         tls_context(std::move(tls)),
-        endpoint(options.endpoint()) {}
+        endpoint(options.endpoint()),
+        target_host(options.host),
+        target_port(options.port) {}
 
   // The engine's view of the descriptor goes before the stream closes it.
   ~State() { unwatch(); }
@@ -109,6 +115,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
 
   void close_transport() noexcept {
     stream.close();
+    if (!discovering) primary_named = false;  // a new connection asks the sentinels again
     phase = Phase::idle;
     tls_handshaking = false;
     socket_bytes_read = 0;
@@ -138,8 +145,22 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
       return;
     }
     phase = Phase::connecting;
+    if (options.is_sentinel() && !discovering && !primary_named) {
+      // Sentinel: every new connection starts by asking a sentinel where the primary is.
+      discovering = true;
+      sentinels_asked = 0;
+      sentinel_problems.clear();
+      sentinels_unaware = 0;
+    }
+    if (discovering) {
+      const RedisNode& sentinel =
+          options
+              .sentinel_nodes[(sentinel_first + sentinels_asked) % options.sentinel_nodes.size()];
+      target_host = sentinel.host;
+      target_port = sentinel.port;
+    }
     try {
-      addresses = net::resolve(options.host, options.port);
+      addresses = net::resolve(target_host, target_port);
     } catch (const net::ResolveError& e) {
       fail_connect(detail::resolve_error(endpoint, e.what(), e.temporary()));
       return;
@@ -212,8 +233,14 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
     fail_connect(detail::connect_error(endpoint, error_number, detail));
   }
 
-  // Every queued request fails with `error`; the next connect waits out the backoff.
+  // Every queued request fails with `error`; the next connect waits out the backoff. While asking
+  // the sentinels, the next sentinel is asked first.
   void fail_connect(const RedisError& error) {
+    if (discovering) {
+      sentinel_failed(error.what(), /*unaware=*/false);
+      return;
+    }
+    primary_named = false;  // the next connection asks the sentinels again
     ++stats_connect_failures;
     phase = Phase::idle;
     back_off();
@@ -233,7 +260,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
       return;
     }
     try {
-      stream.start_tls(tls_context, options.host);
+      stream.start_tls(tls_context, target_host);
     } catch (const net::TlsError& e) {
       refuse_tls(e.what());
       return;
@@ -269,6 +296,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   // A TLS failure (or a TLS/plaintext mismatch): every call written or waiting fails with the
   // non-retryable tls error; the next call tries again after the backoff.
   void refuse_tls(const std::string& cause) {
+    discovering = false;
     close_socket();
     ++stats_connect_failures;
     back_off();
@@ -280,6 +308,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   // The first bytes of this socket are not RESP: something else listens there. Everything
   // sent or queued fails with wrong_protocol.
   void not_redis() {
+    discovering = false;
     close_socket();
     ++stats_connect_failures;
     back_off();
@@ -301,10 +330,85 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
       return {};
     }
     if (tls_context) {
-      return detail::tls_session_refused(addresses, tls_context, options.host,
+      return detail::tls_session_refused(addresses, tls_context, target_host,
                                          options.connect_timeout);
     }
     return detail::plaintext_to_tls_port(addresses, options.connect_timeout);
+  }
+
+  // ---- Sentinel ---------------------------------------------------------------------------------
+
+  // The sentinel asked last did not name the primary: ask the next one, or fail the queued calls
+  // once every sentinel was asked (retryable, unless every one said it monitors no such name).
+  void sentinel_failed(const std::string& problem, bool unaware) {
+    close_socket();
+    sentinel_problems += (sentinel_problems.empty() ? "" : "; ") + problem;
+    if (unaware) ++sentinels_unaware;
+    if (++sentinels_asked < options.sentinel_nodes.size()) {
+      phase = Phase::idle;
+      begin_connect();
+      return;
+    }
+    discovering = false;
+    const bool config = sentinels_unaware == options.sentinel_nodes.size();
+    fail_connect(RedisError(RedisFailure::connect,
+                            config ? "idem redis: no sentinel of " + endpoint +
+                                         " monitors a primary named '" + options.sentinel_master +
+                                         "' (check the name after the hosts in the URL)"
+                                   : "idem redis: connect to " + endpoint +
+                                         ": no sentinel named the primary: " + sentinel_problems,
+                            /*retryable=*/!config, /*in_doubt=*/false, /*timed_out=*/false,
+                            config ? ErrorCode::config_error : ErrorCode::store_error));
+  }
+
+  // The answer to SENTINEL get-master-addr-by-name: connect to the primary it names.
+  void sentinel_answered(const RedisReply& answer) {
+    const std::string sentinel = target_host + ":" + std::to_string(target_port);
+    if (answer.is_nil()) {
+      sentinel_failed(
+          "sentinel " + sentinel + " monitors no primary named '" + options.sentinel_master + "'",
+          /*unaware=*/true);
+      return;
+    }
+    int port = 0;
+    if (answer.type == RedisReply::Type::array && answer.elements.size() == 2) {
+      const std::string& text = answer.elements[1].str;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), port);
+      if (ec != std::errc() || end != text.data() + text.size() || port > 65535) port = 0;
+    }
+    if (port <= 0 || answer.elements[0].str.empty()) {
+      sentinel_failed("sentinel " + sentinel + " answered " +
+                          (answer.is_error() ? answer.str : std::string("no address")),
+                      /*unaware=*/false);
+      return;
+    }
+    sentinel_first = (sentinel_first + sentinels_asked) % options.sentinel_nodes.size();
+    close_socket();
+    discovering = false;
+    primary_named = true;
+    target_host = answer.elements[0].str;
+    target_port = port;
+    phase = Phase::idle;
+    begin_connect();
+  }
+
+  // The answer to ROLE on the server the sentinels named: a primary, or (a failover in progress)
+  // not yet or no longer one.
+  void role_answered(const RedisReply& answer) {
+    if (answer.type == RedisReply::Type::array && !answer.elements.empty() &&
+        answer.elements[0].str == "master") {
+      return;
+    }
+    const std::string role = answer.is_error()         ? answer.str
+                             : answer.elements.empty() ? std::string("(empty)")
+                                                       : answer.elements[0].str;
+    close_socket();
+    fail_connect(RedisError(RedisFailure::connect,
+                            "idem redis: connect to " + endpoint + ": the sentinels name " +
+                                target_host + ":" + std::to_string(target_port) +
+                                " as primary, but it answers ROLE " + role +
+                                " (a failover in progress?)",
+                            /*retryable=*/true, /*in_doubt=*/false));
   }
 
   void established() {
@@ -323,14 +427,21 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
       batch(send_own(std::move(call)).call);
     };
     const std::string db = std::to_string(options.db);
-    if (options.password) {
-      if (options.username) {
-        add({"AUTH", *options.username, *options.password}, "AUTH");
+    const auto& username = discovering ? options.sentinel_username : options.username;
+    const auto& password = discovering ? options.sentinel_password : options.password;
+    if (password) {
+      if (username) {
+        add({"AUTH", *username, *password}, "AUTH");
       } else {
-        add({"AUTH", *options.password}, "AUTH");
+        add({"AUTH", *password}, "AUTH");
       }
     }
-    if (options.db != 0) add({"SELECT", db}, "SELECT");
+    if (discovering) {
+      add({"SENTINEL", "get-master-addr-by-name", options.sentinel_master}, kSentinelAsk);
+    } else {
+      if (options.db != 0) add({"SELECT", db}, "SELECT");
+      if (options.is_sentinel()) add({"ROLE"}, kRoleCheck);
+    }
     if (handshakes == 0) {
       ready();
     } else {
@@ -367,7 +478,9 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   void flush() {
     if (phase != Phase::ready) return;
     if (out_offset == out.size() && has_queued()) {
-      if (!has_in_flight() && idle_socket_dead()) {
+      if (!has_in_flight() && (idle_socket_dead() || primary_demoted)) {
+        primary_demoted = false;
+        primary_named = false;
         ++stats_drops;
         close_socket();
         begin_connect();
@@ -499,18 +612,32 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
     if (done->call.handshake) {
       --handshakes;
       const RedisReply& answer = done->call.replies.front();
-      if (answer.is_error()) {
+      if (done->call.what == kSentinelAsk) {
+        sentinel_answered(answer);
+        return;
+      }
+      if (done->call.what == kRoleCheck) {
+        role_answered(answer);
+        if (phase != Phase::handshaking) return;
+      } else if (answer.is_error()) {
         handshake_refused(done->call.what, answer.str);
         return;
       }
       if (handshakes == 0) ready();
       return;
     }
+    // A demoted primary refuses writes: with Sentinel, the next connection asks again.
+    if (options.is_sentinel()) {
+      for (const RedisReply& got : done->call.replies) {
+        if (got.is_error() && got.str.rfind("READONLY", 0) == 0) primary_demoted = true;
+      }
+    }
     complete(*done, nullptr, std::move(done->call.replies));
   }
 
   void handshake_refused(const std::string& what, const std::string& answer) {
     const std::string message = "idem redis: " + what + " on " + endpoint + " refused: " + answer;
+    discovering = false;
     close_socket();
     ++stats_connect_failures;
     back_off();
@@ -601,6 +728,18 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   std::uint64_t bytes_batched = 0;
   std::uint64_t bytes_written = 0;
   std::array<char, kReadChunk> read_buffer{};
+
+  // Sentinel: where the next connection goes (the server itself without Sentinel), and the state
+  // of asking the sentinels for it.
+  std::string target_host;
+  int target_port = 0;
+  bool discovering = false;         // this socket is to a sentinel, asking for the primary
+  bool primary_named = false;       // target_host:target_port is the primary a sentinel named
+  bool primary_demoted = false;     // a reply said READONLY: reconnect before the next write
+  std::size_t sentinel_first = 0;   // the sentinel that answered last
+  std::size_t sentinels_asked = 0;  // in this round
+  std::size_t sentinels_unaware = 0;
+  std::string sentinel_problems;
 
   std::atomic<std::uint64_t> stats_connects{0}, stats_connect_failures{0}, stats_drops{0},
       stats_commands{0}, stats_writes{0};
@@ -727,13 +866,7 @@ AsyncConnectionPool::AsyncConnectionPool(asio::any_io_executor executor, RedisOp
         options_.endpoint() +
         "): use the blocking RedisIdempotencyRecorder / RedisIdempotencyStore, or one primary");
   }
-  if (options_.is_sentinel()) {
-    throw NotSupported(
-        "idem redis: the coroutine face does not ask Redis Sentinel for the primary yet (" +
-        options_.endpoint() +
-        "): use the blocking RedisIdempotencyRecorder / RedisIdempotencyStore, or the primary's "
-        "own redis:// URL");
-  }
+
   const auto tls = detail::make_tls_context(options_);  // one context for every connection
   for (std::size_t i = 0; i < options_.async_connections; ++i)
     connections_.push_back(std::make_unique<AsyncConnection>(executor, options_, tls));

@@ -40,11 +40,12 @@ namespace {
 // Error replies that mean "not now": the server did not run the command and will accept it
 // later (LOADING: still reading its data after a restart; BUSY: a script is running; TRYAGAIN,
 // CLUSTERDOWN, MASTERDOWN: a cluster or replication in transition; NOREPLICAS: min-replicas not
-// met; READONLY: a replica answered, e.g. mid-failover; OOM: maxmemory reached).
+// met; READONLY: a replica answered, e.g. mid-failover; OOM: maxmemory reached; MOVED, ASK: a
+// cluster redirection still there after the routing's bounded number of them — slots moving).
 bool is_transient(std::string_view error) {
   const std::string_view code = error.substr(0, error.find(' '));
   for (std::string_view transient : {"LOADING", "BUSY", "TRYAGAIN", "CLUSTERDOWN", "MASTERDOWN",
-                                     "NOREPLICAS", "READONLY", "OOM"}) {
+                                     "NOREPLICAS", "READONLY", "OOM", "MOVED", "ASK"}) {
     if (code == transient) return true;
   }
   return false;

@@ -108,7 +108,7 @@ struct RedisOptions {
   // (SENTINEL get-master-addr-by-name), any number; the first that answers is used. Every new
   // connection asks, then checks the server's ROLE is master, so a pool follows a failover by
   // itself: connections to a demoted primary are dropped (-READONLY, or the +switch-master
-  // message the pool subscribes to), and the next ones go to the promoted replica (see
+  // message a blocking pool subscribes to), and the next ones go to the promoted replica (see
   // docs/redis.md, "Redis Sentinel"). Empty (the default): no Sentinel. host, port, the
   // credentials, db and TLS apply to the primary; TLS also to the sentinels.
   std::vector<RedisNode> sentinel_nodes{};
