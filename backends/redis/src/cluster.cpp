@@ -357,7 +357,9 @@ RedisConnection& ClusterRouting::link(const ClusterNode& node) {
 }
 
 void ClusterRouting::drop(const std::string& name) noexcept {
-  links_.erase(name);
+  const auto link = links_.find(name);
+  if (link != links_.end() && link->second.get() == last_) last_ = nullptr;
+  if (link != links_.end()) links_.erase(link);
 }
 
 std::size_t ClusterRouting::pending() const noexcept {
@@ -416,6 +418,7 @@ RedisReply ClusterRouting::command(std::span<const std::string_view> args, Comma
       }
       reply = connection.command(args, kind, what);
       endpoint_ = connection.endpoint();
+      last_ = &connection;
     } catch (const RedisError& e) {
       drop(name);
       // A command that may have run is never sent again; nor after the deadline.

@@ -139,6 +139,9 @@ class ClusterRouting {
   std::size_t pending() const noexcept;
   bool broken() const noexcept { return broken_; }
   const std::string& endpoint() const noexcept { return endpoint_; }
+  // The node connection the last routed command went to (null before the first): where a
+  // subscription made with command() receives its messages.
+  RedisConnection* last_node() const noexcept { return last_; }
   // Drops the node connections found dead; false (the routing itself stays usable).
   bool looks_dead() noexcept;
   // Reads the layout again and returns its primaries: SCAN and SCRIPT LOAD run on each, through
@@ -160,6 +163,7 @@ class ClusterRouting {
   std::vector<std::vector<std::string>> queued_;
   std::vector<ClusterNode> primaries_;  // of the last primaries()
   std::string endpoint_;
+  RedisConnection* last_ = nullptr;  // one of links_, or null
   bool broken_ = false;
 };
 

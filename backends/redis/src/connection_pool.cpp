@@ -284,6 +284,52 @@ void RedisConnection::not_redis(std::string_view what) {
   throw detail::not_redis_error(what, endpoint_, first_bytes_);
 }
 
+std::optional<RedisReply> RedisConnection::next_push(
+    std::chrono::steady_clock::time_point deadline) {
+  if (routing_) {
+    RedisConnection* node = routing_->last_node();
+    if (node == nullptr) {
+      throw RedisError(RedisFailure::io,
+                       "idem redis: wait on " + endpoint() + ": the subscription's node is gone",
+                       /*retryable=*/true, /*in_doubt=*/false);
+    }
+    return node->next_push(deadline);
+  }
+  char buffer[4096];
+  for (;;) {
+    try {
+      if (auto reply = reader_->next()) return reply;
+    } catch (const detail::ProtocolError& e) {
+      fail_io("wait", 0, false, CommandKind::read, std::string("protocol error: ") + e.what(),
+              /*protocol=*/true);
+    }
+    if (stream_->buffered() == 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (now >= deadline) return std::nullopt;
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+      pollfd fd{stream_->fd(), POLLIN, 0};
+      const int ready =
+          ::poll(&fd, 1, static_cast<int>(std::min<std::int64_t>(left.count(), 1000)));
+      if (ready == 0) continue;
+      if (ready < 0 && errno == EINTR) continue;
+    }
+    std::size_t n = 0;
+    try {
+      n = net::read_some_blocking(*stream_, buffer, after(command_timeout_));
+    } catch (const std::system_error& e) {
+      fail_io("wait", e.code().value(), false, CommandKind::read, e.code().message());
+    }
+    if (n == 0)
+      fail_io("wait", 0, false, CommandKind::read, "Server closed the connection", false, true);
+    try {
+      reader_->feed(buffer, n);
+    } catch (const detail::ProtocolError& e) {
+      fail_io("wait", 0, false, CommandKind::read, std::string("protocol error: ") + e.what(),
+              /*protocol=*/true);
+    }
+  }
+}
+
 bool RedisConnection::outdated() const noexcept {
   return sentinel_ && sentinel_->epoch() != epoch_;
 }
@@ -413,6 +459,13 @@ void ConnectionPool::give_back(std::unique_ptr<RedisConnection> connection) noex
   idle_.push_back(std::move(connection));
   lock.unlock();
   returned_.notify_one();
+}
+
+std::unique_ptr<RedisConnection> ConnectionPool::open_dedicated() {
+  process_.use("this Redis connection pool (of a recorder or store)");
+  if (sentinel_) return sentinel_->connect();
+  if (cluster_) return std::unique_ptr<RedisConnection>(new RedisConnection(cluster_));
+  return std::unique_ptr<RedisConnection>(new RedisConnection(options_, tls_));
 }
 
 PoolStats ConnectionPool::stats() const {

@@ -24,6 +24,9 @@ std::string marker_key(std::string_view prefix, std::string_view consumer,
 std::string claim_key(std::string_view prefix, std::string_view consumer,
                       std::string_view event_id);
 std::string record_key(std::string_view prefix, std::string_view key);
+// The pub/sub channel a store record's complete, release and remove publish to: the record key
+// and ":done", so it has the record's hash tag (and slot: SPUBLISH on a cluster).
+std::string done_channel(std::string_view record_key);
 // `text` with the glob characters of SCAN MATCH (* ? [ ] \) escaped.
 std::string glob_escape(std::string_view text);
 

@@ -385,6 +385,7 @@ ScriptInvocation store_complete_call(const RedisOptions& options, std::int64_t n
                                           value.bytes ? std::string_view(*value.bytes) : "",
                                           report.to_json()),
                pxat_arg(options, expires_at)};
+  add_done_notice(call, options);
   return call;
 }
 
@@ -394,7 +395,13 @@ ScriptInvocation store_release_call(const RedisOptions& options, std::string_vie
   call.script = &store_release_script();
   call.keys = {record_key(options.key_prefix, key)};
   call.args = {RecordText::fence(token)};
+  add_done_notice(call, options);
   return call;
+}
+
+void add_done_notice(ScriptInvocation& call, const RedisOptions& options) {
+  call.args.emplace_back(options.is_cluster() ? "SPUBLISH" : "PUBLISH");
+  call.args.push_back(done_channel(call.keys.front()));
 }
 
 ScriptInvocation store_renew_call(const RedisOptions& options, std::int64_t now_ms,

@@ -170,6 +170,9 @@ ScriptInvocation store_complete_call(const RedisOptions& options, std::int64_t n
                                      Millis ttl);
 ScriptInvocation store_release_call(const RedisOptions& options, std::string_view key,
                                     std::uint64_t token);
+// Adds the publish arguments of complete, release and remove (scripts.cpp): PUBLISH, or SPUBLISH
+// on a cluster, to the channel of the record in call.keys[0].
+void add_done_notice(ScriptInvocation& call, const RedisOptions& options);
 ScriptInvocation store_renew_call(const RedisOptions& options, std::int64_t now_ms,
                                   std::string_view key, std::uint64_t token, Millis lease);
 // The HGETALL of an older idem's hash: the record, or nullopt when absent or expired at `now`.

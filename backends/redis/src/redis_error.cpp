@@ -168,6 +168,12 @@ std::string record_key(std::string_view prefix, std::string_view key) {
   return out;
 }
 
+std::string done_channel(std::string_view record_key) {
+  std::string out(record_key);
+  out += ":done";
+  return out;
+}
+
 std::string glob_escape(std::string_view text) {
   std::string out;
   out.reserve(text.size());

@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <chrono>
 #include <map>
+#include <memory>
 #include <optional>
+#include <stop_token>
 #include <string>
 #include <unordered_set>
 #include <utility>
@@ -354,6 +357,7 @@ bool RedisIdempotencyStore::do_remove(std::string_view key, std::uint64_t token)
   call.script = &detail::store_remove_script();
   call.keys = {record_key(key)};
   call.args = {std::to_string(token)};
+  detail::add_done_notice(call, pool_->options());
   std::string endpoint;
   const RedisReply reply = run(*pool_, call, "remove", endpoint);
   return flag_reply(reply, "remove", endpoint);
@@ -370,6 +374,53 @@ std::size_t RedisIdempotencyStore::do_entry_count() {
                         seen.insert(key.str);
                     });
   return seen.size();
+}
+
+std::optional<IdempotencyRecord> RedisIdempotencyStore::do_wait(std::string_view key,
+                                                                SteadyTime deadline,
+                                                                std::stop_token stop) {
+  // A test clock's time is its own: the socket cannot wait on it. Poll as the base class does.
+  if (pool_->options().clock) return IdempotencyStore::do_wait(key, deadline, stop);
+  // Subscribed before the first read, so a completion between the read and the wait is heard.
+  std::unique_ptr<RedisConnection> subscriber;
+  try {
+    subscriber = pool_->open_dedicated();
+    const std::string channel = detail::done_channel(record_key(key));
+    const RedisReply reply =
+        subscriber->command({pool_->options().is_cluster() ? "SSUBSCRIBE" : "SUBSCRIBE", channel},
+                            CommandKind::read, "wait");
+    if (reply.is_error()) subscriber.reset();  // e.g. an ACL without pub/sub: poll
+  } catch (const RedisError&) {
+    subscriber.reset();
+  }
+  if (!subscriber) return IdempotencyStore::do_wait(key, deadline, stop);
+  // Read again at least this often: a safety net for a message lost with its connection.
+  constexpr std::chrono::milliseconds kReread{1000};
+  // How often a wait for a message looks at `stop`.
+  constexpr std::chrono::milliseconds kStopCheck{50};
+  for (;;) {
+    auto record = do_lookup(key);
+    const WallTime now_wall = wait_clock_->wall_now();
+    if (!record || record->state != IdempotencyRecord::State::in_progress ||
+        record->lease_until <= now_wall) {
+      return record;
+    }
+    const SteadyTime now = wait_clock_->steady_now();
+    if (now >= deadline || stop.stop_requested()) return record;
+    // An owner that dies publishes nothing: its lease's end is the next moment to look.
+    const auto lease_left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(record->lease_until - now_wall);
+    const SteadyTime until = std::min({deadline, now + lease_left, now + kReread});
+    for (;;) {
+      const SteadyTime slice = std::min(until, wait_clock_->steady_now() + kStopCheck);
+      try {
+        if (subscriber->next_push(slice)) break;
+      } catch (const RedisError&) {
+        return IdempotencyStore::do_wait(key, deadline, stop);  // the subscription is gone: poll
+      }
+      if (stop.stop_requested() || wait_clock_->steady_now() >= until) break;
+    }
+  }
 }
 
 }  // namespace idem::redis

@@ -130,20 +130,30 @@ redis.call('SET', KEYS[1], ARGV[2], 'PXAT', ARGV[3])
 return 1
 )lua";
 
-// KEYS: record.  ARGV: fence ('1i <token> '), completed head, PXAT.  Returns 1 | 0 (fenced).
-// The completed record is the head followed by the claim's tail ('<lease_until> <fp>').
+// The store's complete, release and remove end a claim that callers in other processes may be
+// waiting on (RedisIdempotencyStore::wait): each then publishes to the record's channel,
+// ARGV[n] = 'PUBLISH' (or 'SPUBLISH' on a cluster, where the channel shares the record's slot)
+// and ARGV[n + 1] = the channel. With pcall: a user whose ACL has no pub/sub still completes
+// (its waiters poll).
+
+// KEYS: record.  ARGV: fence ('1i <token> '), completed head, PXAT, publish, channel.
+// Returns 1 | 0 (fenced). The completed record is the head followed by the claim's tail
+// ('<lease_until> <fp>').
 constexpr std::string_view kStoreComplete = R"lua(
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) ~= 'string' or string.sub(cur, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2] .. string.sub(cur, #ARGV[1] + 1), 'PXAT', ARGV[3])
+redis.pcall(ARGV[4], ARGV[5], '1')
 return 1
 )lua";
 
-// KEYS: record.  ARGV: fence.  Returns 1 | 0 (fenced).  (Also complete with a TTL of 0.)
+// KEYS: record.  ARGV: fence, publish, channel.  Returns 1 | 0 (fenced).  (Also complete with a
+// TTL of 0.)
 constexpr std::string_view kStoreRelease = R"lua(
 local cur = redis.pcall('GET', KEYS[1])
 if type(cur) ~= 'string' or string.sub(cur, 1, #ARGV[1]) ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+redis.pcall(ARGV[2], ARGV[3], '1')
 return 1
 )lua";
 
@@ -201,6 +211,7 @@ else
 end
 if type(token) ~= 'string' or token ~= ARGV[1] then return 0 end
 redis.call('DEL', KEYS[1])
+redis.pcall(ARGV[2], ARGV[3], '1')
 return 1
 )lua";
 

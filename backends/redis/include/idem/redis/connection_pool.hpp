@@ -40,6 +40,7 @@
 #include <initializer_list>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -112,6 +113,12 @@ class RedisConnection {
   bool broken() const noexcept;
   // "host:port/db", for messages (on a cluster: the node the last command went to).
   const std::string& endpoint() const noexcept;
+
+  // After SUBSCRIBE (or SSUBSCRIBE, on a cluster: the node it was routed to) through command():
+  // the next message the server pushes, or nullopt when none arrives by `deadline`. Throws
+  // RedisError when the connection fails (it is then broken()). Use a connection of its own
+  // (ConnectionPool::open_dedicated()): a subscribed connection takes no other commands.
+  std::optional<RedisReply> next_push(std::chrono::steady_clock::time_point deadline);
 
  private:
   friend class ConnectionPool;
@@ -215,6 +222,11 @@ class ConnectionPool {
 
   PoolStats stats() const;
   const RedisOptions& options() const noexcept { return options_; }
+
+  // A new connection of this pool's kind (to the server, the cluster or the primary the
+  // sentinels name) that is not counted in pool_size and never returns to the pool: for a
+  // subscription, which must not share a connection with commands. Throws as lease() does.
+  std::unique_ptr<RedisConnection> open_dedicated();
 
  private:
   friend class ConnectionLease;

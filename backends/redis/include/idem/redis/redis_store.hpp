@@ -44,8 +44,13 @@
 // MATCH (never KEYS) and reads the page's records; remove is a script that deletes the record
 // when its token is the one given.
 // purge_expired() and entry_count() SCAN the prefix (their cost grows with the whole database —
-// see docs/redis.md). wait() polls lookup() with capped backoff on options.clock (the default of
-// IdempotencyStore).
+// see docs/redis.md). wait() is woken, not polling: complete(), release() and remove() publish
+// to the record's channel (SPUBLISH on a cluster), and a waiter subscribes on a connection of its
+// own before it reads the record, then reads it again on each message, at the claim's
+// lease_until (an owner that died publishes nothing) and at least every second (a lost
+// message). With options.clock set (a test clock), or when the server refuses the subscription
+// (an ACL without pub/sub), it polls lookup() with capped backoff instead, as IdempotencyStore
+// does.
 //
 // Errors: bad keys → InvalidKey; lease <= 0 or ttl < 0 → InvalidArgument; bad options →
 // ConfigError; server down → RedisError(connect), retryable; lost replies → redis_error.hpp. A
@@ -120,6 +125,9 @@ class RedisIdempotencyStore final : public IdempotencyStore {
   RecordPage do_list(std::string_view prefix, std::size_t limit, std::string_view cursor) override;
   // A script: DEL when the record's token is `token`.
   bool do_remove(std::string_view key, std::uint64_t token) override;
+  // Subscribes to the record's channel, then reads the record on each message (see above).
+  std::optional<IdempotencyRecord> do_wait(std::string_view key, SteadyTime deadline,
+                                           std::stop_token stop) override;
 
   std::shared_ptr<ConnectionPool> pool_;
   std::shared_ptr<Clock> clock_;
