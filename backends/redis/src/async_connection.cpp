@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "async_cluster.hpp"
 #include "idem/async/detail/pipeline.hpp"
 #include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
@@ -761,12 +762,30 @@ AsyncConnection::AsyncConnection(asio::any_io_executor executor, RedisOptions op
                                  std::shared_ptr<const net::TlsContext> tls) {
   options.validate();
   if (!tls) tls = detail::make_tls_context(options);
+  if (options.is_cluster()) {
+    cluster_ = std::make_shared<detail::AsyncCluster>(std::move(executor), std::move(options),
+                                                      std::move(tls));
+    return;
+  }
   state_ = std::make_shared<State>(std::move(executor), std::move(options), std::move(tls));
 }
 
 AsyncConnection::~AsyncConnection() {
-  state_->shut_down();
+  if (cluster_) {
+    cluster_->shut_down();
+  } else {
+    state_->shut_down();
+  }
 }
+
+namespace {
+async::Task<RedisReply> cluster_one(std::shared_ptr<detail::AsyncCluster> cluster,
+                                    CommandBatch batch, CommandKind kind, std::string what) {
+  std::vector<RedisReply> replies = co_await detail::AsyncCluster::run(
+      std::move(cluster), batch.take_bytes(), batch.size(), kind, std::move(what));
+  co_return std::move(replies.front());
+}
+}  // namespace
 
 // command() and pipeline() are plain functions: they encode the arguments and copy `what` at
 // once, then return the coroutine that owns them (an awaitable starts only when awaited).
@@ -774,6 +793,7 @@ async::Task<RedisReply> AsyncConnection::command(std::span<const std::string_vie
                                                  CommandKind kind, std::string_view what) {
   CommandBatch batch;
   batch.add(args);
+  if (cluster_) return cluster_one(cluster_, std::move(batch), kind, std::string(what));
   return one(state_, std::move(batch), kind, std::string(what));
 }
 
@@ -784,6 +804,11 @@ async::Task<RedisReply> AsyncConnection::command(std::initializer_list<std::stri
 
 async::Task<Replies> AsyncConnection::pipeline(CommandBatch batch, CommandKind kind,
                                                std::string_view what) {
+  if (cluster_) {
+    if (batch.empty()) return many(nullptr, std::move(batch), kind, std::string(what));
+    const std::size_t count = batch.size();
+    return detail::AsyncCluster::run(cluster_, batch.take_bytes(), count, kind, std::string(what));
+  }
   return many(state_, std::move(batch), kind, std::string(what));
 }
 
@@ -800,8 +825,8 @@ async::Task<RedisReply> AsyncConnection::one(std::shared_ptr<State> state, Comma
 
 async::Task<Replies> AsyncConnection::many(std::shared_ptr<State> state, CommandBatch batch,
                                            CommandKind kind, std::string what) {
-  state->process.use("this Redis async connection (of a recorder or store)");
   if (batch.empty()) co_return Replies{};
+  state->process.use("this Redis async connection (of a recorder or store)");
   // Durability (min_replicas): the replicas must confirm the call's writes before they count as
   // done; the WAIT rides in the same call, so it follows them on the connection.
   const std::size_t min_replicas = state->options.min_replicas;
@@ -834,6 +859,7 @@ async::Task<Replies> AsyncConnection::many(std::shared_ptr<State> state, Command
 }
 
 AsyncConnectionStats AsyncConnection::stats() const {
+  if (cluster_) return cluster_->stats();
   AsyncConnectionStats s;
   s.connects = state_->stats_connects.load();
   s.connect_failures = state_->stats_connect_failures.load();
@@ -845,30 +871,26 @@ AsyncConnectionStats AsyncConnection::stats() const {
 }
 
 asio::any_io_executor AsyncConnection::get_executor() const noexcept {
+  if (cluster_) return cluster_->executor();
   return state_->get_executor().get_inner_executor();
 }
 
 const RedisOptions& AsyncConnection::options() const noexcept {
-  return state_->options;
+  return cluster_ ? cluster_->options() : state_->options;
 }
 
 const std::string& AsyncConnection::endpoint() const noexcept {
-  return state_->endpoint;
+  return cluster_ ? cluster_->endpoint() : state_->endpoint;
 }
 
 // ---- AsyncConnectionPool ----------------------------------------------------------------------
 
 AsyncConnectionPool::AsyncConnectionPool(asio::any_io_executor executor, RedisOptions options)
     : options_(validated(std::move(options))) {
-  if (options_.is_cluster()) {
-    throw NotSupported(
-        "idem redis: the coroutine face does not reach a Redis Cluster yet (" +
-        options_.endpoint() +
-        "): use the blocking RedisIdempotencyRecorder / RedisIdempotencyStore, or one primary");
-  }
-
   const auto tls = detail::make_tls_context(options_);  // one context for every connection
-  for (std::size_t i = 0; i < options_.async_connections; ++i)
+  // On a cluster one router holds a pipelined connection per primary.
+  const std::size_t count = options_.is_cluster() ? 1 : options_.async_connections;
+  for (std::size_t i = 0; i < count; ++i)
     connections_.push_back(std::make_unique<AsyncConnection>(executor, options_, tls));
 }
 

@@ -43,6 +43,13 @@
 // socket, so the state and whatever the waiting coroutines own (the recorder, the pool) are
 // freed. A command already written may or may not have been applied (nobody hears which).
 //
+// With a redis+cluster:// URL (RedisOptions::cluster_nodes) the connection is a router instead:
+// one such pipelined connection per primary of the cluster, opened on first use; each call's
+// commands are split by their key's slot and sent to their primaries, MOVED, ASK, TRYAGAIN and
+// CLUSTERDOWN are followed within command_timeout, and the replies come back in order (see
+// docs/redis.md, "Redis Cluster"). With redis+sentinel:// each new socket asks a sentinel for the
+// primary first (docs/redis.md, "Redis Sentinel").
+//
 // Thread safety: every member may be called from any thread at once.
 #pragma once
 
@@ -64,6 +71,10 @@
 
 namespace idem::net {
 class TlsContext;
+}
+
+namespace idem::redis::detail {
+class AsyncCluster;
 }
 
 namespace idem::redis {
@@ -142,7 +153,8 @@ class AsyncConnection {
   static async::Task<std::vector<RedisReply>> many(std::shared_ptr<State> state, CommandBatch batch,
                                                    CommandKind kind, std::string what);
 
-  std::shared_ptr<State> state_;
+  std::shared_ptr<State> state_;                   // one server (or the primary of a Sentinel)
+  std::shared_ptr<detail::AsyncCluster> cluster_;  // or a Redis Cluster's router
 };
 
 // A fixed set of AsyncConnections (RedisOptions::async_connections, default 1); each call goes

@@ -141,7 +141,7 @@ struct RedisOptions {
   // The coroutine face (AsyncConnectionPool): how many pipelined connections serve every
   // coroutine of one async recorder or store. One connection carries any number of concurrent
   // calls; a second helps only when one socket's bandwidth or the server's per-client work is the
-  // limit. 1..64. Default 1.
+  // limit. On a cluster: one per primary, whatever this says. 1..64. Default 1.
   std::size_t async_connections = 1;
   // The longest a call waits for a connection when all pool_size are busy, before failing with
   // a retryable RedisError (pool_exhausted). Must be >= 0; 0 fails at once. Default 1 s.

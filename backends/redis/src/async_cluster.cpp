@@ -1,0 +1,353 @@
+#include "async_cluster.hpp"
+
+#include <algorithm>
+#include <array>
+#include <asio/steady_timer.hpp>
+#include <asio/use_awaitable.hpp>
+#include <charconv>
+#include <chrono>
+#include <optional>
+#include <string_view>
+#include <utility>
+
+#include "idem/redis/redis_error.hpp"
+
+namespace idem::redis::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Replies = std::vector<RedisReply>;
+
+// Redirections one command follows at most between two pauses (a layout that keeps changing).
+constexpr int kMaxRedirections = 16;
+
+bool is_retry_later(const RedisReply& reply) {
+  if (!reply.is_error()) return false;
+  const std::string_view code = std::string_view(reply.str).substr(0, reply.str.find(' '));
+  return code == "TRYAGAIN" || code == "CLUSTERDOWN";
+}
+
+bool is_redirection(const RedisReply& reply) {
+  return reply.is_error() && parse_redirection(reply.str).has_value();
+}
+
+// Splits CommandBatch bytes ("*N\r\n$L\r\narg\r\n...", as append_command writes them) back into
+// each command's arguments (views into `bytes`).
+std::vector<std::vector<std::string_view>> split_commands(std::string_view bytes,
+                                                          std::size_t count) {
+  std::vector<std::vector<std::string_view>> commands;
+  commands.reserve(count);
+  std::size_t at = 0;
+  const auto number = [&](char mark) {
+    if (at >= bytes.size() || bytes[at] != mark) {
+      throw RedisError(RedisFailure::protocol, "idem redis: a malformed command batch",
+                       /*retryable=*/false, /*in_doubt=*/false);
+    }
+    const std::size_t end = bytes.find("\r\n", at);
+    std::size_t value = 0;
+    std::from_chars(bytes.data() + at + 1, bytes.data() + end, value);
+    at = end + 2;
+    return value;
+  };
+  for (std::size_t c = 0; c < count; ++c) {
+    std::vector<std::string_view> args(number('*'));
+    for (std::string_view& arg : args) {
+      const std::size_t length = number('$');
+      arg = bytes.substr(at, length);
+      at += length + 2;
+    }
+    commands.push_back(std::move(args));
+  }
+  return commands;
+}
+
+// Waits `pause` (then doubles it, up to 100 ms) unless `deadline` comes first; false once it has
+// passed. A pause also starts a new count of redirections.
+async::Task<bool> wait_a_moment(const asio::any_io_executor& executor,
+                                std::chrono::milliseconds& pause, int& redirections,
+                                Clock::time_point deadline) {
+  const auto now = Clock::now();
+  if (now >= deadline) co_return false;
+  asio::steady_timer timer(executor);
+  timer.expires_after(std::min<Clock::duration>(pause, deadline - now));
+  co_await timer.async_wait(asio::use_awaitable);
+  pause = std::min(pause * 2, std::chrono::milliseconds(100));
+  redirections = 0;
+  co_return true;
+}
+
+}  // namespace
+
+struct AsyncCluster::Command {
+  std::vector<std::string_view> args;
+  std::optional<std::uint16_t> slot;  // nullopt: no key (PING)
+};
+
+AsyncCluster::AsyncCluster(asio::any_io_executor executor, RedisOptions options,
+                           std::shared_ptr<const net::TlsContext> tls)
+    : executor_(std::move(executor)),
+      options_(std::move(options)),
+      tls_(std::move(tls)),
+      endpoint_(options_.endpoint()) {}
+
+void AsyncCluster::shut_down() {
+  std::map<std::string, std::unique_ptr<AsyncConnection>, std::less<>> nodes;
+  {
+    std::lock_guard lock(mutex_);
+    closed_ = true;
+    nodes.swap(nodes_);
+  }
+  // Each connection's destructor ends its calls with operation_aborted.
+}
+
+AsyncConnectionStats AsyncCluster::stats() const {
+  std::lock_guard lock(mutex_);
+  AsyncConnectionStats sum;
+  for (const auto& [name, connection] : nodes_) {
+    const AsyncConnectionStats s = connection->stats();
+    sum.connects += s.connects;
+    sum.connect_failures += s.connect_failures;
+    sum.drops += s.drops;
+    sum.commands += s.commands;
+    sum.writes += s.writes;
+    sum.cancelled += s.cancelled;
+  }
+  return sum;
+}
+
+AsyncConnection& AsyncCluster::node(const std::string& host, int port) {
+  const std::string name = node_name(host, port);
+  std::lock_guard lock(mutex_);
+  if (closed_) {
+    throw RedisError(RedisFailure::io, "idem redis: " + endpoint_ + " is shut down",
+                     /*retryable=*/false, /*in_doubt=*/false);
+  }
+  auto it = nodes_.find(name);
+  if (it == nodes_.end()) {
+    RedisOptions options = options_;
+    options.cluster_nodes.clear();
+    options.host = host;
+    options.port = port;
+    it =
+        nodes_.emplace(name, std::make_unique<AsyncConnection>(executor_, std::move(options), tls_))
+            .first;
+  }
+  return *it->second;
+}
+
+std::shared_ptr<const ClusterLayout> AsyncCluster::current() const {
+  std::lock_guard lock(mutex_);
+  return layout_;
+}
+
+async::Task<std::shared_ptr<const ClusterLayout>> AsyncCluster::reload(
+    std::shared_ptr<AsyncCluster> self, std::shared_ptr<const ClusterLayout> seen) {
+  // Another call replaced the layout meanwhile: use that one.
+  if (auto now = self->current(); now && now != seen) co_return now;
+  std::vector<std::pair<std::string, int>> candidates;
+  if (seen) {
+    for (const ClusterNode& node : seen->primaries)
+      candidates.emplace_back(node.host, node.port);
+  }
+  for (const RedisNode& node : self->options_.cluster_nodes) {
+    const std::pair<std::string, int> candidate(node.host, node.port);
+    if (std::find(candidates.begin(), candidates.end(), candidate) == candidates.end())
+      candidates.push_back(candidate);
+  }
+  std::optional<RedisError> first_failure;
+  for (const auto& candidate : candidates) {
+    try {
+      AsyncConnection& connection = self->node(candidate.first, candidate.second);
+      // (A named array: g++ 12 cannot take a braced list inside co_await.)
+      const std::array<std::string_view, 2> shards{"CLUSTER", "SHARDS"};
+      const RedisReply reply =
+          co_await connection.command(shards, CommandKind::read, "CLUSTER SHARDS");
+      std::shared_ptr<ClusterLayout> layout =
+          parse_shards(reply, self->options_.tls.has_value(), connection.endpoint());
+      layout->loaded = Clock::now();
+      std::lock_guard lock(self->mutex_);
+      self->layout_ = layout;
+      co_return layout;
+    } catch (const RedisError& e) {
+      // A node that is no cluster node, or refuses us, is a configuration error: say so at once.
+      if (!seen && (e.failure() == RedisFailure::reply || e.failure() == RedisFailure::auth ||
+                    e.failure() == RedisFailure::tls)) {
+        throw;
+      }
+      if (!first_failure) first_failure = e;
+    }
+  }
+  if (seen) co_return seen;
+  if (first_failure) {
+    throw RedisError(first_failure->failure(),
+                     "idem redis: no node of the cluster answered (" + self->endpoint_ +
+                         "); the first failure: " + first_failure->what(),
+                     first_failure->retryable(), /*in_doubt=*/false, first_failure->timed_out(),
+                     first_failure->code());
+  }
+  throw RedisError(RedisFailure::connect, "idem redis: no cluster node is configured",
+                   /*retryable=*/false, /*in_doubt=*/false);
+}
+
+std::shared_ptr<const ClusterLayout> AsyncCluster::moved(
+    const std::shared_ptr<const ClusterLayout>& seen, std::uint16_t slot, const std::string& host,
+    int port) {
+  std::lock_guard lock(mutex_);
+  const auto& base = layout_ ? layout_ : seen;
+  auto layout = std::make_shared<ClusterLayout>(base ? *base : ClusterLayout{});
+  if (!base) layout->slots.fill(ClusterLayout::kNone);
+  const std::string name = node_name(host, port);
+  auto it = std::find_if(layout->primaries.begin(), layout->primaries.end(),
+                         [&](const ClusterNode& node) { return node.name == name; });
+  if (it == layout->primaries.end()) {
+    layout->primaries.push_back(ClusterNode{host, port, name});
+    it = layout->primaries.end() - 1;
+  }
+  layout->slots[slot] = static_cast<std::uint16_t>(it - layout->primaries.begin());
+  layout_ = layout;
+  return layout;
+}
+
+async::Task<RedisReply> AsyncCluster::single(std::shared_ptr<AsyncCluster> self,
+                                             const Command& command, CommandKind kind,
+                                             std::string what, Clock::time_point deadline) {
+  std::shared_ptr<const ClusterLayout> layout = self->current();
+  if (!layout) layout = co_await reload(self, nullptr);
+  std::optional<ClusterNode> ask;
+  std::chrono::milliseconds pause(5);
+  int redirections = 0;
+  for (;;) {
+    const ClusterNode* node = ask                         ? &*ask
+                              : command.slot              ? layout->node_for(*command.slot)
+                              : layout->primaries.empty() ? nullptr
+                                                          : &layout->primaries.front();
+    if (node == nullptr) {
+      if (!co_await wait_a_moment(self->executor_, pause, redirections, deadline)) {
+        throw RedisError(RedisFailure::reply,
+                         "idem redis: " + what + " on " + self->endpoint_ +
+                             ": no primary serves the slot (CLUSTERDOWN: the cluster is failing "
+                             "over or incomplete)",
+                         /*retryable=*/true, /*in_doubt=*/false);
+      }
+      layout = co_await reload(self, layout);
+      continue;
+    }
+    RedisReply reply;
+    std::optional<RedisError> failure;
+    try {
+      AsyncConnection& connection = self->node(node->host, node->port);
+      if (ask) {
+        CommandBatch batch;
+        batch.add({"ASKING"});
+        batch.add(command.args);
+        Replies replies = co_await connection.pipeline(std::move(batch), kind, what);
+        reply = std::move(replies.back());
+        if (replies.front().is_error()) reply = std::move(replies.front());
+      } else {
+        reply = co_await connection.command(command.args, kind, what);
+      }
+    } catch (const RedisError& e) {
+      // A command that may have run is never sent again.
+      if (e.in_doubt() || !e.retryable()) throw;
+      failure = e;
+    }
+    if (failure) {
+      // Not sent, or only read: again after a pause and a fresh layout, until the deadline.
+      if (!co_await wait_a_moment(self->executor_, pause, redirections, deadline)) throw *failure;
+      ask.reset();
+      layout = co_await reload(self, layout);
+      continue;
+    }
+    ask.reset();
+    if (!reply.is_error()) co_return reply;
+    if (auto redirection = parse_redirection(reply.str);
+        redirection && ++redirections <= kMaxRedirections) {
+      if (redirection->host.empty()) redirection->host = node->host;
+      if (redirection->ask) {
+        ask = ClusterNode{redirection->host, redirection->port,
+                          node_name(redirection->host, redirection->port)};
+      } else {
+        layout = self->moved(layout, redirection->slot, redirection->host, redirection->port);
+      }
+      continue;
+    }
+    if (!is_retry_later(reply) ||
+        !co_await wait_a_moment(self->executor_, pause, redirections, deadline))
+      co_return reply;
+    layout = co_await reload(self, layout);
+  }
+}
+
+async::Task<Replies> AsyncCluster::run(std::shared_ptr<AsyncCluster> self, std::string bytes,
+                                       std::size_t count, CommandKind kind, std::string what) {
+  const auto deadline = Clock::now() + self->options_.command_timeout;
+  std::vector<Command> commands;
+  for (auto& args : split_commands(bytes, count)) {
+    Command command;
+    command.args = std::move(args);
+    if (const auto key = routing_key(command.args)) command.slot = key_slot(*key);
+    commands.push_back(std::move(command));
+  }
+  Replies replies(commands.size());
+  std::vector<bool> again(commands.size(), false);  // sent on its own after the batch
+  if (commands.size() == 1) {
+    replies[0] = co_await single(self, commands[0], kind, what, deadline);
+    co_return replies;
+  }
+  std::shared_ptr<const ClusterLayout> layout = self->current();
+  if (!layout) layout = co_await reload(self, nullptr);
+  // Each primary's part of the batch, in the caller's order within it.
+  struct Part {
+    const ClusterNode* node;
+    CommandBatch batch;
+    std::vector<std::size_t> commands;
+  };
+  std::vector<Part> parts;
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    const ClusterNode* node = commands[i].slot ? layout->node_for(*commands[i].slot) : nullptr;
+    if (node == nullptr) {
+      again[i] = true;
+      continue;
+    }
+    auto part = std::find_if(parts.begin(), parts.end(),
+                             [&](const Part& p) { return p.node->name == node->name; });
+    if (part == parts.end()) {
+      parts.push_back(Part{node, {}, {}});
+      part = parts.end() - 1;
+    }
+    part->batch.add(commands[i].args);
+    part->commands.push_back(i);
+  }
+  bool any_sent = false;
+  for (Part& part : parts) {
+    Replies got;
+    try {
+      got = co_await self->node(part.node->host, part.node->port)
+                .pipeline(std::move(part.batch), kind, what);
+    } catch (const RedisError& e) {
+      if (any_sent && kind != CommandKind::read && !e.in_doubt()) {
+        throw RedisError(e.failure(),
+                         std::string(e.what()) +
+                             "; commands of this pipeline had been sent to other nodes: they may "
+                             "or may not have been applied",
+                         kind == CommandKind::idempotent_write, /*in_doubt=*/true, e.timed_out(),
+                         e.code());
+      }
+      if (e.in_doubt() || !e.retryable()) throw;
+      // This node is unreachable and nothing of its part ran: its commands go on their own.
+      for (std::size_t i : part.commands)
+        again[i] = true;
+      continue;
+    }
+    any_sent = true;
+    for (std::size_t j = 0; j < got.size() && j < part.commands.size(); ++j)
+      replies[part.commands[j]] = std::move(got[j]);
+  }
+  for (std::size_t i = 0; i < commands.size(); ++i) {
+    if (again[i] || is_redirection(replies[i]) || is_retry_later(replies[i]))
+      replies[i] = co_await single(self, commands[i], kind, what, deadline);
+  }
+  co_return replies;
+}
+
+}  // namespace idem::redis::detail

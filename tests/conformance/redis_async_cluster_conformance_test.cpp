@@ -1,0 +1,96 @@
+// The async recorder and store cases (tests/async_*_cases.hpp) on a Redis Cluster through the
+// coroutine face: one pipelined connection per primary, each call's commands split by slot
+// (scripts/servers.sh starts three primaries with a replica each: IDEM_TEST_REDIS_CLUSTER_URL).
+// Each test runs under a key prefix of its own. Then: a batch spread over every primary, and a
+// standalone server under a cluster URL.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "../async_recorder_cases.hpp"
+#include "../async_store_cases.hpp"
+#include "../async_test_support.hpp"
+#include "../server_env.hpp"
+#include "idem/redis/async_redis_recorder.hpp"
+#include "idem/redis/async_redis_store.hpp"
+#include "idem/redis/redis_error.hpp"
+#include "idem/redis/redis_recorder.hpp"
+
+IDEM_SERVER_TEST_ENVIRONMENT(redis_cluster_environment, "IDEM_TEST_REDIS_CLUSTER_URL",
+                             "Redis Cluster", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0");
+
+namespace {
+
+constexpr idem::async::RecorderCapabilities kClaims{.claims = true, .transactions = false};
+
+idem::redis::RedisOptions cluster_options(const char* name) {
+  static std::atomic<int> counter{0};
+  auto options =
+      idem::redis::RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL"));
+  options.key_prefix =
+      "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" + name + ":";
+  return options;
+}
+
+struct ClusterAsyncRecorderFactory {
+  static constexpr idem::async::RecorderCapabilities kCapabilities = kClaims;
+  std::shared_ptr<idem::async::AsyncRecorder> make() {
+    return std::make_shared<idem::redis::AsyncRedisRecorder>(io.executor(),
+                                                             cluster_options("async-recorder"));
+  }
+  idem::test::IoThread io;
+};
+
+struct ClusterAsyncStoreFactory {
+  std::shared_ptr<idem::async::AsyncStore> make() {
+    return std::make_shared<idem::redis::AsyncRedisStore>(io.executor(),
+                                                          cluster_options("async-store"));
+  }
+  idem::test::IoThread io;
+};
+
+// A batch spans every primary: each gets its part, the replies come back in order, and the
+// blocking face (another process, as it were) sees every mark.
+TEST(RedisAsyncCluster, ABatchSpreadOverEveryPrimaryComesBackInOrder) {
+  if (idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL").empty()) GTEST_SKIP();
+  const auto options = cluster_options("spread");
+  asio::io_context io;
+  idem::redis::AsyncRedisRecorder recorder(io.get_executor(), options);
+  std::vector<std::string> ids;
+  for (int i = 0; i < 300; ++i)
+    ids.push_back("event-" + std::to_string(i));
+  const std::vector<std::string> first(ids.begin(), ids.begin() + 150);
+  idem::test::run(io, recorder.mark_processed_many("billing", first));
+  auto expected = std::vector<bool>(150, true);
+  expected.resize(300, false);
+  EXPECT_EQ(idem::test::run(io, recorder.is_processed_many("billing", ids)), expected);
+  idem::redis::RedisIdempotencyRecorder blocking(options);
+  EXPECT_EQ(blocking.is_processed_many("billing", ids), expected);
+  EXPECT_EQ(blocking.consumer_counts().at(0).processed, 150u);
+}
+
+TEST(RedisAsyncCluster, AStandaloneServerUnderAClusterUrlIsAClearError) {
+  const std::string standalone = idem::test::env("IDEM_TEST_REDIS_URL");
+  if (standalone.empty()) GTEST_SKIP() << "no IDEM_TEST_REDIS_URL";
+  auto options = idem::redis::RedisOptions::from_url(standalone);
+  options.cluster_nodes = {{options.host, options.port}};
+  asio::io_context io;
+  idem::redis::AsyncRedisRecorder recorder(io.get_executor(), options);
+  try {
+    (void)idem::test::run(io, recorder.is_processed("billing", "event-1"));
+    FAIL() << "a standalone server was taken for a cluster";
+  } catch (const idem::redis::RedisError& e) {
+    EXPECT_NE(std::string(e.what()).find("cluster"), std::string::npos) << e.what();
+    EXPECT_FALSE(e.retryable()) << e.what();
+  }
+}
+
+}  // namespace
+
+INSTANTIATE_ASYNC_RECORDER_CASES(RedisAsyncCluster, ClusterAsyncRecorderFactory);
+INSTANTIATE_ASYNC_STORE_CASES(RedisAsyncClusterStore, ClusterAsyncStoreFactory);

@@ -1,0 +1,152 @@
+// Helpers of the Redis Cluster failover tests: the cluster scripts/servers.sh starts (three
+// primaries with a replica each, IDEM_TEST_REDIS_CLUSTER_PORTS primaries first), asked node by
+// node, and putting it back as it was started after a primary was killed.
+#pragma once
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../server_env.hpp"
+#include "idem/redis/connection_pool.hpp"
+#include "idem/redis/redis_error.hpp"
+
+namespace idem::test::cluster {
+
+using namespace std::chrono_literals;
+using idem::redis::CommandKind;
+using idem::redis::ConnectionPool;
+using idem::redis::RedisError;
+using idem::redis::RedisOptions;
+using Clock = std::chrono::steady_clock;
+
+inline std::vector<int> cluster_ports() {
+  std::istringstream text(idem::test::env("IDEM_TEST_REDIS_CLUSTER_PORTS"));
+  std::vector<int> out;
+  int port = 0;
+  while (text >> port)
+    out.push_back(port);
+  return out;
+}
+
+// One command to one node; nullopt when it does not answer.
+inline std::optional<idem::redis::RedisReply> ask(int port,
+                                                  std::initializer_list<std::string_view> args) {
+  try {
+    RedisOptions options;
+    options.port = port;
+    options.connect_timeout = 500ms;
+    options.command_timeout = 2s;
+    ConnectionPool pool(options);
+    auto connection = pool.lease();
+    return connection->command(args, CommandKind::read);
+  } catch (const RedisError&) {
+    return std::nullopt;
+  }
+}
+
+inline bool info_has(int port, const char* section, const std::string& text) {
+  const auto info = ask(port, {"INFO", section});
+  return info && info->str.find(text) != std::string::npos;
+}
+
+inline bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (condition()) return true;
+    std::this_thread::sleep_for(100ms);
+  }
+  return condition();
+}
+
+// As scripts/servers.sh leaves it: every node sees state ok, the first three ports are primaries
+// with their replica online, the other three replicas with their link up.
+inline bool cluster_as_started() {
+  const auto ports = cluster_ports();
+  for (std::size_t i = 0; i < ports.size(); ++i) {
+    const auto state = ask(ports[i], {"CLUSTER", "INFO"});
+    if (!state || state->str.find("cluster_state:ok") == std::string::npos) return false;
+    const auto nodes = ask(ports[i], {"CLUSTER", "NODES"});
+    if (!nodes || nodes->str.find("fail") != std::string::npos) return false;
+    if (i < 3 ? !info_has(ports[i], "replication", "connected_slaves:1")
+              : !info_has(ports[i], "replication", "master_link_status:up")) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The directory of the node at `port` (its redis.pid, redis.conf and nodes.conf).
+inline std::string node_dir(int port) {
+  return idem::test::env("IDEM_TEST_REDIS_CLUSTER_DIR") + "/" + std::to_string(port);
+}
+
+// Kills the node at `port` with SIGKILL; false when its pid cannot be read.
+inline bool kill_node(int port) {
+  pid_t pid = 0;
+  std::ifstream(node_dir(port) + "/redis.pid") >> pid;
+  return pid > 0 && ::kill(pid, SIGKILL) == 0;
+}
+
+// Starts the killed node at `port` again (it rejoins as the replica of the promoted one), then
+// gives it its primary role back (CLUSTER FAILOVER, coordinated: nothing is lost), and waits
+// until the cluster is as servers.sh started it.
+inline void restore_node(int victim) {
+  const std::string dir = node_dir(victim);
+  ASSERT_EQ(std::system(("redis-server " + dir + "/redis.conf >/dev/null").c_str()), 0);
+  ASSERT_TRUE(eventually([&] { return info_has(victim, "replication", "master_link_status:up"); }))
+      << "the restarted node did not sync as a replica";
+  // A manual failover gives up after 5 s when the primary does not pause in time (a loaded
+  // machine): ask again until the node is primary and the cluster as started, or 90 s.
+  auto asked = Clock::now() - 1h;
+  const bool back = eventually(
+      [&] {
+        if (cluster_as_started()) return true;
+        if (Clock::now() - asked > 6s && info_has(victim, "replication", "master_link_status:up")) {
+          const auto failover = ask(victim, {"CLUSTER", "FAILOVER"});
+          EXPECT_TRUE(failover && !failover->is_error()) << (failover ? failover->str : "");
+          asked = Clock::now();
+        }
+        return false;
+      },
+      90s);
+  if (!back) {
+    std::string state;
+    for (int port : cluster_ports()) {
+      const auto nodes = ask(port, {"CLUSTER", "NODES"});
+      const auto info = ask(port, {"INFO", "replication"});
+      state += "--- " + std::to_string(port) + "\n" + (nodes ? nodes->str : "(no answer)") +
+               (info ? info->str : "") + "\n";
+    }
+    ADD_FAILURE() << "the cluster did not come back as started:\n" << state;
+  }
+}
+
+// Kills the primary at `port` now and puts the cluster back when it goes out of scope, also when
+// the test failed in between (later tests share the cluster).
+class KilledPrimary {
+ public:
+  explicit KilledPrimary(int port) : port_(port), killed_(kill_node(port)) {}
+  ~KilledPrimary() {
+    if (killed_) restore_node(port_);
+  }
+  KilledPrimary(const KilledPrimary&) = delete;
+  KilledPrimary& operator=(const KilledPrimary&) = delete;
+  bool killed() const noexcept { return killed_; }
+
+ private:
+  int port_;
+  bool killed_;
+};
+
+}  // namespace idem::test::cluster
