@@ -70,8 +70,8 @@ kill9() {
 # within SECONDS CHECK...: runs CHECK every 0.2 s until it succeeds; false after SECONDS.
 within() {
   local limit=$1; shift
-  local tries=$((limit * 5)) _
-  for ((_ = 0; _ < tries; _++)); do
+  local tries=$((limit * 5)) try
+  for ((try = 0; try < tries; try++)); do
     "$@" 2>/dev/null && return 0
     sleep 0.2
   done
@@ -122,7 +122,7 @@ fault_redis_cluster_migrate() {
   redis-cli -p "$dst_port" cluster setslot "$slot" importing "$src_id" >/dev/null
   redis-cli -p "$src_port" cluster setslot "$slot" migrating "$dst_id" >/dev/null
   for ((i = 0; i < 5000; i++)); do
-    mapfile -t keys < <(redis-cli -p "$src_port" cluster getkeysinslot "$slot" 10)
+    mapfile -t keys < <(redis-cli -p "$src_port" cluster getkeysinslot "$slot" 50)
     [ "${#keys[@]}" -gt 0 ] && [ -n "${keys[0]}" ] || break
     redis-cli -p "$src_port" migrate 127.0.0.1 "$dst_port" "" 0 5000 keys "${keys[@]}" |
       grep -qx 'OK\|NOKEY' || { log "MIGRATE failed"; return 1; }
@@ -158,7 +158,8 @@ fault_postgres_kill_promote() {
 }
 
 run_mode() {
-  local mode=$1 url durable=() fault dir="$out/$mode"
+  local mode=$1
+  local url durable=() fault dir="$out/$mode"
   rm -rf "$dir"
   mkdir -p "$dir"
   cluster_ports=($IDEM_TEST_REDIS_CLUSTER_PORTS)
