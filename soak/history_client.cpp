@@ -2,13 +2,13 @@
 //
 //   idem_history_client --url URL --out FILE [--seconds 15] [--process-id N] [--keys 16]
 //                       [--lease-ms 1000] [--call-deadline-ms 30000] [--final-seconds 60]
-//                       [--pace-ms 1]
+//                       [--pace-ms 1] [--threads 4]
 //
 // Opens a recorder and an idempotency store on URL (idem::open_recorder / open_store: any scheme,
 // a Redis Cluster, a Sentinel group, a PostgreSQL pair with target_session_attrs=read-write) and
-// runs a bounded loop of calls for --seconds, one at a time, while the script kills servers or
-// moves slots under it. Every call is written to FILE (appended, one JSON object a line, flushed
-// before the call starts and after it ends):
+// runs --threads threads, each a bounded loop of calls (one at a time, --pace-ms apart) for
+// --seconds, while the script kills servers or moves slots under it. Every call is written to
+// FILE (appended, one JSON object a line, flushed before the call starts and after it ends):
 //
 //   {"p":P,"c":N,"op":OP,"key":K,"phase":"invoke","t":MS}
 //   {"p":P,"c":N,"op":OP,"key":K,"phase":"ok","t":MS, ...what the call returned}
@@ -37,7 +37,7 @@
 //   get       store lookup(K) of a key seen before; ok carries "state" (absent|in_progress|
 //             completed), "token" and, when completed, "value".
 //
-// After the loop, the final phase re-reads every event this process marked (acknowledged or in
+// After its loop, each thread's final phase re-reads every event it marked (acknowledged or in
 // doubt) with check, and every key it completed (accepted or in doubt) with get, each logged with
 // "phase":"final" (or "final_fail" when no read succeeded within --final-seconds: the store
 // never came back). A call that runs past --call-deadline-ms makes a watchdog write
@@ -97,6 +97,7 @@ struct Options {
   int call_deadline_ms = 30000;
   int final_seconds = 60;
   int pace_ms = 1;
+  int threads = 4;
 };
 
 double now_ms() {
@@ -163,39 +164,46 @@ class History {
   std::mutex mutex_;
 };
 
-// Ends the process when one call runs past the deadline: its invoke then has no outcome.
+// Ends the process when one call runs past the deadline: its invoke then has no outcome. One
+// slot per worker thread.
 class Watchdog {
  public:
-  Watchdog(History& history, std::chrono::milliseconds deadline)
-      : history_(history),
-        deadline_(deadline),
-        thread_([this](std::stop_token stop) { run(stop); }) {}
-
-  void begin(std::uint64_t call, const char* op) {
-    op_.store(op);
-    call_.store(call);
-    started_.store(now_ms());
+  Watchdog(History& history, std::chrono::milliseconds deadline, std::size_t slots)
+      : history_(history), deadline_(deadline), slots_(slots) {
+    thread_ = std::jthread([this](std::stop_token stop) { run(stop); });
   }
-  void end() { started_.store(0); }
+
+  void begin(std::size_t slot, std::uint64_t call, const char* op) {
+    slots_[slot].op.store(op);
+    slots_[slot].call.store(call);
+    slots_[slot].started.store(now_ms());
+  }
+  void end(std::size_t slot) { slots_[slot].started.store(0); }
 
  private:
+  struct Slot {
+    std::atomic<double> started{0};
+    std::atomic<std::uint64_t> call{0};
+    std::atomic<const char*> op{""};
+  };
+
   void run(const std::stop_token& stop) {
     while (!stop.stop_requested()) {
       std::this_thread::sleep_for(100ms);
-      const double started = started_.load();
-      if (started > 0 && now_ms() - started > static_cast<double>(deadline_.count())) {
-        history_.write(call_.load(), op_.load(), "", "stuck",
-                       fmt::format(",\"after_ms\":{:.0f}", now_ms() - started));
-        std::_Exit(3);
+      for (Slot& slot : slots_) {
+        const double started = slot.started.load();
+        if (started > 0 && now_ms() - started > static_cast<double>(deadline_.count())) {
+          history_.write(slot.call.load(), slot.op.load(), "", "stuck",
+                         fmt::format(",\"after_ms\":{:.0f}", now_ms() - started));
+          std::_Exit(3);
+        }
       }
     }
   }
 
   History& history_;
   std::chrono::milliseconds deadline_;
-  std::atomic<double> started_{0};
-  std::atomic<std::uint64_t> call_{0};
-  std::atomic<const char*> op_{""};
+  std::vector<Slot> slots_;
   std::jthread thread_;
 };
 
@@ -237,21 +245,21 @@ std::string record_extra(const std::optional<idem::IdempotencyRecord>& record) {
                      json_string(record->value.bytes.value_or("")));
 }
 
-class Client {
- public:
-  explicit Client(const Options& options)
-      : options_(options),
-        history_(options.out, options.process_id),
-        watchdog_(history_, std::chrono::milliseconds(options.call_deadline_ms)),
-        random_(std::random_device{}() ^ static_cast<unsigned>(options.process_id)) {}
+// What the worker threads of one process share.
+struct Shared {
+  Shared(const Options& o)
+      : options(o),
+        history(o.out, o.process_id),
+        watchdog(history, std::chrono::milliseconds(o.call_deadline_ms),
+                 static_cast<std::size_t>(o.threads)) {}
 
   // 0 opened; 4 the URL was refused; 1 the servers never answered.
   int open() {
     const double until = now_ms() + 20000;
     for (;;) {
       try {
-        recorder_ = idem::open_recorder(options_.url);
-        store_ = idem::open_store(options_.url);
+        recorder = idem::open_recorder(options.url);
+        store = idem::open_store(options.url);
         return 0;
       } catch (const idem::ConfigError& e) {
         fmt::print(stderr, "idem_history_client: URL refused: {}\n", e.what());
@@ -269,8 +277,26 @@ class Client {
     }
   }
 
+  Options options;
+  History history;
+  Watchdog watchdog;
+  std::shared_ptr<idem::IdempotencyRecorder> recorder;
+  std::shared_ptr<idem::IdempotencyStore> store;
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> events{0};
+};
+
+// One thread of calls: its own events, keys and stalled completions.
+class Worker {
+ public:
+  Worker(Shared& shared, std::size_t slot)
+      : shared_(shared),
+        slot_(slot),
+        random_(std::random_device{}() ^ (static_cast<unsigned>(shared.options.process_id) << 8) ^
+                static_cast<unsigned>(slot)) {}
+
   void run() {
-    const double end = now_ms() + options_.seconds * 1000.0;
+    const double end = now_ms() + shared_.options.seconds * 1000.0;
     while (now_ms() < end) {
       complete_stalled();
       const double pick = std::uniform_real_distribution<double>(0, 1)(random_);
@@ -283,22 +309,22 @@ class Client {
       } else {
         get();
       }
-      if (options_.pace_ms > 0)
-        std::this_thread::sleep_for(std::chrono::milliseconds(options_.pace_ms));
+      if (shared_.options.pace_ms > 0)
+        std::this_thread::sleep_for(std::chrono::milliseconds(shared_.options.pace_ms));
     }
   }
 
   void final_phase() {
-    const double until = now_ms() + options_.final_seconds * 1000.0;
+    const double until = now_ms() + shared_.options.final_seconds * 1000.0;
     for (const std::string& event : marked_) {
       final_read("check", event, until, [&] {
-        return fmt::format(",\"found\":{}", recorder_->is_processed(kConsumer, event));
+        return fmt::format(",\"found\":{}", shared_.recorder->is_processed(kConsumer, event));
       });
     }
     std::sort(completed_.begin(), completed_.end());
     completed_.erase(std::unique(completed_.begin(), completed_.end()), completed_.end());
     for (const std::string& key : completed_) {
-      final_read("get", key, until, [&] { return record_extra(store_->lookup(key)); });
+      final_read("get", key, until, [&] { return record_extra(shared_.store->lookup(key)); });
     }
   }
 
@@ -307,9 +333,9 @@ class Client {
   // the error. True when it returned.
   bool call(const char* op, const std::string& key, const std::string& invoke_extra,
             const std::function<std::string()>& fn) {
-    const std::uint64_t id = ++calls_;
-    history_.write(id, op, key, "invoke", invoke_extra);
-    watchdog_.begin(id, op);
+    const std::uint64_t id = ++shared_.calls;
+    shared_.history.write(id, op, key, "invoke", invoke_extra);
+    shared_.watchdog.begin(slot_, id, op);
     std::string extra;
     std::exception_ptr error;
     try {
@@ -317,19 +343,20 @@ class Client {
     } catch (...) {
       error = std::current_exception();
     }
-    watchdog_.end();
+    shared_.watchdog.end(slot_);
     if (error) {
-      history_.write(id, op, key, "fail", failure_extra(error));
+      shared_.history.write(id, op, key, "fail", failure_extra(error));
       return false;
     }
-    history_.write(id, op, key, "ok", extra);
+    shared_.history.write(id, op, key, "ok", extra);
     return true;
   }
 
   void final_read(const char* op, const std::string& key, double until,
                   const std::function<std::string()>& fn) {
     for (;;) {
-      watchdog_.begin(++calls_, op);
+      const std::uint64_t id = ++shared_.calls;
+      shared_.watchdog.begin(slot_, id, op);
       std::exception_ptr error;
       std::string extra;
       try {
@@ -337,13 +364,13 @@ class Client {
       } catch (...) {
         error = std::current_exception();
       }
-      watchdog_.end();
+      shared_.watchdog.end(slot_);
       if (!error) {
-        history_.write(calls_, op, key, "final", extra);
+        shared_.history.write(id, op, key, "final", extra);
         return;
       }
       if (now_ms() > until) {
-        history_.write(calls_, op, key, "final_fail", failure_extra(error));
+        shared_.history.write(id, op, key, "final_fail", failure_extra(error));
         return;
       }
       std::this_thread::sleep_for(100ms);
@@ -351,9 +378,9 @@ class Client {
   }
 
   void mark() {
-    const std::string event = fmt::format("p{}-e{}", options_.process_id, ++events_);
+    const std::string event = fmt::format("p{}-e{}", shared_.options.process_id, ++shared_.events);
     call("mark", event, {}, [&] {
-      recorder_->mark_processed(kConsumer, event);
+      shared_.recorder->mark_processed(kConsumer, event);
       return std::string();
     });
     // Acknowledged, failed or in doubt: the final phase reads it either way (the checker
@@ -365,8 +392,9 @@ class Client {
     if (marked_.empty()) return;
     const std::string& event =
         marked_[std::uniform_int_distribution<std::size_t>(0, marked_.size() - 1)(random_)];
-    call("check", event, {},
-         [&] { return fmt::format(",\"found\":{}", recorder_->is_processed(kConsumer, event)); });
+    call("check", event, {}, [&] {
+      return fmt::format(",\"found\":{}", shared_.recorder->is_processed(kConsumer, event));
+    });
   }
 
   // A key of the current window mostly; else one of the last few windows (past a lease), where
@@ -377,16 +405,16 @@ class Client {
       window -= std::uniform_int_distribution<std::int64_t>(1, kOldWindows)(random_);
     }
     return fmt::format("w{}-k{}", window,
-                       std::uniform_int_distribution<int>(0, options_.keys - 1)(random_));
+                       std::uniform_int_distribution<int>(0, shared_.options.keys - 1)(random_));
   }
 
   void claim_and_complete() {
     const std::string key = shared_key();
     seen_.push_back(key);
-    const idem::Millis lease(options_.lease_ms);
+    const idem::Millis lease(shared_.options.lease_ms);
     idem::ClaimOutcome outcome;
     const bool claimed = call("claim", key, {}, [&] {
-      outcome = store_->claim(key, std::nullopt, lease);
+      outcome = shared_.store->claim(key, std::nullopt, lease);
       const std::uint64_t token = outcome.status == idem::ClaimOutcome::Status::acquired
                                       ? outcome.token
                                       : (outcome.record ? outcome.record->token : 0);
@@ -400,7 +428,7 @@ class Client {
       // A stalled owner: it completes 1.5 to 3 leases later (the loop goes on meanwhile), by
       // when another process may have taken the key over and fenced this token off.
       const double delay =
-          options_.lease_ms * std::uniform_real_distribution<double>(1.5, 3)(random_);
+          shared_.options.lease_ms * std::uniform_real_distribution<double>(1.5, 3)(random_);
       stalled_.push_back({now_ms() + delay, key, outcome.token});
       return;
     }
@@ -422,7 +450,7 @@ class Client {
   }
 
   void complete(const std::string& key, std::uint64_t token) {
-    const std::string value = fmt::format("p{}-t{}", options_.process_id, token);
+    const std::string value = fmt::format("p{}-t{}", shared_.options.process_id, token);
     completed_.push_back(key);
     call("complete", key, fmt::format(",\"token\":{},\"value\":{}", token, json_string(value)),
          [&] {
@@ -430,7 +458,7 @@ class Client {
            stored.bytes = value;
            idem::ExecutionReport report;
            report.operation = "history";
-           const bool accepted = store_->complete(key, token, stored, report, 1h);
+           const bool accepted = shared_.store->complete(key, token, stored, report, 1h);
            return fmt::format(",\"token\":{},\"value\":{},\"accepted\":{}", token,
                               json_string(value), accepted);
          });
@@ -440,17 +468,12 @@ class Client {
     if (seen_.empty()) return;
     const std::string& key =
         seen_[std::uniform_int_distribution<std::size_t>(0, seen_.size() - 1)(random_)];
-    call("get", key, {}, [&] { return record_extra(store_->lookup(key)); });
+    call("get", key, {}, [&] { return record_extra(shared_.store->lookup(key)); });
   }
 
-  Options options_;
-  History history_;
-  Watchdog watchdog_;
+  Shared& shared_;
+  std::size_t slot_;
   std::mt19937_64 random_;
-  std::shared_ptr<idem::IdempotencyRecorder> recorder_;
-  std::shared_ptr<idem::IdempotencyStore> store_;
-  std::uint64_t calls_ = 0;
-  std::uint64_t events_ = 0;
   std::vector<std::string> marked_;     // every event a mark was invoked for
   std::vector<std::string> completed_;  // every key a completion was invoked for
   std::vector<std::string> seen_;       // every key claimed
@@ -499,6 +522,8 @@ int main(int argc, char** argv) {
       options.call_deadline_ms = std::max(1, parse_int(value, "--call-deadline-ms"));
     } else if (arg == "--final-seconds") {
       options.final_seconds = parse_int(value, "--final-seconds");
+    } else if (arg == "--threads") {
+      options.threads = std::max(1, std::min(64, parse_int(value, "--threads")));
     } else if (arg == "--pace-ms") {
       options.pace_ms = parse_int(value, "--pace-ms");
     } else {
@@ -513,10 +538,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
-    Client client(options);
-    if (const int status = client.open(); status != 0) return status;
-    client.run();
-    client.final_phase();
+    Shared shared(options);
+    if (const int status = shared.open(); status != 0) return status;
+    std::vector<std::jthread> threads;
+    for (int i = 0; i < options.threads; ++i) {
+      threads.emplace_back([&shared, i] {
+        Worker worker(shared, static_cast<std::size_t>(i));
+        worker.run();
+        worker.final_phase();
+      });
+    }
   } catch (const std::exception& e) {
     fmt::print(stderr, "idem_history_client: {}\n", e.what());
     return 1;
