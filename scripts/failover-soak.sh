@@ -3,7 +3,7 @@
 # processes, each writing a history of its calls, checked afterwards by scripts/check_history.py.
 # Not part of ctest or CI (each mode starts its own servers and runs for about a minute).
 #
-#   scripts/failover-soak.sh [--modes MODE,...] [--seconds 15] [--clients 3]
+#   scripts/failover-soak.sh [--modes MODE,...] [--seconds 15] [--clients 3] [--threads 4]
 #                            [--build-dir build/release] [--out DIR]
 #
 # Modes (default: all, in this order; each in its own scripts/servers.sh run, since a mode
@@ -18,16 +18,17 @@
 #                          synchronous standby; checked as durable (nothing acknowledged may go)
 #   postgres-async-kill-promote   the same with an asynchronous standby (losses counted only)
 #
-# Per mode: --clients idem_history_client processes run --seconds of calls; the fault comes at a
-# third of it; the script waits (at most 60 s) until the servers serve again, the clients end
-# with their final re-reads, and check_history.py checks the histories. At the end, a table of
-# the figures per mode. The exit status is 1 when a mode's check failed (or a client ended
-# badly), 0 otherwise. Histories and logs stay in --out (default build/failover-soak).
+# Per mode: --clients idem_history_client processes of --threads threads each run --seconds of
+# calls; the fault comes at a third of it; the script waits (at most 60 s) until the servers
+# serve again, the clients end with their final re-reads, and check_history.py checks the
+# histories. At the end, a table of the figures per mode. The exit status is 1 when a mode's
+# check failed (or a client ended badly), 0 otherwise. Histories and logs stay in --out
+# (default build/failover-soak).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
   exit "${1:-0}"
 }
 
@@ -35,6 +36,7 @@ all_modes=redis-cluster-kill,redis-cluster-migrate,redis-sentinel-kill,postgres-
 modes=$all_modes
 seconds=15
 clients=3
+threads=4
 build_dir=build/release
 out=build/failover-soak
 inside=
@@ -43,6 +45,7 @@ while [ $# -gt 0 ]; do
     --modes) modes=${2:?--modes needs a value}; shift 2 ;;
     --seconds) seconds=${2:?--seconds needs a value}; shift 2 ;;
     --clients) clients=${2:?--clients needs a value}; shift 2 ;;
+    --threads) threads=${2:?--threads needs a value}; shift 2 ;;
     --build-dir) build_dir=${2:?--build-dir needs a value}; shift 2 ;;
     --out) out=${2:?--out needs a value}; shift 2 ;;
     --inside) inside=${2:?}; shift 2 ;;  # internal: one mode, run under scripts/servers.sh
@@ -177,7 +180,7 @@ run_mode() {
   local pids=() i
   for ((i = 1; i <= clients; i++)); do
     "$client" --url "$url" --seconds "$seconds" --process-id "$i" --out "$dir/p$i.jsonl" \
-      --final-seconds 60 >"$dir/p$i.log" 2>&1 &
+      --threads "$threads" --final-seconds 60 >"$dir/p$i.log" 2>&1 &
     pids+=($!)
   done
   sleep $((seconds / 3))
@@ -248,7 +251,7 @@ for mode in "${selected[@]}"; do
   [ "$mode" = postgres-kill-promote ] && env+=(IDEM_TEST_POSTGRES_SYNC=1)
   log "mode $mode"
   env "${env[@]}" scripts/servers.sh "$PWD/scripts/failover-soak.sh" --inside "$mode" --seconds "$seconds" \
-    --clients "$clients" --build-dir "$build_dir" --out "$out" || status=1
+    --clients "$clients" --threads "$threads" --build-dir "$build_dir" --out "$out" || status=1
 done
 
 python3 - "$out" "${selected[@]}" <<'PY'
