@@ -11,7 +11,8 @@
 #   redis-cluster-kill     kill -9 one of the three Redis Cluster primaries; its replica takes over
 #   redis-cluster-migrate  every idem key in one slot (a hash tag in the prefix); the slot is moved
 #                          to another primary under load (SETSLOT IMPORTING/MIGRATING, MIGRATE of
-#                          its keys a few at a time, SETSLOT NODE)
+#                          its keys a few at a time, SETSLOT NODE); checked as durable (no
+#                          server dies: nothing acknowledged may go)
 #   redis-sentinel-kill    kill -9 the primary of a Sentinel group; the sentinels promote the
 #                          replica (skipped when this idem refuses redis+sentinel:// URLs)
 #   postgres-kill-promote  kill -9 the PostgreSQL primary (postmaster and backends), promote its
@@ -125,7 +126,7 @@ fault_redis_cluster_migrate() {
   redis-cli -p "$dst_port" cluster setslot "$slot" importing "$src_id" >/dev/null
   redis-cli -p "$src_port" cluster setslot "$slot" migrating "$dst_id" >/dev/null
   for ((i = 0; i < 5000; i++)); do
-    mapfile -t keys < <(redis-cli -p "$src_port" cluster getkeysinslot "$slot" 50)
+    mapfile -t keys < <(redis-cli -p "$src_port" cluster getkeysinslot "$slot" 200)
     [ "${#keys[@]}" -gt 0 ] && [ -n "${keys[0]}" ] || break
     redis-cli -p "$src_port" migrate 127.0.0.1 "$dst_port" "" 0 5000 keys "${keys[@]}" |
       grep -qx 'OK\|NOKEY' || { log "MIGRATE failed"; return 1; }
@@ -169,7 +170,8 @@ run_mode() {
   case "$mode" in
     redis-cluster-kill) url=$IDEM_TEST_REDIS_CLUSTER_URL; fault=fault_redis_cluster_kill ;;
     redis-cluster-migrate)
-      url="$IDEM_TEST_REDIS_CLUSTER_URL?prefix=%7Bhist%7D:"; fault=fault_redis_cluster_migrate ;;
+      url="$IDEM_TEST_REDIS_CLUSTER_URL?prefix=%7Bhist%7D:"; durable=(--durable)
+      fault=fault_redis_cluster_migrate ;;
     redis-sentinel-kill) url=$IDEM_TEST_REDIS_SENTINEL_URL; fault=fault_redis_sentinel_kill ;;
     postgres-kill-promote)
       url=$IDEM_TEST_POSTGRES_FAILOVER_URL; durable=(--durable); fault=fault_postgres_kill_promote ;;
