@@ -9,19 +9,24 @@
 # Modes (default: all, in this order; each in its own scripts/servers.sh run, since a mode
 # leaves its servers broken):
 #   redis-cluster-kill     kill -9 one of the three Redis Cluster primaries; its replica takes over
+#   redis-cluster-kill-wait       the same with min_replicas=1 (every write waits for its
+#                          replica); checked as durable (nothing acknowledged may go)
 #   redis-cluster-migrate  every idem key in one slot (a hash tag in the prefix); the slot is moved
 #                          to another primary under load (SETSLOT IMPORTING/MIGRATING, MIGRATE of
 #                          its keys a few at a time, SETSLOT NODE); checked as durable (no
 #                          server dies: nothing acknowledged may go)
 #   redis-sentinel-kill    kill -9 the primary of a Sentinel group; the sentinels promote the
 #                          replica (skipped when this idem refuses redis+sentinel:// URLs)
+#   redis-sentinel-kill-wait      the same with min_replicas=1; checked as durable
 #   postgres-kill-promote  kill -9 the PostgreSQL primary (postmaster and backends), promote its
 #                          synchronous standby; checked as durable (nothing acknowledged may go)
 #   postgres-async-kill-promote   the same with an asynchronous standby (losses counted only)
 #
 # Per mode: --clients idem_history_client processes of --threads threads each run --seconds of
 # calls; the fault comes at a third of it; the script waits (at most 60 s) until the servers
-# serve again, the clients end with their final re-reads, and check_history.py checks the
+# serve again (a killed Redis node is then started again, empty, and waited for until it
+# replicates from its successor: min_replicas=1 needs a replica), the clients end with their
+# final re-reads, and check_history.py checks the
 # histories. At the end, a table of the figures per mode. The exit status is 1 when a mode's
 # check failed (or a client ended badly), 0 otherwise. Histories and logs stay in --out
 # (default build/failover-soak).
@@ -29,11 +34,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 usage() {
-  sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'
+  awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
   exit "${1:-0}"
 }
 
-all_modes=redis-cluster-kill,redis-cluster-migrate,redis-sentinel-kill,postgres-kill-promote,postgres-async-kill-promote
+all_modes=redis-cluster-kill,redis-cluster-kill-wait,redis-cluster-migrate,redis-sentinel-kill
+all_modes+=,redis-sentinel-kill-wait,postgres-kill-promote,postgres-async-kill-promote
 modes=$all_modes
 seconds=15
 clients=3
@@ -99,6 +105,17 @@ fault_redis_cluster_kill() {
   within 30 sh -c "redis-cli -p ${cluster_ports[1]} cluster nodes | grep -q 'fail '" &&
     within 60 cluster_recovered
 }
+# The killed node started again (empty: no persistence): it rejoins as its successor's replica.
+restore_redis_cluster_kill() {
+  restart_as_replica "$IDEM_TEST_REDIS_CLUSTER_DIR" "${cluster_ports[0]}"
+}
+
+# restart_as_replica DIR PORT: starts the redis-server of DIR/PORT/redis.conf again and waits
+# until it replicates from the primary that replaced it.
+restart_as_replica() {
+  redis-server "$1/$2/redis.conf" >/dev/null
+  within 60 sh -c "redis-cli -p $2 info replication | grep -q '^master_link_status:up'"
+}
 
 # The node (id and port) serving slot $2, asked of the node at port $1.
 slot_owner() {
@@ -147,6 +164,11 @@ fault_redis_sentinel_kill() {
   within 60 sh -c "redis-cli -p ${sentinels[0]} sentinel get-master-addr-by-name $IDEM_TEST_REDIS_SENTINEL_MASTER | grep -qx ${data_ports[1]} &&
     redis-cli -p ${data_ports[1]} role | head -n 1 | grep -qx master"
 }
+# The old primary started again: the sentinels make it the new primary's replica.
+restore_redis_sentinel_kill() {
+  local data_ports=($IDEM_TEST_REDIS_SENTINEL_DATA_PORTS)
+  restart_as_replica "$IDEM_TEST_REDIS_SENTINEL_DIR" "${data_ports[0]}"
+}
 
 fault_postgres_kill_promote() {
   local data=${IDEM_TEST_PG_CTL_CMD##* -D } postmaster children
@@ -172,7 +194,13 @@ run_mode() {
     redis-cluster-migrate)
       url="$IDEM_TEST_REDIS_CLUSTER_URL?prefix=%7Bhist%7D:"; durable=(--durable)
       fault=fault_redis_cluster_migrate ;;
+    redis-cluster-kill-wait)
+      url="$IDEM_TEST_REDIS_CLUSTER_URL?min_replicas=1"; durable=(--durable)
+      fault=fault_redis_cluster_kill ;;
     redis-sentinel-kill) url=$IDEM_TEST_REDIS_SENTINEL_URL; fault=fault_redis_sentinel_kill ;;
+    redis-sentinel-kill-wait)
+      url="$IDEM_TEST_REDIS_SENTINEL_URL?min_replicas=1"; durable=(--durable)
+      fault=fault_redis_sentinel_kill ;;
     postgres-kill-promote)
       url=$IDEM_TEST_POSTGRES_FAILOVER_URL; durable=(--durable); fault=fault_postgres_kill_promote ;;
     postgres-async-kill-promote)
@@ -200,11 +228,17 @@ run_mode() {
     echo "{\"mode\": \"$mode\", \"skipped\": true}" >"$dir/figures.json"
     return 0
   fi
-  local started=$SECONDS recovered=yes
+  local started=$SECONDS recovered=yes restored=-
   log "$mode: fault at ${seconds}/3 s"
   "$fault" || recovered=no
-  log "$mode: recovered=$recovered after $((SECONDS - started)) s"
-  echo "$recovered $((SECONDS - started))" >"$dir/recovery"
+  local took=$((SECONDS - started))
+  log "$mode: recovered=$recovered after $took s"
+  if [ "$recovered" = yes ] && [ "$(type -t "restore_${fault#fault_}")" = function ]; then
+    "restore_${fault#fault_}" || recovered=no
+    restored=$((SECONDS - started))
+    log "$mode: the killed server is back as a replica after $restored s"
+  fi
+  echo "$recovered $took $restored" >"$dir/recovery"
   # The clients end by themselves (bounded loop, final re-reads at most 60 s, each call watched);
   # one still running well past that is stuck: killed, its open call stays without an outcome.
   local client_failed=0 deadline=$((SECONDS + seconds + 120))
@@ -274,8 +308,10 @@ for mode in modes:
     recovery = "-"
     rec = os.path.join(out, mode, "recovery")
     if os.path.exists(rec):
-        ok, secs = open(rec).read().split()
+        ok, secs, restored = open(rec).read().split()
         recovery = f"{secs} s" if ok == "yes" else "none"
+        if ok == "yes" and restored != "-":
+            recovery += f" (replica again: {restored} s)"
     check = "FAIL" if figures["violations"] else "PASS"
     print(f"| {mode} | " + " | ".join(str(figures[c]) for c in cols) + f" | {recovery} | {check} |")
 PY
