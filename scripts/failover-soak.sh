@@ -110,11 +110,13 @@ restore_redis_cluster_kill() {
   restart_as_replica "$IDEM_TEST_REDIS_CLUSTER_DIR" "${cluster_ports[0]}"
 }
 
-# restart_as_replica DIR PORT: starts the redis-server of DIR/PORT/redis.conf again and waits
-# until it replicates from the primary that replaced it.
+# restart_as_replica DIR PORT [ARGS...]: starts the redis-server of DIR/PORT/redis.conf again
+# (with ARGS) and waits until it replicates from the primary that replaced it.
 restart_as_replica() {
-  redis-server "$1/$2/redis.conf" >/dev/null
-  within 60 sh -c "redis-cli -p $2 info replication | grep -q '^master_link_status:up'"
+  local dir=$1 port=$2
+  shift 2
+  redis-server "$dir/$port/redis.conf" "$@" >/dev/null
+  within 60 sh -c "redis-cli -p $port info replication | grep -q '^master_link_status:up'"
 }
 
 # The node (id and port) serving slot $2, asked of the node at port $1.
@@ -164,10 +166,13 @@ fault_redis_sentinel_kill() {
   within 60 sh -c "redis-cli -p ${sentinels[0]} sentinel get-master-addr-by-name $IDEM_TEST_REDIS_SENTINEL_MASTER | grep -qx ${data_ports[1]} &&
     redis-cli -p ${data_ports[1]} role | head -n 1 | grep -qx master"
 }
-# The old primary started again: the sentinels make it the new primary's replica.
+# The old primary started again as the new primary's replica. Not as a primary: without
+# persistence it comes back empty, and the sentinels leave it a second primary for a while
+# (Redis's advice: a node without persistence must not restart as a primary by itself).
 restore_redis_sentinel_kill() {
   local data_ports=($IDEM_TEST_REDIS_SENTINEL_DATA_PORTS)
-  restart_as_replica "$IDEM_TEST_REDIS_SENTINEL_DIR" "${data_ports[0]}"
+  restart_as_replica "$IDEM_TEST_REDIS_SENTINEL_DIR" "${data_ports[0]}" \
+    --replicaof 127.0.0.1 "${data_ports[1]}"
 }
 
 fault_postgres_kill_promote() {
