@@ -18,6 +18,9 @@
 #   redis-sentinel-kill    kill -9 the primary of a Sentinel group; the sentinels promote the
 #                          replica (skipped when this idem refuses redis+sentinel:// URLs)
 #   redis-sentinel-kill-wait      the same with min_replicas=1; checked as durable
+#   redis-sentinel-kill-restart   the same without min_replicas, and the old primary started
+#                          again at once as it was configured (a primary, empty: these nodes
+#                          have no persistence), as a service manager would restart it
 #   postgres-kill-promote  kill -9 the PostgreSQL primary (postmaster and backends), promote its
 #                          synchronous standby; checked as durable (nothing acknowledged may go)
 #   postgres-async-kill-promote   the same with an asynchronous standby (losses counted only)
@@ -39,7 +42,8 @@ usage() {
 }
 
 all_modes=redis-cluster-kill,redis-cluster-kill-wait,redis-cluster-migrate,redis-sentinel-kill
-all_modes+=,redis-sentinel-kill-wait,postgres-kill-promote,postgres-async-kill-promote
+all_modes+=,redis-sentinel-kill-wait,redis-sentinel-kill-restart,postgres-kill-promote
+all_modes+=,postgres-async-kill-promote
 modes=$all_modes
 seconds=15
 clients=3
@@ -166,6 +170,16 @@ fault_redis_sentinel_kill() {
   within 60 sh -c "redis-cli -p ${sentinels[0]} sentinel get-master-addr-by-name $IDEM_TEST_REDIS_SENTINEL_MASTER | grep -qx ${data_ports[1]} &&
     redis-cli -p ${data_ports[1]} role | head -n 1 | grep -qx master"
 }
+# The same, and the old primary started again at once as it was configured, a primary (as a
+# service manager would restart it): empty, since these nodes have no persistence.
+fault_redis_sentinel_kill_restart() {
+  local data_ports=($IDEM_TEST_REDIS_SENTINEL_DATA_PORTS)
+  fault_redis_sentinel_kill || return 1
+  redis-server "$IDEM_TEST_REDIS_SENTINEL_DIR/${data_ports[0]}/redis.conf" >/dev/null
+  log "the old primary is back, empty, as a primary"
+  within 10 sh -c "redis-cli -p ${data_ports[0]} ping | grep -qx PONG"
+}
+
 # The old primary started again as the new primary's replica. Not as a primary: without
 # persistence it comes back empty, and the sentinels leave it a second primary for a while
 # (Redis's advice: a node without persistence must not restart as a primary by itself).
@@ -203,6 +217,8 @@ run_mode() {
       url="$IDEM_TEST_REDIS_CLUSTER_URL?min_replicas=1"; durable=(--durable)
       fault=fault_redis_cluster_kill ;;
     redis-sentinel-kill) url=$IDEM_TEST_REDIS_SENTINEL_URL; fault=fault_redis_sentinel_kill ;;
+    redis-sentinel-kill-restart)
+      url=$IDEM_TEST_REDIS_SENTINEL_URL; fault=fault_redis_sentinel_kill_restart ;;
     redis-sentinel-kill-wait)
       url="$IDEM_TEST_REDIS_SENTINEL_URL?min_replicas=1"; durable=(--durable)
       fault=fault_redis_sentinel_kill ;;
