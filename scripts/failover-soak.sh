@@ -206,7 +206,7 @@ run_mode() {
   local mode=$1
   local url durable=() fault dir="$out/$mode"
   rm -rf "$dir"
-  mkdir -p "$dir"
+  mkdir -p "$dir/servers"
   cluster_ports=($IDEM_TEST_REDIS_CLUSTER_PORTS)
   case "$mode" in
     redis-cluster-kill) url=$IDEM_TEST_REDIS_CLUSTER_URL; fault=fault_redis_cluster_kill ;;
@@ -273,6 +273,11 @@ run_mode() {
     wait "$pid" || status=$?
     [ "$status" = 0 ] || { log "$mode: client $pid exited $status"; client_failed=1; }
   done
+  # The servers' logs, kept with the histories (servers.sh removes its directory on exit).
+  local logs
+  logs=$(realpath "$dir/servers")
+  (cd "$IDEM_TEST_SERVERS_DIR" &&
+    find . -name '*.log' -size -50M -exec cp --parents {} "$logs/" \;) 2>/dev/null || true
   local check=0
   python3 scripts/check_history.py --mode "$mode" "${durable[@]}" --json "$dir/figures.json" \
     "$dir"/p*.jsonl || check=$?
