@@ -1,0 +1,358 @@
+#!/usr/bin/env bash
+# The Redis backend on a Redis Cluster, with min_replicas, and through a failover: starts its own
+# servers on free loopback ports and prints medians of RUNS runs and the ratios.
+#
+#   bench/redis_cluster_bench.sh
+#   CLIENTS="8" PIPELINE="1 16" REQUESTS=50000 RUNS=3 RECOVERY_RUNS=3 bench/redis_cluster_bench.sh
+#   PARTS="1 2" bench/redis_cluster_bench.sh                 # only parts 1 and 2 below
+#
+# 1. Cluster throughput, on three primaries with a replica each (cluster-node-timeout 2000, as in
+#    scripts/servers.sh). Marks: C threads, mark_processed (P = 1) or mark_processed_batch of P
+#    fresh ids; next to `redis-benchmark --cluster -c C -P P` sending
+#      SET idem:m:{tag}bench:00000000000000000000<12 random digits> 1893456000000 NX
+#    (its {tag} becomes a hash tag of the node each connection is bound to, so the keys are as
+#    long as idem's marker keys, idem:m:{bench:<32 hex>}), and next to raw hiredis with one
+#    connection per primary in each of C threads sending idem's own SET NX commands routed by slot
+#    (BM_RawMarks). Replays: C threads, each a store claim of a completed record (one GET),
+#    cycling over 1000 completed keys; next to redis-benchmark GET of 1000 keys holding values of
+#    the same length, and raw hiredis GET of idem's record keys.
+# 2. What WAIT costs: a primary with one replica of its own (no cluster); the same marks, recorder
+#    claim + complete and store claim + complete of new keys, on redis://.../0 and on
+#    redis://.../0?min_replicas=1&replica_timeout=500ms, alternating.
+# 3. Recovery after kill -9 of a primary, RECOVERY_RUNS times each on a fresh cluster and a fresh
+#    Sentinel group (primary, replica, three sentinels, quorum 2, down-after-milliseconds 1000, as
+#    in scripts/servers.sh): bench_redis_cluster --mode=recover marks on the killed primary's
+#    slots (cluster) or through redis+sentinel:// with connect/command timeouts of 100/200 ms and
+#    prints the time from the SIGKILL to the first mark that succeeds.
+#
+# Every node is flushed before every throughput run. Build: IDEM_BUILD_DIR (default build/release,
+# configured with the release preset when missing). The client and every server share this
+# machine's cores: on a small machine the cluster cannot beat one node (see BENCHMARKS.md).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+clients=${CLIENTS:-"8"}
+pipelines=${PIPELINE:-"1 16"}
+requests=${REQUESTS:-50000}
+runs=${RUNS:-3}
+recovery_runs=${RECOVERY_RUNS:-$runs}
+parts=" ${PARTS:-1 2 3} "
+replay_keys=1000
+build_dir=${IDEM_BUILD_DIR:-build/release}
+bench=$build_dir/bench/bench_redis_cluster
+[ "$runs" -ge 3 ] && [ "$recovery_runs" -ge 3 ] ||
+  { echo "RUNS and RECOVERY_RUNS must be >= 3 (medians)" >&2; exit 2; }
+
+for tool in redis-server redis-cli redis-benchmark python3; do
+  command -v "$tool" >/dev/null || { echo "redis_cluster_bench: $tool not found" >&2; exit 1; }
+done
+if [ ! -x "$bench" ]; then
+  if [ "$build_dir" = build/release ] && [ ! -d build/release ]; then
+    cmake --preset release >/dev/null
+  fi
+  cmake "$build_dir" >/dev/null
+  cmake --build "$build_dir" -j "$(nproc)" --target bench_redis_cluster >/dev/null
+fi
+
+work=$(mktemp -d /tmp/idem-redis-cluster-bench-XXXXXX)
+# Every redis-server this script starts writes its pid to $work/<group>/<port>/redis.pid.
+stop_pid() {
+  local pid=$1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 100); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null
+}
+pid_in() { [ -f "$1" ] && head -n 1 "$1" | tr -dc 0-9 || true; }
+# stop_group DIR: the sentinels first (so none starts a failover), then the data nodes.
+stop_group() {
+  local file
+  for file in "$1"/*/sentinel; do
+    [ -e "$file" ] && stop_pid "$(pid_in "$(dirname "$file")/redis.pid")"
+  done
+  for file in "$1"/*/redis.pid; do
+    [ -e "$file" ] && stop_pid "$(pid_in "$file")"
+  done
+  return 0
+}
+cleanup() {
+  set +e
+  local group
+  for group in "$work"/*/; do stop_group "$group"; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+free_port() {
+  python3 - "${1:-1}" <<'PY'
+import socket, sys
+socks = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in socks:
+    s.bind(("127.0.0.1", 0))
+print("\n".join(str(s.getsockname()[1]) for s in socks))
+for s in socks:
+    s.close()
+PY
+}
+# within_30s CHECK...: runs CHECK every 0.1 s until it succeeds; fails after 30 s.
+within_30s() {
+  for _ in $(seq 1 300); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  "$@"
+}
+# redis_start DIR PORT [CONFIG LINES...]: a daemonized redis-server without persistence.
+redis_start() {
+  local dir=$1 port=$2
+  shift 2
+  mkdir -p "$dir"
+  printf '%s\n' "port $port" "bind 127.0.0.1" "protected-mode no" "daemonize yes" \
+    "pidfile $dir/redis.pid" "logfile $dir/redis.log" "dir $dir" 'save ""' "appendonly no" \
+    "repl-diskless-sync-delay 0" "$@" >"$dir/redis.conf"
+  redis-server "$dir/redis.conf" >/dev/null
+  within_30s redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 ||
+    { echo "redis_cluster_bench: redis-server on $port did not start" >&2; cat "$dir/redis.log" >&2; exit 1; }
+}
+rcli() { redis-cli -h 127.0.0.1 -p "$@"; }
+
+# start_cluster GROUP: three primaries and a replica each; sets cluster_ports (primaries first).
+start_cluster() {
+  local group=$work/$1 ports i
+  mapfile -t ports < <(free_port 12)
+  cluster_ports=("${ports[@]:0:6}")
+  for i in 0 1 2 3 4 5; do
+    redis_start "$group/${ports[$i]}" "${ports[$i]}" "cluster-enabled yes" \
+      "cluster-config-file nodes.conf" "cluster-node-timeout 2000" "cluster-port ${ports[$((i + 6))]}"
+  done
+  redis-cli --cluster create "${cluster_ports[@]/#/127.0.0.1:}" --cluster-replicas 1 \
+    --cluster-yes >"$group/create.log" 2>&1 </dev/null || {
+    echo "redis_cluster_bench: the cluster was not formed" >&2
+    cat "$group/create.log" >&2
+    exit 1
+  }
+  within_30s cluster_ready ||
+    { echo "redis_cluster_bench: the cluster did not become ready in 30 s" >&2; exit 1; }
+  cluster_url="redis+cluster://127.0.0.1:${cluster_ports[0]},127.0.0.1:${cluster_ports[1]},127.0.0.1:${cluster_ports[2]}/0"
+}
+cluster_ready() {
+  local i info
+  for i in 0 1 2 3 4 5; do
+    info=$(rcli "${cluster_ports[$i]}" cluster info 2>/dev/null) || return 1
+    [[ $info == *cluster_state:ok* && $info == *cluster_known_nodes:6* ]] || return 1
+    # Every node sees three replicas, none failing or in handshake.
+    rcli "${cluster_ports[$i]}" cluster nodes 2>/dev/null | awk '
+      $3 ~ /fail|handshake|noaddr/ || $8 != "connected" { bad = 1 }
+      $3 ~ /slave/ { n++ }
+      END { exit bad || n != 3 }' || return 1
+    info=$(rcli "${cluster_ports[$i]}" info replication 2>/dev/null) || return 1
+    if [ "$i" -lt 3 ]; then
+      [[ $info == *role:master*connected_slaves:1*state=online* ]] || return 1
+    else
+      [[ $info == *role:slave*master_link_status:up* ]] || return 1
+    fi
+  done
+}
+# start_pair GROUP: a primary and its replica; sets pair_ports.
+start_pair() {
+  local group=$work/$1
+  mapfile -t pair_ports < <(free_port 2)
+  redis_start "$group/${pair_ports[0]}" "${pair_ports[0]}"
+  redis_start "$group/${pair_ports[1]}" "${pair_ports[1]}" "replicaof 127.0.0.1 ${pair_ports[0]}"
+  within_30s replica_up "${pair_ports[1]}" ||
+    { echo "redis_cluster_bench: the replica did not sync in 30 s" >&2; exit 1; }
+}
+replica_up() { rcli "$1" info replication 2>/dev/null | grep -q '^master_link_status:up'; }
+# start_sentinels GROUP: a pair and three sentinels monitoring its primary as "idem"; sets
+# sentinel_url (and pair_ports).
+start_sentinels() {
+  local group=$work/$1 port
+  start_pair "$1"
+  mapfile -t sentinel_ports < <(free_port 3)
+  for port in "${sentinel_ports[@]}"; do
+    mkdir -p "$group/$port"
+    : >"$group/$port/sentinel"  # stop_group stops these first
+    printf '%s\n' "port $port" "bind 127.0.0.1" "protected-mode no" "daemonize yes" \
+      "pidfile $group/$port/redis.pid" "logfile $group/$port/redis.log" "dir $group/$port" \
+      "sentinel resolve-hostnames no" "sentinel monitor idem 127.0.0.1 ${pair_ports[0]} 2" \
+      "sentinel down-after-milliseconds idem 1000" "sentinel failover-timeout idem 5000" \
+      >"$group/$port/redis.conf"
+    redis-server "$group/$port/redis.conf" --sentinel >/dev/null
+  done
+  within_30s sentinels_ready ||
+    { echo "redis_cluster_bench: the sentinels did not become ready in 30 s" >&2; exit 1; }
+  sentinel_url="redis+sentinel://127.0.0.1:${sentinel_ports[0]},127.0.0.1:${sentinel_ports[1]},127.0.0.1:${sentinel_ports[2]}/idem"
+}
+sentinels_ready() {
+  local port
+  for port in "${sentinel_ports[@]}"; do
+    rcli "$port" sentinel master idem 2>/dev/null | awk '
+      key == "flags" { ok += $0 == "master" }
+      key == "num-slaves" { ok += $0 == 1 }
+      key == "num-other-sentinels" { ok += $0 == 2 }
+      { key = (key == "" ? $0 : "") }
+      END { exit ok != 3 }' || return 1
+  done
+}
+flush() {
+  local port
+  for port in "$@"; do rcli "$port" flushall >/dev/null; done
+}
+# gbench_rates JSON: "name rate" per benchmark.
+gbench_rates() {
+  python3 - "$1" <<'PY'
+import json, sys
+for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    print(b["name"].split("/")[0], b["items_per_second"])
+PY
+}
+run_bench() {  # run_bench URL FILTER CLIENTS PIPELINE
+  "$bench" --url="$1" --benchmark_filter="$2" --clients="$3" --pipeline="$4" \
+    --requests="$requests" --replay-keys="$replay_keys" --benchmark_format=json \
+    --benchmark_out="$work/gbench.json" --benchmark_out_format=json >/dev/null
+  gbench_rates "$work/gbench.json"
+}
+rb_rate() { tail -n 1 | cut -d, -f2 | tr -d '"'; }
+
+results=$work/results.txt
+: >"$results"
+load() { cut -d' ' -f1 /proc/loadavg; }
+echo "load average at start: $(load)" >&2
+
+# ---- 1. cluster throughput -------------------------------------------------------------------
+if [[ $parts == *" 1 "* ]]; then
+start_cluster cluster
+primaries=("${cluster_ports[@]:0:3}")
+echo "cluster on ${cluster_ports[*]}" >&2
+for run in $(seq 1 "$runs"); do
+  for c in $clients; do
+    for p in $pipelines; do
+      flush "${primaries[@]}"
+      rb=$(redis-benchmark --cluster -h 127.0.0.1 -p "${primaries[0]}" -c "$c" -n "$requests" \
+             -P "$p" -r 1000000000 --csv \
+             SET 'idem:m:{tag}bench:00000000000000000000__rand_int__' 1893456000000 NX | rb_rate)
+      flush "${primaries[@]}"
+      while read -r name rate; do
+        echo "marks $c $p $run $name $rate" >>"$results"
+      done < <(run_bench "$cluster_url" "BM_(Idem|Raw)Marks/c:$c/p:$p/" "$c" "$p")
+      echo "marks $c $p $run redis-benchmark $rb" >>"$results"
+      echo "cluster marks c=$c p=$p run $run: redis-benchmark ${rb%.*}/s," \
+        "$(grep "^marks $c $p $run BM" "$results" | awk '{printf "%s %d/s ", $5, $6}')" >&2
+    done
+    # Replays: idem completes its 1000 keys, then replays them; redis-benchmark GETs 1000 keys of
+    # its own holding values as long as idem's records.
+    flush "${primaries[@]}"
+    while read -r name rate; do
+      echo "replays $c 1 $run $name $rate" >>"$results"
+    done < <(run_bench "$cluster_url" "BM_(Idem|Raw)Replays/c:$c/" "$c" 1)
+    length=$(redis-cli -c -h 127.0.0.1 -p "${primaries[0]}" strlen 'idem:s:{replay:000000000000}')
+    value=$(head -c "$length" /dev/zero | tr '\0' x)
+    flush "${primaries[@]}"
+    redis-benchmark --cluster -h 127.0.0.1 -p "${primaries[0]}" -c 3 -n $((replay_keys * 30)) \
+      -r "$replay_keys" SET 'idem:s:{tag}replay:__rand_int__' "$value" >/dev/null
+    rb=$(redis-benchmark --cluster -h 127.0.0.1 -p "${primaries[0]}" -c "$c" -n "$requests" \
+           -r "$replay_keys" --csv GET 'idem:s:{tag}replay:__rand_int__' | rb_rate)
+    echo "replays $c 1 $run redis-benchmark $rb" >>"$results"
+    echo "cluster replays c=$c run $run (records of $length bytes): redis-benchmark ${rb%.*}/s," \
+      "$(grep "^replays $c 1 $run BM" "$results" | awk '{printf "%s %d/s ", $5, $6}')" >&2
+  done
+done
+stop_group "$work/cluster"
+fi
+
+# ---- 2. WAIT 1 -------------------------------------------------------------------------------
+if [[ $parts == *" 2 "* ]]; then
+start_pair pair
+echo "primary ${pair_ports[0]} with replica ${pair_ports[1]}" >&2
+plain_url="redis://127.0.0.1:${pair_ports[0]}/0"
+wait_url="$plain_url?min_replicas=1&replica_timeout=500ms"
+for run in $(seq 1 "$runs"); do
+  for c in $clients; do
+    for mode in plain wait; do
+      url=$plain_url
+      [ "$mode" = wait ] && url=$wait_url
+      for p in $pipelines; do
+        flush "${pair_ports[0]}"
+        while read -r name rate; do
+          echo "$mode $c $p $run $name $rate" >>"$results"
+        done < <(run_bench "$url" "BM_IdemMarks/c:$c/p:$p/" "$c" "$p")
+      done
+      flush "${pair_ports[0]}"
+      while read -r name rate; do
+        echo "$mode $c 1 $run $name $rate" >>"$results"
+      done < <(run_bench "$url" "BM_(IdemClaimComplete|StoreClaimComplete)/c:$c/" "$c" 1)
+    done
+    echo "one primary + replica, c=$c run $run:" \
+      "$(grep -E "^(plain|wait) $c [0-9]+ $run " "$results" | awk '{printf "%s p=%s %s %d/s; ", $1, $3, $5, $6}')" >&2
+  done
+done
+stop_group "$work/pair"
+fi
+
+# ---- 3. recovery -----------------------------------------------------------------------------
+[[ $parts == *" 3 "* ]] || recovery_runs=0
+for run in $(seq 1 "$recovery_runs"); do
+  start_cluster "recover-cluster-$run"
+  victim=${cluster_ports[0]}
+  out=$("$bench" --mode=recover --url="$cluster_url" --primary-port="$victim" \
+          --kill-pid="$(pid_in "$work/recover-cluster-$run/$victim/redis.pid")")
+  echo "recovery cluster - $run - $out" >>"$results"
+  echo "cluster recovery run $run: $out" >&2
+  stop_group "$work/recover-cluster-$run"
+
+  start_sentinels "recover-sentinel-$run"
+  out=$("$bench" --mode=recover --url="$sentinel_url" \
+          --kill-pid="$(pid_in "$work/recover-sentinel-$run/${pair_ports[0]}/redis.pid")")
+  echo "recovery sentinel - $run - $out" >>"$results"
+  echo "sentinel recovery run $run: $out" >&2
+  stop_group "$work/recover-sentinel-$run"
+done
+echo "load average at end: $(load)" >&2
+
+python3 - "$results" <<'PY'
+import re, statistics, sys
+rates, recovery = {}, {}
+for line in open(sys.argv[1]):
+    kind, c, p, run, name, value = line.split(maxsplit=5)
+    if kind == "recovery":
+        m = re.search(r"recovery_ms=([0-9.]+|none) failed_calls=(\d+)", value)
+        recovery.setdefault(c, []).append((m.group(1), int(m.group(2))))
+    else:
+        rates.setdefault((kind, int(c), int(p), name), []).append(float(value))
+med = {k: statistics.median(v) for k, v in rates.items()}
+n = len(next(iter(rates.values())))
+def k(x): return f"{x / 1000:,.1f}k/s"
+print(f"medians of {n} runs")
+print("1. three-primary cluster")
+print(f"{'workload':<26} | {'idem':>10} {'redis-benchmark':>15} {'idem/rb':>7} | {'raw per node':>12} {'idem/raw':>8}")
+for (kind, c, p, name) in sorted(med):
+    if kind not in ("marks", "replays") or not name.startswith("BM_Idem"):
+        continue
+    idem = med[(kind, c, p, name)]
+    rb = med[(kind, c, p, "redis-benchmark")]
+    raw = med[(kind, c, p, name.replace("Idem", "Raw"))]
+    label = f"{kind} c={c}" + (f" P={p}" if kind == "marks" else "")
+    print(f"{label:<26} | {k(idem):>10} {k(rb):>15} {idem / rb:>7.2f} | {k(raw):>12} {idem / raw:>8.2f}")
+print("2. one primary with a replica: min_replicas=1 (WAIT 1 500) / none")
+print(f"{'workload':<34} | {'none':>10} {'WAIT 1':>10} {'ratio':>6}")
+for (kind, c, p, name) in sorted(med):
+    if kind != "plain":
+        continue
+    plain, wait = med[(kind, c, p, name)], med[("wait", c, p, name)]
+    label = {"BM_IdemMarks": f"marks c={c} P={p}", "BM_IdemClaimComplete": f"recorder claim+complete c={c}",
+             "BM_StoreClaimComplete": f"store claim+complete c={c}"}[name]
+    print(f"{label:<34} | {k(plain):>10} {k(wait):>10} {wait / plain:>6.2f}")
+print("3. kill -9 of a primary to the first successful mark on the promoted replica")
+for group, runs in sorted(recovery.items()):
+    times = [float(t) for t, _ in runs if t != "none"]
+    failed = [f for _, f in runs]
+    lost = len(runs) - len(times)
+    print(f"{group:<9} median {statistics.median(times) if times else float('nan'):,.0f} ms "
+          f"(runs: {', '.join(t for t, _ in runs)} ms; failed calls before it: "
+          f"{', '.join(map(str, failed))}){f'; {lost} runs never recovered' if lost else ''}")
+PY
