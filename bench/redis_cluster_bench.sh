@@ -16,14 +16,17 @@
 #    (BM_RawMarks). Replays: C threads, each a store claim of a completed record (one GET),
 #    cycling over 1000 completed keys; next to redis-benchmark GET of 1000 keys holding values of
 #    the same length, and raw hiredis GET of idem's record keys.
-# 2. What WAIT costs: a primary with one replica of its own (no cluster); the same marks, recorder
-#    claim + complete and store claim + complete of new keys, on redis://.../0 and on
-#    redis://.../0?min_replicas=1&replica_timeout=500ms, alternating.
+# 2. One node, and what WAIT costs: a primary with one replica of its own (no cluster). On
+#    redis://.../0 the marks and replays of 1. next to raw hiredis (the one-node figures to set
+#    beside the cluster's), then the marks, recorder claim + complete and store claim + complete
+#    of new keys there and on redis://.../0?min_replicas=1&replica_timeout=500ms.
 # 3. Recovery after kill -9 of a primary, RECOVERY_RUNS times each on a fresh cluster and a fresh
 #    Sentinel group (primary, replica, three sentinels, quorum 2, down-after-milliseconds 1000, as
 #    in scripts/servers.sh): bench_redis_cluster --mode=recover marks on the killed primary's
 #    slots (cluster) or through redis+sentinel:// with connect/command timeouts of 100/200 ms and
-#    prints the time from the SIGKILL to the first mark that succeeds.
+#    prints the time from the SIGKILL to the first mark that succeeds, and to the moment the
+#    servers name the new primary (CLUSTER SLOTS of another primary, SENTINEL
+#    get-master-addr-by-name), polled every 10 ms.
 #
 # Every node is flushed before every throughput run. Build: IDEM_BUILD_DIR (default build/release,
 # configured with the release preset when missing). The client and every server share this
@@ -116,8 +119,11 @@ redis_start() {
     "pidfile $dir/redis.pid" "logfile $dir/redis.log" "dir $dir" 'save ""' "appendonly no" \
     "repl-diskless-sync-delay 0" "$@" >"$dir/redis.conf"
   redis-server "$dir/redis.conf" >/dev/null
-  within_30s redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 ||
-    { echo "redis_cluster_bench: redis-server on $port did not start" >&2; cat "$dir/redis.log" >&2; exit 1; }
+  within_30s redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 || {
+    echo "redis_cluster_bench: redis-server on $port did not start" >&2
+    cat "$dir/redis.log" >&2
+    exit 1
+  }
 }
 rcli() { redis-cli -h 127.0.0.1 -p "$@"; }
 
@@ -128,7 +134,8 @@ start_cluster() {
   cluster_ports=("${ports[@]:0:6}")
   for i in 0 1 2 3 4 5; do
     redis_start "$group/${ports[$i]}" "${ports[$i]}" "cluster-enabled yes" \
-      "cluster-config-file nodes.conf" "cluster-node-timeout 2000" "cluster-port ${ports[$((i + 6))]}"
+      "cluster-config-file nodes.conf" "cluster-node-timeout 2000" \
+      "cluster-port ${ports[$((i + 6))]}"
   done
   redis-cli --cluster create "${cluster_ports[@]/#/127.0.0.1:}" --cluster-replicas 1 \
     --cluster-yes >"$group/create.log" 2>&1 </dev/null || {
@@ -138,7 +145,8 @@ start_cluster() {
   }
   within_30s cluster_ready ||
     { echo "redis_cluster_bench: the cluster did not become ready in 30 s" >&2; exit 1; }
-  cluster_url="redis+cluster://127.0.0.1:${cluster_ports[0]},127.0.0.1:${cluster_ports[1]},127.0.0.1:${cluster_ports[2]}/0"
+  cluster_url="redis+cluster://$(printf '127.0.0.1:%s,' "${cluster_ports[@]:0:3}")"
+  cluster_url="${cluster_url%,}/0"
 }
 cluster_ready() {
   local i info
@@ -186,7 +194,8 @@ start_sentinels() {
   done
   within_30s sentinels_ready ||
     { echo "redis_cluster_bench: the sentinels did not become ready in 30 s" >&2; exit 1; }
-  sentinel_url="redis+sentinel://127.0.0.1:${sentinel_ports[0]},127.0.0.1:${sentinel_ports[1]},127.0.0.1:${sentinel_ports[2]}/idem"
+  sentinel_url="redis+sentinel://$(printf '127.0.0.1:%s,' "${sentinel_ports[@]}")"
+  sentinel_url="${sentinel_url%,}/idem"
 }
 sentinels_ready() {
   local port
@@ -274,21 +283,23 @@ wait_url="$plain_url?min_replicas=1&replica_timeout=500ms"
 for run in $(seq 1 "$runs"); do
   for c in $clients; do
     for mode in plain wait; do
-      url=$plain_url
-      [ "$mode" = wait ] && url=$wait_url
+      # Without WAIT, also raw hiredis and the replays: the one-node figures beside the cluster's.
+      url=$plain_url raw="(Idem|Raw)" replays="(Idem|Raw)Replays|"
+      [ "$mode" = wait ] && url=$wait_url raw=Idem replays=
       for p in $pipelines; do
         flush "${pair_ports[0]}"
         while read -r name rate; do
           echo "$mode $c $p $run $name $rate" >>"$results"
-        done < <(run_bench "$url" "BM_IdemMarks/c:$c/p:$p/" "$c" "$p")
+        done < <(run_bench "$url" "BM_${raw}Marks/c:$c/p:$p/" "$c" "$p")
       done
       flush "${pair_ports[0]}"
       while read -r name rate; do
         echo "$mode $c 1 $run $name $rate" >>"$results"
-      done < <(run_bench "$url" "BM_(IdemClaimComplete|StoreClaimComplete)/c:$c/" "$c" 1)
+      done < <(run_bench "$url" "BM_(${replays}IdemClaimComplete|StoreClaimComplete)/c:$c/" \
+                 "$c" 1)
     done
-    echo "one primary + replica, c=$c run $run:" \
-      "$(grep -E "^(plain|wait) $c [0-9]+ $run " "$results" | awk '{printf "%s p=%s %s %d/s; ", $1, $3, $5, $6}')" >&2
+    echo "one primary + replica, c=$c run $run:" "$(grep -E "^(plain|wait) $c [0-9]+ $run " \
+      "$results" | awk '{printf "%s p=%s %s %d/s; ", $1, $3, $5, $6}')" >&2
   done
 done
 stop_group "$work/pair"
@@ -320,39 +331,62 @@ rates, recovery = {}, {}
 for line in open(sys.argv[1]):
     kind, c, p, run, name, value = line.split(maxsplit=5)
     if kind == "recovery":
-        m = re.search(r"recovery_ms=([0-9.]+|none) failed_calls=(\d+)", value)
-        recovery.setdefault(c, []).append((m.group(1), int(m.group(2))))
+        fields = dict(f.split("=") for f in value.split())
+        recovery.setdefault(c, []).append(fields)
     else:
         rates.setdefault((kind, int(c), int(p), name), []).append(float(value))
-med = {k: statistics.median(v) for k, v in rates.items()}
-n = len(next(iter(rates.values())))
+med = {key: statistics.median(v) for key, v in rates.items()}
 def k(x): return f"{x / 1000:,.1f}k/s"
-print(f"medians of {n} runs")
-print("1. three-primary cluster")
-print(f"{'workload':<26} | {'idem':>10} {'redis-benchmark':>15} {'idem/rb':>7} | {'raw per node':>12} {'idem/raw':>8}")
-for (kind, c, p, name) in sorted(med):
-    if kind not in ("marks", "replays") or not name.startswith("BM_Idem"):
-        continue
-    idem = med[(kind, c, p, name)]
-    rb = med[(kind, c, p, "redis-benchmark")]
-    raw = med[(kind, c, p, name.replace("Idem", "Raw"))]
-    label = f"{kind} c={c}" + (f" P={p}" if kind == "marks" else "")
-    print(f"{label:<26} | {k(idem):>10} {k(rb):>15} {idem / rb:>7.2f} | {k(raw):>12} {idem / raw:>8.2f}")
-print("2. one primary with a replica: min_replicas=1 (WAIT 1 500) / none")
-print(f"{'workload':<34} | {'none':>10} {'WAIT 1':>10} {'ratio':>6}")
-for (kind, c, p, name) in sorted(med):
-    if kind != "plain":
-        continue
-    plain, wait = med[(kind, c, p, name)], med[("wait", c, p, name)]
-    label = {"BM_IdemMarks": f"marks c={c} P={p}", "BM_IdemClaimComplete": f"recorder claim+complete c={c}",
-             "BM_StoreClaimComplete": f"store claim+complete c={c}"}[name]
-    print(f"{label:<34} | {k(plain):>10} {k(wait):>10} {wait / plain:>6.2f}")
-print("3. kill -9 of a primary to the first successful mark on the promoted replica")
-for group, runs in sorted(recovery.items()):
-    times = [float(t) for t, _ in runs if t != "none"]
-    failed = [f for _, f in runs]
-    lost = len(runs) - len(times)
-    print(f"{group:<9} median {statistics.median(times) if times else float('nan'):,.0f} ms "
-          f"(runs: {', '.join(t for t, _ in runs)} ms; failed calls before it: "
-          f"{', '.join(map(str, failed))}){f'; {lost} runs never recovered' if lost else ''}")
+def label(kind, c, p):
+    return f"{kind} c={c}" + (f" P={p}" if kind == "marks" else "")
+if med:
+    print(f"medians of {len(next(iter(rates.values())))} runs")
+cluster = sorted(key for key in med
+                 if key[0] in ("marks", "replays") and key[3].startswith("BM_Idem"))
+if cluster:
+    print("1. three-primary cluster (3 primaries + 3 replicas + the client on this machine)")
+    print(f"{'workload':<18} | {'idem':>10} {'redis-benchmark':>15} {'idem/rb':>7} | "
+          f"{'raw per node':>12} {'idem/raw':>8} | {'idem per node':>13}")
+    for kind, c, p, name in cluster:
+        idem = med[(kind, c, p, name)]
+        rb = med[(kind, c, p, "redis-benchmark")]
+        raw = med[(kind, c, p, name.replace("Idem", "Raw"))]
+        print(f"{label(kind, c, p):<18} | {k(idem):>10} {k(rb):>15} {idem / rb:>7.2f} | "
+              f"{k(raw):>12} {idem / raw:>8.2f} | {k(idem / 3):>13}")
+single = sorted(key for key in med
+                if key[0] == "plain" and key[3] in ("BM_IdemMarks", "BM_IdemReplays"))
+if single:
+    print("2a. one node (a primary with its replica), min_replicas=0")
+    print(f"{'workload':<18} | {'idem':>10} {'raw':>10} {'idem/raw':>8} | {'cluster/one node':>16}")
+    for kind, c, p, name in single:
+        idem = med[(kind, c, p, name)]
+        raw = med[(kind, c, p, name.replace("Idem", "Raw"))]
+        workload = "marks" if name == "BM_IdemMarks" else "replays"
+        on_cluster = med.get((workload, c, p, name))
+        versus = f"{on_cluster / idem:>16.2f}" if on_cluster else f"{'-':>16}"
+        print(f"{label(workload, c, p):<18} | {k(idem):>10} {k(raw):>10} {idem / raw:>8.2f} | "
+              f"{versus}")
+waits = sorted(key for key in med if key[0] == "wait")
+if waits:
+    print("2b. the same node: min_replicas=1 (WAIT 1 500 after every write) / min_replicas=0")
+    print(f"{'workload':<30} | {'none':>10} {'WAIT 1':>10} {'ratio':>6}")
+    names = {"BM_IdemMarks": "marks", "BM_IdemClaimComplete": "recorder claim+complete",
+             "BM_StoreClaimComplete": "store claim+complete"}
+    for kind, c, p, name in waits:
+        plain, wait = med[("plain", c, p, name)], med[(kind, c, p, name)]
+        workload = f"{names[name]} c={c}" + (f" P={p}" if name == "BM_IdemMarks" else "")
+        print(f"{workload:<30} | {k(plain):>10} {k(wait):>10} {wait / plain:>6.2f}")
+if recovery:
+    print("3. kill -9 of a primary: until the servers name the new primary / until idem's first "
+          "successful mark on it")
+    for group, runs in sorted(recovery.items()):
+        done = [float(r["recovery_ms"]) for r in runs if r["recovery_ms"] != "none"]
+        promoted = [float(r["promoted_ms"]) for r in runs if float(r["promoted_ms"]) >= 0]
+        lost = len(runs) - len(done)
+        def median(values): return statistics.median(values) if values else float("nan")
+        print(f"{group:<9} promoted median {median(promoted):,.0f} ms, "
+              f"first success median {median(done):,.0f} ms "
+              f"(runs: {', '.join(r['promoted_ms'] + ' / ' + r['recovery_ms'] for r in runs)} ms; "
+              f"failed calls before it: {', '.join(r['failed_calls'] for r in runs)})"
+              f"{f'; {lost} runs never recovered' if lost else ''}")
 PY
