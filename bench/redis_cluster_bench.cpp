@@ -511,56 +511,61 @@ int main(int argc, char** argv) {
   const long long requests = requests_flag.empty() ? 0 : std::stoll(requests_flag);
 
   std::vector<std::unique_ptr<Case>> cases;
-  for (int c : clients) {
-    auto options = g_options;
-    options.pool_size = static_cast<std::size_t>(c);
-    auto recorder = std::make_shared<idem::redis::RedisIdempotencyRecorder>(options);
-    auto store = std::make_shared<idem::redis::RedisIdempotencyStore>(recorder->pool());
-    {  // open every connection now (on a cluster: to every primary), not inside the timed loop
-      idem::bench::IdSequence ids(g_streams++);
-      std::vector<std::string> warm_ids;
-      for (int i = 0; i < 64; ++i)
-        warm_ids.emplace_back(ids.next());
-      std::vector<std::thread> threads;
-      for (int i = 0; i < c; ++i)
-        threads.emplace_back([&] { recorder->mark_processed_batch(kConsumer, warm_ids); });
-      for (auto& thread : threads)
-        thread.join();
+  try {  // the recorders connect (and complete the replay keys) here
+    for (int c : clients) {
+      auto options = g_options;
+      options.pool_size = static_cast<std::size_t>(c);
+      auto recorder = std::make_shared<idem::redis::RedisIdempotencyRecorder>(options);
+      auto store = std::make_shared<idem::redis::RedisIdempotencyStore>(recorder->pool());
+      {  // open every connection now (on a cluster: to every primary), not inside the timed loop
+        idem::bench::IdSequence ids(g_streams++);
+        std::vector<std::string> warm_ids;
+        for (int i = 0; i < 64; ++i)
+          warm_ids.emplace_back(ids.next());
+        std::vector<std::thread> threads;
+        for (int i = 0; i < c; ++i)
+          threads.emplace_back([&] { recorder->mark_processed_batch(kConsumer, warm_ids); });
+        for (auto& thread : threads)
+          thread.join();
+      }
+      complete_replay_keys(*store);
+      const std::string per_client = "/c:" + std::to_string(c);
+      auto limit = [&](benchmark::internal::Benchmark* b, int per_call) {
+        b->Threads(c)->UseRealTime();
+        if (requests > 0) b->Iterations(std::max<long long>(1, requests / c / per_call));
+      };
+      for (int p : pipelines) {
+        auto idem_case = std::make_unique<Case>();
+        idem_case->recorder = recorder;
+        idem_case->store = store;
+        idem_case->pipeline = p;
+        const std::string suffix = per_client + "/p:" + std::to_string(p);
+        limit(benchmark::RegisterBenchmark(("BM_IdemMarks" + suffix).c_str(), BM_IdemMarks,
+                                           idem_case.get()),
+              p);
+        limit(benchmark::RegisterBenchmark(("BM_RawMarks" + suffix).c_str(), BM_RawMarks, p), p);
+        cases.push_back(std::move(idem_case));
+      }
+      auto single = std::make_unique<Case>();
+      single->recorder = recorder;
+      single->store = store;
+      limit(benchmark::RegisterBenchmark(("BM_IdemReplays" + per_client).c_str(), BM_IdemReplays,
+                                         single.get()),
+            1);
+      limit(benchmark::RegisterBenchmark(("BM_RawReplays" + per_client).c_str(), BM_RawReplays,
+                                         single.get()),
+            1);
+      limit(benchmark::RegisterBenchmark(("BM_IdemClaimComplete" + per_client).c_str(),
+                                         BM_IdemClaimComplete, single.get()),
+            1);
+      limit(benchmark::RegisterBenchmark(("BM_StoreClaimComplete" + per_client).c_str(),
+                                         BM_StoreClaimComplete, single.get()),
+            1);
+      cases.push_back(std::move(single));
     }
-    complete_replay_keys(*store);
-    const std::string per_client = "/c:" + std::to_string(c);
-    auto limit = [&](benchmark::internal::Benchmark* b, int per_call) {
-      b->Threads(c)->UseRealTime();
-      if (requests > 0) b->Iterations(std::max<long long>(1, requests / c / per_call));
-    };
-    for (int p : pipelines) {
-      auto idem_case = std::make_unique<Case>();
-      idem_case->recorder = recorder;
-      idem_case->store = store;
-      idem_case->pipeline = p;
-      const std::string suffix = per_client + "/p:" + std::to_string(p);
-      limit(benchmark::RegisterBenchmark(("BM_IdemMarks" + suffix).c_str(), BM_IdemMarks,
-                                         idem_case.get()),
-            p);
-      limit(benchmark::RegisterBenchmark(("BM_RawMarks" + suffix).c_str(), BM_RawMarks, p), p);
-      cases.push_back(std::move(idem_case));
-    }
-    auto single = std::make_unique<Case>();
-    single->recorder = recorder;
-    single->store = store;
-    limit(benchmark::RegisterBenchmark(("BM_IdemReplays" + per_client).c_str(), BM_IdemReplays,
-                                       single.get()),
-          1);
-    limit(benchmark::RegisterBenchmark(("BM_RawReplays" + per_client).c_str(), BM_RawReplays,
-                                       single.get()),
-          1);
-    limit(benchmark::RegisterBenchmark(("BM_IdemClaimComplete" + per_client).c_str(),
-                                       BM_IdemClaimComplete, single.get()),
-          1);
-    limit(benchmark::RegisterBenchmark(("BM_StoreClaimComplete" + per_client).c_str(),
-                                       BM_StoreClaimComplete, single.get()),
-          1);
-    cases.push_back(std::move(single));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_redis_cluster: %s\n", e.what());
+    return 1;
   }
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
