@@ -212,11 +212,13 @@ flush() {
   local port
   for port in "$@"; do rcli "$port" flushall >/dev/null; done
 }
-# gbench_rates JSON: "name rate" per benchmark.
+# gbench_rates JSON: "name rate" per benchmark; fails on a benchmark that reported an error.
 gbench_rates() {
   python3 - "$1" <<'PY'
 import json, sys
 for b in json.load(open(sys.argv[1]))["benchmarks"]:
+    if b.get("error_occurred"):
+        sys.exit(f"redis_cluster_bench: {b['name']}: {b.get('error_message')}")
     print(b["name"].split("/")[0], b["items_per_second"])
 PY
 }
@@ -246,9 +248,10 @@ for run in $(seq 1 "$runs"); do
              -P "$p" -r 1000000000 --csv \
              SET 'idem:m:{tag}bench:00000000000000000000__rand_int__' 1893456000000 NX | rb_rate)
       flush "${primaries[@]}"
+      run_bench "$cluster_url" "BM_(Idem|Raw)Marks/c:$c/p:$p/" "$c" "$p" >"$work/rates"
       while read -r name rate; do
         echo "marks $c $p $run $name $rate" >>"$results"
-      done < <(run_bench "$cluster_url" "BM_(Idem|Raw)Marks/c:$c/p:$p/" "$c" "$p")
+      done <"$work/rates"
       echo "marks $c $p $run redis-benchmark $rb" >>"$results"
       echo "cluster marks c=$c p=$p run $run: redis-benchmark ${rb%.*}/s," \
         "$(grep "^marks $c $p $run BM" "$results" | awk '{printf "%s %d/s ", $5, $6}')" >&2
@@ -256,9 +259,10 @@ for run in $(seq 1 "$runs"); do
     # Replays: idem completes its 1000 keys, then replays them; redis-benchmark GETs 1000 keys of
     # its own holding values as long as idem's records.
     flush "${primaries[@]}"
+    run_bench "$cluster_url" "BM_(Idem|Raw)Replays/c:$c/" "$c" 1 >"$work/rates"
     while read -r name rate; do
       echo "replays $c 1 $run $name $rate" >>"$results"
-    done < <(run_bench "$cluster_url" "BM_(Idem|Raw)Replays/c:$c/" "$c" 1)
+    done <"$work/rates"
     length=$(redis-cli -c -h 127.0.0.1 -p "${primaries[0]}" strlen 'idem:s:{replay:000000000000}')
     value=$(head -c "$length" /dev/zero | tr '\0' x)
     flush "${primaries[@]}"
@@ -274,7 +278,7 @@ done
 stop_group "$work/cluster"
 fi
 
-# ---- 2. WAIT 1 -------------------------------------------------------------------------------
+# ---- 2. one node, and WAIT 1 -----------------------------------------------------------------
 if [[ $parts == *" 2 "* ]]; then
 start_pair pair
 echo "primary ${pair_ports[0]} with replica ${pair_ports[1]}" >&2
@@ -288,15 +292,17 @@ for run in $(seq 1 "$runs"); do
       [ "$mode" = wait ] && url=$wait_url raw=Idem replays=
       for p in $pipelines; do
         flush "${pair_ports[0]}"
+        run_bench "$url" "BM_${raw}Marks/c:$c/p:$p/" "$c" "$p" >"$work/rates"
         while read -r name rate; do
           echo "$mode $c $p $run $name $rate" >>"$results"
-        done < <(run_bench "$url" "BM_${raw}Marks/c:$c/p:$p/" "$c" "$p")
+        done <"$work/rates"
       done
       flush "${pair_ports[0]}"
+      run_bench "$url" "BM_(${replays}IdemClaimComplete|StoreClaimComplete)/c:$c/" \
+        "$c" 1 >"$work/rates"
       while read -r name rate; do
         echo "$mode $c 1 $run $name $rate" >>"$results"
-      done < <(run_bench "$url" "BM_(${replays}IdemClaimComplete|StoreClaimComplete)/c:$c/" \
-                 "$c" 1)
+      done <"$work/rates"
     done
     echo "one primary + replica, c=$c run $run:" "$(grep -E "^(plain|wait) $c [0-9]+ $run " \
       "$results" | awk '{printf "%s p=%s %s %d/s; ", $1, $3, $5, $6}')" >&2
@@ -353,8 +359,9 @@ if cluster:
         raw = med[(kind, c, p, name.replace("Idem", "Raw"))]
         print(f"{label(kind, c, p):<18} | {k(idem):>10} {k(rb):>15} {idem / rb:>7.2f} | "
               f"{k(raw):>12} {idem / raw:>8.2f} | {k(idem / 3):>13}")
-single = sorted(key for key in med
-                if key[0] == "plain" and key[3] in ("BM_IdemMarks", "BM_IdemReplays"))
+single = sorted((key for key in med
+                 if key[0] == "plain" and key[3] in ("BM_IdemMarks", "BM_IdemReplays")),
+                key=lambda key: (key[3], key[1], key[2]))
 if single:
     print("2a. one node (a primary with its replica), min_replicas=0")
     print(f"{'workload':<18} | {'idem':>10} {'raw':>10} {'idem/raw':>8} | {'cluster/one node':>16}")
@@ -366,7 +373,7 @@ if single:
         versus = f"{on_cluster / idem:>16.2f}" if on_cluster else f"{'-':>16}"
         print(f"{label(workload, c, p):<18} | {k(idem):>10} {k(raw):>10} {idem / raw:>8.2f} | "
               f"{versus}")
-waits = sorted(key for key in med if key[0] == "wait")
+waits = sorted((key for key in med if key[0] == "wait"), key=lambda key: (key[3], key[1], key[2]))
 if waits:
     print("2b. the same node: min_replicas=1 (WAIT 1 500 after every write) / min_replicas=0")
     print(f"{'workload':<30} | {'none':>10} {'WAIT 1':>10} {'ratio':>6}")
