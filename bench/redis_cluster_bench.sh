@@ -13,9 +13,9 @@
 #    (its {tag} becomes a hash tag of the node each connection is bound to, so the keys are within
 #    two bytes as long as idem's marker keys, idem:m:{bench:<32 hex>}), and next to raw hiredis
 #    with one connection per primary in each of C threads sending idem's own SET NX commands
-#    routed by slot (BM_RawMarks). Replays: C threads, each a store claim of a completed record (one GET),
-#    cycling over 1000 completed keys; next to redis-benchmark GET of 1000 keys holding values of
-#    the same length, and raw hiredis GET of idem's record keys.
+#    routed by slot (BM_RawMarks). Replays: C threads, each a store claim of a completed record
+#    (one GET), cycling over 1000 completed keys; next to redis-benchmark GET of 1000 keys holding
+#    values of the same length, and raw hiredis GET of idem's record keys.
 # 2. One node, and what WAIT costs: a primary with one replica of its own (no cluster). On
 #    redis://.../0 the marks and replays of 1. next to raw hiredis (the one-node figures to set
 #    beside the cluster's), then the marks, recorder claim + complete and store claim + complete
