@@ -78,6 +78,13 @@ inline bool cluster_as_started() {
     if (!state || state->str.find("cluster_state:ok") == std::string::npos) return false;
     const auto nodes = ask(ports[i], {"CLUSTER", "NODES"});
     if (!nodes || nodes->str.find("fail") != std::string::npos) return false;
+    // Every node's own view has caught up: three primaries, not a fourth from before a failover.
+    std::size_t primaries = 0;
+    for (std::size_t at = nodes->str.find("master"); at != std::string::npos;
+         at = nodes->str.find("master", at + 1)) {
+      ++primaries;
+    }
+    if (primaries != 3) return false;
     if (i < 3 ? !info_has(ports[i], "replication", "connected_slaves:1")
               : !info_has(ports[i], "replication", "master_link_status:up")) {
       return false;

@@ -350,8 +350,15 @@ ClusterRouting::~ClusterRouting() = default;
 
 RedisConnection& ClusterRouting::link(const ClusterNode& node) {
   auto it = links_.find(node.name);
+  // An idle link is checked for a hang-up once per lease, when first used: a command is never
+  // put in doubt by a socket that was dead before it was sent.
+  if (it != links_.end() && checked_.insert(node.name).second && it->second->looks_dead()) {
+    drop(node.name);
+    it = links_.end();
+  }
   if (it == links_.end()) {
     it = links_.emplace(node.name, map_->connect(node.host, node.port)).first;
+    checked_.insert(node.name);
   }
   return *it->second;
 }
@@ -370,13 +377,9 @@ std::size_t ClusterRouting::pending() const noexcept {
 }
 
 bool ClusterRouting::looks_dead() noexcept {
-  for (auto it = links_.begin(); it != links_.end();) {
-    if (it->second->looks_dead()) {
-      it = links_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  // Called when the pool hands this set out again: each link is checked when the lease first
+  // uses it (link()), not all of them now — a call uses one or two of them.
+  checked_.clear();
   return broken_;
 }
 

@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -142,7 +143,8 @@ class ClusterRouting {
   // The node connection the last routed command went to (null before the first): where a
   // subscription made with command() receives its messages.
   RedisConnection* last_node() const noexcept { return last_; }
-  // Drops the node connections found dead; false (the routing itself stays usable).
+  // The pool hands the set out again: each node connection is checked for a hang-up when the
+  // lease first uses it (link()). True only when the set is broken.
   bool looks_dead() noexcept;
   // Reads the layout again and returns its primaries: SCAN and SCRIPT LOAD run on each, through
   // link(). Valid until the next call.
@@ -163,7 +165,8 @@ class ClusterRouting {
   std::vector<std::vector<std::string>> queued_;
   std::vector<ClusterNode> primaries_;  // of the last primaries()
   std::string endpoint_;
-  RedisConnection* last_ = nullptr;  // one of links_, or null
+  RedisConnection* last_ = nullptr;             // one of links_, or null
+  std::set<std::string, std::less<>> checked_;  // links checked for a hang-up in this lease
   bool broken_ = false;
 };
 
