@@ -2,10 +2,15 @@
 
 #include <algorithm>
 #include <array>
+#include <asio/bind_executor.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <charconv>
 #include <chrono>
+#include <exception>
 #include <optional>
 #include <string_view>
 #include <utility>
@@ -74,6 +79,55 @@ async::Task<bool> wait_a_moment(const asio::any_io_executor& executor,
   pause = std::min(pause * 2, std::chrono::milliseconds(100));
   redirections = 0;
   co_return true;
+}
+
+// The outcome of each of several calls run at once.
+struct Gathered {
+  std::vector<Replies> replies;
+  std::vector<std::exception_ptr> errors;
+};
+
+struct Gathering {
+  explicit Gathering(const asio::strand<asio::any_io_executor>& strand, std::size_t n)
+      : left(n), all_in(strand) {
+    out.replies.resize(n);
+    out.errors.resize(n);
+    all_in.expires_at(asio::steady_timer::time_point::max());
+  }
+  Gathered out;
+  std::size_t left;
+  asio::steady_timer all_in;  // expires when the last call is in
+};
+
+// Runs on `strand`: starts every call, then waits until each has ended. The calls' ends run on
+// the same strand, so counting them and waiting for the count need no lock.
+async::Task<Gathered> gather_on(asio::strand<asio::any_io_executor> strand,
+                                std::vector<async::Task<Replies>> calls) {
+  auto gathering = std::make_shared<Gathering>(strand, calls.size());
+  for (std::size_t i = 0; i < calls.size(); ++i) {
+    asio::co_spawn(
+        strand, std::move(calls[i]),
+        asio::bind_executor(strand, [gathering, i](std::exception_ptr error, Replies replies) {
+          gathering->out.errors[i] = error;
+          gathering->out.replies[i] = std::move(replies);
+          // Expiring the timer ends the wait below (or a wait not begun yet).
+          if (--gathering->left == 0)
+            gathering->all_in.expires_at(asio::steady_timer::time_point::min());
+        }));
+  }
+  if (gathering->left > 0) {
+    asio::error_code ignored;
+    co_await gathering->all_in.async_wait(asio::redirect_error(asio::use_awaitable, ignored));
+  }
+  co_return std::move(gathering->out);
+}
+
+// Every call at once (each node's part of a batch has its own connection), and each outcome.
+async::Task<Gathered> gather(const asio::any_io_executor& executor,
+                             std::vector<async::Task<Replies>> calls) {
+  auto strand = asio::make_strand(executor);
+  co_return co_await asio::co_spawn(strand, gather_on(strand, std::move(calls)),
+                                    asio::use_awaitable);
 }
 
 }  // namespace
@@ -318,30 +372,38 @@ async::Task<Replies> AsyncCluster::run(std::shared_ptr<AsyncCluster> self, std::
     part->batch.add(commands[i].args);
     part->commands.push_back(i);
   }
-  bool any_sent = false;
+  // Every primary's part at once: the round trips overlap.
+  std::vector<async::Task<Replies>> calls;
   for (Part& part : parts) {
-    Replies got;
+    calls.push_back(
+        self->node(part.node->host, part.node->port).pipeline(std::move(part.batch), kind, what));
+  }
+  Gathered gathered = co_await gather(self->executor_, std::move(calls));
+  const bool any_ok = std::any_of(gathered.errors.begin(), gathered.errors.end(),
+                                  [](const std::exception_ptr& e) { return e == nullptr; });
+  for (std::size_t p = 0; p < parts.size(); ++p) {
+    if (!gathered.errors[p]) {
+      Replies& got = gathered.replies[p];
+      for (std::size_t j = 0; j < got.size() && j < parts[p].commands.size(); ++j)
+        replies[parts[p].commands[j]] = std::move(got[j]);
+      continue;
+    }
     try {
-      got = co_await self->node(part.node->host, part.node->port)
-                .pipeline(std::move(part.batch), kind, what);
+      std::rethrow_exception(gathered.errors[p]);
     } catch (const RedisError& e) {
-      if (any_sent && kind != CommandKind::read && !e.in_doubt()) {
+      if (any_ok && kind != CommandKind::read && !e.in_doubt()) {
         throw RedisError(e.failure(),
                          std::string(e.what()) +
-                             "; commands of this pipeline had been sent to other nodes: they may "
-                             "or may not have been applied",
+                             "; commands of this pipeline were applied on other nodes: the call "
+                             "as a whole may or may not have been applied",
                          kind == CommandKind::idempotent_write, /*in_doubt=*/true, e.timed_out(),
                          e.code());
       }
       if (e.in_doubt() || !e.retryable()) throw;
       // This node is unreachable and nothing of its part ran: its commands go on their own.
-      for (std::size_t i : part.commands)
+      for (std::size_t i : parts[p].commands)
         again[i] = true;
-      continue;
     }
-    any_sent = true;
-    for (std::size_t j = 0; j < got.size() && j < part.commands.size(); ++j)
-      replies[part.commands[j]] = std::move(got[j]);
   }
   for (std::size_t i = 0; i < commands.size(); ++i) {
     if (again[i] || is_redirection(replies[i]) || is_retry_later(replies[i]))

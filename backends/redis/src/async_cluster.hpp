@@ -3,8 +3,9 @@
 // (cluster.hpp: key_slot, routing_key, parse_redirection, parse_shards, ClusterLayout); the I/O
 // is coroutines over one pipelined AsyncConnection per primary, opened on first use.
 //
-// run() splits a call's commands by their key's slot, sends each primary its part (one pipelined
-// write each), and puts the replies back in the caller's order. A command answered with MOVED
+// run() splits a call's commands by their key's slot, sends each primary its part at once (one
+// pipelined write each, the round trips overlapping), and puts the replies back in the caller's
+// order. A command answered with MOVED
 // (the layout is updated), ASK (sent once more after ASKING to the named node), TRYAGAIN or
 // CLUSTERDOWN (sent again after a pause, the layout read again) is sent on its own, within
 // command_timeout from the call's start; a command whose reply was lost is never sent again.
