@@ -145,7 +145,7 @@ AsyncCluster::AsyncCluster(asio::any_io_executor executor, RedisOptions options,
       endpoint_(options_.endpoint()) {}
 
 void AsyncCluster::shut_down() {
-  std::map<std::string, std::unique_ptr<AsyncConnection>, std::less<>> nodes;
+  std::map<std::string, std::shared_ptr<AsyncConnection>, std::less<>> nodes;
   {
     std::lock_guard lock(mutex_);
     closed_ = true;
@@ -169,7 +169,7 @@ AsyncConnectionStats AsyncCluster::stats() const {
   return sum;
 }
 
-AsyncConnection& AsyncCluster::node(const std::string& host, int port) {
+std::shared_ptr<AsyncConnection> AsyncCluster::node(const std::string& host, int port) {
   const std::string name = node_name(host, port);
   std::lock_guard lock(mutex_);
   if (closed_) {
@@ -183,10 +183,10 @@ AsyncConnection& AsyncCluster::node(const std::string& host, int port) {
     options.host = host;
     options.port = port;
     it =
-        nodes_.emplace(name, std::make_unique<AsyncConnection>(executor_, std::move(options), tls_))
+        nodes_.emplace(name, std::make_shared<AsyncConnection>(executor_, std::move(options), tls_))
             .first;
   }
-  return *it->second;
+  return it->second;
 }
 
 std::shared_ptr<const ClusterLayout> AsyncCluster::current() const {
@@ -211,7 +211,9 @@ async::Task<std::shared_ptr<const ClusterLayout>> AsyncCluster::reload(
   std::optional<RedisError> first_failure;
   for (const auto& candidate : candidates) {
     try {
-      AsyncConnection& connection = self->node(candidate.first, candidate.second);
+      // Held while awaiting: a concurrent shut_down() must not destroy it under this call.
+      const std::shared_ptr<AsyncConnection> held = self->node(candidate.first, candidate.second);
+      AsyncConnection& connection = *held;
       // (A named array: g++ 12 cannot take a braced list inside co_await.)
       const std::array<std::string_view, 2> shards{"CLUSTER", "SHARDS"};
       const RedisReply reply =
@@ -289,7 +291,8 @@ async::Task<RedisReply> AsyncCluster::single(std::shared_ptr<AsyncCluster> self,
     RedisReply reply;
     std::optional<RedisError> failure;
     try {
-      AsyncConnection& connection = self->node(node->host, node->port);
+      const std::shared_ptr<AsyncConnection> held = self->node(node->host, node->port);
+      AsyncConnection& connection = *held;
       if (ask) {
         CommandBatch batch;
         batch.add({"ASKING"});
@@ -376,7 +379,7 @@ async::Task<Replies> AsyncCluster::run(std::shared_ptr<AsyncCluster> self, std::
   std::vector<async::Task<Replies>> calls;
   for (Part& part : parts) {
     calls.push_back(
-        self->node(part.node->host, part.node->port).pipeline(std::move(part.batch), kind, what));
+        self->node(part.node->host, part.node->port)->pipeline(std::move(part.batch), kind, what));
   }
   Gathered gathered = co_await gather(self->executor_, std::move(calls));
   const bool any_ok = std::any_of(gathered.errors.begin(), gathered.errors.end(),

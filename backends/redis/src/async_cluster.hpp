@@ -44,7 +44,9 @@ class AsyncCluster : public std::enable_shared_from_this<AsyncCluster> {
  private:
   struct Command;
 
-  AsyncConnection& node(const std::string& host, int port);
+  // The node's connection, opened on first use. Shared: a call holds it while it awaits, so a
+  // concurrent shut_down() cannot destroy it under the call (the call then ends aborted).
+  std::shared_ptr<AsyncConnection> node(const std::string& host, int port);
   std::shared_ptr<const ClusterLayout> current() const;
   // Reads CLUSTER SHARDS from a known primary or a configured node; keeps `seen` when none
   // answers and one is known (the caller's deadline decides), throws when none is.
@@ -63,7 +65,7 @@ class AsyncCluster : public std::enable_shared_from_this<AsyncCluster> {
   const std::string endpoint_;
   mutable std::mutex mutex_;  // guards layout_ and nodes_
   std::shared_ptr<const ClusterLayout> layout_;
-  std::map<std::string, std::unique_ptr<AsyncConnection>, std::less<>> nodes_;
+  std::map<std::string, std::shared_ptr<AsyncConnection>, std::less<>> nodes_;
   bool closed_ = false;
 };
 
