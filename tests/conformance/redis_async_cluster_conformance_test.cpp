@@ -7,15 +7,22 @@
 
 #include <unistd.h>
 
+#include <asio/co_spawn.hpp>
+#include <asio/executor_work_guard.hpp>
+#include <asio/io_context.hpp>
 #include <atomic>
+#include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "../async_recorder_cases.hpp"
 #include "../async_store_cases.hpp"
 #include "../async_test_support.hpp"
 #include "../server_env.hpp"
+#include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_error.hpp"
@@ -88,6 +95,37 @@ TEST(RedisAsyncCluster, AStandaloneServerUnderAClusterUrlIsAClearError) {
     EXPECT_NE(std::string(e.what()).find("cluster"), std::string::npos) << e.what();
     EXPECT_FALSE(e.retryable()) << e.what();
   }
+}
+
+// The router destroyed while its calls are in flight on another thread: every call ends (with
+// its replies, or aborted), and nothing is touched after it is freed (ASan / TSan presets).
+TEST(RedisAsyncCluster, DestroyingTheRouterEndsItsCallsInFlight) {
+  if (idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL").empty()) GTEST_SKIP();
+  const auto options = cluster_options("shutdown");
+  asio::io_context io;
+  auto work = asio::make_work_guard(io);
+  std::thread runner([&] { io.run(); });
+  constexpr int kCalls = 100;
+  std::atomic<int> ended{0};
+  {
+    idem::redis::AsyncConnection router(io.get_executor(), options);
+    for (int i = 0; i < kCalls; ++i) {
+      idem::redis::CommandBatch batch;  // keys on every primary
+      for (int k = 0; k < 10; ++k) {
+        const std::string key = options.key_prefix + std::to_string(i * 10 + k);
+        batch.add({"SET", key, "1"});
+      }
+      asio::co_spawn(
+          io, router.pipeline(std::move(batch)),
+          [&ended](std::exception_ptr, std::vector<idem::redis::RedisReply>) { ++ended; });
+    }
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (ended.load() < kCalls && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  EXPECT_EQ(ended.load(), kCalls) << "a call never ended";
+  work.reset();
+  runner.join();
 }
 
 }  // namespace
