@@ -199,6 +199,26 @@ std::shared_ptr<ClusterLayout> parse_shards(const RedisReply& reply, bool tls,
     }
   }
   if (layout->primaries.empty()) bad_shards(endpoint, "no primary serves any slot");
+  // Primaries in name order: each node lists the shards in an order of its own, and a layout read
+  // from another node must number the same primaries the same way (a list() cursor names a
+  // primary by its index).
+  std::vector<std::uint16_t> order(layout->primaries.size());
+  for (std::size_t i = 0; i < order.size(); ++i)
+    order[i] = static_cast<std::uint16_t>(i);
+  std::sort(order.begin(), order.end(), [&](std::uint16_t a, std::uint16_t b) {
+    return layout->primaries[a].name < layout->primaries[b].name;
+  });
+  std::vector<std::uint16_t> index_of(order.size());
+  std::vector<ClusterNode> sorted;
+  sorted.reserve(order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    index_of[order[i]] = static_cast<std::uint16_t>(i);
+    sorted.push_back(std::move(layout->primaries[order[i]]));
+  }
+  layout->primaries = std::move(sorted);
+  for (std::uint16_t& slot : layout->slots) {
+    if (slot != ClusterLayout::kNone) slot = index_of[slot];
+  }
   layout->loaded = std::chrono::steady_clock::now();
   return layout;
 }
