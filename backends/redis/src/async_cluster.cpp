@@ -23,15 +23,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using Replies = std::vector<RedisReply>;
 
-// Redirections one command follows at most between two pauses (a layout that keeps changing).
-constexpr int kMaxRedirections = 16;
-
-bool is_retry_later(const RedisReply& reply) {
-  if (!reply.is_error()) return false;
-  const std::string_view code = std::string_view(reply.str).substr(0, reply.str.find(' '));
-  return code == "TRYAGAIN" || code == "CLUSTERDOWN";
-}
-
 bool is_redirection(const RedisReply& reply) {
   return reply.is_error() && parse_redirection(reply.str).has_value();
 }
@@ -198,18 +189,8 @@ async::Task<std::shared_ptr<const ClusterLayout>> AsyncCluster::reload(
     std::shared_ptr<AsyncCluster> self, std::shared_ptr<const ClusterLayout> seen) {
   // Another call replaced the layout meanwhile: use that one.
   if (auto now = self->current(); now && now != seen) co_return now;
-  std::vector<std::pair<std::string, int>> candidates;
-  if (seen) {
-    for (const ClusterNode& node : seen->primaries)
-      candidates.emplace_back(node.host, node.port);
-  }
-  for (const RedisNode& node : self->options_.cluster_nodes) {
-    const std::pair<std::string, int> candidate(node.host, node.port);
-    if (std::find(candidates.begin(), candidates.end(), candidate) == candidates.end())
-      candidates.push_back(candidate);
-  }
   std::optional<RedisError> first_failure;
-  for (const auto& candidate : candidates) {
+  for (const auto& candidate : layout_sources(seen.get(), self->options_)) {
     try {
       // Held while awaiting: a concurrent shut_down() must not destroy it under this call.
       const std::shared_ptr<AsyncConnection> held = self->node(candidate.first, candidate.second);
@@ -225,43 +206,20 @@ async::Task<std::shared_ptr<const ClusterLayout>> AsyncCluster::reload(
       self->layout_ = layout;
       co_return layout;
     } catch (const RedisError& e) {
-      // A node that is no cluster node, or refuses us, is a configuration error: say so at once.
-      if (!seen && (e.failure() == RedisFailure::reply || e.failure() == RedisFailure::auth ||
-                    e.failure() == RedisFailure::tls)) {
-        throw;
-      }
+      if (!seen && is_layout_refusal(e)) throw;  // said at once, not hidden behind another node
       if (!first_failure) first_failure = e;
     }
   }
   if (seen) co_return seen;
-  if (first_failure) {
-    throw RedisError(first_failure->failure(),
-                     "idem redis: no node of the cluster answered (" + self->endpoint_ +
-                         "); the first failure: " + first_failure->what(),
-                     first_failure->retryable(), /*in_doubt=*/false, first_failure->timed_out(),
-                     first_failure->code());
-  }
-  throw RedisError(RedisFailure::connect, "idem redis: no cluster node is configured",
-                   /*retryable=*/false, /*in_doubt=*/false);
+  throw_no_layout(first_failure, self->endpoint_);
 }
 
 std::shared_ptr<const ClusterLayout> AsyncCluster::moved(
     const std::shared_ptr<const ClusterLayout>& seen, std::uint16_t slot, const std::string& host,
     int port) {
   std::lock_guard lock(mutex_);
-  const auto& base = layout_ ? layout_ : seen;
-  auto layout = std::make_shared<ClusterLayout>(base ? *base : ClusterLayout{});
-  if (!base) layout->slots.fill(ClusterLayout::kNone);
-  const std::string name = node_name(host, port);
-  auto it = std::find_if(layout->primaries.begin(), layout->primaries.end(),
-                         [&](const ClusterNode& node) { return node.name == name; });
-  if (it == layout->primaries.end()) {
-    layout->primaries.push_back(ClusterNode{host, port, name});
-    it = layout->primaries.end() - 1;
-  }
-  layout->slots[slot] = static_cast<std::uint16_t>(it - layout->primaries.begin());
-  layout_ = layout;
-  return layout;
+  layout_ = with_slot_moved(layout_ ? layout_.get() : seen.get(), slot, host, port);
+  return layout_;
 }
 
 async::Task<RedisReply> AsyncCluster::single(std::shared_ptr<AsyncCluster> self,
@@ -317,9 +275,7 @@ async::Task<RedisReply> AsyncCluster::single(std::shared_ptr<AsyncCluster> self,
     }
     ask.reset();
     if (!reply.is_error()) co_return reply;
-    if (auto redirection = parse_redirection(reply.str);
-        redirection && ++redirections <= kMaxRedirections) {
-      if (redirection->host.empty()) redirection->host = node->host;
+    if (auto redirection = redirection_to_follow(reply, *node, redirections)) {
       if (redirection->ask) {
         ask = ClusterNode{redirection->host, redirection->port,
                           node_name(redirection->host, redirection->port)};

@@ -273,46 +273,21 @@ std::shared_ptr<const ClusterLayout> ClusterMap::reload(
 
 std::shared_ptr<const ClusterLayout> ClusterMap::load(
     const std::shared_ptr<const ClusterLayout>& known) {
-  // The primaries known so far first (they are the cluster as it was), then the nodes the user
-  // gave (the way in when every known primary has gone).
-  std::vector<std::pair<std::string, int>> candidates;
-  if (known) {
-    for (const ClusterNode& node : known->primaries)
-      candidates.emplace_back(node.host, node.port);
-  }
-  for (const RedisNode& node : options_.cluster_nodes) {
-    const std::pair<std::string, int> candidate(node.host, node.port);
-    if (std::find(candidates.begin(), candidates.end(), candidate) == candidates.end()) {
-      candidates.push_back(candidate);
-    }
-  }
   std::optional<RedisError> first_failure;
-  for (const auto& [host, port] : candidates) {
+  for (const auto& [host, port] : layout_sources(known.get(), options_)) {
     try {
       auto connection = connect(host, port);
       const RedisReply reply =
           connection->command({"CLUSTER", "SHARDS"}, CommandKind::read, "CLUSTER SHARDS");
       return parse_shards(reply, options_.tls.has_value(), connection->endpoint());
     } catch (const RedisError& e) {
-      // A node that is not a cluster node, or refuses us, is a configuration error: say so at
-      // once rather than hiding it behind a later node's failure.
-      if (e.failure() == RedisFailure::reply || e.failure() == RedisFailure::auth ||
-          e.failure() == RedisFailure::tls) {
-        if (!known) throw;
-      }
+      // Said at once rather than hidden behind a later node's failure.
+      if (!known && is_layout_refusal(e)) throw;
       if (!first_failure) first_failure = e;
     }
   }
   if (known) return known;  // nobody answered: keep what we had, the caller's deadline decides
-  if (first_failure) {
-    throw RedisError(first_failure->failure(),
-                     "idem redis: no node of the cluster answered (" + options_.endpoint() +
-                         "); the first failure: " + first_failure->what(),
-                     first_failure->retryable(), /*in_doubt=*/false, first_failure->timed_out(),
-                     first_failure->code());
-  }
-  throw RedisError(RedisFailure::connect, "idem redis: no cluster node is configured",
-                   /*retryable=*/false, /*in_doubt=*/false);
+  throw_no_layout(first_failure, options_.endpoint());
 }
 
 std::shared_ptr<const ClusterLayout> ClusterMap::moved(
@@ -325,8 +300,63 @@ std::shared_ptr<const ClusterLayout> ClusterMap::moved(
     if (node != nullptr && node->host == host && node->port == port) return layout;
   }
   std::lock_guard lock(mutex_);
-  auto layout = std::make_shared<ClusterLayout>(current_ ? *current_ : ClusterLayout{});
-  if (!current_) layout->slots.fill(ClusterLayout::kNone);
+  current_ = with_slot_moved(current_.get(), slot, host, port);
+  return current_;
+}
+
+// ---- shared by both faces' routing ------------------------------------------------------------
+
+bool is_retry_later(const RedisReply& reply) {
+  if (!reply.is_error()) return false;
+  const std::string_view code = std::string_view(reply.str).substr(0, reply.str.find(' '));
+  return code == "TRYAGAIN" || code == "CLUSTERDOWN";
+}
+
+std::optional<Redirection> redirection_to_follow(const RedisReply& reply, const ClusterNode& node,
+                                                 int& redirections) {
+  if (!reply.is_error()) return std::nullopt;
+  std::optional<Redirection> redirection = parse_redirection(reply.str);
+  if (!redirection || ++redirections > kMaxRedirections) return std::nullopt;
+  if (redirection->host.empty()) redirection->host = node.host;
+  return redirection;
+}
+
+std::vector<std::pair<std::string, int>> layout_sources(const ClusterLayout* known,
+                                                        const RedisOptions& options) {
+  std::vector<std::pair<std::string, int>> sources;
+  if (known != nullptr) {
+    for (const ClusterNode& node : known->primaries)
+      sources.emplace_back(node.host, node.port);
+  }
+  for (const RedisNode& node : options.cluster_nodes) {
+    std::pair<std::string, int> source(node.host, node.port);
+    if (std::find(sources.begin(), sources.end(), source) == sources.end())
+      sources.push_back(std::move(source));
+  }
+  return sources;
+}
+
+bool is_layout_refusal(const RedisError& error) noexcept {
+  return error.failure() == RedisFailure::reply || error.failure() == RedisFailure::auth ||
+         error.failure() == RedisFailure::tls;
+}
+
+void throw_no_layout(const std::optional<RedisError>& first_failure, const std::string& endpoint) {
+  if (first_failure) {
+    throw RedisError(first_failure->failure(),
+                     "idem redis: no node of the cluster answered (" + endpoint +
+                         "); the first failure: " + first_failure->what(),
+                     first_failure->retryable(), /*in_doubt=*/false, first_failure->timed_out(),
+                     first_failure->code());
+  }
+  throw RedisError(RedisFailure::connect, "idem redis: no cluster node is configured",
+                   /*retryable=*/false, /*in_doubt=*/false);
+}
+
+std::shared_ptr<ClusterLayout> with_slot_moved(const ClusterLayout* base, std::uint16_t slot,
+                                               const std::string& host, int port) {
+  auto layout = std::make_shared<ClusterLayout>(base != nullptr ? *base : ClusterLayout{});
+  if (base == nullptr) layout->slots.fill(ClusterLayout::kNone);
   const std::string name = node_name(host, port);
   auto it = std::find_if(layout->primaries.begin(), layout->primaries.end(),
                          [&](const ClusterNode& node) { return node.name == name; });
@@ -335,19 +365,12 @@ std::shared_ptr<const ClusterLayout> ClusterMap::moved(
     it = layout->primaries.end() - 1;
   }
   layout->slots[slot] = static_cast<std::uint16_t>(it - layout->primaries.begin());
-  current_ = layout;
   return layout;
 }
 
 // ---- ClusterRouting ---------------------------------------------------------------------------
 
 namespace {
-
-bool is_retry_later(const RedisReply& reply) {
-  if (!reply.is_error()) return false;
-  const std::string_view code = std::string_view(reply.str).substr(0, reply.str.find(' '));
-  return code == "TRYAGAIN" || code == "CLUSTERDOWN";
-}
 
 // Sleeps `pause` or until `deadline`, whichever comes first; false when the deadline has passed.
 bool pause_until(std::chrono::milliseconds& pause, std::chrono::steady_clock::time_point deadline) {
@@ -357,9 +380,6 @@ bool pause_until(std::chrono::milliseconds& pause, std::chrono::steady_clock::ti
   pause = std::min(pause * 2, std::chrono::milliseconds(100));
   return true;
 }
-
-// Redirections one command follows at most (a layout that keeps changing under it).
-constexpr int kMaxRedirections = 16;
 
 }  // namespace
 
@@ -452,9 +472,7 @@ RedisReply ClusterRouting::command(std::span<const std::string_view> args, Comma
     }
     ask.reset();
     if (!reply.is_error()) return reply;
-    if (auto redirection = parse_redirection(reply.str);
-        redirection && ++redirections <= kMaxRedirections) {
-      if (redirection->host.empty()) redirection->host = node->host;
+    if (auto redirection = redirection_to_follow(reply, *node, redirections)) {
       if (redirection->ask) {
         ask = ClusterNode{redirection->host, redirection->port,
                           node_name(redirection->host, redirection->port)};

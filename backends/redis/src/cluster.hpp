@@ -26,6 +26,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "idem/redis/connection_pool.hpp"
@@ -84,6 +85,37 @@ struct ClusterLayout {
 // with `tls`) serves the shard's slot ranges. Throws RedisError (protocol) on another shape.
 std::shared_ptr<ClusterLayout> parse_shards(const RedisReply& reply, bool tls,
                                             const std::string& endpoint);
+
+// ---- shared by both faces' routing (ClusterRouting here, AsyncCluster in async_cluster.cpp) ----
+
+// Redirections one command follows at most between two pauses (a layout that keeps changing).
+constexpr int kMaxRedirections = 16;
+
+// TRYAGAIN (a slot in migration, keys split) or CLUSTERDOWN: send again after a pause.
+bool is_retry_later(const RedisReply& reply);
+
+// The redirection in `reply` that the command must follow (its host filled in from `node` when
+// Redis left it out), counting it in `redirections`; nullopt when the reply is no redirection or
+// the count is over kMaxRedirections.
+std::optional<Redirection> redirection_to_follow(const RedisReply& reply, const ClusterNode& node,
+                                                 int& redirections);
+
+// The nodes a layout is read from, in order: the primaries of `known` (the cluster as it was),
+// then the configured nodes (the way in when every known primary has gone).
+std::vector<std::pair<std::string, int>> layout_sources(const ClusterLayout* known,
+                                                        const RedisOptions& options);
+
+// A failure to read the layout that is a configuration error (not a cluster node, credentials or
+// TLS refused): reported at once when no layout is known yet.
+bool is_layout_refusal(const RedisError& error) noexcept;
+
+// No node answered and no layout is known: the first failure, or that no node is configured.
+[[noreturn]] void throw_no_layout(const std::optional<RedisError>& first_failure,
+                                  const std::string& endpoint);
+
+// `base` (null: an empty layout) with `slot` served by host:port, the primary added when new.
+std::shared_ptr<ClusterLayout> with_slot_moved(const ClusterLayout* base, std::uint16_t slot,
+                                               const std::string& host, int port);
 
 class ClusterMap {
  public:
