@@ -25,13 +25,6 @@ namespace {
 
 using namespace idem::test::cluster;
 
-std::vector<std::string> ids(const std::string& tag, int n) {
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i)
-    out.push_back(tag + "-" + std::to_string(i));
-  return out;
-}
-
 TEST(RedisAsyncClusterFailover, AKilledPrimaryIsReplacedUnderThePipelinedRouter) {
   if (idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL").empty()) GTEST_SKIP();
   ASSERT_TRUE(eventually(cluster_as_started)) << "the cluster is not whole before the test";

@@ -63,10 +63,7 @@ TEST(RedisAsyncSentinelFailover, AForcedFailoverIsFollowedByThePipelinedConnecti
       std::this_thread::sleep_for(50ms);
     }
     EXPECT_LT(Clock::now() - start, bound) << "mark " << i << " did not end in time";
-    if (!switched) {
-      const int now = named_primary();
-      switched = now != 0 && now != old_primary;
-    }
+    if (!switched) switched = switched_from(old_primary);
   }
   ASSERT_TRUE(switched) << "the sentinels did not fail over within 60 s";
   EXPECT_EQ(acknowledged_after_switch, 5) << "the recorder did not reach the promoted replica";

@@ -17,56 +17,15 @@
 
 #include <gtest/gtest.h>
 
-#include "../server_env.hpp"
-#include "idem/redis/connection_pool.hpp"
-#include "idem/redis/redis_error.hpp"
+#include "redis_nodes_env.hpp"
 
 namespace idem::test::cluster {
 
-using namespace std::chrono_literals;
-using idem::redis::CommandKind;
-using idem::redis::ConnectionPool;
-using idem::redis::RedisError;
-using idem::redis::RedisOptions;
-using Clock = std::chrono::steady_clock;
+using namespace idem::test::redis_nodes;
 
+// Every node of the cluster: primaries first, then their replicas.
 inline std::vector<int> cluster_ports() {
-  std::istringstream text(idem::test::env("IDEM_TEST_REDIS_CLUSTER_PORTS"));
-  std::vector<int> out;
-  int port = 0;
-  while (text >> port)
-    out.push_back(port);
-  return out;
-}
-
-// One command to one node; nullopt when it does not answer.
-inline std::optional<idem::redis::RedisReply> ask(int port,
-                                                  std::initializer_list<std::string_view> args) {
-  try {
-    RedisOptions options;
-    options.port = port;
-    options.connect_timeout = 500ms;
-    options.command_timeout = 2s;
-    ConnectionPool pool(options);
-    auto connection = pool.lease();
-    return connection->command(args, CommandKind::read);
-  } catch (const RedisError&) {
-    return std::nullopt;
-  }
-}
-
-inline bool info_has(int port, const char* section, const std::string& text) {
-  const auto info = ask(port, {"INFO", section});
-  return info && info->str.find(text) != std::string::npos;
-}
-
-inline bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return condition();
+  return ports_of("IDEM_TEST_REDIS_CLUSTER_PORTS");
 }
 
 // As scripts/servers.sh leaves it: every node sees state ok, the first three ports are primaries

@@ -33,13 +33,6 @@ namespace {
 
 using namespace idem::test::cluster;
 
-std::vector<std::string> ids(const std::string& tag, int n) {
-  std::vector<std::string> out;
-  for (int i = 0; i < n; ++i)
-    out.push_back(tag + "-" + std::to_string(i));
-  return out;
-}
-
 class RedisClusterFailover : public ::testing::Test {
  protected:
   void SetUp() override {

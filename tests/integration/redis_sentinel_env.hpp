@@ -3,55 +3,13 @@
 // "idem"), asked directly, and a bounded wait until it is whole again after a failover.
 #pragma once
 
-#include <chrono>
-#include <functional>
-#include <optional>
-#include <sstream>
 #include <string>
-#include <thread>
-#include <vector>
 
-#include "../server_env.hpp"
-#include "idem/redis/connection_pool.hpp"
-#include "idem/redis/redis_error.hpp"
+#include "redis_nodes_env.hpp"
 
 namespace idem::test::sentinel {
 
-using namespace std::chrono_literals;
-using idem::redis::CommandKind;
-using idem::redis::ConnectionPool;
-using idem::redis::RedisError;
-using idem::redis::RedisOptions;
-using Clock = std::chrono::steady_clock;
-
-inline std::vector<int> ports_of(const char* variable) {
-  std::istringstream text(idem::test::env(variable));
-  std::vector<int> out;
-  int port = 0;
-  while (text >> port)
-    out.push_back(port);
-  return out;
-}
-
-inline RedisOptions node(int port) {
-  RedisOptions options;
-  options.port = port;
-  options.connect_timeout = 500ms;
-  options.command_timeout = 1s;
-  return options;
-}
-
-// One command to one server (a sentinel or a data node); nullopt when it does not answer.
-inline std::optional<idem::redis::RedisReply> ask(int port,
-                                                  std::initializer_list<std::string_view> args) {
-  try {
-    ConnectionPool pool(node(port));
-    auto connection = pool.lease();
-    return connection->command(args, CommandKind::read);
-  } catch (const RedisError&) {
-    return std::nullopt;
-  }
-}
+using namespace idem::test::redis_nodes;
 
 // The port the first sentinel that answers names as the primary; 0 when none answers.
 inline int named_primary() {
@@ -62,13 +20,10 @@ inline int named_primary() {
   return 0;
 }
 
-inline bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
-  const auto deadline = Clock::now() + limit;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(100ms);
-  }
-  return condition();
+// The sentinels name a primary other than `old_primary`.
+inline bool switched_from(int old_primary) {
+  const int now = named_primary();
+  return now != 0 && now != old_primary;
 }
 
 // Every sentinel names one primary that answers ROLE master, sees its replica in sync and knows

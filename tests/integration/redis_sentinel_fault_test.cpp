@@ -84,11 +84,18 @@ Marks mark_through(idem::redis::RedisIdempotencyRecorder& recorder, const RedisO
   return marks;
 }
 
-// Makes sure the replica holds every write so far (WAIT), so a failover cannot lose them.
-void replicate(int primary) {
-  const auto acked = ask(primary, {"WAIT", "1", "5000"});
-  ASSERT_TRUE(acked.has_value());
-  ASSERT_EQ(acked->integer, 1);
+// Marks `before` and makes sure the replica holds them (WAIT), so a failover cannot lose them;
+// the primary's port, or 0 (with a failure) when that could not be done.
+int mark_replicated(idem::redis::RedisIdempotencyRecorder& recorder,
+                    const std::vector<std::string>& before) {
+  recorder.mark_processed_many("billing", before);
+  const int primary = named_primary();
+  const auto acked = primary == 0 ? std::nullopt : ask(primary, {"WAIT", "1", "5000"});
+  if (!acked || acked->integer != 1) {
+    ADD_FAILURE() << "the replica did not confirm the marks before the failover";
+    return 0;
+  }
+  return primary;
 }
 
 class RedisSentinelFailover : public ::testing::Test {
@@ -106,23 +113,17 @@ class RedisSentinelFailover : public ::testing::Test {
 TEST_F(RedisSentinelFailover, AForcedFailoverIsFollowedWithoutLosingReplicatedMarks) {
   const auto options = sentinel_options("forced");
   idem::redis::RedisIdempotencyRecorder recorder(options);
-  std::vector<std::string> before;
-  for (int i = 0; i < 100; ++i)
-    before.push_back("before-" + std::to_string(i));
-  recorder.mark_processed_many("billing", before);
-  const int old_primary = named_primary();
+  const auto before = ids("before", 100);
+  const int old_primary = mark_replicated(recorder, before);
   ASSERT_NE(old_primary, 0);
-  replicate(old_primary);
 
   const auto failover =
       ask(ports_of("IDEM_TEST_REDIS_SENTINEL_PORTS").at(0), {"SENTINEL", "FAILOVER", "idem"});
   ASSERT_TRUE(failover.has_value());
   ASSERT_FALSE(failover->is_error()) << failover->str;
 
-  const Marks marks = mark_through(recorder, options, "during", [&] {
-    const int now = named_primary();
-    return now != 0 && now != old_primary;
-  });
+  const Marks marks =
+      mark_through(recorder, options, "during", [&] { return switched_from(old_primary); });
   const int new_primary = named_primary();
   ASSERT_NE(new_primary, old_primary) << "the sentinels did not fail over within 60 s";
 
@@ -144,13 +145,9 @@ TEST_F(RedisSentinelFailover, AForcedFailoverIsFollowedWithoutLosingReplicatedMa
 TEST_F(RedisSentinelFailover, AKilledPrimaryIsReplacedAndCallsEndWithinTheirDeadlines) {
   const auto options = sentinel_options("killed");
   idem::redis::RedisIdempotencyRecorder recorder(options);
-  std::vector<std::string> before;
-  for (int i = 0; i < 100; ++i)
-    before.push_back("before-" + std::to_string(i));
-  recorder.mark_processed_many("billing", before);
-  const int old_primary = named_primary();
+  const auto before = ids("before", 100);
+  const int old_primary = mark_replicated(recorder, before);
   ASSERT_NE(old_primary, 0);
-  replicate(old_primary);
 
   const std::string dir =
       idem::test::env("IDEM_TEST_REDIS_SENTINEL_DIR") + "/" + std::to_string(old_primary);
@@ -159,10 +156,8 @@ TEST_F(RedisSentinelFailover, AKilledPrimaryIsReplacedAndCallsEndWithinTheirDead
   ASSERT_GT(pid, 0);
   ASSERT_EQ(::kill(pid, SIGKILL), 0);
 
-  const Marks marks = mark_through(recorder, options, "after-kill", [&] {
-    const int now = named_primary();
-    return now != 0 && now != old_primary;
-  });
+  const Marks marks =
+      mark_through(recorder, options, "after-kill", [&] { return switched_from(old_primary); });
   const int new_primary = named_primary();
   ASSERT_NE(new_primary, old_primary) << "the sentinels did not promote the replica within 60 s";
   EXPECT_GT(marks.retryable_failures + static_cast<int>(marks.in_doubt.size()), 0)
