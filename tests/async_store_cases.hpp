@@ -5,7 +5,8 @@
 // coroutines) and the rules of idem/async/task.hpp: claim / in progress / complete / replay,
 // fencing tokens, release, renew, lease loss (takeover after a short real lease), TTL expiry (a
 // short real TTL), fingerprint mismatch (also for racing claims: the losers get the winner's
-// claim), values and reports round-tripping, the argument checks of the non-virtual calls
+// claim), wait() returning once the holder completes or goes silent (its lease ends), values and
+// reports round-tripping, the argument checks of the non-virtual calls
 // (InvalidKey, InvalidArgument before the backend is reached), every call resuming on the awaiting
 // coroutine's thread, claims racing on a 2-thread io_context, cancellation of a claim (aborted:
 // nothing held; otherwise done or in doubt), and idem::async::resilient over the store: a key
@@ -557,6 +558,47 @@ TYPED_TEST_P(IdemAsyncStoreCases, RaceClaimsWithOtherArgumentsAllMismatch) {
   }
 }
 
+// ---- wait -----------------------------------------------------------------------------------
+
+TYPED_TEST_P(IdemAsyncStoreCases, WaitReturnsOnceTheHolderLetsGo) {
+  using Clock = std::chrono::steady_clock;
+  const auto far = Clock::now() + std::chrono::seconds(60);
+  EXPECT_FALSE(this->run(this->store_->wait(this->fresh_key("absent"), far)).has_value());
+  const std::string done = this->fresh_key("done");
+  ASSERT_TRUE(this->complete(done, this->acquire(done), "v"));
+  auto record = this->run(this->store_->wait(done, far));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, TestFixture::State::completed);
+  // A live claim: at its deadline the wait returns what it saw.
+  const std::string held = this->fresh_key("held");
+  const std::uint64_t token = this->acquire(held);
+  record = this->run(this->store_->wait(held, Clock::now()));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, TestFixture::State::in_progress);
+  EXPECT_EQ(record->token, token);
+  // The holder completes while the waiter waits: the waiter returns the result.
+  auto finish = [](idem::async::AsyncStore& store, std::string key, std::uint64_t t,
+                   idem::StoredValue v) -> idem::async::Task<bool> {
+    co_await idem::test::nap(std::chrono::milliseconds(50));
+    const idem::ExecutionReport report;
+    co_return co_await store.complete(key, t, std::move(v), report, std::chrono::minutes(10));
+  };
+  auto completed = asio::co_spawn(this->io_, finish(*this->store_, held, token, this->value("r")),
+                                  asio::use_future);
+  record = this->run(this->store_->wait(held, far));
+  EXPECT_TRUE(completed.get());
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, TestFixture::State::completed);
+  this->expect_value(record->value, "r");
+  // A holder that goes silent: the wait returns when its lease ends.
+  const std::string silent = this->fresh_key("silent");
+  this->acquire(silent, std::nullopt, idem::test::async_store_cases::short_lease<TypeParam>());
+  record = this->run(this->store_->wait(silent, far));
+  ASSERT_TRUE(record.has_value());
+  EXPECT_EQ(record->state, TestFixture::State::in_progress);
+  EXPECT_THROW((void)this->run(this->store_->wait("", far)), idem::InvalidKey);
+}
+
 // ---- cancellation ---------------------------------------------------------------------------
 
 TYPED_TEST_P(IdemAsyncStoreCases, CancelledClaimIsAbortedOrHeld) {
@@ -737,19 +779,17 @@ TYPED_TEST_P(IdemAsyncStoreCases, ResilientRefusesAKeyReusedWithOtherArguments) 
   EXPECT_EQ(calls.load(), 1);
 }
 
-REGISTER_TYPED_TEST_SUITE_P(IdemAsyncStoreCases, ClaimOfAnAbsentKeyAcquires,
-                            SecondClaimSeesTheOwnersClaim, CompleteMakesTheRecordReplayable,
-                            UnknownKeysRefuseTokenOperations, BinaryValuesRoundTrip,
-                            ZeroTtlIsExpiredAtOnce, ShortTtlExpiresAndTheKeyIsClaimedAgain,
-                            ReleaseForgetsTheClaimAndFencesTheToken, WrongTokensChangeNothing,
-                            RenewKeepsAShortLeaseAlive,
-                            LapsedLeaseIsTakenOverAndTheOldOwnerIsFenced,
-                            DifferentFingerprintsMismatch, InvalidKeysAndBadArgumentsAreRejected,
-                            UnusualValidKeysWorkAndStayDistinct, RaceClaimsOnTwoThreadsOneOwner,
-                            RaceClaimsWithOtherArgumentsAllMismatch, CancelledClaimIsAbortedOrHeld,
-                            ResilientCallersJoinOneExecutionAndReplay, CancelledJoinerDetachesAlone,
-                            CancelledWaiterForAnotherOwnerStopsWaiting,
-                            ResilientRefusesAKeyReusedWithOtherArguments);
+REGISTER_TYPED_TEST_SUITE_P(
+    IdemAsyncStoreCases, ClaimOfAnAbsentKeyAcquires, SecondClaimSeesTheOwnersClaim,
+    CompleteMakesTheRecordReplayable, UnknownKeysRefuseTokenOperations, BinaryValuesRoundTrip,
+    ZeroTtlIsExpiredAtOnce, ShortTtlExpiresAndTheKeyIsClaimedAgain,
+    ReleaseForgetsTheClaimAndFencesTheToken, WrongTokensChangeNothing, RenewKeepsAShortLeaseAlive,
+    LapsedLeaseIsTakenOverAndTheOldOwnerIsFenced, DifferentFingerprintsMismatch,
+    InvalidKeysAndBadArgumentsAreRejected, UnusualValidKeysWorkAndStayDistinct,
+    RaceClaimsOnTwoThreadsOneOwner, RaceClaimsWithOtherArgumentsAllMismatch,
+    WaitReturnsOnceTheHolderLetsGo, CancelledClaimIsAbortedOrHeld,
+    ResilientCallersJoinOneExecutionAndReplay, CancelledJoinerDetachesAlone,
+    CancelledWaiterForAnotherOwnerStopsWaiting, ResilientRefusesAKeyReusedWithOtherArguments);
 
 // One instantiation per backend configuration: INSTANTIATE_ASYNC_STORE_CASES(Prefix, Factory).
 #define INSTANTIATE_ASYNC_STORE_CASES(Prefix, Factory) \

@@ -357,6 +357,7 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
   const auto clock = policy.clock ? policy.clock : system_clock();
   std::optional<SteadyTime> until;
   std::chrono::nanoseconds poll = std::chrono::milliseconds(5);
+  std::optional<std::uint64_t> waited_for;  // the holder the store's wait() last ended for
   for (;;) {
     ClaimOutcome claim;
     std::exception_ptr error;
@@ -415,15 +416,36 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
           lead->abandon(busy);
           std::rethrow_exception(busy);
         }
-        // Poll with capped exponential backoff: claim again decides (completed -> replay,
-        // absent or abandoned -> execute).
+        // Wait for the holder, then claim again: completed -> replay, absent or abandoned ->
+        // execute. The store's wait() hears of the holder's end when the store has
+        // notifications (Redis) and polls otherwise. The claim is polled here instead, with
+        // capped exponential backoff, under an injected clock (its time is its own) and when a
+        // wait for this very holder already ended and the claim still finds it (the store's
+        // clock and the wait's disagree): a wait never turns into a busy loop.
         const SteadyTime wake = call.wait_deadline ? std::min(*until, *call.wait_deadline) : *until;
-        const auto wait = std::min<std::chrono::nanoseconds>(poll, wake - now);
-        poll = std::min<std::chrono::nanoseconds>(poll * 2, std::chrono::milliseconds(250));
-        if (!co_await wait_delay(wait, clock)) {
+        bool waited = true;
+        std::exception_ptr failed;
+        if (clock == system_clock() && holder && waited_for != holder->token) {
+          waited_for = holder->token;
+          try {
+            (void)co_await store->wait(call.key, wake, call.stop);
+          } catch (...) {
+            failed = std::current_exception();
+          }
+          waited = !co_await caller_cancelled();
+        } else {
+          const auto wait = std::min<std::chrono::nanoseconds>(poll, wake - now);
+          poll = std::min<std::chrono::nanoseconds>(poll * 2, std::chrono::milliseconds(250));
+          waited = co_await wait_delay(wait, clock);
+        }
+        if (!waited) {
           lead->abandon(nullptr);  // its joiners start over without it
           throw Cancelled("stopped waiting for " + idem::detail::key_subject(call) +
                           " (in progress in another process)");
+        }
+        if (failed) {
+          lead->abandon(failed);
+          std::rethrow_exception(failed);
         }
         continue;
       }

@@ -113,11 +113,7 @@ std::optional<IdempotencyRecord> IdempotencyStore::do_wait(std::string_view key,
   constexpr auto kMaxDelay = std::chrono::milliseconds(200);
   for (;;) {
     auto record = do_lookup(key);
-    const auto now_wall = wait_clock_->wall_now();
-    if (!record || record->state != IdempotencyRecord::State::in_progress ||
-        record->lease_until <= now_wall) {
-      return record;
-    }
+    if (!held_at(record, wait_clock_->wall_now())) return record;
     const auto now = wait_clock_->steady_now();
     if (now >= deadline || stop.stop_requested()) return record;
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);

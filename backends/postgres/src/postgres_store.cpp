@@ -596,9 +596,7 @@ std::optional<IdempotencyRecord> PostgresIdempotencyStore::do_wait(std::string_v
     const Listener::Seen seen = impl.listener.seen(name);
     std::optional<IdempotencyRecord> record = lookup(key);
     const WallTime now = impl.clock->wall_now();
-    if (!record || record->state != State::in_progress || record->lease_until <= now) {
-      return record;
-    }
+    if (!held_at(record, now)) return record;
     const SteadyTime steady_now = impl.clock->steady_now();
     if (stop.stop_requested() || steady_now >= deadline) return record;
     std::chrono::nanoseconds slice = impl.pool->options().wait_recheck_interval;

@@ -224,7 +224,8 @@ std::shared_ptr<const ClusterLayout> AsyncCluster::moved(
 
 async::Task<RedisReply> AsyncCluster::single(std::shared_ptr<AsyncCluster> self,
                                              const Command& command, CommandKind kind,
-                                             std::string what, Clock::time_point deadline) {
+                                             std::string what, Clock::time_point deadline,
+                                             std::shared_ptr<AsyncConnection>* subscriber) {
   std::shared_ptr<const ClusterLayout> layout = self->current();
   if (!layout) layout = co_await reload(self, nullptr);
   std::optional<ClusterNode> ask;
@@ -251,7 +252,16 @@ async::Task<RedisReply> AsyncCluster::single(std::shared_ptr<AsyncCluster> self,
     try {
       const std::shared_ptr<AsyncConnection> held = self->node(node->host, node->port);
       AsyncConnection& connection = *held;
-      if (ask) {
+      if (subscriber) {
+        // The node's connection becomes a subscriber (this router serves nothing else).
+        if (ask) {
+          const std::array<std::string_view, 1> asking{"ASKING"};
+          const RedisReply asked = co_await connection.command(asking, kind, what);
+          if (asked.is_error()) co_return asked;
+        }
+        reply = co_await connection.send_subscribe(command.args[0], command.args[1]);
+        *subscriber = held;
+      } else if (ask) {
         CommandBatch batch;
         batch.add({"ASKING"});
         batch.add(command.args);
@@ -289,6 +299,18 @@ async::Task<RedisReply> AsyncCluster::single(std::shared_ptr<AsyncCluster> self,
       co_return reply;
     layout = co_await reload(self, layout);
   }
+}
+
+async::Task<std::pair<RedisReply, std::shared_ptr<AsyncConnection>>> AsyncCluster::subscribe(
+    std::shared_ptr<AsyncCluster> self, std::string channel) {
+  Command command;
+  command.args = {"SSUBSCRIBE", channel};
+  command.slot = key_slot(channel);
+  std::shared_ptr<AsyncConnection> node;
+  const auto deadline = Clock::now() + self->options_.command_timeout;
+  RedisReply reply =
+      co_await single(self, command, CommandKind::read, "subscribe", deadline, &node);
+  co_return std::make_pair(std::move(reply), std::move(node));
 }
 
 async::Task<Replies> AsyncCluster::run(std::shared_ptr<AsyncCluster> self, std::string bytes,

@@ -16,6 +16,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cluster.hpp"
@@ -33,6 +34,12 @@ class AsyncCluster : public std::enable_shared_from_this<AsyncCluster> {
   static async::Task<std::vector<RedisReply>> run(std::shared_ptr<AsyncCluster> self,
                                                   std::string bytes, std::size_t count,
                                                   CommandKind kind, std::string what);
+
+  // SSUBSCRIBE `channel` on the primary that serves its slot (following MOVED and ASK within
+  // command_timeout): the reply and the node connection that gave it, which is from then on a
+  // subscriber (the router must serve nothing else: AsyncConnection::subscribe()).
+  static async::Task<std::pair<RedisReply, std::shared_ptr<AsyncConnection>>> subscribe(
+      std::shared_ptr<AsyncCluster> self, std::string channel);
 
   // Closes every node connection: calls in flight end with operation_aborted.
   void shut_down();
@@ -55,9 +62,12 @@ class AsyncCluster : public std::enable_shared_from_this<AsyncCluster> {
   std::shared_ptr<const ClusterLayout> moved(const std::shared_ptr<const ClusterLayout>& seen,
                                              std::uint16_t slot, const std::string& host, int port);
   // One command on its own, following redirections until `deadline`.
+  // With `subscriber`, the command is SSUBSCRIBE: the connection that takes it becomes a
+  // subscriber, and *subscriber is set to it.
   static async::Task<RedisReply> single(std::shared_ptr<AsyncCluster> self, const Command& command,
                                         CommandKind kind, std::string what,
-                                        std::chrono::steady_clock::time_point deadline);
+                                        std::chrono::steady_clock::time_point deadline,
+                                        std::shared_ptr<AsyncConnection>* subscriber = nullptr);
 
   const asio::any_io_executor executor_;
   const RedisOptions options_;

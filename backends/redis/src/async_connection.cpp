@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <chrono>
+#include <deque>
 #include <exception>
 #include <system_error>
 #include <utility>
@@ -44,6 +45,9 @@ constexpr std::chrono::milliseconds kFirstBackoff{50};
 constexpr std::chrono::milliseconds kMaxBackoff{1000};
 constexpr std::size_t kMaxBatchBytes = 1 << 20;  // one write takes at most this much new work
 constexpr std::size_t kReadChunk = 64 * 1024;
+// A subscriber keeps at most this many messages that arrived while nobody listened (the oldest go
+// first: a listener only needs to hear that something changed).
+constexpr std::size_t kMaxKeptMessages = 64;
 // The handshake calls of a connection found through Sentinel (told apart by their `what`).
 constexpr const char* kSentinelAsk = "SENTINEL get-master-addr-by-name";
 constexpr const char* kRoleCheck = "ROLE";
@@ -54,8 +58,11 @@ struct Call {
   std::size_t count = 0;  // replies expected
   CommandKind kind = CommandKind::write;
   std::string what;
-  bool handshake = false;  // AUTH/SELECT of a new connection (the engine's "own" call)
-  std::uint64_t end = 0;   // stream offset just past this call's bytes, once batched
+  bool handshake = false;   // AUTH/SELECT of a new connection (the engine's "own" call)
+  bool subscribes = false;  // SUBSCRIBE/SSUBSCRIBE: its success makes the connection a subscriber
+  bool listens = false;     // next_message(): nothing written; ends with a message or at `deadline`
+  SteadyClock::time_point deadline{};
+  std::uint64_t end = 0;  // stream offset just past this call's bytes, once batched
   SteadyClock::time_point written_at{};
   Replies replies;
 };
@@ -88,6 +95,12 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   // ---- the engine's hooks (on the strand) ------------------------------------------------------
 
   void pump() {
+    if (subscription_lost) {
+      // A subscriber's connection dropped: nothing reconnects it (a new connection would not be
+      // subscribed), so whatever is asked of it now fails.
+      fail_queued([&](const Pending&) { return subscription_gone(); });
+      return;
+    }
     switch (phase) {
       case Phase::idle:
         if (has_queued()) begin_connect();
@@ -115,6 +128,12 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   }
 
   void close_transport() noexcept {
+    if (subscribed) {
+      subscribed = false;
+      subscription_lost = true;
+      pubsub.store(PubSub::lost, std::memory_order_relaxed);
+      kept_messages.clear();
+    }
     stream.close();
     if (!discovering) primary_named = false;  // a new connection asks the sentinels again
     phase = Phase::idle;
@@ -467,7 +486,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
     call.end = bytes_batched;
     call.written_at = SteadyClock::now();
     std::string().swap(call.bytes);
-    if (!call.handshake) stats_commands += call.count;
+    if (!call.handshake && !call.listens) stats_commands += call.count;
   }
 
   // True when an idle socket shows EOF, a reset or stray bytes (the server went away while no
@@ -479,7 +498,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   void flush() {
     if (phase != Phase::ready) return;
     if (out_offset == out.size() && has_queued()) {
-      if (!has_in_flight() && (idle_socket_dead() || primary_demoted)) {
+      if (!has_in_flight() && !subscribed && (idle_socket_dead() || primary_demoted)) {
         primary_demoted = false;
         primary_named = false;
         ++stats_drops;
@@ -491,9 +510,10 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
       out_offset = 0;
       while (has_queued() && out.size() < kMaxBatchBytes)
         batch(send_next().call);
-      ++stats_writes;
+      if (!out.empty()) ++stats_writes;  // (a listener writes nothing)
     }
     write();
+    if (subscribed) hand_out_messages();
   }
 
   void write() {
@@ -540,7 +560,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   // ---- read -------------------------------------------------------------------------------------
 
   void arm_read() {
-    if (!has_in_flight()) return;
+    if (!has_in_flight() && !subscribed) return;  // a subscriber reads whenever a message comes
     when_readable([](State& self, std::error_code ec) {
       if (!ec) self.read();
     });
@@ -605,6 +625,14 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   }
 
   void deliver(RedisReply reply) {
+    if (subscribed) {
+      // Everything a subscriber reads is a message ([s]message, or [s]unsubscribe when the
+      // server ends the subscription): it goes to the oldest listener, or is kept for the next.
+      kept_messages.push_back(std::move(reply));
+      if (kept_messages.size() > kMaxKeptMessages) kept_messages.pop_front();
+      hand_out_messages();
+      return;
+    }
     if (!has_in_flight()) throw detail::ProtocolError("a reply arrived for no command");
     Call& front = oldest().call;
     front.replies.push_back(std::move(reply));
@@ -633,7 +661,52 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
         if (got.is_error() && got.str.rfind("READONLY", 0) == 0) primary_demoted = true;
       }
     }
+    if (done->call.subscribes && !done->call.replies.front().is_error()) {
+      subscribed = true;
+      pubsub.store(PubSub::listening, std::memory_order_relaxed);
+    }
     complete(*done, nullptr, std::move(done->call.replies));
+  }
+
+  // ---- pub/sub ----------------------------------------------------------------------------------
+
+  // A subscriber's listeners (next_message() calls, in flight with nothing written) take the
+  // messages kept, oldest first; a listener whose caller went (cancelled) is skipped. Then the
+  // timer is set for the oldest listener's deadline.
+  void hand_out_messages() {
+    while (has_in_flight() && (!oldest().completion || !kept_messages.empty())) {
+      Entry listener = pop_oldest();
+      if (!listener->completion) continue;
+      Replies message;
+      message.push_back(std::move(kept_messages.front()));
+      kept_messages.pop_front();
+      complete(*listener, nullptr, std::move(message));
+    }
+    arm_listen_timer();
+  }
+
+  // Listeners whose deadline passed end with no message; the timer is set for the next one.
+  void arm_listen_timer() {
+    if (!has_in_flight()) return;
+    timer().expires_at(oldest().call.deadline);  // replaces a wait set for another listener
+    when_timer([](State& self, std::error_code ec) {
+      if (ec) return;
+      const auto now = SteadyClock::now();
+      while (self.has_in_flight() &&
+             (!self.oldest().completion || self.oldest().call.deadline <= now)) {
+        Entry listener = self.pop_oldest();
+        self.complete(*listener, nullptr, Replies{});
+      }
+      self.arm_listen_timer();
+    });
+  }
+
+  std::exception_ptr subscription_gone() const {
+    return std::make_exception_ptr(
+        RedisError(RedisFailure::io,
+                   "idem redis: wait on " + endpoint +
+                       ": the subscription ended with its connection (nothing reconnects it)",
+                   /*retryable=*/true, /*in_doubt=*/false));
   }
 
   void handshake_refused(const std::string& what, const std::string& answer) {
@@ -654,12 +727,12 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   // ---- command timeout --------------------------------------------------------------------------
 
   void arm_timer() {
-    if (timer_armed || !has_in_flight()) return;
+    if (subscribed || timer_armed || !has_in_flight()) return;  // a subscriber's is the listeners'
     timer_armed = true;
     timer().expires_at(oldest().call.written_at + options.command_timeout);
     when_timer([](State& self, std::error_code ec) {
       self.timer_armed = false;
-      if (ec || !self.has_in_flight()) return;
+      if (ec || !self.has_in_flight() || self.subscribed) return;
       const auto deadline = self.oldest().call.written_at + self.options.command_timeout;
       if (SteadyClock::now() >= deadline) {
         self.drop(ETIMEDOUT, "no reply");
@@ -741,6 +814,14 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   std::size_t sentinels_asked = 0;  // in this round
   std::size_t sentinels_unaware = 0;
   std::string sentinel_problems;
+
+  // Pub/sub (subscribe(), next_message()): a connection whose SUBSCRIBE succeeded only listens.
+  bool subscribed = false;
+  bool subscription_lost = false;  // it was subscribed and dropped: it stays unusable
+  // For callers on other threads: subscribe() sent (or done), listening, lost since.
+  enum class PubSub { none, subscribing, listening, lost };
+  std::atomic<PubSub> pubsub{PubSub::none};
+  std::deque<RedisReply> kept_messages;
 
   std::atomic<std::uint64_t> stats_connects{0}, stats_connect_failures{0}, stats_drops{0},
       stats_commands{0}, stats_writes{0};
@@ -827,6 +908,11 @@ async::Task<Replies> AsyncConnection::many(std::shared_ptr<State> state, Command
                                            CommandKind kind, std::string what) {
   if (batch.empty()) co_return Replies{};
   state->process.use("this Redis async connection (of a recorder or store)");
+  if (state->pubsub.load(std::memory_order_relaxed) != State::PubSub::none) {
+    // Its replies would be read as messages.
+    throw InvalidArgument("idem redis: " + what + " on " + state->endpoint +
+                          ": the connection is a subscriber (it only listens)");
+  }
   // Durability (min_replicas): the replicas must confirm the call's writes before they count as
   // done; the WAIT rides in the same call, so it follows them on the connection.
   const std::size_t min_replicas = state->options.min_replicas;
@@ -858,6 +944,85 @@ async::Task<Replies> AsyncConnection::many(std::shared_ptr<State> state, Command
   co_return replies;
 }
 
+namespace {
+// Starts `call` on `state` and waits for its replies.
+async::Task<Replies> run_call(std::shared_ptr<AsyncConnection::State> state, Call call) {
+  co_return co_await asio::async_initiate<decltype(asio::use_awaitable),
+                                          void(std::exception_ptr, Replies)>(
+      [&](auto handler) { state->start(std::move(handler), std::move(call)); },
+      asio::use_awaitable);
+}
+}  // namespace
+
+async::Task<RedisReply> AsyncConnection::subscribe(std::string_view channel) {
+  if (cluster_) {
+    auto [reply, node] = co_await detail::AsyncCluster::subscribe(cluster_, std::string(channel));
+    if (!reply.is_error()) subscribed_node_ = std::move(node);
+    co_return reply;
+  }
+  co_return co_await send_subscribe("SUBSCRIBE", channel);
+}
+
+async::Task<RedisReply> AsyncConnection::send_subscribe(std::string_view command,
+                                                        std::string_view channel) {
+  state_->process.use("this Redis async connection");
+  auto none = State::PubSub::none;
+  if (!state_->pubsub.compare_exchange_strong(none, State::PubSub::subscribing)) {
+    throw InvalidArgument("idem redis: subscribe() on " + endpoint() +
+                          ": the connection has subscribed already (one subscribe per connection)");
+  }
+  Call call;
+  const std::array<std::string_view, 2> args{command, channel};
+  detail::append_command(call.bytes, args);
+  call.count = 1;
+  call.kind = CommandKind::read;
+  call.what = "subscribe";
+  call.subscribes = true;
+  // Refused (an ACL without pub/sub) or failed: the connection stays an ordinary one.
+  const auto not_subscribed = [&] {
+    auto subscribing = State::PubSub::subscribing;
+    state_->pubsub.compare_exchange_strong(subscribing, State::PubSub::none);
+  };
+  Replies replies;
+  try {
+    replies = co_await run_call(state_, std::move(call));
+  } catch (...) {
+    not_subscribed();
+    throw;
+  }
+  if (replies.front().is_error()) not_subscribed();
+  co_return std::move(replies.front());
+}
+
+async::Task<std::optional<RedisReply>> AsyncConnection::next_message(
+    std::chrono::steady_clock::time_point deadline) {
+  if (cluster_) {
+    if (!subscribed_node_) {
+      throw InvalidArgument("idem redis: next_message() on " + endpoint() +
+                            " before a successful subscribe()");
+    }
+    co_return co_await subscribed_node_->next_message(deadline);
+  }
+  switch (state_->pubsub.load(std::memory_order_relaxed)) {
+    case State::PubSub::listening:
+      break;
+    case State::PubSub::lost:
+      std::rethrow_exception(state_->subscription_gone());
+    default:
+      throw InvalidArgument("idem redis: next_message() on " + endpoint() +
+                            " before a successful subscribe()");
+  }
+  Call call;
+  call.count = 1;
+  call.kind = CommandKind::read;
+  call.what = "wait";
+  call.listens = true;
+  call.deadline = deadline;
+  Replies message = co_await run_call(state_, std::move(call));
+  if (message.empty()) co_return std::nullopt;
+  co_return std::move(message.front());
+}
+
 AsyncConnectionStats AsyncConnection::stats() const {
   if (cluster_) return cluster_->stats();
   AsyncConnectionStats s;
@@ -886,12 +1051,16 @@ const std::string& AsyncConnection::endpoint() const noexcept {
 // ---- AsyncConnectionPool ----------------------------------------------------------------------
 
 AsyncConnectionPool::AsyncConnectionPool(asio::any_io_executor executor, RedisOptions options)
-    : options_(validated(std::move(options))) {
-  const auto tls = detail::make_tls_context(options_);  // one context for every connection
+    : options_(validated(std::move(options))),
+      tls_(detail::make_tls_context(options_)) {  // one context for every connection
   // On a cluster one router holds a pipelined connection per primary.
   const std::size_t count = options_.is_cluster() ? 1 : options_.async_connections;
   for (std::size_t i = 0; i < count; ++i)
-    connections_.push_back(std::make_unique<AsyncConnection>(executor, options_, tls));
+    connections_.push_back(std::make_unique<AsyncConnection>(executor, options_, tls_));
+}
+
+std::unique_ptr<AsyncConnection> AsyncConnectionPool::open_dedicated() const {
+  return std::make_unique<AsyncConnection>(get_executor(), options_, tls_);
 }
 
 AsyncConnectionPool::executor_type AsyncConnectionPool::get_executor() const noexcept {

@@ -1,6 +1,8 @@
 #include "idem/redis/async_redis_store.hpp"
 
+#include <algorithm>
 #include <array>
+#include <chrono>
 #include <utility>
 
 #include "async_operations.hpp"
@@ -22,7 +24,9 @@ AsyncRedisStore::AsyncRedisStore(asio::any_io_executor executor, RedisOptions op
 
 AsyncRedisStore::AsyncRedisStore(std::shared_ptr<AsyncConnectionPool> pool)
     : pool_(checked(std::move(pool))),
-      clock_(pool_->options().clock ? pool_->options().clock : system_clock()) {}
+      clock_(pool_->options().clock ? pool_->options().clock : system_clock()) {
+  wait_clock_ = clock_;
+}
 
 async::Task<void> AsyncRedisStore::ping() {
   co_await detail::ping_async(pool_->next());
@@ -82,6 +86,58 @@ async::Task<std::optional<IdempotencyRecord>> AsyncRedisStore::do_lookup(std::st
   for (;;) {
     const RedisReply reply = co_await detail::send_async(connection, lookup.request(), "lookup");
     if (lookup.read(reply, connection.endpoint())) co_return std::move(lookup.outcome());
+  }
+}
+
+async::Task<std::optional<IdempotencyRecord>> AsyncRedisStore::do_wait(std::string_view key,
+                                                                       SteadyTime deadline,
+                                                                       std::stop_token stop) {
+  // A test clock's time is its own: the socket cannot wait on it. Poll as the base class does.
+  if (pool_->options().clock) co_return co_await AsyncStore::do_wait(key, deadline, stop);
+  // A connection of its own, subscribed before the first read, so that a completion between the
+  // read and the wait is heard. (The pool's connections are shared by other calls.)
+  const std::unique_ptr<AsyncConnection> connection = pool_->open_dedicated();
+  AsyncConnection& subscriber = *connection;
+  bool subscribed = false;
+  try {
+    const RedisReply reply = co_await subscriber.subscribe(detail::done_channel(record_key(key)));
+    subscribed = !reply.is_error();  // an ACL without pub/sub: poll
+  } catch (const RedisError&) {
+  }
+  if (!subscribed) co_return co_await AsyncStore::do_wait(key, deadline, stop);
+  // Read again at least this often: a safety net for a message lost with its connection.
+  constexpr std::chrono::milliseconds kReread{1000};
+  // How often a wait for a message looks at `stop` (when it can be requested).
+  constexpr std::chrono::milliseconds kStopCheck{50};
+  for (;;) {
+    auto record = co_await do_lookup(key);
+    const WallTime now_wall = clock_->wall_now();
+    if (!held_at(record, now_wall)) co_return record;
+    const SteadyTime now = clock_->steady_now();
+    if (now >= deadline || stop.stop_requested()) co_return record;
+    // An owner that dies publishes nothing: its lease's end is the next moment to look.
+    const auto lease_left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(record->lease_until - now_wall);
+    const SteadyTime until = std::min({deadline, now + lease_left, now + kReread});
+    for (;;) {
+      const SteadyTime slice =
+          stop.stop_possible() ? std::min(until, clock_->steady_now() + kStopCheck) : until;
+      std::optional<RedisReply> message;
+      bool gone = false;
+      try {
+        message = co_await subscriber.next_message(slice);
+      } catch (const RedisError&) {
+        gone = true;
+      }
+      // A cluster that moves the slot away ends the subscription ([s]unsubscribe).
+      if (message && message->type == RedisReply::Type::array && !message->elements.empty() &&
+          message->elements[0].str.find("unsubscribe") != std::string::npos) {
+        gone = true;
+      }
+      // The subscription is gone: poll for the rest of the wait.
+      if (gone) co_return co_await AsyncStore::do_wait(key, deadline, stop);
+      if (message || stop.stop_requested() || clock_->steady_now() >= until) break;
+    }
   }
 }
 

@@ -401,10 +401,7 @@ std::optional<IdempotencyRecord> RedisIdempotencyStore::do_wait(std::string_view
   for (;;) {
     auto record = do_lookup(key);
     const WallTime now_wall = wait_clock_->wall_now();
-    if (!record || record->state != IdempotencyRecord::State::in_progress ||
-        record->lease_until <= now_wall) {
-      return record;
-    }
+    if (!held_at(record, now_wall)) return record;
     const SteadyTime now = wait_clock_->steady_now();
     if (now >= deadline || stop.stop_requested()) return record;
     // An owner that dies publishes nothing: its lease's end is the next moment to look.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <stop_token>
 #include <string_view>
 
 #include "idem/async/task.hpp"
@@ -44,7 +45,18 @@ class AsyncStore {
   Task<bool> renew(std::string_view key, std::uint64_t token, Millis lease);
   Task<std::optional<IdempotencyRecord>> lookup(std::string_view key);
 
+  // Waits until `key` is no longer in progress under a live lease, `deadline` passes, `stop` is
+  // requested or the awaiting coroutine is cancelled (its cancellation slot); returns the record
+  // then seen (nullopt: absent). The default polls lookup() with capped exponential backoff
+  // (2 ms doubling to 200 ms); stores with server notifications override it (Redis: pub/sub, a
+  // joiner in another process hears of a completion about one round trip after it).
+  Task<std::optional<IdempotencyRecord>> wait(std::string_view key, SteadyTime deadline,
+                                              std::stop_token stop = {});
+
  protected:
+  // The clock of wait()'s default polling. Stores set it from their options.
+  std::shared_ptr<Clock> wait_clock_ = system_clock();
+
   // What a backend implements (protected, so that an override can call the base's default).
   virtual bool do_needs_bytes() const noexcept = 0;
   virtual std::shared_ptr<IdempotencyStore> do_blocking_store() const noexcept { return nullptr; }
@@ -56,6 +68,8 @@ class AsyncStore {
   virtual Task<bool> do_release(std::string_view key, std::uint64_t token) = 0;
   virtual Task<bool> do_renew(std::string_view key, std::uint64_t token, Millis lease) = 0;
   virtual Task<std::optional<IdempotencyRecord>> do_lookup(std::string_view key) = 0;
+  virtual Task<std::optional<IdempotencyRecord>> do_wait(std::string_view key, SteadyTime deadline,
+                                                         std::stop_token stop);
 };
 
 }  // namespace idem::async

@@ -54,10 +54,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -138,6 +140,22 @@ class AsyncConnection {
                                                 CommandKind kind = CommandKind::write,
                                                 std::string_view what = "pipeline");
 
+  // Pub/sub, on a connection made for it (not one that serves other calls, such as a pool's):
+  // subscribe() sends SUBSCRIBE `channel` — SSUBSCRIBE on a cluster, to the primary that serves
+  // the channel's slot, following MOVED and ASK — and returns its reply (an error reply, such as
+  // an ACL without pub/sub, is returned). From then on the connection only listens.
+  // next_message() waits for the next message: the reply as Redis pushes it
+  // (["message", channel, payload]; "smessage" on a cluster; ["sunsubscribe", channel, n] when
+  // the cluster moved the slot away and ended the subscription), or nullopt once `deadline`
+  // passes. Messages that arrive while nobody waits are kept (the latest 64) for the next call.
+  // When the connection drops, the subscription is gone: next_message() throws RedisError
+  // (retryable) and nothing reconnects it. Cancelling next_message() loses no message. One
+  // subscribe() per connection, one next_message() at a time; the connection must outlive both
+  // (unlike command()).
+  async::Task<RedisReply> subscribe(std::string_view channel);
+  async::Task<std::optional<RedisReply>> next_message(
+      std::chrono::steady_clock::time_point deadline);
+
   // The executor it was made with (its I/O runs on a strand of it).
   executor_type get_executor() const noexcept;
   AsyncConnectionStats stats() const;
@@ -148,13 +166,18 @@ class AsyncConnection {
   struct State;  // internal
 
  private:
+  friend class detail::AsyncCluster;
+  // SUBSCRIBE or SSUBSCRIBE (`command`) on this connection's own socket.
+  async::Task<RedisReply> send_subscribe(std::string_view command, std::string_view channel);
+
   static async::Task<RedisReply> one(std::shared_ptr<State> state, CommandBatch batch,
                                      CommandKind kind, std::string what);
   static async::Task<std::vector<RedisReply>> many(std::shared_ptr<State> state, CommandBatch batch,
                                                    CommandKind kind, std::string what);
 
-  std::shared_ptr<State> state_;                   // one server (or the primary of a Sentinel)
-  std::shared_ptr<detail::AsyncCluster> cluster_;  // or a Redis Cluster's router
+  std::shared_ptr<State> state_;                      // one server (or the primary of a Sentinel)
+  std::shared_ptr<detail::AsyncCluster> cluster_;     // or a Redis Cluster's router
+  std::shared_ptr<AsyncConnection> subscribed_node_;  // a cluster's: the node subscribe() chose
 };
 
 // A fixed set of AsyncConnections (RedisOptions::async_connections, default 1); each call goes
@@ -175,9 +198,13 @@ class AsyncConnectionPool {
   const RedisOptions& options() const noexcept { return options_; }
   // The sum over every connection.
   AsyncConnectionStats stats() const;
+  // A new connection with the pool's options, executor and TLS context, not in the pool: for
+  // pub/sub (AsyncConnection::subscribe()), which takes a connection for itself.
+  std::unique_ptr<AsyncConnection> open_dedicated() const;
 
  private:
   RedisOptions options_;
+  std::shared_ptr<const net::TlsContext> tls_;
   std::vector<std::unique_ptr<AsyncConnection>> connections_;
   std::atomic<std::size_t> next_{0};
 };

@@ -59,6 +59,9 @@ class AsyncRedisStore final : public async::AsyncStore {
   async::Task<bool> do_release(std::string_view key, std::uint64_t token) override;
   async::Task<bool> do_renew(std::string_view key, std::uint64_t token, Millis lease) override;
   async::Task<std::optional<IdempotencyRecord>> do_lookup(std::string_view key) override;
+  // Woken by the record's pub/sub channel (docs/redis.md, "Waiters"), polling as a fallback.
+  async::Task<std::optional<IdempotencyRecord>> do_wait(std::string_view key, SteadyTime deadline,
+                                                        std::stop_token stop) override;
 
   std::shared_ptr<AsyncConnectionPool> pool_;
   std::shared_ptr<Clock> clock_;
