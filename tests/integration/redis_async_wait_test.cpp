@@ -45,14 +45,9 @@ using idem::redis::RedisOptions;
 using idem::test::redis_nodes::ask;
 using idem::test::redis_nodes::eventually;
 using idem::test::redis_nodes::ports_of;
+using idem::test::redis_nodes::subscribers;
 using Clock = std::chrono::steady_clock;
 using Waited = std::optional<IdempotencyRecord>;
-
-// Subscribers of `channel` on the server at `port` (SHARDNUMSUB on a cluster node).
-long long subscribers(int port, const std::string& channel, bool sharded) {
-  const auto reply = ask(port, {"PUBSUB", sharded ? "SHARDNUMSUB" : "NUMSUB", channel});
-  return reply && reply->elements.size() == 2 ? reply->elements[1].integer : -1;
-}
 
 idem::StoredValue bytes(std::string text) {
   idem::StoredValue value;

@@ -69,6 +69,13 @@ inline bool eventually(const std::function<bool()>& condition, std::chrono::seco
   return condition();
 }
 
+// Subscribers of `channel` on the server at `port` (PUBSUB NUMSUB; SHARDNUMSUB for a cluster
+// node's sharded channels); -1 when it does not answer.
+inline long long subscribers(int port, const std::string& channel, bool sharded) {
+  const auto reply = ask(port, {"PUBSUB", sharded ? "SHARDNUMSUB" : "NUMSUB", channel});
+  return reply && reply->elements.size() == 2 ? reply->elements[1].integer : -1;
+}
+
 // "<tag>-0" ... "<tag>-<n-1>".
 inline std::vector<std::string> ids(const std::string& tag, int n) {
   std::vector<std::string> out;

@@ -10,14 +10,13 @@
 #include <chrono>
 #include <future>
 #include <optional>
-#include <sstream>
 #include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_nodes_env.hpp"
 #include "redis_test_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
@@ -26,30 +25,12 @@ namespace {
 
 using namespace std::chrono_literals;
 using idem::IdempotencyRecord;
-using idem::redis::CommandKind;
 using idem::redis::RedisIdempotencyStore;
 using idem::redis::RedisOptions;
 using Clock = std::chrono::steady_clock;
-
-bool eventually(const std::function<bool()>& condition) {
-  const auto deadline = Clock::now() + 10s;
-  while (Clock::now() < deadline) {
-    if (condition()) return true;
-    std::this_thread::sleep_for(10ms);
-  }
-  return condition();
-}
-
-// Subscribers of `channel` on the server at `port` (SHARDNUMSUB on a cluster node).
-long long subscribers(int port, const std::string& channel, bool sharded) {
-  RedisOptions options;
-  options.port = port;
-  idem::redis::ConnectionPool pool(options);
-  auto connection = pool.lease();
-  const auto reply = connection->command({"PUBSUB", sharded ? "SHARDNUMSUB" : "NUMSUB", channel},
-                                         CommandKind::read);
-  return reply.elements.size() == 2 ? reply.elements[1].integer : -1;
-}
+using idem::test::redis_nodes::eventually;
+using idem::test::redis_nodes::ports_of;
+using idem::test::redis_nodes::subscribers;
 
 std::future<std::optional<IdempotencyRecord>> wait_in_thread(RedisIdempotencyStore& store,
                                                              const std::string& key,
@@ -141,10 +122,8 @@ TEST_F(RedisWait, OnAClusterTheWaiterSubscribesOnTheRecordsNode) {
   options.key_prefix = keys.prefix();
   RedisIdempotencyStore owner(options);
   RedisIdempotencyStore waiter(options);
-  std::vector<int> primaries;
-  std::istringstream ports(idem::test::env("IDEM_TEST_REDIS_CLUSTER_PORTS"));
-  for (int p = 0; primaries.size() < 3 && ports >> p;)
-    primaries.push_back(p);
+  std::vector<int> primaries = ports_of("IDEM_TEST_REDIS_CLUSTER_PORTS");
+  if (primaries.size() > 3) primaries.resize(3);
   for (const std::string key : {"order-1", "order-2", "order-3", "order-4"}) {
     const auto claim = owner.claim(key, std::nullopt, 60s);
     auto waited = wait_in_thread(waiter, key, 30s);
