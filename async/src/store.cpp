@@ -52,7 +52,7 @@ Task<std::optional<IdempotencyRecord>> AsyncStore::do_wait(std::string_view key,
   constexpr auto kMaxDelay = std::chrono::milliseconds(200);
   for (;;) {
     auto record = co_await do_lookup(key);
-    if (!held_at(record, wait_clock_->wall_now())) co_return record;
+    if (!idem::detail::held_at(record, wait_clock_->wall_now())) co_return record;
     const SteadyTime now = wait_clock_->steady_now();
     if (now >= deadline || stop.stop_requested()) co_return record;
     const auto remaining = std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - now);

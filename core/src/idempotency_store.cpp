@@ -113,7 +113,7 @@ std::optional<IdempotencyRecord> IdempotencyStore::do_wait(std::string_view key,
   constexpr auto kMaxDelay = std::chrono::milliseconds(200);
   for (;;) {
     auto record = do_lookup(key);
-    if (!held_at(record, wait_clock_->wall_now())) return record;
+    if (!idem::detail::held_at(record, wait_clock_->wall_now())) return record;
     const auto now = wait_clock_->steady_now();
     if (now >= deadline || stop.stop_requested()) return record;
     const auto remaining = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - now);

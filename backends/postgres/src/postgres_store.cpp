@@ -21,6 +21,7 @@
 
 #include "claim_logic.hpp"
 #include "connection.hpp"
+#include "idem/detail/contract.hpp"
 #include "idem/error.hpp"
 #include "record_decoder.hpp"
 #include "schema.hpp"
@@ -596,7 +597,7 @@ std::optional<IdempotencyRecord> PostgresIdempotencyStore::do_wait(std::string_v
     const Listener::Seen seen = impl.listener.seen(name);
     std::optional<IdempotencyRecord> record = lookup(key);
     const WallTime now = impl.clock->wall_now();
-    if (!held_at(record, now)) return record;
+    if (!idem::detail::held_at(record, now)) return record;
     const SteadyTime steady_now = impl.clock->steady_now();
     if (stop.stop_requested() || steady_now >= deadline) return record;
     std::chrono::nanoseconds slice = impl.pool->options().wait_recheck_interval;

@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "async_operations.hpp"
+#include "idem/detail/contract.hpp"
 #include "idem/error.hpp"
 
 namespace idem::redis {
@@ -112,7 +113,7 @@ async::Task<std::optional<IdempotencyRecord>> AsyncRedisStore::do_wait(std::stri
   for (;;) {
     auto record = co_await do_lookup(key);
     const WallTime now_wall = clock_->wall_now();
-    if (!held_at(record, now_wall)) co_return record;
+    if (!idem::detail::held_at(record, now_wall)) co_return record;
     const SteadyTime now = clock_->steady_now();
     if (now >= deadline || stop.stop_requested()) co_return record;
     // An owner that dies publishes nothing: its lease's end is the next moment to look.

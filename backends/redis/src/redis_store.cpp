@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "idem/detail/contract.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "internal.hpp"
@@ -401,7 +402,7 @@ std::optional<IdempotencyRecord> RedisIdempotencyStore::do_wait(std::string_view
   for (;;) {
     auto record = do_lookup(key);
     const WallTime now_wall = wait_clock_->wall_now();
-    if (!held_at(record, now_wall)) return record;
+    if (!idem::detail::held_at(record, now_wall)) return record;
     const SteadyTime now = wait_clock_->steady_now();
     if (now >= deadline || stop.stop_requested()) return record;
     // An owner that dies publishes nothing: its lease's end is the next moment to look.

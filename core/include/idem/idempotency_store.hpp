@@ -64,14 +64,6 @@ struct IdempotencyRecord {
 
 std::string_view to_string(IdempotencyRecord::State state) noexcept;
 
-// True when `record` is a claim whose lease has not ended at `now`: what a waiter (wait())
-// keeps waiting on. False for an absent or completed record and for an abandoned claim.
-[[nodiscard]] inline bool held_at(const std::optional<IdempotencyRecord>& record,
-                                  WallTime now) noexcept {
-  return record && record->state == IdempotencyRecord::State::in_progress &&
-         record->lease_until > now;
-}
-
 struct ClaimOutcome {
   enum class Status {
     acquired,     // the caller owns the key: execute, then complete() or release()
