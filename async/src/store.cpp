@@ -16,6 +16,14 @@ Task<ClaimOutcome> AsyncStore::claim(std::string_view key,
   co_return co_await do_claim(key, fingerprint, lease);
 }
 
+Task<ClaimOutcome> AsyncStore::claim_without_report(std::string_view key,
+                                                    std::optional<std::string_view> fingerprint,
+                                                    Millis lease) {
+  detail::check_idempotency_key(key);
+  detail::check_lease(lease);
+  co_return co_await do_claim_without_report(key, fingerprint, lease);
+}
+
 Task<bool> AsyncStore::complete(std::string_view key, std::uint64_t token, StoredValue value,
                                 const ExecutionReport& report, Millis ttl) {
   idem::detail::check_idempotency_key(key);

@@ -176,7 +176,8 @@ async::Task<Decision> Guard::begin(const Request& request) {
     ClaimOutcome claim;
     std::string failure;
     try {
-      claim = co_await shared->store->claim(guarded.store_key, fingerprint, policy.lease);
+      claim = co_await shared->store->claim_without_report(guarded.store_key, fingerprint,
+                                                           policy.lease);
     } catch (const asio::system_error& e) {
       if (e.code() == asio::error::operation_aborted) throw;
       failure = "the store could not be reached";

@@ -40,8 +40,19 @@ std::string AsyncRedisStore::record_key(std::string_view key) const {
 async::Task<ClaimOutcome> AsyncRedisStore::do_claim(std::string_view key,
                                                     std::optional<std::string_view> fingerprint,
                                                     Millis lease) {
+  return claim_record(key, fingerprint, lease, /*with_report=*/true);
+}
+
+async::Task<ClaimOutcome> AsyncRedisStore::do_claim_without_report(
+    std::string_view key, std::optional<std::string_view> fingerprint, Millis lease) {
+  return claim_record(key, fingerprint, lease, /*with_report=*/false);
+}
+
+async::Task<ClaimOutcome> AsyncRedisStore::claim_record(std::string_view key,
+                                                        std::optional<std::string_view> fingerprint,
+                                                        Millis lease, bool with_report) {
   detail::StoreClaim claim(pool_->options(), detail::to_ms(clock_->wall_now()), key, fingerprint,
-                           lease, claim_reads_first_.load(std::memory_order_relaxed));
+                           lease, claim_reads_first_.load(std::memory_order_relaxed), with_report);
   AsyncConnection& connection = pool_->next();
   for (;;) {
     const RedisReply reply = co_await detail::send_async(connection, claim.request(), "claim");

@@ -204,12 +204,14 @@ std::uint64_t draw_token(std::uint64_t above) {
 }
 
 StoreClaim::StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::string_view key,
-                       std::optional<std::string_view> fingerprint, Millis lease, bool read_first)
+                       std::optional<std::string_view> fingerprint, Millis lease, bool read_first,
+                       bool with_report)
     : options_(options),
       now_ms_(now_ms),
       key_(key),
       fingerprint_(fingerprint),
-      record_key_(detail::record_key(options.key_prefix, key)) {
+      record_key_(detail::record_key(options.key_prefix, key)),
+      with_report_(with_report) {
   const std::int64_t lease_until = now_ms + span_ms(now_ms, lease);
   tail_ = RecordText::claim_tail(lease_until, fingerprint);
   pxat_ = pxat_arg(options, lease_until);
@@ -303,7 +305,7 @@ bool StoreClaim::read_record(const RedisReply& reply, const std::string& endpoin
     return false;
   }
   if (reply.type != RedisReply::Type::string) throw_unexpected_reply(reply, "claim", endpoint);
-  IdempotencyRecord record = decode_record_text(key_, record_key_, reply.str);
+  IdempotencyRecord record = decode_record_text(key_, record_key_, reply.str, with_report_);
   if (live(record, from_ms(now_ms_))) {
     outcome_ = ClaimOutcome::found(std::move(record), fingerprint_);
     return true;

@@ -91,8 +91,11 @@ class StoreClaim {
   // `read_first`: start with a GET (a live record costs the server one plain read) rather than
   // with the SET NX GET (an absent key is taken in one round trip; a record found there comes
   // back in the reply): next_claim_reads_first().
+  // `with_report` false: a completed record found is decoded without its report
+  // (decode_record_text).
   StoreClaim(const RedisOptions& options, std::int64_t now_ms, std::string_view key,
-             std::optional<std::string_view> fingerprint, Millis lease, bool read_first);
+             std::optional<std::string_view> fingerprint, Millis lease, bool read_first,
+             bool with_report = true);
 
   const Request& request() const { return request_; }
   bool read(const RedisReply& reply, const std::string& endpoint);
@@ -118,6 +121,7 @@ class StoreClaim {
   std::string tail_;  // the claim after its token
   std::string pxat_;  // the claim's Redis expiry
   Step step_ = Step::get;
+  bool with_report_ = true;
   int rounds_ = 0;
   std::uint64_t token_ = 0;         // of the claim being written
   bool replaces_claim_ = false;     // took_over, if the claim is written

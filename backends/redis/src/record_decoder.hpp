@@ -104,9 +104,11 @@ struct RecordText {
 };
 
 // Decodes one string record (RecordText's layout), checking every part. Anything malformed is
-// reported as store_corrupt_record naming the key, never guessed.
+// reported as store_corrupt_record naming the key, never guessed. `with_report` false leaves a
+// completed record's report empty, unparsed (its size is still checked): a claim that replays
+// only the value (AsyncStore::claim_without_report) saves the JSON parse.
 inline IdempotencyRecord decode_record_text(std::string_view key, const std::string& redis_key,
-                                            std::string_view text) {
+                                            std::string_view text, bool with_report = true) {
   const auto corrupt = [&](const std::string& why) {
     throw StoreError(ErrorCode::store_corrupt_record,
                      "idem redis: the record of idempotency key '" + std::string(key) +
@@ -143,10 +145,12 @@ inline IdempotencyRecord decode_record_text(std::string_view key, const std::str
     record.completed_at = from_ms(completed_at);
     record.expires_at = from_ms(expires_at);
     record.value.bytes = std::string(rest.substr(0, value_size));
-    try {
-      record.report = ExecutionReport::from_json(rest.substr(value_size, report_size));
-    } catch (const std::exception& e) {
-      corrupt("its report is not a valid execution report (" + std::string(e.what()) + ")");
+    if (with_report) {
+      try {
+        record.report = ExecutionReport::from_json(rest.substr(value_size, report_size));
+      } catch (const std::exception& e) {
+        corrupt("its report is not a valid execution report (" + std::string(e.what()) + ")");
+      }
     }
     rest.remove_prefix(value_size + report_size);
     number(lease_until, "lease_until");

@@ -39,6 +39,12 @@ class AsyncStore {
 
   Task<ClaimOutcome> claim(std::string_view key, std::optional<std::string_view> fingerprint,
                            Millis lease);
+  // claim() for a caller that uses only a completed record's value, never its execution report
+  // (an HTTP replay): the outcome's record->report may be left empty, neither read nor checked,
+  // by backends that can skip it. Everything else is claim()'s, outcome for outcome.
+  Task<ClaimOutcome> claim_without_report(std::string_view key,
+                                          std::optional<std::string_view> fingerprint,
+                                          Millis lease);
   Task<bool> complete(std::string_view key, std::uint64_t token, StoredValue value,
                       const ExecutionReport& report, Millis ttl);
   Task<bool> release(std::string_view key, std::uint64_t token);
@@ -63,6 +69,12 @@ class AsyncStore {
   virtual Task<ClaimOutcome> do_claim(std::string_view key,
                                       std::optional<std::string_view> fingerprint,
                                       Millis lease) = 0;
+  // Default: do_claim (the report is read too).
+  virtual Task<ClaimOutcome> do_claim_without_report(std::string_view key,
+                                                     std::optional<std::string_view> fingerprint,
+                                                     Millis lease) {
+    return do_claim(key, fingerprint, lease);
+  }
   virtual Task<bool> do_complete(std::string_view key, std::uint64_t token, StoredValue value,
                                  const ExecutionReport& report, Millis ttl) = 0;
   virtual Task<bool> do_release(std::string_view key, std::uint64_t token) = 0;

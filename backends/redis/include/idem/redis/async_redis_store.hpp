@@ -54,6 +54,13 @@ class AsyncRedisStore final : public async::AsyncStore {
   async::Task<ClaimOutcome> do_claim(std::string_view key,
                                      std::optional<std::string_view> fingerprint,
                                      Millis lease) override;
+  // A completed record found is decoded without its report.
+  async::Task<ClaimOutcome> do_claim_without_report(std::string_view key,
+                                                    std::optional<std::string_view> fingerprint,
+                                                    Millis lease) override;
+  async::Task<ClaimOutcome> claim_record(std::string_view key,
+                                         std::optional<std::string_view> fingerprint, Millis lease,
+                                         bool with_report);
   async::Task<bool> do_complete(std::string_view key, std::uint64_t token, StoredValue value,
                                 const ExecutionReport& report, Millis ttl) override;
   async::Task<bool> do_release(std::string_view key, std::uint64_t token) override;
