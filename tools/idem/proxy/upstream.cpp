@@ -1,10 +1,13 @@
 #include "upstream.hpp"
 
+#include <sys/socket.h>
+
 #include <asio/connect.hpp>
 #include <asio/redirect_error.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
+#include <cerrno>
 #include <utility>
 
 namespace idem::cli::proxy {
@@ -26,16 +29,15 @@ idem::async::Task<std::shared_ptr<UpstreamConnection>> UpstreamPool::acquire() {
       idle_.pop_back();
     }
     // A connection the upstream closed while it was idle reads as EOF (or has stray bytes):
-    // drop it rather than send a request into it.
-    asio::error_code ec;
-    idle->socket.non_blocking(true, ec);
+    // drop it rather than send a request into it. One non-blocking peek (MSG_DONTWAIT: no
+    // ioctl to switch the socket's mode first).
     char probe = 0;
-    const std::size_t n =
-        idle->socket.receive(asio::buffer(&probe, 1), asio::socket_base::message_peek, ec);
-    if (ec == asio::error::would_block && n == 0) {
+    const ssize_t n = ::recv(idle->socket.native_handle(), &probe, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
       idle->reused = true;
       co_return idle;
     }
+    asio::error_code ec;
     idle->socket.close(ec);
   }
   auto connection = std::make_shared<UpstreamConnection>(executor_);
