@@ -16,6 +16,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <stdexcept>
 #include <utility>
 #include <vector>
 
@@ -367,21 +368,43 @@ std::string serialize_request(const idem::http::Request& request,
 
 std::string serialize_response(const idem::http::Response& response, bool keep_alive,
                                bool head_request) {
-  bhttp::response<bhttp::string_body> message;
-  message.result(static_cast<unsigned>(response.status));
-  message.version(11);
+  // Written directly rather than through a Beast message and serializer (a node per field, a
+  // copy of the body, a string grown piece by piece): every response the proxy sends, replays
+  // above all, comes here. The bytes are those Beast writes for the same message: the status
+  // line with Beast's reason phrase, the fields in order, Connection: close unless keep_alive,
+  // then the Content-Length of prepare_payload() (which refuses a body on a 204 or 304).
+  const unsigned status = static_cast<unsigned>(response.status);
+  if (status > 999) throw std::invalid_argument("invalid status-code");
+  if ((status == 204 || status == 304) && !head_request && !response.body.empty()) {
+    throw std::invalid_argument("invalid response body");  // as prepare_payload() refuses it
+  }
+  const beast::string_view reason = bhttp::obsolete_reason(static_cast<bhttp::status>(status));
+  std::size_t size = 64 + reason.size() + response.body.size();
+  for (const auto& header : response.headers)
+    size += header.name.size() + header.value.size() + 4;
+  std::string out;
+  out.reserve(size);
+  out.append("HTTP/1.1 ");
+  out.push_back(static_cast<char>('0' + status / 100));
+  out.push_back(static_cast<char>('0' + status / 10 % 10));
+  out.push_back(static_cast<char>('0' + status % 10));
+  out.push_back(' ');
+  out.append(reason.data(), reason.size());
+  out.append("\r\n");
   for (const auto& header : response.headers) {
     if (idem::http::is_connection_field(header.name)) continue;
-    message.insert(bview(header.name), bview(header.value));
+    out.append(header.name);
+    out.append(": ");
+    out.append(header.value);
+    out.append("\r\n");
   }
-  message.keep_alive(keep_alive);
-  if (head_request) {
-    message.content_length(response.body.size());
-    return write_message(message, true);
-  }
-  message.body() = response.body;
-  message.prepare_payload();
-  return write_message(message, false);
+  if (!keep_alive) out.append("Connection: close\r\n");
+  out.append("Content-Length: ");
+  out.append(std::to_string(response.body.size()));
+  out.append("\r\n");
+  out.append("\r\n");
+  if (!head_request) out.append(response.body);
+  return out;
 }
 
 std::string serialize_response_head(int status, const idem::http::Headers& headers, Framing framing,
