@@ -4,6 +4,8 @@
 
 #include <cstdint>
 #include <limits>
+#include <map>
+#include <optional>
 #include <string>
 
 #include "idem/error.hpp"
@@ -113,7 +115,109 @@ const AttemptRecord* ExecutionReport::last_error() const noexcept {
   return nullptr;
 }
 
+namespace {
+
+// Text JSON writes as it is: printable ASCII without '"' and '\\' (no escape, no UTF-8 check).
+bool plain(std::string_view text) noexcept {
+  for (const char c : text) {
+    if (c < 0x20 || c > 0x7e || c == '"' || c == '\\') return false;
+  }
+  return true;
+}
+
+bool plain(const std::map<std::string, std::string>& map) noexcept {
+  for (const auto& [name, value] : map) {
+    if (!plain(name) || !plain(value)) return false;
+  }
+  return true;
+}
+
+void put_string(std::string& out, std::string_view text) {
+  out.push_back('"');
+  out.append(text);
+  out.push_back('"');
+}
+
+void put_map(std::string& out, const std::map<std::string, std::string>& map) {
+  out.push_back('{');
+  bool first = true;
+  for (const auto& [name, value] : map) {
+    if (!first) out.push_back(',');
+    first = false;
+    put_string(out, name);
+    out.push_back(':');
+    put_string(out, value);
+  }
+  out.push_back('}');
+}
+
+// to_json() of a report whose text is all plain(): the same bytes as nlohmann's dump (keys in
+// std::map order, no spaces), without building a json tree. Most reports are such (an HTTP
+// completion stores one per request), so only the others pay for the tree.
+std::optional<std::string> plain_json(const ExecutionReport& report) {
+  if (!plain(report.operation) || !plain(report.metadata) ||
+      (report.fallback_source && !plain(*report.fallback_source))) {
+    return std::nullopt;
+  }
+  for (const auto& attempt : report.attempts) {
+    if (!plain(attempt.source) || !plain(attempt.error_type) || !plain(attempt.error_message) ||
+        !plain(attempt.metadata)) {
+      return std::nullopt;
+    }
+  }
+  std::string out;
+  out.reserve(256 + 256 * report.attempts.size());
+  out.append("{\"attempts\":[");
+  bool first = true;
+  for (const auto& attempt : report.attempts) {
+    if (!first) out.push_back(',');
+    first = false;
+    out.append("{\"duration_ns\":");
+    out.append(std::to_string(attempt.duration.count()));
+    out.append(",\"error_message\":");
+    put_string(out, attempt.error_message);
+    out.append(",\"error_type\":");
+    put_string(out, attempt.error_type);
+    out.append(",\"metadata\":");
+    put_map(out, attempt.metadata);
+    out.append(",\"number\":");
+    out.append(std::to_string(attempt.number));
+    out.append(",\"retryable\":");
+    out.append(attempt.retryable ? "true" : "false");
+    out.append(",\"source\":");
+    put_string(out, attempt.source);
+    out.append(",\"started_at\":");
+    put_string(out, detail::format_iso8601(attempt.started_at));
+    out.append(",\"status\":");
+    put_string(out, to_string(attempt.status));
+    out.push_back('}');
+  }
+  out.append("],\"duration_ns\":");
+  out.append(std::to_string(report.duration.count()));
+  out.append(",\"fallback_source\":");
+  if (report.fallback_source) {
+    put_string(out, *report.fallback_source);
+  } else {
+    out.append("null");
+  }
+  out.append(",\"fallback_used\":");
+  out.append(report.fallback_used ? "true" : "false");
+  out.append(",\"metadata\":");
+  put_map(out, report.metadata);
+  out.append(",\"operation\":");
+  put_string(out, report.operation);
+  out.append(",\"started_at\":");
+  put_string(out, detail::format_iso8601(report.started_at));
+  out.append(",\"status\":");
+  put_string(out, to_string(report.status));
+  out.push_back('}');
+  return out;
+}
+
+}  // namespace
+
 std::string ExecutionReport::to_json() const {
+  if (std::optional<std::string> fast = plain_json(*this)) return std::move(*fast);
   json attempts_json = json::array();
   for (const auto& attempt : attempts) {
     attempts_json.push_back({{"number", attempt.number},
