@@ -9,6 +9,7 @@
 #include <random>
 #include <utility>
 
+#include "idem/detail/fork.hpp"
 #include "idem/error.hpp"
 #include "record_decoder.hpp"
 
@@ -167,16 +168,19 @@ bool live(const IdempotencyRecord& record, WallTime now) {
 constexpr int kTokenRandomBits = 21;
 
 // Random bits from a per-thread generator seeded from std::random_device, seeded again in a
-// forked child (which would otherwise repeat its parent's sequence).
+// forked child (which would otherwise repeat its parent's sequence). The fork generation, not
+// getpid(), tells a child: glibc does not cache the pid, so that was a system call per token.
 std::uint64_t token_random_bits() {
-  thread_local pid_t seeded_for = 0;
+  thread_local bool seeded = false;
+  thread_local std::uint64_t seeded_in = 0;  // the fork generation it was seeded in
   thread_local std::mt19937_64 random;
-  const pid_t pid = ::getpid();
-  if (pid != seeded_for) {
+  const std::uint64_t generation = ::idem::detail::fork_generation();
+  if (!seeded || generation != seeded_in) {
     std::random_device device;
-    std::seed_seq seed{device(), device(), device(), device(), static_cast<unsigned>(pid)};
+    std::seed_seq seed{device(), device(), device(), device(), static_cast<unsigned>(::getpid())};
     random.seed(seed);
-    seeded_for = pid;
+    seeded = true;
+    seeded_in = generation;
   }
   return random() >> (64 - kTokenRandomBits);
 }
