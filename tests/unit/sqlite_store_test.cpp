@@ -560,6 +560,59 @@ TEST(SqliteStoreCorruptRows, AreClearErrorsNeverOverwrittenAndDeletable) {
   }
 }
 
+TEST(SqliteStoreCorruptRows, ClaimsSharingACommitWithAnUnreadableRowAreNotFailedByIt) {
+  // Concurrent claims share write transactions (group commit). A claim of the unreadable row
+  // fails inside such a transaction; the claims it shared it with run again alone and succeed.
+  TempDir dir;
+  const std::string path = dir.file("group.db");
+  SqliteIdempotencyStore store(path);
+  RawDb raw(path);
+  raw.exec(
+      "INSERT INTO idem_records(key, state, token, fingerprint, lease_until_ms) VALUES ('bad', "
+      "'in_progress', 'seven', NULL, 4102444800000)");
+  constexpr int kThreads = 6;
+  constexpr int kClaims = 40;
+  std::atomic<int> acquired{0};
+  std::atomic<int> corrupt{0};
+  std::atomic<int> other{0};
+  std::latch start(kThreads + 2);  // the claiming threads, the bad key's and this one
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (int i = 0; i < kClaims; ++i) {
+        const std::string key = "k" + std::to_string(t) + "-" + std::to_string(i);
+        try {
+          const auto claim = store.claim(key, std::nullopt, 30s);
+          if (claim.status == ClaimOutcome::Status::acquired) ++acquired;
+          ASSERT_TRUE(store.complete(key, claim.token, bytes_value("v"), small_report(), 1h));
+        } catch (const std::exception& e) {
+          ++other;
+          ADD_FAILURE() << key << ": " << e.what();
+        }
+      }
+    });
+  }
+  threads.emplace_back([&] {
+    start.arrive_and_wait();
+    for (int i = 0; i < kClaims; ++i) {
+      try {
+        (void)store.claim("bad", std::nullopt, 30s);
+        ++other;
+      } catch (const idem::Error& e) {
+        if (e.code() == ErrorCode::store_corrupt_record) ++corrupt;
+      }
+    }
+  });
+  start.arrive_and_wait();
+  for (auto& thread : threads)
+    thread.join();
+  EXPECT_EQ(acquired.load(), kThreads * kClaims);
+  EXPECT_EQ(corrupt.load(), kClaims);
+  EXPECT_EQ(other.load(), 0);
+  EXPECT_EQ(store.entry_count(), static_cast<std::size_t>(kThreads * kClaims + 1));
+}
+
 TEST(SqliteStoreCorruptRows, AnExpiredRowWithBadFieldsIsSimplyReplaced) {
   TempDir dir;
   const std::string path = dir.file("corrupt.db");
@@ -771,6 +824,36 @@ TEST(SqliteStoreValues, TheOriginalReportIsReplayed) {
   EXPECT_EQ(report.started_at, executed.report.started_at);
   EXPECT_EQ(report.metadata.at("idempotency_status"), "replayed");
   EXPECT_EQ(report.metadata.at("idempotency_key"), "pay:42");
+}
+
+TEST(SqliteStoreValues, AClaimWithoutReportReplaysTheValueAndLeavesTheReportOut) {
+  TempDir dir;
+  const std::string path = dir.file("no-report.db");
+  SqliteIdempotencyStore store(path);
+  const auto claim = store.claim("k", "fp", 30s);
+  ASSERT_EQ(claim.status, ClaimOutcome::Status::acquired);
+  ASSERT_TRUE(store.complete("k", claim.token, bytes_value("the value"), small_report(), 1h));
+  const auto with_report = store.claim("k", "fp", 30s);
+  ASSERT_EQ(with_report.status, ClaimOutcome::Status::completed);
+  ASSERT_TRUE(with_report.record->report);
+  EXPECT_EQ(with_report.record->report->operation, "create_payment");
+  const auto without = store.claim_without_report("k", "fp", 30s);
+  ASSERT_EQ(without.status, ClaimOutcome::Status::completed);
+  EXPECT_EQ(without.record->value.bytes, std::optional<std::string>("the value"));
+  EXPECT_FALSE(without.record->report);
+  EXPECT_EQ(without.record->token, with_report.record->token);
+  EXPECT_EQ(without.record->expires_at, with_report.record->expires_at);
+  // Everything else as claim(): a mismatch, an absent key, the argument checks.
+  EXPECT_EQ(store.claim_without_report("k", "other", 30s).status, ClaimOutcome::Status::mismatch);
+  EXPECT_EQ(store.claim_without_report("new", "fp", 30s).status, ClaimOutcome::Status::acquired);
+  EXPECT_THROW((void)store.claim_without_report("", "fp", 30s), idem::InvalidKey);
+  EXPECT_THROW((void)store.claim_without_report("x", "fp", 0ms), idem::InvalidArgument);
+  // An unparsable report does not stop a claim that does not read it.
+  RawDb raw(path);
+  raw.exec("UPDATE idem_records SET report = 'nope' WHERE key = 'k'");
+  EXPECT_EQ(store.claim_without_report("k", "fp", 30s).status, ClaimOutcome::Status::completed);
+  EXPECT_EQ(error_of([&] { (void)store.claim("k", "fp", 30s); })->code(),
+            ErrorCode::store_corrupt_record);
 }
 
 TEST(SqliteStoreValues, AKeyReusedWithOtherArgumentsIsRefusedAcrossStores) {

@@ -43,6 +43,14 @@ Task<ClaimOutcome> AsyncSqliteStore::do_claim(std::string_view key,
   co_return co_await offload<ClaimOutcome>(*pool_, work);
 }
 
+Task<ClaimOutcome> AsyncSqliteStore::do_claim_without_report(
+    std::string_view key, std::optional<std::string_view> fingerprint, Millis lease) {
+  const std::function<ClaimOutcome()> work = [this, key, fingerprint, lease] {
+    return store_->claim_without_report(key, fingerprint, lease);
+  };
+  co_return co_await offload<ClaimOutcome>(*pool_, work);
+}
+
 Task<bool> AsyncSqliteStore::do_complete(std::string_view key, std::uint64_t token,
                                          StoredValue value, const ExecutionReport& report,
                                          Millis ttl) {

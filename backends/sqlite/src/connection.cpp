@@ -614,4 +614,40 @@ void WriteTransaction::rollback() noexcept {
   }
 }
 
+void GroupCommitQueue::run(Entry& entry,
+                           const std::function<void(std::size_t& taken)>& commit_front) {
+  std::unique_lock lock(mutex_);
+  entry.cv = &cvs_[next_cv_++ % cvs_.size()];
+  queue_.push_back(&entry);
+  entry.cv->wait(lock, [&] { return entry.done || queue_.front() == &entry; });
+  if (!entry.done) {
+    // At the front: commit this entry and those queued behind it; the others wait for that.
+    lock.unlock();
+    std::size_t taken = 0;
+    std::exception_ptr error;
+    try {
+      commit_front(taken);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    std::array<bool, std::tuple_size_v<decltype(cvs_)>> wake{};
+    lock.lock();
+    if (taken == 0 && queue_.front() == &entry) taken = 1;  // failed before it collected
+    for (std::size_t i = 0; i < taken; ++i) {
+      Entry* done = queue_.front();
+      queue_.pop_front();
+      done->done = true;
+      if (error && !done->error) done->error = error;
+      wake[static_cast<std::size_t>(done->cv - cvs_.data())] = true;
+    }
+    // The next front becomes the committer.
+    if (!queue_.empty()) wake[static_cast<std::size_t>(queue_.front()->cv - cvs_.data())] = true;
+    lock.unlock();
+    for (std::size_t i = 0; i < wake.size(); ++i) {
+      if (wake[i]) cvs_[i].notify_all();  // shared slots: wake all, each re-checks
+    }
+  }
+  if (entry.error) std::rethrow_exception(entry.error);
+}
+
 }  // namespace idem::sqlite::detail

@@ -7,11 +7,14 @@
 
 #include <sqlite3.h>
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
+#include <exception>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -323,6 +326,54 @@ class ConnectionSet {
   std::unique_ptr<Checkpointer> checkpointer_;
   std::mutex readers_mutex_;
   std::vector<std::unique_ptr<Connection>> idle_readers_;  // guarded by readers_mutex_
+};
+
+// Group commit (LevelDB's writer queue), shared by the recorder's marks and the store's writes:
+// a caller queues an Entry and waits; the caller at the front of the queue runs `commit_front`,
+// which commits one transaction holding its own entry and entries queued behind it, and then
+// wakes those. Entries that queue up while the transaction is open may still join it (collect()
+// from the transaction's loop). Only the committing thread pops entries, so positions in the
+// queue stay valid while it works. Waiters park on a pool of condition variables that outlive
+// every waiter, so the committer notifies after releasing the queue's mutex: a woken waiter
+// then finds the mutex free instead of going back to sleep on it (on 2 cores that halved the
+// context switches per mark).
+class GroupCommitQueue {
+ public:
+  struct Entry {
+    bool done = false;
+    // Set by commit_front for this entry alone, or by run() for every entry its commit held
+    // when commit_front threw.
+    std::exception_ptr error;
+    std::condition_variable* cv = nullptr;  // borrowed from the queue's pool
+  };
+
+  // Queues `entry` and returns once a transaction holding it has ended (this thread's, when it
+  // reaches the front, or another caller's); rethrows entry.error. `commit_front(taken)` runs
+  // without the queue's lock; `taken` counts the queue's leading entries its transaction held
+  // (collect() advances it), at least one once it collected. When it throws, every entry it
+  // took gets that error.
+  void run(Entry& entry, const std::function<void(std::size_t& taken)>& commit_front);
+
+  // Under the queue's lock: offers the entries from position `taken` on to `take(entry)` while
+  // it returns true, counting each taken entry in `taken`.
+  template <class Take>
+  void collect(std::size_t& taken, Take&& take) {
+    std::lock_guard lock(mutex_);
+    while (taken < queue_.size() && take(queue_[taken]))
+      ++taken;
+  }
+
+  // Entries waiting or being committed.
+  std::size_t size() const {
+    std::lock_guard lock(mutex_);
+    return queue_.size();
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::deque<Entry*> queue_;
+  std::array<std::condition_variable, 16> cvs_;  // chosen round-robin
+  std::size_t next_cv_ = 0;                      // guarded by mutex_
 };
 
 // BEGIN IMMEDIATE in the constructor (taking the database's write lock, waiting up to the busy

@@ -27,6 +27,7 @@ namespace idem::sqlite {
 namespace {
 
 using detail::Connection;
+using detail::GroupCommitQueue;
 using detail::Statement;
 using detail::WriteTransaction;
 
@@ -159,17 +160,12 @@ namespace detail {
 
 // One mark_processed() call, or one whole mark_processed_many() batch, waiting in the
 // group-commit queue. A batch is one entry, so its markers always share one transaction.
-struct PendingMark {
+struct PendingMark : GroupCommitQueue::Entry {
   std::string_view consumer;
   std::string_view event_id;           // a single mark
   std::span<const std::string> batch;  // a batch (event_id unused)
   bool is_batch = false;
   std::string ts;
-  bool done = false;
-  std::exception_ptr error;
-  // Borrowed from the recorder's pool (see Impl::mark_cvs_), so the committer can notify it
-  // after unlocking without racing this PendingMark's destruction.
-  std::condition_variable* cv = nullptr;
 };
 
 }  // namespace detail
@@ -255,16 +251,16 @@ class SqliteIdempotencyRecorder::Impl {
   void write_queued_marks(std::size_t& taken) {
     std::size_t rows = 0;
     const auto collect = [&] {
-      std::lock_guard lock(marks_mutex_);
       std::vector<PendingMark*> more;
-      while (taken < pending_marks_.size() && (taken == 0 || rows < options_.max_batch_size)) {
-        PendingMark* mark = pending_marks_[taken];
+      marks_.collect(taken, [&](GroupCommitQueue::Entry* entry) {
+        auto* mark = static_cast<PendingMark*>(entry);
+        if (taken > 0 && rows >= options_.max_batch_size) return false;
         if (taken > 0 && mark->is_batch && rows + mark->batch.size() > options_.max_batch_size)
-          break;  // a batch that would overflow this transaction waits for the next one
+          return false;  // a batch that would overflow this transaction waits for the next one
         more.push_back(mark);
         rows += mark->is_batch ? mark->batch.size() : 1;
-        ++taken;
-      }
+        return true;
+      });
       return more;
     };
     auto batch = collect();  // at least the caller's own mark, so a failure fails it too
@@ -308,40 +304,7 @@ class SqliteIdempotencyRecorder::Impl {
   // Queues `mark` and returns once a transaction holding it committed (this thread's, when it
   // reaches the front of the queue, or another caller's); rethrows that commit's failure.
   void commit_mark(PendingMark& mark) {
-    std::unique_lock lock(marks_mutex_);
-    auto& queue = pending_marks_;
-    mark.cv = &mark_cvs_[next_mark_cv_++ % mark_cvs_.size()];
-    queue.push_back(&mark);
-    mark.cv->wait(lock, [&] { return mark.done || queue.front() == &mark; });
-    if (!mark.done) {
-      // This call is at the front: it commits its own mark and every mark queued behind it (up to
-      // max_batch_size) in one transaction; the others wait for that commit.
-      lock.unlock();
-      std::size_t taken = 0;
-      std::exception_ptr error;
-      try {
-        write_queued_marks(taken);
-      } catch (...) {
-        error = std::current_exception();
-      }
-      std::array<bool, std::tuple_size_v<decltype(mark_cvs_)>> wake{};
-      lock.lock();
-      for (std::size_t i = 0; i < taken; ++i) {
-        PendingMark* done = queue.front();
-        queue.pop_front();
-        done->done = true;
-        done->error = error;
-        wake[static_cast<std::size_t>(done->cv - mark_cvs_.data())] = true;
-      }
-      // The next front becomes the committer.
-      if (!queue.empty())
-        wake[static_cast<std::size_t>(queue.front()->cv - mark_cvs_.data())] = true;
-      lock.unlock();
-      for (std::size_t i = 0; i < wake.size(); ++i) {
-        if (wake[i]) mark_cvs_[i].notify_all();  // shared slots: wake all, each re-checks
-      }
-    }
-    if (mark.error) std::rethrow_exception(mark.error);
+    marks_.run(mark, [this](std::size_t& taken) { write_queued_marks(taken); });
   }
 
   std::string path_;
@@ -356,13 +319,7 @@ class SqliteIdempotencyRecorder::Impl {
 
   // Group commit (LevelDB's writer queue): the waiter at the front commits a batch of the
   // queue's marks for everyone in it.
-  std::mutex marks_mutex_;
-  std::deque<PendingMark*> pending_marks_;
-  // Waiters park on these, chosen round-robin. They outlive every waiter, so the committer
-  // notifies after releasing marks_mutex_: a woken waiter then finds the mutex free instead of
-  // going back to sleep on it (on 2 cores that halved the context switches per mark).
-  std::array<std::condition_variable, 16> mark_cvs_;
-  std::size_t next_mark_cv_ = 0;  // guarded by marks_mutex_
+  GroupCommitQueue marks_;
   // Entries the last transaction of write_queued_marks() held (it reads and writes this only
   // under the writer lock): 1 means no concurrent caller, so there is no one to yield to.
   std::size_t last_commit_entries_ = 0;
@@ -471,8 +428,7 @@ SqliteRecorderStats SqliteIdempotencyRecorder::stats() const {
   SqliteRecorderStats stats;
   stats.marks = impl_->marks_committed_.load(std::memory_order_relaxed);
   stats.mark_commits = impl_->mark_commits_.load(std::memory_order_relaxed);
-  std::lock_guard lock(impl_->marks_mutex_);
-  stats.queued_marks = impl_->pending_marks_.size();
+  stats.queued_marks = impl_->marks_.size();
   return stats;
 }
 

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <utility>
 #include <vector>
 
 #include "connection.hpp"
+#include "idem/detail/contract.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 
@@ -17,6 +19,7 @@ namespace idem::sqlite {
 namespace {
 
 using detail::Connection;
+using detail::GroupCommitQueue;
 using detail::Statement;
 using detail::WriteTransaction;
 
@@ -162,7 +165,9 @@ class RecordDecoder {
   // The record without its value and report (list()).
   IdempotencyRecord decode_summary() const { return decode(/*with_value=*/false); }
 
-  IdempotencyRecord decode(bool with_value = true) const {
+  // `with_report` false leaves a completed record's report empty: its column's type is checked,
+  // its JSON not parsed (AsyncStore::claim_without_report).
+  IdempotencyRecord decode(bool with_value = true, bool with_report = true) const {
     IdempotencyRecord record;
     record.key = std::string(key_);
     const std::string state = text(kState, "state");
@@ -195,6 +200,7 @@ class RecordDecoder {
       corrupt("column report of a completed record holds " + std::string(type_name(report_type)) +
               " (expected the execution report as JSON text)");
     }
+    if (!with_report) return record;
     try {
       record.report = ExecutionReport::from_json(row_.column_blob(kReport));
     } catch (const std::exception& e) {
@@ -290,20 +296,22 @@ class SqliteIdempotencyStore::Impl {
   std::int64_t now_ms() const { return to_ms(clock_->wall_now()); }
 
   // The record of `key` read on `connection`, nullopt when there is no row.
-  std::optional<IdempotencyRecord> read(Connection& connection, std::string_view key) {
+  std::optional<IdempotencyRecord> read(Connection& connection, std::string_view key,
+                                        bool with_report = true) {
     Statement select = connection.prepare(kSelectRecord);
     select.bind(1, key);
     if (!select.step()) return std::nullopt;
-    return RecordDecoder(select, key, path_).decode();
+    return RecordDecoder(select, key, path_).decode(/*with_value=*/true, with_report);
   }
 
   // The claim's answer when `key` has a live record on `connection`; nullopt otherwise.
   std::optional<ClaimOutcome> live_answer(Connection& connection, std::string_view key,
-                                          std::optional<std::string_view> fingerprint) {
+                                          std::optional<std::string_view> fingerprint,
+                                          bool with_report) {
     const std::int64_t now = now_ms();
     std::optional<IdempotencyRecord> record;
     try {
-      record = read(connection, key);
+      record = read(connection, key, with_report);
     } catch (const StoreError& e) {
       // A row it cannot read: the claim's own statement decides (a dead row is replaced, a live
       // one read again and reported).
@@ -314,10 +322,71 @@ class SqliteIdempotencyStore::Impl {
     return ClaimOutcome::found(std::move(*record), fingerprint);
   }
 
+  // Runs `write` (statements on the writer connection) in a write transaction that concurrent
+  // writes of this store share (group commit: the recorder's queue, GroupCommitQueue): returns
+  // once that transaction committed, and throws what `write` threw or the commit's failure.
+  // `write` must only assign its results, since it may run twice: when another write of the
+  // batch throws, the transaction rolls back (nothing of it happened) and each write runs again
+  // in a transaction of its own, so a failure is only its own write's.
+  void grouped(const std::function<void(Connection&)>& write) {
+    connections_.check_process();
+    PendingWrite entry;
+    entry.write = &write;
+    writes_.run(entry, [this](std::size_t& taken) { write_queued(taken); });
+  }
+
+  // The committer's side of grouped(), for the caller at the front of the queue.
+  void write_queued(std::size_t& taken) {
+    std::vector<PendingWrite*> batch;
+    const auto collect = [&] {
+      writes_.collect(taken, [&](GroupCommitQueue::Entry* entry) {
+        if (batch.size() >= kMaxGroupedWrites) return false;
+        batch.push_back(static_cast<PendingWrite*>(entry));
+        return true;
+      });
+    };
+    collect();  // at least the caller's own write, so a failure fails it too
+    WriterLock lock(*this);
+    Connection& connection = lock.connection();
+    {
+      WriteTransaction tx(connection);
+      bool failed = false;
+      // Writes queued while the transaction is open join it.
+      for (std::size_t i = 0; i < batch.size() && !failed; ++i) {
+        try {
+          (*batch[i]->write)(connection);
+        } catch (...) {
+          failed = true;
+        }
+        if (i + 1 == batch.size()) collect();
+      }
+      if (!failed) {
+        tx.commit();
+        return;
+      }
+    }
+    for (PendingWrite* entry : batch) {
+      try {
+        WriteTransaction tx(connection);
+        (*entry->write)(connection);
+        tx.commit();
+      } catch (...) {
+        entry->error = std::current_exception();
+      }
+    }
+  }
+
   std::string path_;
   SqliteOptions options_;
   std::shared_ptr<Clock> clock_;
   detail::ConnectionSet connections_{path_, options_};  // opened by open()
+
+  // Group commit of claim, complete, release and renew (grouped()).
+  struct PendingWrite : GroupCommitQueue::Entry {
+    const std::function<void(Connection&)>* write = nullptr;
+  };
+  static constexpr std::size_t kMaxGroupedWrites = 64;
+  GroupCommitQueue writes_;
 
  private:
   bool check_schema();
@@ -421,70 +490,87 @@ const SqliteOptions& SqliteIdempotencyStore::options() const noexcept {
   return impl_->options_;
 }
 
+ClaimOutcome SqliteIdempotencyStore::claim_without_report(
+    std::string_view key, std::optional<std::string_view> fingerprint, Millis lease) {
+  ::idem::detail::check_idempotency_key(key);
+  ::idem::detail::check_lease(lease);
+  return claim_record(key, fingerprint, lease, /*with_report=*/false);
+}
+
 ClaimOutcome SqliteIdempotencyStore::do_claim(std::string_view key,
                                               std::optional<std::string_view> fingerprint,
                                               Millis lease) {
+  return claim_record(key, fingerprint, lease, /*with_report=*/true);
+}
+
+ClaimOutcome SqliteIdempotencyStore::claim_record(std::string_view key,
+                                                  std::optional<std::string_view> fingerprint,
+                                                  Millis lease, bool with_report) {
   // Fast path without the file's write lock: a live record stays live until its expiry or
   // lease end, so an answer read from a snapshot taken during this call is the answer of that
   // moment. Replays and in-progress duplicates then never queue behind writers, in this process
   // or another. The read goes to the writer connection when it is idle (its page cache is warm),
   // else to a pooled reader. ":memory:" has one connection: the claim below reads it anyway.
-  std::unique_lock writer_lock(impl_->connections_.writer_mutex(), std::defer_lock);
-  if (impl_->connections_.in_memory()) {
-    writer_lock.lock();
-  } else if (writer_lock.try_lock()) {
-    if (auto answer = impl_->live_answer(impl_->connections_.writer(), key, fingerprint))
-      return *answer;
-  } else {
-    {
+  if (!impl_->connections_.in_memory()) {
+    std::unique_lock writer_lock(impl_->connections_.writer_mutex(), std::try_to_lock);
+    if (writer_lock.owns_lock()) {
+      if (auto answer =
+              impl_->live_answer(impl_->connections_.writer(), key, fingerprint, with_report))
+        return *answer;
+    } else {
       Impl::ReadLease lease_for_read(*impl_);
-      if (auto answer = impl_->live_answer(lease_for_read.connection(), key, fingerprint)) {
+      if (auto answer =
+              impl_->live_answer(lease_for_read.connection(), key, fingerprint, with_report)) {
         return *answer;
       }
     }
-    writer_lock.lock();
   }
-  Connection& connection = impl_->connections_.writer();
-  WriteTransaction tx(connection);
-  const std::int64_t now = impl_->now_ms();
-  {
-    Statement claim = connection.prepare(kClaim);
-    claim.bind(1, key);
-    if (fingerprint) {
-      claim.bind(2, *fingerprint);
-    } else {
-      claim.bind_null(2);
-    }
-    claim.bind(3, saturating_add(now, lease.count())).bind(4, now);
-    if (claim.step()) {
-      ClaimOutcome outcome;
-      outcome.status = ClaimOutcome::Status::acquired;
-      const std::int64_t token = claim.column_int64(0);
-      outcome.token = static_cast<std::uint64_t>(token);
-      outcome.took_over = claim.column_int64(1) != 0;
-      while (claim.step()) {
+  // No live record was seen: claim in a write transaction (shared with concurrent writes).
+  ClaimOutcome outcome;
+  std::optional<IdempotencyRecord> record;
+  const std::function<void(Connection&)> write = [&](Connection& connection) {
+    outcome = ClaimOutcome();
+    record.reset();
+    const std::int64_t now = impl_->now_ms();
+    {
+      Statement claim = connection.prepare(kClaim);
+      claim.bind(1, key);
+      if (fingerprint) {
+        claim.bind(2, *fingerprint);
+      } else {
+        claim.bind_null(2);
       }
-      Statement advance = connection.prepare(kAdvanceCounter);
-      advance.bind(1, token);
-      if (advance.run() != 1) {
-        // Rolled back with the transaction: without the counter, tokens could repeat.
-        throw StoreError(ErrorCode::store_corrupt_record,
-                         "the claim_token row of idem_counters in '" + impl_->path_ +
-                             "' is missing; restore it with a value at least the largest token "
-                             "in idem_records and idem_claims");
+      claim.bind(3, saturating_add(now, lease.count())).bind(4, now);
+      if (claim.step()) {
+        outcome.status = ClaimOutcome::Status::acquired;
+        const std::int64_t token = claim.column_int64(0);
+        outcome.token = static_cast<std::uint64_t>(token);
+        outcome.took_over = claim.column_int64(1) != 0;
+        while (claim.step()) {
+        }
+        Statement advance = connection.prepare(kAdvanceCounter);
+        advance.bind(1, token);
+        if (advance.run() != 1) {
+          // Rolled back with the transaction: without the counter, tokens could repeat.
+          throw StoreError(ErrorCode::store_corrupt_record,
+                           "the claim_token row of idem_counters in '" + impl_->path_ +
+                               "' is missing; restore it with a value at least the largest "
+                               "token in idem_records and idem_claims");
+        }
+        return;
       }
-      tx.commit();
-      return outcome;
     }
-  }
-  // A live record: read it in the same transaction, so the answer is the record that refused us.
-  auto record = impl_->read(connection, key);
-  if (!record) {
-    throw StoreError("claim of idempotency key '" + std::string(key) + "' in '" + impl_->path_ +
-                     "' neither claimed it nor found its record");
-  }
-  return ClaimOutcome::found(std::move(*record),
-                             fingerprint);  // nothing written: ~WriteTransaction ends it
+    // A live record: read it in the same transaction, so the answer is the record that refused
+    // us (nothing written).
+    record = impl_->read(connection, key, with_report);
+    if (!record) {
+      throw StoreError("claim of idempotency key '" + std::string(key) + "' in '" + impl_->path_ +
+                       "' neither claimed it nor found its record");
+    }
+  };
+  impl_->grouped(write);
+  if (!record) return outcome;
+  return ClaimOutcome::found(std::move(*record), fingerprint);
 }
 
 bool SqliteIdempotencyStore::do_complete(std::string_view key, std::uint64_t token,
@@ -495,56 +581,53 @@ bool SqliteIdempotencyStore::do_complete(std::string_view key, std::uint64_t tok
   // Serialised before the write lock is taken: the lock is shared by every process.
   const std::string report_json = ttl == Millis::zero() ? std::string() : report.to_json();
   const std::string_view bytes = value.bytes ? std::string_view(*value.bytes) : std::string_view();
-
-  Impl::WriterLock lock(*impl_);
-  Connection& connection = lock.connection();
-  WriteTransaction tx(connection);
-  std::int64_t changed = 0;
-  if (ttl == Millis::zero()) {
-    // Expired the instant it completes: nothing to keep.
-    Statement drop = connection.prepare(kDeleteClaim);
-    drop.bind(1, key).bind(2, stored_token);
-    changed = drop.run();
-  } else {
-    const std::int64_t now = impl_->now_ms();
-    Statement update = connection.prepare(kComplete);
-    update.bind(1, key)
-        .bind(2, stored_token)
-        .bind(3, now)
-        .bind(4, saturating_add(now, ttl.count()))
-        .bind(5, SqlParam::blob(bytes))
-        .bind(6, std::string_view(report_json));
-    changed = update.run();
-  }
-  if (changed == 0) return false;  // fenced off, completed already, or never claimed
-  tx.commit();
-  return true;
+  std::int64_t changed = 0;  // 0: fenced off, completed already, or never claimed
+  const std::function<void(Connection&)> write = [&](Connection& connection) {
+    if (ttl == Millis::zero()) {
+      // Expired the instant it completes: nothing to keep.
+      Statement drop = connection.prepare(kDeleteClaim);
+      drop.bind(1, key).bind(2, stored_token);
+      changed = drop.run();
+    } else {
+      const std::int64_t now = impl_->now_ms();
+      Statement update = connection.prepare(kComplete);
+      update.bind(1, key)
+          .bind(2, stored_token)
+          .bind(3, now)
+          .bind(4, saturating_add(now, ttl.count()))
+          .bind(5, SqlParam::blob(bytes))
+          .bind(6, std::string_view(report_json));
+      changed = update.run();
+    }
+  };
+  impl_->grouped(write);
+  return changed != 0;
 }
 
 bool SqliteIdempotencyStore::do_release(std::string_view key, std::uint64_t token) {
   if (!token_fits(token)) return false;
-  Impl::WriterLock lock(*impl_);
-  Connection& connection = lock.connection();
-  WriteTransaction tx(connection);
-  Statement drop = connection.prepare(kDeleteClaim);
-  drop.bind(1, key).bind(2, static_cast<std::int64_t>(token));
-  if (drop.run() == 0) return false;
-  tx.commit();
-  return true;
+  std::int64_t changed = 0;
+  const std::function<void(Connection&)> write = [&](Connection& connection) {
+    Statement drop = connection.prepare(kDeleteClaim);
+    drop.bind(1, key).bind(2, static_cast<std::int64_t>(token));
+    changed = drop.run();
+  };
+  impl_->grouped(write);
+  return changed != 0;
 }
 
 bool SqliteIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
   if (!token_fits(token)) return false;
-  Impl::WriterLock lock(*impl_);
-  Connection& connection = lock.connection();
-  WriteTransaction tx(connection);
-  Statement update = connection.prepare(kRenew);
-  update.bind(1, key)
-      .bind(2, static_cast<std::int64_t>(token))
-      .bind(3, saturating_add(impl_->now_ms(), lease.count()));
-  if (update.run() == 0) return false;
-  tx.commit();
-  return true;
+  std::int64_t changed = 0;
+  const std::function<void(Connection&)> write = [&](Connection& connection) {
+    Statement update = connection.prepare(kRenew);
+    update.bind(1, key)
+        .bind(2, static_cast<std::int64_t>(token))
+        .bind(3, saturating_add(impl_->now_ms(), lease.count()));
+    changed = update.run();
+  };
+  impl_->grouped(write);
+  return changed != 0;
 }
 
 std::optional<IdempotencyRecord> SqliteIdempotencyStore::do_lookup(std::string_view key) {

@@ -49,6 +49,8 @@ class AsyncSqliteStore final : public idem::async::AsyncStore {
   idem::async::Task<ClaimOutcome> do_claim(std::string_view key,
                                            std::optional<std::string_view> fingerprint,
                                            Millis lease) override;
+  idem::async::Task<ClaimOutcome> do_claim_without_report(
+      std::string_view key, std::optional<std::string_view> fingerprint, Millis lease) override;
   idem::async::Task<bool> do_complete(std::string_view key, std::uint64_t token, StoredValue value,
                                       const ExecutionReport& report, Millis ttl) override;
   idem::async::Task<bool> do_release(std::string_view key, std::uint64_t token) override;

@@ -24,7 +24,11 @@
 // replaced). No row means a live record exists: it is read in the same transaction and answered
 // as completed, in_progress or mismatch (both fingerprints set and different). complete(),
 // release() and renew() are single UPDATE/DELETE statements conditioned on the token, so a
-// fenced-off owner changes nothing. A result is expired when now >= expires_at, a lease has ended
+// fenced-off owner changes nothing. Concurrent writes of one store (claims, completions,
+// releases, renewals from several threads) share write transactions, as the recorder's marks do
+// (group commit, up to 64 writes per COMMIT): each returns once the transaction holding it
+// committed, and a write that fails makes the others of its transaction run again alone, so its
+// failure is never theirs. A result is expired when now >= expires_at, a lease has ended
 // when now >= lease_until, exactly as in every other idem store.
 //
 // lookup() and wait() read on the writer connection when no thread holds it, else on pooled
@@ -88,6 +92,12 @@ class SqliteIdempotencyStore final : public IdempotencyStore {
   const std::string& path() const noexcept;
   const SqliteOptions& options() const noexcept;
 
+  // claim() for a caller that uses only a completed record's value: the outcome's
+  // record->report is left empty (the column's type is checked, its JSON not parsed). What
+  // AsyncSqliteStore::claim_without_report runs. Same checks, outcome and errors otherwise.
+  ClaimOutcome claim_without_report(std::string_view key,
+                                    std::optional<std::string_view> fingerprint, Millis lease);
+
  private:
   // The protocol (the public calls of the base class check the arguments, then call these).
   bool do_needs_bytes() const noexcept override { return true; }
@@ -95,6 +105,8 @@ class SqliteIdempotencyStore final : public IdempotencyStore {
                         Millis lease) override;
   // Stores value.bytes (an absent bytes is stored as "", a void result) and report.to_json().
   // ttl == 0 deletes the record: it is expired the instant it completes.
+  ClaimOutcome claim_record(std::string_view key, std::optional<std::string_view> fingerprint,
+                            Millis lease, bool with_report);
   bool do_complete(std::string_view key, std::uint64_t token, StoredValue value,
                    const ExecutionReport& report, Millis ttl) override;
   bool do_release(std::string_view key, std::uint64_t token) override;
