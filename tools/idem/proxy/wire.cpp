@@ -345,10 +345,30 @@ std::string serialize_request(const idem::http::Request& request,
         hop.push_back(token);
     }
   }
-  bhttp::request<bhttp::string_body> message;
-  message.method_string(bview(request.method));
-  message.target(bview(request.target));
-  message.version(11);
+  // Written directly, as serialize_response() is: the bytes a Beast request message and
+  // prepare_payload() give (Content-Length when the body is not empty and for OPTIONS, PUT and
+  // POST; a TRACE with a body refused).
+  const std::string_view method = request.method;
+  if (method == "TRACE" && !request.body.empty()) {
+    throw std::invalid_argument("invalid request body");
+  }
+  std::size_t size = 64 + method.size() + request.target.size() + request.body.size();
+  for (const auto& header : request.headers)
+    size += header.name.size() + header.value.size() + 4;
+  for (const auto& header : extra)
+    size += header.name.size() + header.value.size() + 4;
+  std::string out;
+  out.reserve(size);
+  out.append(method);
+  out.push_back(' ');
+  out.append(request.target);
+  out.append(" HTTP/1.1\r\n");
+  const auto field = [&](std::string_view name, std::string_view value) {
+    out.append(name);
+    out.append(": ");
+    out.append(value);
+    out.append("\r\n");
+  };
   for (const auto& header : request.headers) {
     if (idem::http::is_connection_field(header.name) ||
         idem::http::iequals(header.name, "expect")) {
@@ -357,13 +377,16 @@ std::string serialize_request(const idem::http::Request& request,
     bool named = false;
     for (std::string_view token : hop)
       named = named || idem::http::iequals(token, header.name);
-    if (!named) message.insert(bview(header.name), bview(header.value));
+    if (!named) field(header.name, header.value);
   }
   for (const auto& header : extra)
-    message.insert(bview(header.name), bview(header.value));
-  message.body() = request.body;
-  message.prepare_payload();
-  return write_message(message, false);
+    field(header.name, header.value);
+  if (!request.body.empty() || method == "OPTIONS" || method == "PUT" || method == "POST") {
+    field("Content-Length", std::to_string(request.body.size()));
+  }
+  out.append("\r\n");
+  out.append(request.body);
+  return out;
 }
 
 std::string serialize_response(const idem::http::Response& response, bool keep_alive,
