@@ -310,6 +310,28 @@ TYPED_TEST_P(IdemAsyncStoreCases, CompleteMakesTheRecordReplayable) {
   this->expect_value(this->lookup(key)->value, "receipt-7");
 }
 
+TYPED_TEST_P(IdemAsyncStoreCases, ClaimWithoutReportAnswersAsClaimDoes) {
+  const std::string key = this->fresh_key();
+  const auto first = this->run(this->store_->claim_without_report(key, "fp-a", this->kLease));
+  ASSERT_EQ(first.status, idem::ClaimOutcome::Status::acquired);
+  const auto running = this->run(this->store_->claim_without_report(key, "fp-a", this->kLease));
+  EXPECT_EQ(running.status, idem::ClaimOutcome::Status::in_progress);
+  ASSERT_TRUE(this->complete(key, first.token, "receipt-8"));
+  const auto replay = this->run(this->store_->claim_without_report(key, "fp-a", this->kLease));
+  ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
+  ASSERT_TRUE(replay.record.has_value());
+  EXPECT_EQ(replay.record->token, first.token);
+  this->expect_value(replay.record->value, "receipt-8");
+  EXPECT_EQ(replay.record->expires_at, this->lookup(key)->expires_at);
+  // The report may be left out; when a store reads it anyway, it is the stored one.
+  if (replay.record->report) {
+    EXPECT_EQ(replay.record->report->operation,
+              idem::test::async_store_cases::sample_report().operation);
+  }
+  EXPECT_EQ(this->run(this->store_->claim_without_report(key, "fp-b", this->kLease)).status,
+            idem::ClaimOutcome::Status::mismatch);
+}
+
 TYPED_TEST_P(IdemAsyncStoreCases, UnknownKeysRefuseTokenOperations) {
   const std::string key = this->fresh_key("never-claimed");
   EXPECT_FALSE(this->complete(key, 1, "x"));
@@ -781,9 +803,10 @@ TYPED_TEST_P(IdemAsyncStoreCases, ResilientRefusesAKeyReusedWithOtherArguments) 
 
 REGISTER_TYPED_TEST_SUITE_P(
     IdemAsyncStoreCases, ClaimOfAnAbsentKeyAcquires, SecondClaimSeesTheOwnersClaim,
-    CompleteMakesTheRecordReplayable, UnknownKeysRefuseTokenOperations, BinaryValuesRoundTrip,
-    ZeroTtlIsExpiredAtOnce, ShortTtlExpiresAndTheKeyIsClaimedAgain,
-    ReleaseForgetsTheClaimAndFencesTheToken, WrongTokensChangeNothing, RenewKeepsAShortLeaseAlive,
+    CompleteMakesTheRecordReplayable, ClaimWithoutReportAnswersAsClaimDoes,
+    UnknownKeysRefuseTokenOperations, BinaryValuesRoundTrip, ZeroTtlIsExpiredAtOnce,
+    ShortTtlExpiresAndTheKeyIsClaimedAgain, ReleaseForgetsTheClaimAndFencesTheToken,
+    WrongTokensChangeNothing, RenewKeepsAShortLeaseAlive,
     LapsedLeaseIsTakenOverAndTheOldOwnerIsFenced, DifferentFingerprintsMismatch,
     InvalidKeysAndBadArgumentsAreRejected, UnusualValidKeysWorkAndStayDistinct,
     RaceClaimsOnTwoThreadsOneOwner, RaceClaimsWithOtherArgumentsAllMismatch,
