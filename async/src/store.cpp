@@ -19,8 +19,8 @@ Task<ClaimOutcome> AsyncStore::claim(std::string_view key,
 Task<ClaimOutcome> AsyncStore::claim_without_report(std::string_view key,
                                                     std::optional<std::string_view> fingerprint,
                                                     Millis lease) {
-  detail::check_idempotency_key(key);
-  detail::check_lease(lease);
+  idem::detail::check_idempotency_key(key);
+  idem::detail::check_lease(lease);
   co_return co_await do_claim_without_report(key, fingerprint, lease);
 }
 
