@@ -55,6 +55,27 @@ idem::StoredValue bytes(std::string text) {
   return value;
 }
 
+// How `task` ended, decided on the I/O thread: an exception thrown there is not caught on the
+// test's thread (its object would be released by either thread, which ThreadSanitizer cannot
+// see ordered inside libstdc++).
+template <class T>
+idem::async::Task<std::string> ending_of(idem::async::Task<T> task) {
+  try {
+    (void)co_await std::move(task);
+    co_return "returned";
+  } catch (const asio::system_error& e) {
+    co_return e.code() == asio::error::operation_aborted ? "aborted" : e.what();
+  } catch (const idem::redis::RedisError&) {
+    co_return "RedisError";
+  } catch (const idem::InvalidKey&) {
+    co_return "InvalidKey";
+  } catch (const idem::InvalidArgument&) {
+    co_return "InvalidArgument";
+  } catch (const std::exception& e) {
+    co_return e.what();
+  }
+}
+
 class RedisAsyncWait : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -81,6 +102,10 @@ class RedisAsyncWait : public ::testing::Test {
                            std::stop_token stop = {}) {
     return asio::co_spawn(io_, owned_wait(waiter_, key, Clock::now() + limit, std::move(stop)),
                           asio::use_future);
+  }
+  template <class T>
+  std::string ending(idem::async::Task<T> task) {
+    return asio::co_spawn(io_, ending_of(std::move(task)), asio::use_future).get();
   }
   std::string channel(const std::string& key) const {
     return keys.prefix() + "s:{" + key + "}:done";
@@ -145,7 +170,7 @@ TEST_F(RedisAsyncWait, AbsentAndCompletedKeysReturnAtOnce) {
   const auto record = done.get();
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, IdempotencyRecord::State::completed);
-  EXPECT_THROW((void)wait("", 1s).get(), idem::InvalidKey);
+  EXPECT_EQ(ending(owned_wait(waiter_, "", Clock::now() + 1s, {})), "InvalidKey");
 }
 
 // An owner that dies publishes nothing: the waiter looks again when the lease ends.
@@ -177,16 +202,15 @@ TEST_F(RedisAsyncWait, AStoppedOrCancelledWaiterEndsAndLetsGo) {
   ASSERT_TRUE(eventually([&] { return subscribers(port(), channel("held"), false) == 0; }));
 
   asio::cancellation_signal cancel;
-  auto cancelled = asio::co_spawn(io_, owned_wait(waiter_, "held", Clock::now() + 30s, {}),
-                                  asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
+  auto cancelled =
+      asio::co_spawn(io_, ending_of(owned_wait(waiter_, "held", Clock::now() + 30s, {})),
+                     asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
   ASSERT_TRUE(eventually([&] { return subscribers(port(), channel("held"), false) == 1; }));
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
   ASSERT_EQ(cancelled.wait_for(10s), std::future_status::ready) << "cancel did not end the wait";
-  try {
-    (void)cancelled.get();  // returning what it saw is as good as operation_aborted
-  } catch (const asio::system_error& e) {
-    EXPECT_EQ(e.code(), asio::error::operation_aborted) << e.what();
-  }
+  const std::string ended = cancelled.get();
+  // Returning what it saw is as good as operation_aborted.
+  EXPECT_TRUE(ended == "aborted" || ended == "returned") << ended;
   EXPECT_TRUE(eventually([&] { return subscribers(port(), channel("held"), false) == 0; }))
       << "the cancelled waiter kept its subscription";
 }
@@ -245,8 +269,7 @@ TEST_F(RedisAsyncWait, ASubscriberKeepsMessagesAndCancellingLosesNone) {
   auto subscriber = waiter_->pool()->open_dedicated();
   auto unsubscribed = waiter_->pool()->open_dedicated();
   const std::string topic = keys.prefix() + "topic";
-  EXPECT_THROW((void)asio::co_spawn(io_, next_message(*unsubscribed, 10ms), asio::use_future).get(),
-               idem::InvalidArgument);
+  EXPECT_EQ(ending(next_message(*unsubscribed, 10ms)), "InvalidArgument");
   const auto confirmed = asio::co_spawn(io_, subscriber->subscribe(topic), asio::use_future).get();
   ASSERT_FALSE(confirmed.is_error()) << confirmed.str;
   ASSERT_EQ(confirmed.elements.size(), 3u);
@@ -261,15 +284,10 @@ TEST_F(RedisAsyncWait, ASubscriberKeepsMessagesAndCancellingLosesNone) {
       asio::co_spawn(io_, next_message(*subscriber, 50ms), asio::use_future).get().has_value());
   // A cancelled listener takes no message with it.
   asio::cancellation_signal cancel;
-  auto abandoned = asio::co_spawn(io_, next_message(*subscriber, 30'000ms),
+  auto abandoned = asio::co_spawn(io_, ending_of(next_message(*subscriber, 30'000ms)),
                                   asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
-  try {
-    (void)abandoned.get();
-    ADD_FAILURE() << "the cancelled listener returned";
-  } catch (const asio::system_error& e) {
-    EXPECT_EQ(e.code(), asio::error::operation_aborted) << e.what();
-  }
+  EXPECT_EQ(abandoned.get(), "aborted");
   ASSERT_TRUE(ask(port(), {"PUBLISH", topic, "after"}).has_value());
   const auto after =
       asio::co_spawn(io_, next_message(*subscriber, 10'000ms), asio::use_future).get();
@@ -297,15 +315,14 @@ TEST_F(RedisAsyncWait, ASubscriptionLostWithItsConnectionIsReported) {
   const std::string topic = keys.prefix() + "lost";
   ASSERT_FALSE(
       asio::co_spawn(io_, subscriber->subscribe(topic), asio::use_future).get().is_error());
-  auto listening = asio::co_spawn(io_, next_message(*subscriber, 30'000ms), asio::use_future);
+  auto listening =
+      asio::co_spawn(io_, ending_of(next_message(*subscriber, 30'000ms)), asio::use_future);
   ASSERT_TRUE(eventually([&] { return subscribers(port(), topic, false) == 1; }));
   ASSERT_TRUE(ask(port(), {"CLIENT", "KILL", "USER", user}).has_value());
   ASSERT_EQ(listening.wait_for(10s), std::future_status::ready) << "the drop went unnoticed";
-  EXPECT_THROW((void)listening.get(), idem::redis::RedisError);
+  EXPECT_EQ(listening.get(), "RedisError");
   // Nothing reconnects a subscription: later calls fail at once.
-  EXPECT_THROW(
-      (void)asio::co_spawn(io_, next_message(*subscriber, 30'000ms), asio::use_future).get(),
-      idem::redis::RedisError);
+  EXPECT_EQ(ending(next_message(*subscriber, 30'000ms)), "RedisError");
 }
 
 // On a cluster the channel lives on the node of the record's slot (SSUBSCRIBE / SPUBLISH).
