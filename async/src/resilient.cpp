@@ -20,6 +20,7 @@
 #include <unordered_map>
 
 #include "idem/async/detail/completion.hpp"
+#include "idem/async/detail/holder_wait.hpp"
 #include "idem/async/detail/renewal.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/detail/flight.hpp"
@@ -356,8 +357,7 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
                                     const AsyncExecute& execute) {
   const auto clock = policy.clock ? policy.clock : system_clock();
   std::optional<SteadyTime> until;
-  std::chrono::nanoseconds poll = std::chrono::milliseconds(5);
-  std::optional<std::uint64_t> waited_for;  // the holder the store's wait() last ended for
+  HolderWait holder_wait(clock, std::chrono::milliseconds(5), std::chrono::milliseconds(250));
   for (;;) {
     ClaimOutcome claim;
     std::exception_ptr error;
@@ -417,26 +417,16 @@ Task<CoordinatedResult> lead_flight(std::shared_ptr<AsyncStore> store,
           std::rethrow_exception(busy);
         }
         // Wait for the holder, then claim again: completed -> replay, absent or abandoned ->
-        // execute. The store's wait() hears of the holder's end when the store has
-        // notifications (Redis) and polls otherwise. The claim is polled here instead, with
-        // capped exponential backoff, under an injected clock (its time is its own) and when a
-        // wait for this very holder already ended and the claim still finds it (the store's
-        // clock and the wait's disagree): a wait never turns into a busy loop.
+        // execute (idem/async/detail/holder_wait.hpp says how it waits).
         const SteadyTime wake = call.wait_deadline ? std::min(*until, *call.wait_deadline) : *until;
         bool waited = true;
         std::exception_ptr failed;
-        if (clock == system_clock() && holder && waited_for != holder->token) {
-          waited_for = holder->token;
-          try {
-            (void)co_await store->wait(call.key, wake, call.stop);
-          } catch (...) {
-            failed = std::current_exception();
-          }
-          waited = !co_await caller_cancelled();
-        } else {
-          const auto wait = std::min<std::chrono::nanoseconds>(poll, wake - now);
-          poll = std::min<std::chrono::nanoseconds>(poll * 2, std::chrono::milliseconds(250));
-          waited = co_await wait_delay(wait, clock);
+        try {
+          waited = co_await holder_wait.once(*store, call.key,
+                                             holder ? std::optional(holder->token) : std::nullopt,
+                                             wake, call.stop);
+        } catch (...) {
+          failed = std::current_exception();
         }
         if (!waited) {
           lead->abandon(nullptr);  // its joiners start over without it

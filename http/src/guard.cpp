@@ -1,21 +1,18 @@
 #include "idem/http/guard.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <exception>
 #include <typeindex>
 #include <utility>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
-#include <asio/post.hpp>
-#include <asio/redirect_error.hpp>
-#include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 #include <asio/system_error.hpp>
 #include <asio/this_coro.hpp>
-#include <asio/use_awaitable.hpp>
 
+#include "idem/async/detail/holder_wait.hpp"
+#include "idem/async/detail/renewal.hpp"
 #include "idem/error.hpp"
 
 namespace idem::http {
@@ -27,36 +24,6 @@ constexpr Millis kFirstPoll{2};
 constexpr Millis kPollCap{100};
 
 using Strand = asio::strand<asio::any_io_executor>;
-
-// The lease renewal of a held claim: a timer loop on the claim's strand.
-struct Renewal {
-  explicit Renewal(const Strand& strand) : timer(strand) {}
-  asio::steady_timer timer;
-  std::atomic<bool> stopped{false};
-  std::atomic<bool> lost{false};  // a renewal was fenced off: another owner has the key
-};
-
-async::Task<void> renew_lease(std::shared_ptr<async::AsyncStore> store, std::string key,
-                              std::uint64_t token, Millis lease, std::shared_ptr<Renewal> renewal) {
-  const auto period = std::max<std::chrono::nanoseconds>(lease / 3, Millis(1));
-  for (;;) {
-    // Checked on the strand right before waiting: stop() posts its cancel to the same strand, so
-    // it either is seen here or cancels the wait below.
-    if (renewal->stopped) co_return;
-    renewal->timer.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(period));
-    asio::error_code ec;
-    co_await renewal->timer.async_wait(asio::redirect_error(asio::use_awaitable, ec));
-    if (renewal->stopped) co_return;
-    try {
-      if (!co_await store->renew(key, token, lease)) {
-        renewal->lost = true;
-        co_return;
-      }
-    } catch (...) {
-      // The store did not answer: try again next period (the lease outlives two misses).
-    }
-  }
-}
 
 // The stored value's bytes, from a durable store (bytes) or the in-memory one (the object).
 std::optional<std::string_view> stored_bytes(const IdempotencyRecord& record) {
@@ -101,7 +68,9 @@ struct Decision::Claim {
   std::string key;
   std::uint64_t token = 0;
   Strand strand;
-  std::shared_ptr<Renewal> renewal;
+  // The lease renewal while the upstream answers: the one renewal rule of both faces, on the
+  // guard's clock (idem/async/detail/renewal.hpp).
+  std::optional<async::detail::LeaseKeeper> renewal;
   std::string route;       // for events
   std::string key_digest;  // for events
   bool open = true;        // neither finish() nor release() ran yet
@@ -109,10 +78,11 @@ struct Decision::Claim {
   Claim(std::shared_ptr<Guard::Shared> s, std::string k, std::uint64_t t, Strand st)
       : shared(std::move(s)), key(std::move(k)), token(t), strand(std::move(st)) {}
 
-  void stop_renewal() {
-    if (!renewal || renewal->stopped.exchange(true)) return;
-    asio::post(strand, [renewal = renewal] { renewal->timer.cancel(); });
+  void stop_renewal() noexcept {
+    if (renewal) renewal->stop();
   }
+  // True once a renewal was fenced off: another owner has the key.
+  bool lost() const noexcept { return renewal && renewal->fenced(); }
 };
 
 Guard::Guard(std::shared_ptr<async::AsyncStore> store, GuardOptions options, GuardHooks hooks)
@@ -169,8 +139,7 @@ async::Task<Decision> Guard::begin(const Request& request) {
   const std::shared_ptr<Clock>& clock = shared->hooks.clock;
   const std::optional<std::string_view> fingerprint(guarded.fingerprint);
   std::optional<SteadyTime> deadline;
-  Millis poll = kFirstPoll;
-  std::uint64_t waited_for = 0;  // the holder the store's wait() last ended for
+  async::detail::HolderWait holder_wait(clock, kFirstPoll, kPollCap);
   bool waited = false;
   for (;;) {
     ClaimOutcome claim;
@@ -193,13 +162,11 @@ async::Task<Decision> Guard::begin(const Request& request) {
         const asio::any_io_executor executor = co_await asio::this_coro::executor;
         auto held = std::make_shared<Decision::Claim>(shared, guarded.store_key, claim.token,
                                                       asio::make_strand(executor));
-        held->renewal = std::make_shared<Renewal>(held->strand);
+        held->renewal.emplace(held->strand, clock, policy.lease,
+                              [store = shared->store, key = guarded.store_key, token = claim.token,
+                               lease = policy.lease] { return store->renew(key, token, lease); });
         held->route = guarded.route->name;
         held->key_digest = guarded.key_digest;
-        asio::co_spawn(
-            held->strand,
-            renew_lease(shared->store, guarded.store_key, claim.token, policy.lease, held->renewal),
-            asio::detached);
         decision.claim_ = std::move(held);
         decision.action_ = Decision::Action::forward;
         event.kind = GuardEvent::Kind::claimed;
@@ -265,30 +232,20 @@ async::Task<Decision> Guard::begin(const Request& request) {
           shared->emit(event);
         }
         waited = true;
-        // The store's wait() hears of the first request's end where the store can (Redis's
-        // pub/sub: a replica's duplicate replays about one round trip after the first request
-        // is stored) and polls otherwise. The claim is polled here instead under a test clock,
-        // and when a wait for this very holder already ended and the claim still finds it, so
-        // that a wait never turns into a busy loop.
-        const std::uint64_t holder = claim.record ? claim.record->token : 0;
-        if (clock == system_clock() && holder != 0 && holder != waited_for) {
-          waited_for = holder;
-          bool failed = false;
-          try {
-            (void)co_await shared->store->wait(guarded.store_key, *deadline);
-          } catch (const asio::system_error& e) {
-            if (e.code() == asio::error::operation_aborted) throw;
-            failed = true;
-          } catch (const std::exception&) {
-            failed = true;  // the claim that follows says whether the store is reachable
-          }
-          if (!failed) continue;
+        // Wait for the first request's end, then claim again (idem/async/detail/holder_wait.hpp
+        // says how). On Redis a replica's duplicate replays about one round trip after the first
+        // request is stored. A failed wait is not the request's failure: the claim that follows
+        // says whether the store is reachable.
+        bool waited_out = true;
+        try {
+          waited_out = co_await holder_wait.once(
+              *shared->store, guarded.store_key,
+              claim.record ? std::optional(claim.record->token) : std::nullopt, *deadline);
+        } catch (const asio::system_error& e) {
+          if (e.code() == asio::error::operation_aborted) throw;
+        } catch (const std::exception&) {
         }
-        const auto wait = std::min<std::chrono::nanoseconds>(poll, *deadline - now);
-        asio::steady_timer timer(co_await asio::this_coro::executor,
-                                 std::chrono::duration_cast<asio::steady_timer::duration>(wait));
-        co_await timer.async_wait(asio::use_awaitable);
-        poll = std::min(poll * 2, kPollCap);
+        if (!waited_out) throw asio::system_error(asio::error::operation_aborted);
         continue;
       }
     }
@@ -359,7 +316,7 @@ async::Task<Response> Decision::finish(Response upstream) {
   event.status = upstream.status;
   const OutcomeKind kind = outcome_of(route, upstream.status);
   const bool keep = keeps_outcome(route, kind) && upstream.body.size() <= route.max_stored_body;
-  if (claim->renewal->lost) {
+  if (claim->lost()) {
     event.kind = GuardEvent::Kind::fenced;
     shared_->emit(event);
     co_return upstream;

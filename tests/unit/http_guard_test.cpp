@@ -49,6 +49,7 @@ class ObservedStore final : public idem::async::AsyncStore {
   bool fail = false;
   std::atomic<int> claims{0};
   std::atomic<int> releases{0};
+  std::atomic<int> renewals{0};
   const std::shared_ptr<idem::InMemoryIdempotencyStore>& memory() const { return memory_; }
 
  private:
@@ -72,6 +73,7 @@ class ObservedStore final : public idem::async::AsyncStore {
     co_return co_await inner_->release(key, token);
   }
   Task<bool> do_renew(std::string_view key, std::uint64_t token, idem::Millis lease) override {
+    ++renewals;
     co_return co_await inner_->renew(key, token, lease);
   }
   Task<std::optional<idem::IdempotencyRecord>> do_lookup(std::string_view key) override {
@@ -502,6 +504,56 @@ TEST(HttpGuardLease, ADeadOwnersClaimIsTakenOverAfterItsLease) {
   EXPECT_EQ(events.back().kind, GuardEvent::Kind::kept);
   io.restart();
   io.run_for(1s);
+}
+
+TEST(HttpGuardLease, AHeldClaimIsRenewedOnTheGuardsClock) {
+  asio::io_context io;
+  auto clock = std::make_shared<idem::testing::ManualClock>();
+  auto store = std::make_shared<ObservedStore>(clock);
+  idem::http::GuardHooks hooks;
+  hooks.clock = clock;
+  GuardOptions options;
+  options.routes.push_back(Route{});
+  options.routes.back().policy.lease = 9s;  // renewed every 3 s of the guard's clock
+  idem::http::Guard guard(store, options, hooks);
+  Request request = post("k");
+  std::optional<Decision> held;
+  asio::co_spawn(io, guard.begin(request),
+                 [&](std::exception_ptr, Decision d) { held.emplace(std::move(d)); });
+  const auto run_until = [&](const std::function<bool()>& done) {
+    io.restart();
+    for (int i = 0; i < 100 && !done(); ++i)
+      io.run_for(20ms);
+  };
+  run_until([&] { return held.has_value(); });
+  ASSERT_TRUE(held && held->holds_claim());
+  // Not due on real time: nothing moved the guard's clock yet.
+  io.restart();
+  io.run_for(200ms);
+  EXPECT_EQ(store->renewals.load(), 0);
+  for (int round = 1; round <= 3; ++round) {
+    clock->advance(3100ms);
+    run_until([&] { return store->renewals.load() == round; });
+    EXPECT_EQ(store->renewals.load(), round);
+  }
+  // 9.3 s after the claim, with a 9 s lease: alive because it was renewed.
+  const idem::http::Inspection inspection = idem::http::inspect(guard.options(), request);
+  EXPECT_EQ(store->memory()
+                ->claim(inspection.guarded.store_key, inspection.guarded.fingerprint, 9s)
+                .status,
+            idem::ClaimOutcome::Status::in_progress);
+  std::optional<Response> sent;
+  asio::co_spawn(io, held->finish(created()),
+                 [&](std::exception_ptr, Response r) { sent.emplace(std::move(r)); });
+  run_until([&] { return sent.has_value(); });
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(sent->status, 201);
+  // Finished: no more renewals, however far the clock moves.
+  const int renewed = store->renewals.load();
+  clock->advance(10s);
+  io.restart();
+  io.run_for(200ms);
+  EXPECT_EQ(store->renewals.load(), renewed);
 }
 
 TEST(HttpGuardLease, AFencedOwnerStillAnswersItsClient) {

@@ -77,8 +77,10 @@ struct GuardEvent {
 struct GuardHooks {
   // Called on the coroutine's thread for every event; must not throw (an exception is dropped).
   std::function<void(const GuardEvent&)> observer;
-  // Time for the waits and the expiry fields. Default: the system clock. (Leases and expiries
-  // are decided by the store with its own clock.)
+  // Time for the waits, the lease renewals and the expiry fields. Default: the system clock. A
+  // clock other than the SystemClock owns time, as in idem::async::resilient: a wait for
+  // another request's claim polls the store and sleeps on this clock (a ManualClock advances at
+  // once). Leases and expiries are decided by the store with its own clock.
   std::shared_ptr<Clock> clock;
 };
 
