@@ -13,12 +13,9 @@
 //     complete with the old token is refused.
 // Time never passes by sleeping: the successor's clock is set past the lease instead.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 
 #include <chrono>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,29 +28,19 @@
 #include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
 #include "postgres_worker.hpp"
-#include "worker/child_process.hpp"
+#include "worker_process.hpp"
 
 namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
 using idem::test::ChildProcess;
+using idem::test::count_lines;
+using idem::test::kill_and_reap;
 using namespace std::chrono_literals;
 namespace pg = idem::test::pg;
 
 constexpr auto kLease = std::chrono::seconds(60);
-
-bool killed_by_sigkill(int status) {
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-}
-
-int count_lines(const std::string& path, const std::string& line) {
-  std::ifstream in(path);
-  int n = 0;
-  for (std::string l; std::getline(in, l);)
-    n += l == line ? 1 : 0;
-  return n;
-}
 
 // A ManualClock at the system's wall time plus `ahead`: a process that finds a lease passed.
 std::shared_ptr<idem::testing::ManualClock> clock_ahead(std::chrono::milliseconds ahead) {
@@ -65,10 +52,7 @@ std::shared_ptr<idem::testing::ManualClock> clock_ahead(std::chrono::millisecond
 class PostgresCrash : public ::testing::Test {
  protected:
   void SetUp() override {
-    idem::postgres::PostgresIdempotencyRecorder recorder(schema_.options());
-    idem::postgres::PostgresIdempotencyStore store(schema_.options());
-    pg::query("CREATE TABLE " + schema_.table("side_effects") +
-              " (event_id text NOT NULL, worker text NOT NULL)");
+    idem::test::pg_worker::create_tables(schema_);
     effects_ =
         (std::filesystem::temp_directory_path() / ("idem-pg-crash-" + schema_.name() + ".txt"))
             .string();
@@ -85,18 +69,10 @@ class PostgresCrash : public ::testing::Test {
 
   // Delivers the event once more in a fresh process; returns its summary line.
   std::string redeliver(const std::string& mode, long long clock_ahead_ms = 0) {
-    const std::string events = effects_ + ".events";
-    {
-      std::ofstream out(events);
-      out << event_ << "\n";
-    }
-    ChildProcess child(
+    const std::string events = idem::test::write_lines(effects_ + ".events", {event_});
+    return idem::test::run_to_end(
         worker({"consume", "--mode", mode, "--consumer", "inventory", "--events", events,
                 "--effects", effects_, "--clock-ahead-ms", std::to_string(clock_ahead_ms)}));
-    const std::string output = child.read_all();
-    const int status = child.wait();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-    return output.substr(0, output.find('\n'));
   }
 
   long long markers() const {
@@ -117,8 +93,7 @@ TEST_F(PostgresCrash, TransactionalKilledMidHandlerLeavesNeitherMarkerNorSideEff
         worker({"hang", "--mode", "transactional", "--consumer", "inventory", "--event", event_}));
     ASSERT_EQ(child.read_line(), "ready");
     EXPECT_EQ(side_effects(), 0) << "uncommitted: invisible to everyone else";
-    child.kill(SIGKILL);
-    EXPECT_TRUE(killed_by_sigkill(child.wait()));
+    kill_and_reap(child);
   }
   EXPECT_EQ(side_effects(), 0) << "the killed transaction left its side effect";
   EXPECT_EQ(markers(), 0) << "the killed transaction left its marker";
@@ -138,8 +113,7 @@ TEST_F(PostgresCrash, ExclusiveKilledOwnersClaimIsTakenOverAfterItsLease) {
                                std::to_string(std::chrono::milliseconds(kLease).count())}));
     ASSERT_EQ(child.read_line(), "ready");
     EXPECT_EQ(count_lines(effects_, event_), 1);
-    child.kill(SIGKILL);
-    EXPECT_TRUE(killed_by_sigkill(child.wait()));
+    kill_and_reap(child);
   }
   EXPECT_EQ(markers(), 0) << "killed before complete(): not marked";
   {
@@ -165,8 +139,7 @@ TEST_F(PostgresCrash, AKilledOwnersLateCompleteIsRefused) {
     const std::string line = child.read_line();
     ASSERT_EQ(line.rfind("token ", 0), 0u) << line;
     old_token = std::stoull(line.substr(6));
-    child.kill(SIGKILL);
-    EXPECT_TRUE(killed_by_sigkill(child.wait()));
+    kill_and_reap(child);
   }
   idem::postgres::PostgresOptions options = schema_.options();
   options.clock = clock_ahead(kLease + 1s);
@@ -197,8 +170,7 @@ TEST_F(PostgresCrash, AKilledOperationIsTakenOverAndCompletesOnce) {
     ASSERT_TRUE(record.has_value());
     EXPECT_EQ(record->state, idem::IdempotencyRecord::State::in_progress);
     old_token = record->token;
-    child.kill(SIGKILL);
-    EXPECT_TRUE(killed_by_sigkill(child.wait()));
+    kill_and_reap(child);
   }
   idem::postgres::PostgresOptions options = schema_.options();
   options.clock = clock_ahead(kLease + 1s);
@@ -237,9 +209,7 @@ TEST_F(PostgresCrash, AWaiterInAnotherProcessIsWokenByNotify) {
   value.bytes = "done";
   ASSERT_TRUE(owner.complete("job-1", claim.token, value, idem::ExecutionReport{}, 1h));
   // The child re-checks only hourly: it can only have returned because the NOTIFY woke it.
-  EXPECT_EQ(child.read_line(), "completed notified=1 rechecks=0");
-  const int status = child.wait();
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  EXPECT_EQ(idem::test::summary_at_exit(child), "completed notified=1 rechecks=0");
 }
 
 // A waiting process holds its key's interest lock (complete() notifies only keys somebody
@@ -256,8 +226,7 @@ TEST_F(PostgresCrash, AKilledWaiterTakesItsInterestInTheKeyWithIt) {
     ChildProcess child(worker({"wait", "--key", "job-1"}));
     ASSERT_EQ(child.read_line(), "blocked");
     EXPECT_EQ(pg::query_int(interest), 1) << "the waiter's listener holds the key's lock";
-    child.kill(SIGKILL);
-    EXPECT_TRUE(killed_by_sigkill(child.wait()));
+    kill_and_reap(child);
   }
   ASSERT_TRUE(pg::eventually([&] { return pg::query_int(interest) == 0; }));
   idem::StoredValue value;

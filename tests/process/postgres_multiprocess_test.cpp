@@ -12,26 +12,17 @@
 //                same way; the operation records each execution in a table of its own (outside
 //                idem's transaction), every caller writes down the value it got back.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <algorithm>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <map>
-#include <memory>
-#include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "../postgres_test_support.hpp"
 #include "../temp_dir.hpp"
-#include "idem/event.hpp"
-#include "idem/postgres/postgres_recorder.hpp"
-#include "idem/postgres/postgres_store.hpp"
 #include "postgres_worker.hpp"
-#include "worker/child_process.hpp"
+#include "worker_process.hpp"
 
 namespace {
 
@@ -39,164 +30,80 @@ IDEM_POSTGRES_TEST_ENVIRONMENT();
 
 namespace pg = idem::test::pg;
 
-constexpr int kWorkers = 4;
-constexpr int kItems = 10'000;
-constexpr double kDuplicatedShare = 0.35;
-
 using idem::test::TempDir;
 
-struct Plan {
-  std::vector<std::string> ids;                 // every item, once
-  std::vector<std::vector<std::string>> lists;  // what each worker gets, in order
-  std::size_t deliveries = 0;
-  std::size_t duplicated = 0;
-};
-
-// Deterministic (fixed seed) so a failure can be replayed.
-Plan make_plan(const std::string& prefix) {
-  Plan plan;
-  std::mt19937 random(20261130);
-  std::uniform_real_distribution<double> share(0.0, 1.0);
-  std::uniform_int_distribution<int> extra_copies(1, kWorkers - 1);
-  plan.lists.resize(kWorkers);
-  for (int i = 0; i < kItems; ++i) {
-    const std::string id = prefix + idem::new_event_id();
-    plan.ids.push_back(id);
-    std::vector<int> workers = {0, 1, 2, 3};
-    std::shuffle(workers.begin(), workers.end(), random);
-    int copies = 1;
-    if (share(random) < kDuplicatedShare) {
-      copies += extra_copies(random);
-      ++plan.duplicated;
-    }
-    for (int c = 0; c < copies; ++c) {
-      plan.lists[static_cast<std::size_t>(workers[static_cast<std::size_t>(c)])].push_back(id);
-      ++plan.deliveries;
-    }
-  }
-  return plan;
+// Deterministic (fixed seed) apart from the ids, so a failure can be replayed.
+idem::test::DeliveryPlan make_plan(const std::string& prefix) {
+  return idem::test::make_delivery_plan(20261130, prefix);
 }
 
 // Starts one worker per list with `args` (+ the list's file), releases them together and
-// returns their one-line summaries.
-std::vector<std::string> run_workers(const TempDir& dir, const Plan& plan,
+// returns their one-line summaries. The lists are "<tag>-list-<w>.txt" (the operations worker
+// writes what each call got back beside its list, in "<list>.out").
+std::vector<std::string> run_workers(const TempDir& dir, const idem::test::DeliveryPlan& plan,
                                      const std::vector<std::string>& args,
                                      const std::string& list_flag, const std::string& tag) {
-  std::vector<std::unique_ptr<idem::test::ChildProcess>> workers;
-  for (int w = 0; w < kWorkers; ++w) {
-    const std::string list = dir.file(tag + "-list-" + std::to_string(w) + ".txt");
-    {
-      std::ofstream out(list);
-      for (const auto& id : plan.lists[static_cast<std::size_t>(w)])
-        out << id << "\n";
-    }
+  const auto lists = idem::test::per_worker_files(dir, tag + "-list", idem::test::kPlanWorkers);
+  const auto effects = idem::test::per_worker_files(dir, "effects", idem::test::kPlanWorkers);
+  std::vector<std::vector<std::string>> argvs;
+  for (std::size_t w = 0; w < lists.size(); ++w) {
     std::vector<std::string> argv = {idem::test::pg_worker::self_path(), "--postgres-worker"};
     argv.insert(argv.end(), args.begin(), args.end());
-    for (const std::string& extra :
-         {list_flag, list, std::string("--worker"), "w" + std::to_string(w)}) {
-      argv.push_back(extra);
-    }
-    if (tag == "exclusive") {
-      argv.push_back("--effects");
-      argv.push_back(dir.file("effects-" + std::to_string(w) + ".txt"));
-    }
+    argv.insert(argv.end(), {list_flag, idem::test::write_lines(lists[w], plan.lists[w]),
+                             "--worker", "w" + std::to_string(w)});
+    if (tag == "exclusive") argv.insert(argv.end(), {"--effects", effects[w]});
     argv.push_back("--wait-go");
-    workers.push_back(std::make_unique<idem::test::ChildProcess>(argv));
+    argvs.push_back(std::move(argv));
   }
-  for (auto& worker : workers)
-    worker->write_stdin("g");  // start together
-  std::vector<std::string> summaries;
-  for (auto& worker : workers) {
-    const std::string output = worker->read_all();
-    const int status = worker->wait();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
-        << "worker " << worker->pid() << " ended with status " << status;
-    summaries.push_back(output.substr(0, output.find('\n')));
-  }
-  return summaries;
+  return idem::test::run_together(argvs);
 }
 
 class PostgresMultiProcess : public ::testing::Test {
  protected:
   void SetUp() override {
     // Created once up front, as a deployment would; the workers open existing tables.
-    idem::postgres::PostgresIdempotencyRecorder recorder(schema_.options());
-    idem::postgres::PostgresIdempotencyStore store(schema_.options());
-    pg::query("CREATE TABLE " + schema_.table("side_effects") +
-              " (event_id text NOT NULL, worker text NOT NULL)");
+    idem::test::pg_worker::create_tables(schema_);
     pg::query("CREATE TABLE " + schema_.table("executions") +
               " (key text NOT NULL, worker text NOT NULL)");
   }
 
   long long count(const std::string& sql) const { return pg::query_int(sql); }
 
-  // Every delivery ended processed or duplicate, and exactly one per event was processed.
-  void expect_consumer_totals(const std::vector<std::string>& summaries, const Plan& plan) {
-    long processed = 0;
-    long duplicate = 0;
-    long redelivered = 0;
-    for (const std::string& line : summaries) {
-      long p = 0;
-      long d = 0;
-      long r = 0;
-      if (std::sscanf(line.c_str(), "processed=%ld duplicate=%ld redelivered=%ld", &p, &d, &r) !=
-          3) {
-        ADD_FAILURE() << "unexpected worker output: '" << line << "'";
-      }
-      processed += p;
-      duplicate += d;
-      redelivered += r;
-    }
-    EXPECT_EQ(processed, kItems) << "handlers that reported running";
-    EXPECT_EQ(processed + duplicate, static_cast<long>(plan.deliveries));
-    std::printf("deliveries=%zu processed=%ld duplicate=%ld redelivered=%ld\n", plan.deliveries,
-                processed, duplicate, redelivered);
-  }
-
   pg::TempSchema schema_;
   TempDir dir_;
 };
 
 TEST_F(PostgresMultiProcess, ExclusiveModeRunsEverySideEffectOnce) {
-  const Plan plan = make_plan("");
-  ASSERT_GE(static_cast<double>(plan.duplicated), 0.30 * kItems);
-  const auto summaries = run_workers(
-      dir_, plan,
-      {"consume", "--schema", schema_.name(), "--mode", "exclusive", "--consumer", "inventory"},
-      "--events", "exclusive");
-  expect_consumer_totals(summaries, plan);
-  std::map<std::string, int> runs;
-  for (int w = 0; w < kWorkers; ++w) {
-    std::ifstream in(dir_.file("effects-" + std::to_string(w) + ".txt"));
-    for (std::string id; std::getline(in, id);)
-      ++runs[id];
-  }
-  EXPECT_EQ(runs.size(), static_cast<std::size_t>(kItems));
-  int wrong = 0;
-  for (const auto& id : plan.ids) {
-    const int n = runs.count(id) != 0 ? runs[id] : 0;
-    if (n != 1 && ++wrong <= 5) ADD_FAILURE() << "event " << id << " ran " << n << " times";
-  }
-  EXPECT_EQ(wrong, 0);
+  const idem::test::DeliveryPlan plan = make_plan("");
+  ASSERT_GE(static_cast<double>(plan.duplicated), 0.30 * idem::test::kPlanItems);
+  idem::test::expect_consumer_totals(run_workers(dir_, plan,
+                                                 {"consume", "--schema", schema_.name(), "--mode",
+                                                  "exclusive", "--consumer", "inventory"},
+                                                 "--events", "exclusive"),
+                                     plan);
+  idem::test::expect_each_once(idem::test::count_runs(idem::test::per_worker_files(
+                                   dir_, "effects", idem::test::kPlanWorkers)),
+                               plan.items);
   EXPECT_EQ(count("SELECT count(*) FROM " + schema_.table("processed_log") +
                   " WHERE consumer = 'inventory'"),
-            kItems);
+            idem::test::kPlanItems);
   EXPECT_EQ(count("SELECT count(*) FROM " + schema_.table("claims") + " WHERE done_at IS NULL"), 0)
       << "every claim completed";
 }
 
 TEST_F(PostgresMultiProcess, TransactionalModeRunsEverySideEffectOnce) {
-  const Plan plan = make_plan("");
-  const auto summaries = run_workers(
-      dir_, plan,
-      {"consume", "--schema", schema_.name(), "--mode", "transactional", "--consumer", "inventory"},
-      "--events", "transactional");
-  expect_consumer_totals(summaries, plan);
+  const idem::test::DeliveryPlan plan = make_plan("");
+  idem::test::expect_consumer_totals(run_workers(dir_, plan,
+                                                 {"consume", "--schema", schema_.name(), "--mode",
+                                                  "transactional", "--consumer", "inventory"},
+                                                 "--events", "transactional"),
+                                     plan);
   const std::string side = schema_.table("side_effects");
   const std::string log = schema_.table("processed_log");
-  EXPECT_EQ(count("SELECT count(*) FROM " + side), kItems);
-  EXPECT_EQ(count("SELECT count(DISTINCT event_id) FROM " + side), kItems);
-  EXPECT_EQ(count("SELECT count(*) FROM " + log + " WHERE consumer = 'inventory'"), kItems);
+  EXPECT_EQ(count("SELECT count(*) FROM " + side), idem::test::kPlanItems);
+  EXPECT_EQ(count("SELECT count(DISTINCT event_id) FROM " + side), idem::test::kPlanItems);
+  EXPECT_EQ(count("SELECT count(*) FROM " + log + " WHERE consumer = 'inventory'"),
+            idem::test::kPlanItems);
   EXPECT_EQ(count("SELECT count(*) FROM " + log + " p LEFT JOIN " + side +
                   " s ON s.event_id = p.event_id WHERE s.event_id IS NULL"),
             0)
@@ -206,41 +113,26 @@ TEST_F(PostgresMultiProcess, TransactionalModeRunsEverySideEffectOnce) {
 }
 
 TEST_F(PostgresMultiProcess, KeyedOperationsExecuteOnceAcrossProcesses) {
-  const Plan plan = make_plan("op:");
-  const auto summaries =
-      run_workers(dir_, plan, {"operations", "--schema", schema_.name()}, "--keys", "operations");
-  long executed = 0;
-  long replayed = 0;
-  long waits = 0;
-  long notified = 0;
-  for (const std::string& line : summaries) {
-    long e = 0;
-    long r = 0;
-    long j = 0;
-    long w = 0;
-    long n = 0;
-    if (std::sscanf(line.c_str(), "executed=%ld replayed=%ld joined=%ld waits=%ld notified=%ld", &e,
-                    &r, &j, &w, &n) != 5) {
-      ADD_FAILURE() << "unexpected worker output: '" << line << "'";
-    }
-    executed += e;
-    replayed += r;
-    waits += w;
-    notified += n;
-  }
-  EXPECT_EQ(executed, kItems);
-  EXPECT_EQ(executed + replayed, static_cast<long>(plan.deliveries));
+  const idem::test::DeliveryPlan plan = make_plan("op:");
+  const auto total = idem::test::sum_counts(
+      run_workers(dir_, plan, {"operations", "--schema", schema_.name()}, "--keys", "operations"),
+      {"executed", "replayed", "joined", "waits", "notified"});
+  EXPECT_EQ(total.at("executed"), idem::test::kPlanItems);
+  EXPECT_EQ(total.at("executed") + total.at("replayed"), static_cast<long>(plan.deliveries));
   std::printf("calls=%zu executed=%ld replayed=%ld waits=%ld woken_by_notify=%ld\n",
-              plan.deliveries, executed, replayed, waits, notified);
+              plan.deliveries, total.at("executed"), total.at("replayed"), total.at("waits"),
+              total.at("notified"));
 
   const std::string executions = schema_.table("executions");
-  EXPECT_EQ(count("SELECT count(*) FROM " + executions), kItems) << "each operation ran once";
-  EXPECT_EQ(count("SELECT count(DISTINCT key) FROM " + executions), kItems);
+  EXPECT_EQ(count("SELECT count(*) FROM " + executions), idem::test::kPlanItems)
+      << "each operation ran once";
+  EXPECT_EQ(count("SELECT count(DISTINCT key) FROM " + executions), idem::test::kPlanItems);
   // Every caller, in every process, got the value of the one execution.
   std::map<std::string, std::string> value_of;
   int mismatches = 0;
-  for (int w = 0; w < kWorkers; ++w) {
-    std::ifstream in(dir_.file("operations-list-" + std::to_string(w) + ".txt.out"));
+  for (const auto& list :
+       idem::test::per_worker_files(dir_, "operations-list", idem::test::kPlanWorkers)) {
+    std::ifstream in(list + ".out");
     for (std::string key, value, status; in >> key >> value >> status;) {
       const auto [it, inserted] = value_of.emplace(key, value);
       if (!inserted && it->second != value && ++mismatches <= 5) {
@@ -248,7 +140,7 @@ TEST_F(PostgresMultiProcess, KeyedOperationsExecuteOnceAcrossProcesses) {
       }
     }
   }
-  EXPECT_EQ(value_of.size(), static_cast<std::size_t>(kItems));
+  EXPECT_EQ(value_of.size(), static_cast<std::size_t>(idem::test::kPlanItems));
   EXPECT_EQ(mismatches, 0);
   EXPECT_EQ(
       count("SELECT count(*) FROM " + schema_.table("records") + " WHERE state <> 'completed'"), 0);

@@ -76,94 +76,34 @@ inline postgres::PostgresOptions options(const Args& args) {
   return options;
 }
 
-inline void wait_go(const Args& args) {
-  if (args.count("--wait-go") == 0) return;
-  char go = 0;
-  if (::read(STDIN_FILENO, &go, 1) != 1) throw std::runtime_error("no go signal");
-}
-
-[[noreturn]] inline void block_until_killed() {
-  char byte = 0;
-  while (::read(STDIN_FILENO, &byte, 1) > 0) {
-  }
-  throw std::runtime_error("the test closed stdin instead of killing the worker");
-}
-
 struct Consumer {
   std::shared_ptr<postgres::PostgresIdempotencyRecorder> recorder;
-  HandlerOptions handler_options;
-  std::string consumer;
-  std::string worker;
-  std::string side_effects;  // S.side_effects
-  std::unique_ptr<EffectsFile> effects;
+  ConsumerSettings settings;
+  std::string insert;  // transactional mode's side effect: a row of S.side_effects
 };
 
 inline Consumer make_consumer(const Args& args) {
-  Consumer c;
   const postgres::PostgresOptions opts = options(args);
-  c.recorder = std::make_shared<postgres::PostgresIdempotencyRecorder>(opts);
-  c.handler_options.clock = opts.clock;
-  const std::string mode = required(args, "--mode");
-  if (mode == "exclusive") {
-    c.handler_options.mode = HandlerMode::exclusive;
-    c.effects = std::make_unique<EffectsFile>(required(args, "--effects"));
-  } else if (mode == "transactional") {
-    c.handler_options.mode = HandlerMode::transactional;
-  } else {
-    throw Usage("--mode must be exclusive or transactional, not " + mode);
-  }
-  c.handler_options.lease =
-      std::chrono::milliseconds(std::stoll(optional(args, "--lease-ms", "30000")));
-  c.consumer = required(args, "--consumer");
-  c.worker = optional(args, "--worker", std::to_string(::getpid()));
-  c.side_effects = "\"" + opts.schema + "\".side_effects";
+  Consumer c{std::make_shared<postgres::PostgresIdempotencyRecorder>(opts), consumer_settings(args),
+             "INSERT INTO \"" + opts.schema + "\".side_effects (event_id, worker) VALUES ($1, $2)"};
+  c.settings.options.clock = opts.clock;
   return c;
 }
 
 inline void side_effect(const Consumer& c, BusProxy& bus, const Event& event) {
-  if (c.effects) {
-    c.effects->append(event.id);
-    return;
-  }
-  auto* tx = dynamic_cast<postgres::PostgresTransaction*>(bus.transaction());
-  if (tx == nullptr) throw std::runtime_error("transactional handler got no PostgresTransaction");
-  tx->exec("INSERT INTO " + c.side_effects + " (event_id, worker) VALUES ($1, $2)",
-           {event.id, c.worker});
+  worker::side_effect<postgres::PostgresTransaction>(c.settings, bus, event, c.insert);
 }
 
 inline int consume(const Args& args) {
   Consumer c = make_consumer(args);
   std::deque<std::string> queue = read_lines(required(args, "--events"));
   auto handler = make_idempotent_handler<std::string>(
-      c.consumer, c.recorder,
+      c.settings.consumer, c.recorder,
       [&c](const std::string&, BusProxy& bus, const Event& event) { side_effect(c, bus, event); },
-      c.handler_options);
-  CollectingBusProxy bus(c.consumer);
-  wait_go(args);
-  long processed = 0;
-  long duplicate = 0;
-  long redelivered = 0;
-  const long max_redeliveries = 1000L * static_cast<long>(queue.size() + 1);
-  while (!queue.empty()) {
-    const std::string id = queue.front();
-    queue.pop_front();
-    try {
-      if ((*handler)(event_with_id(id), bus) == HandleResult::processed) {
-        ++processed;
-      } else {
-        ++duplicate;
-      }
-    } catch (const Error& e) {
-      if (!e.retryable() || e.in_doubt()) throw;
-      // Not acknowledged: the "broker" delivers it again later.
-      queue.push_back(id);
-      if (++redelivered > max_redeliveries) return 4;
-      std::this_thread::yield();
-    }
-  }
-  say("processed=" + std::to_string(processed) + " duplicate=" + std::to_string(duplicate) +
-      " redelivered=" + std::to_string(redelivered));
-  return 0;
+      c.settings.options);
+  CollectingBusProxy bus(c.settings.consumer);
+  if (!wait_go(args)) return 4;
+  return consume_all(std::move(queue), *handler, bus);
 }
 
 inline int operations(const Args& args) {
@@ -193,7 +133,7 @@ inline int operations(const Args& args) {
        .idempotency_in_progress = InProgressPolicy::wait,
        .idempotency_max_wait = std::chrono::milliseconds(60'000)});
   store->listen();
-  wait_go(args);
+  if (!wait_go(args)) return 4;
   std::ofstream out(keys_file + ".out");
   std::map<std::string, long> statuses;
   for (const std::string& key : keys) {
@@ -214,14 +154,14 @@ inline int operations(const Args& args) {
 inline int hang(const Args& args) {
   Consumer c = make_consumer(args);
   auto handler = make_idempotent_handler<std::string>(
-      c.consumer, c.recorder,
+      c.settings.consumer, c.recorder,
       [&c](const std::string&, BusProxy& bus, const Event& event) {
         side_effect(c, bus, event);
         say("ready");
         block_until_killed();  // claim held, or transaction open
       },
-      c.handler_options);
-  CollectingBusProxy bus(c.consumer);
+      c.settings.options);
+  CollectingBusProxy bus(c.settings.consumer);
   (void)(*handler)(event_with_id(required(args, "--event")), bus);
   return 3;
 }
@@ -273,15 +213,21 @@ inline int wait(const Args& args) {
 
 inline int main(int argc, char** argv) {
   return worker_main("postgres worker", argc, argv, 2,
-                     [](const std::string& command, const Args& args) -> int {
-                       if (command == "consume") return consume(args);
-                       if (command == "operations") return operations(args);
-                       if (command == "hang") return hang(args);
-                       if (command == "claim-hang") return claim_hang(args);
-                       if (command == "operation-hang") return operation_hang(args);
-                       if (command == "wait") return wait(args);
-                       throw Usage("unknown command " + command);
-                     });
+                     {{"consume", consume},
+                      {"operations", operations},
+                      {"hang", hang},
+                      {"claim-hang", claim_hang},
+                      {"operation-hang", operation_hang},
+                      {"wait", wait}});
+}
+
+// What a deployment creates before the workers start (they open existing tables): idem's
+// recorder and store tables in `schema`, and the consumers' side_effects table.
+inline void create_tables(const test::pg::TempSchema& schema) {
+  postgres::PostgresIdempotencyRecorder recorder(schema.options());
+  postgres::PostgresIdempotencyStore store(schema.options());
+  test::pg::query("CREATE TABLE " + schema.table("side_effects") +
+                  " (event_id text NOT NULL, worker text NOT NULL)");
 }
 
 // The path of this test binary, which is also the worker.

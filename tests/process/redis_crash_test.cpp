@@ -7,11 +7,8 @@
 // started with its clock 61 s ahead (--clock-offset-ms), which is how it sees the lease over
 // without the test sleeping. Until then, a claim at the last millisecond of the lease is refused.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sys/wait.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -25,7 +22,7 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/testing/manual_clock.hpp"
-#include "worker/child_process.hpp"
+#include "worker_process.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
@@ -37,19 +34,8 @@ using namespace std::chrono_literals;
 constexpr const char* kLeaseMs = "60000";
 constexpr const char* kLaterMs = "61000";  // the fresh process's clock: past the lease
 
+using idem::test::count_lines;
 using idem::test::TempDir;
-
-int count_lines(const std::string& path, const std::string& wanted) {
-  std::ifstream in(path);
-  int n = 0;
-  for (std::string line; std::getline(in, line);)
-    n += (line == wanted) ? 1 : 0;
-  return n;
-}
-
-bool killed_by_sigkill(int status) {
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-}
 
 class RedisCrash : public ::testing::Test {
  protected:
@@ -64,12 +50,7 @@ class RedisCrash : public ::testing::Test {
 
   // Runs a worker to its end; returns its summary line.
   std::string run(std::vector<std::string> extra) const {
-    ChildProcess child(worker(std::move(extra)));
-    child.close_stdin();
-    const std::string output = child.read_all();
-    const int status = child.wait();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-    return output.substr(0, output.find('\n'));
+    return idem::test::run_to_end(worker(std::move(extra)));
   }
 
   // Starts a hanging worker, waits until it holds the claim inside the operation, kills it.
@@ -77,8 +58,7 @@ class RedisCrash : public ::testing::Test {
     ChildProcess child(worker(std::move(extra)));
     ASSERT_EQ(child.read_line(), "ready");
     EXPECT_EQ(count_lines(effects_, item), 1);
-    child.kill(SIGKILL);
-    EXPECT_TRUE(killed_by_sigkill(child.wait()));
+    idem::test::kill_and_reap(child);
   }
 
   long long hash_field(const std::string& key, const std::string& field) const {

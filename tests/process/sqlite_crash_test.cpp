@@ -10,69 +10,32 @@
 //                  passed, then a fresh process takes it over and runs the event again — the
 //                  documented at-least-once window of exclusive mode across a crash.
 #include <gtest/gtest.h>
-#include <signal.h>
-#include <sqlite3.h>
-#include <sys/wait.h>
 
 #include <chrono>
-#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../sqlite_raw_db.hpp"
 #include "../temp_dir.hpp"
 #include "idem/event.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/testing/manual_clock.hpp"
-#include "worker/child_process.hpp"
+#include "worker_process.hpp"
 
 namespace {
 
 using idem::test::ChildProcess;
-
 using idem::test::TempDir;
-
-// A read-only look at the file from outside, as an operator with the sqlite3 shell would.
-long long query_int(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_busy_timeout(db, 5000);
-  sqlite3_stmt* stmt = nullptr;
-  long long value = -1;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
-      sqlite3_step(stmt) == SQLITE_ROW) {
-    value = sqlite3_column_int64(stmt, 0);
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return value;
-}
-
-int count_lines(const std::string& path, const std::string& wanted) {
-  std::ifstream in(path);
-  int n = 0;
-  for (std::string line; std::getline(in, line);)
-    n += (line == wanted) ? 1 : 0;
-  return n;
-}
-
-bool killed_by_sigkill(int status) {
-  return WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
-}
 
 class SqliteCrash : public ::testing::Test {
  protected:
   void SetUp() override {
     db_ = dir_.file("crash.db");
     { idem::sqlite::SqliteIdempotencyRecorder create(db_); }
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open(db_.c_str(), &db), SQLITE_OK);
-    EXPECT_EQ(sqlite3_exec(db, "CREATE TABLE side_effects(event_id TEXT NOT NULL, worker TEXT)",
-                           nullptr, nullptr, nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
+    idem::test::sqlite_exec(db_, "CREATE TABLE side_effects(event_id TEXT NOT NULL, worker TEXT)");
     event_ = idem::new_event_id();
     events_file_ = dir_.file("redelivery.txt");
     std::ofstream(events_file_) << event_ << "\n";
@@ -92,19 +55,15 @@ class SqliteCrash : public ::testing::Test {
 
   // Runs one redelivery in a fresh process; returns its summary line.
   std::string redeliver(const std::string& mode) const {
-    ChildProcess child(worker("consume", mode));
-    child.close_stdin();
-    const std::string output = child.read_all();
-    const int status = child.wait();
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-    return output.substr(0, output.find('\n'));
+    return idem::test::run_to_end(worker("consume", mode));
   }
 
   long long markers() const {
-    return query_int(db_,
-                     "SELECT count(*) FROM processed_log WHERE consumer = 'payments' AND "
-                     "event_id = '" +
-                         event_ + "'");
+    return idem::test::sqlite_query_int(
+        db_,
+        "SELECT count(*) FROM processed_log WHERE consumer = 'payments' AND "
+        "event_id = '" +
+            event_ + "'");
   }
 
   TempDir dir_;
@@ -121,21 +80,21 @@ TEST_F(SqliteCrash, TransactionalKilledMidHandlerLeavesNeitherMarkerNorSideEffec
     ChildProcess child(worker("hang", "transactional"));
     ASSERT_EQ(child.read_line(), "ready");
     // The row is written but not committed: invisible from outside.
-    EXPECT_EQ(query_int(db_, side_effects), 0);
+    EXPECT_EQ(idem::test::sqlite_query_int(db_, side_effects), 0);
     EXPECT_EQ(markers(), 0);
-    child.kill(SIGKILL);
-    EXPECT_TRUE(killed_by_sigkill(child.wait()));
+    idem::test::kill_and_reap(child);
   }
-  EXPECT_EQ(query_int(db_, side_effects), 0) << "the killed transaction left its side effect";
+  EXPECT_EQ(idem::test::sqlite_query_int(db_, side_effects), 0)
+      << "the killed transaction left its side effect";
   EXPECT_EQ(markers(), 0) << "the killed transaction left its marker";
 
   // The broker redelivers to a fresh process: it runs once and commits both.
   EXPECT_EQ(redeliver("transactional"), "processed=1 duplicate=0 redelivered=0");
-  EXPECT_EQ(query_int(db_, side_effects), 1);
+  EXPECT_EQ(idem::test::sqlite_query_int(db_, side_effects), 1);
   EXPECT_EQ(markers(), 1);
   // Any later copy is a duplicate.
   EXPECT_EQ(redeliver("transactional"), "processed=0 duplicate=1 redelivered=0");
-  EXPECT_EQ(query_int(db_, side_effects), 1);
+  EXPECT_EQ(idem::test::sqlite_query_int(db_, side_effects), 1);
 }
 
 TEST_F(SqliteCrash, ExclusiveKilledOwnersClaimIsTakenOverAfterItsLease) {
@@ -143,11 +102,10 @@ TEST_F(SqliteCrash, ExclusiveKilledOwnersClaimIsTakenOverAfterItsLease) {
   {
     ChildProcess child(worker("hang", "exclusive"));
     ASSERT_EQ(child.read_line(), "ready");
-    EXPECT_EQ(count_lines(effects_, event_), 1);
-    child.kill(SIGKILL);
-    EXPECT_TRUE(killed_by_sigkill(child.wait()));
-    lease_until_ms =
-        query_int(db_, "SELECT lease_until_ms FROM idem_claims WHERE event_id = '" + event_ + "'");
+    EXPECT_EQ(idem::test::count_lines(effects_, event_), 1);
+    idem::test::kill_and_reap(child);
+    lease_until_ms = idem::test::sqlite_query_int(
+        db_, "SELECT lease_until_ms FROM idem_claims WHERE event_id = '" + event_ + "'");
   }
   ASSERT_GT(lease_until_ms, 0) << "the killed owner's claim is in idem_claims";
   EXPECT_EQ(markers(), 0) << "killed before complete(): not marked";
@@ -173,11 +131,11 @@ TEST_F(SqliteCrash, ExclusiveKilledOwnersClaimIsTakenOverAfterItsLease) {
   // A fresh process takes the claim over and runs the side effect again: exclusive mode is
   // at-least-once across a crash between the side effect and complete().
   EXPECT_EQ(redeliver("exclusive"), "processed=1 duplicate=0 redelivered=0");
-  EXPECT_EQ(count_lines(effects_, event_), 2);
+  EXPECT_EQ(idem::test::count_lines(effects_, event_), 2);
   EXPECT_EQ(markers(), 1);
-  EXPECT_EQ(query_int(db_, "SELECT count(*) FROM idem_claims"), 0);
+  EXPECT_EQ(idem::test::sqlite_query_int(db_, "SELECT count(*) FROM idem_claims"), 0);
   EXPECT_EQ(redeliver("exclusive"), "processed=0 duplicate=1 redelivered=0");
-  EXPECT_EQ(count_lines(effects_, event_), 2);
+  EXPECT_EQ(idem::test::count_lines(effects_, event_), 2);
 }
 
 }  // namespace

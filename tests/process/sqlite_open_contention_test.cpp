@@ -15,7 +15,6 @@
 // Asserted: every open succeeds, and no marker is lost (every row a writer committed is there,
 // and so is every marker idem wrote).
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 #include <sys/wait.h>
 
 #include <filesystem>
@@ -24,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "../sqlite_raw_db.hpp"
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/sqlite/sqlite_outbox.hpp"
@@ -34,6 +34,8 @@
 namespace {
 
 using idem::test::ChildProcess;
+using idem::test::sqlite_exec;
+using idem::test::sqlite_query_int;
 using idem::test::TempDir;
 
 constexpr int kRounds = 12;
@@ -77,33 +79,6 @@ constexpr const char* kInfinityBusSchema =
     "CREATE TABLE IF NOT EXISTS processed_log (consumer TEXT NOT NULL, event_id TEXT NOT NULL, "
     "ts TEXT NOT NULL, PRIMARY KEY (consumer, event_id))";
 
-void exec(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  sqlite3_open(path.c_str(), &db);
-  sqlite3_busy_timeout(db, 5000);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  const std::string message = error != nullptr ? error : "";
-  sqlite3_free(error);
-  sqlite3_close(db);
-  if (rc != SQLITE_OK) throw std::runtime_error("exec failed: " + message);
-}
-
-long long count(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_busy_timeout(db, 5000);
-  sqlite3_stmt* stmt = nullptr;
-  long long value = -1;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
-      sqlite3_step(stmt) == SQLITE_ROW) {
-    value = sqlite3_column_int64(stmt, 0);
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return value;
-}
-
 // Opens one of idem's three SQLite components on `path` and, for the recorder, writes a marker.
 void open_component(int which, const std::string& path, const std::string& marker) {
   switch (which % 3) {
@@ -131,7 +106,7 @@ TEST(SqliteOpenContention, OpensWhileRollbackJournalWritersCommitAlwaysSucceed) 
   long long refused = 0;
   for (int round = 0; round < kRounds; ++round) {
     const std::string path = dir.file("round-" + std::to_string(round) + ".db");
-    exec(path, kInfinityBusSchema);  // made by "Python": rollback journal, its table only
+    sqlite_exec(path, kInfinityBusSchema);  // made by "Python": rollback journal, its table only
 
     std::vector<std::unique_ptr<ChildProcess>> writers;
     for (int w = 0; w < kWriters; ++w) {
@@ -173,17 +148,18 @@ TEST(SqliteOpenContention, OpensWhileRollbackJournalWritersCommitAlwaysSucceed) 
     seed_rows += round_rows;
 
     // Nothing lost: every row the writers committed, and idem's marker.
-    EXPECT_EQ(count(path, "SELECT count(*) FROM processed_log WHERE consumer = 'seed'"), round_rows)
+    EXPECT_EQ(sqlite_query_int(path, "SELECT count(*) FROM processed_log WHERE consumer = 'seed'"),
+              round_rows)
         << "round " << round;
-    EXPECT_EQ(count(path,
-                    "SELECT count(*) FROM processed_log WHERE consumer = 'idem' AND "
-                    "event_id = '" +
-                        marker + "'"),
+    EXPECT_EQ(sqlite_query_int(path,
+                               "SELECT count(*) FROM processed_log WHERE consumer = 'idem' AND "
+                               "event_id = '" +
+                                   marker + "'"),
               1)
         << "round " << round;
-    EXPECT_EQ(count(path,
-                    "SELECT count(*) FROM sqlite_master WHERE name IN ('idem_claims', "
-                    "'idem_records', 'idem_outbox')"),
+    EXPECT_EQ(sqlite_query_int(path,
+                               "SELECT count(*) FROM sqlite_master WHERE name IN ('idem_claims', "
+                               "'idem_records', 'idem_outbox')"),
               3)
         << "round " << round;
   }

@@ -29,19 +29,14 @@
 // test uses it to let a fresh process find a dead owner's lease over without sleeping.
 //
 // Exit codes: 0 done, 2 bad usage, 3 an unexpected error (printed on stderr), 4 gave up.
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <deque>
-#include <fstream>
 #include <functional>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "idem/error.hpp"
 #include "idem/event.hpp"
@@ -69,79 +64,40 @@ std::chrono::milliseconds lease_of(const Args& args) {
   return std::chrono::milliseconds(std::stoll(optional(args, "--lease-ms", "30000")));
 }
 
-bool wait_go(const Args& args) {
-  if (args.count("--wait-go") == 0) return true;
-  char go = 0;
-  return ::read(STDIN_FILENO, &go, 1) == 1;
-}
-
-void block_until_killed() {
-  const char ready[] = "ready\n";
-  if (::write(STDOUT_FILENO, ready, sizeof ready - 1) < 0) std::_Exit(3);
-  char byte = 0;
-  while (::read(STDIN_FILENO, &byte, 1) > 0) {
-  }
-  throw std::runtime_error("the test closed stdin instead of killing the worker");
-}
-
 // ---- recorder -------------------------------------------------------------------------------
 
-int consume(const Args& args) {
+// The exclusive-mode handler of both commands: its side effect is the event id appended to the
+// effects file; with `hang` it then says "ready" and blocks there, its claim held, until killed.
+auto exclusive_handler(const Args& args, const EffectsFile& effects, bool hang) {
   auto recorder = std::make_shared<idem::redis::RedisIdempotencyRecorder>(redis_options(args));
-  EffectsFile effects(required(args, "--effects"));
-  const std::string consumer = required(args, "--consumer");
   idem::HandlerOptions options;
   options.mode = idem::HandlerMode::exclusive;
   options.lease = lease_of(args);
-  auto handler = idem::make_idempotent_handler<std::string>(
-      consumer, recorder,
-      [&effects](const std::string&, idem::BusProxy&, const idem::Event& event) {
+  return idem::make_idempotent_handler<std::string>(
+      required(args, "--consumer"), recorder,
+      [&effects, hang](const std::string&, idem::BusProxy&, const idem::Event& event) {
         effects.append(event.id);
+        if (hang) {
+          say("ready");
+          block_until_killed();
+        }
       },
       options);
-  idem::CollectingBusProxy bus(consumer);
+}
+
+int consume(const Args& args) {
+  const EffectsFile effects(required(args, "--effects"));
+  auto handler = exclusive_handler(args, effects, /*hang=*/false);
+  idem::CollectingBusProxy bus(required(args, "--consumer"));
   std::deque<std::string> queue = read_lines(required(args, "--events"));
   if (!wait_go(args)) return 4;
-  long processed = 0;
-  long duplicate = 0;
-  long redelivered = 0;
-  const long max_redeliveries = 1000L * static_cast<long>(queue.size() + 1);
-  while (!queue.empty()) {
-    const std::string id = queue.front();
-    queue.pop_front();
-    try {
-      if ((*handler)(event_with_id(id), bus) == idem::HandleResult::processed) {
-        ++processed;
-      } else {
-        ++duplicate;
-      }
-    } catch (const idem::Error& e) {
-      if (!e.retryable() || e.in_doubt()) throw;
-      queue.push_back(id);  // not acknowledged: the "broker" delivers it again later
-      if (++redelivered > max_redeliveries) return 4;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
-  std::cout << "processed=" << processed << " duplicate=" << duplicate
-            << " redelivered=" << redelivered << std::endl;
-  return 0;
+  return consume_all(std::move(queue), *handler, bus);
 }
 
 int hang(const Args& args) {
-  auto recorder = std::make_shared<idem::redis::RedisIdempotencyRecorder>(redis_options(args));
-  EffectsFile effects(required(args, "--effects"));
-  const std::string consumer = required(args, "--consumer");
-  idem::HandlerOptions options;
-  options.mode = idem::HandlerMode::exclusive;
-  options.lease = lease_of(args);
-  auto handler = idem::make_idempotent_handler<std::string>(
-      consumer, recorder,
-      [&effects](const std::string&, idem::BusProxy&, const idem::Event& event) {
-        effects.append(event.id);
-        block_until_killed();
-      },
-      options);
-  idem::CollectingBusProxy bus(consumer);
+  const EffectsFile effects(required(args, "--effects"));
+  auto handler = exclusive_handler(args, effects, /*hang=*/true);
+  idem::CollectingBusProxy bus(required(args, "--consumer"));
   (void)(*handler)(event_with_id(required(args, "--event")), bus);
   return 3;
 }
@@ -179,24 +135,14 @@ int run_keys(const Args& args) {
   std::deque<std::string> queue = read_lines(required(args, "--keys"));
   if (!wait_go(args)) return 4;
   std::map<std::string, long> statuses;
-  long redelivered = 0;
-  const long max_redeliveries = 1000L * static_cast<long>(queue.size() + 1);
-  while (!queue.empty()) {
-    const std::string key = queue.front();
-    queue.pop_front();
-    try {
-      const auto result = operation(key);
-      if (result.value != "value:" + key) {
-        throw std::runtime_error("key " + key + " got the value '" + result.value + "'");
-      }
-      ++statuses[result.report.metadata.at("idempotency_status")];
-    } catch (const idem::Error& e) {
-      if (!e.retryable() || e.in_doubt()) throw;
-      queue.push_back(key);
-      if (++redelivered > max_redeliveries) return 4;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
+  const long redelivered = deliver_all(std::move(queue), [&](const std::string& key) {
+    const auto result = operation(key);
+    if (result.value != "value:" + key) {
+      throw std::runtime_error("key " + key + " got the value '" + result.value + "'");
     }
-  }
+    ++statuses[result.report.metadata.at("idempotency_status")];
+  });
+  if (redelivered < 0) return 4;
   std::cout << "executed=" << statuses["executed"] << " replayed=" << statuses["replayed"]
             << " joined=" << statuses["joined"] << " redelivered=" << redelivered
             << " took_over=" << events->count(idem::EventType::idempotency_takeover) << std::endl;
@@ -208,6 +154,7 @@ int hang_key(const Args& args) {
   EffectsFile effects(required(args, "--effects"));
   auto operation = keyed_operation(args, store, [&effects](const std::string& key) -> std::string {
     effects.append(key);
+    say("ready");
     block_until_killed();
     return {};
   });
@@ -218,12 +165,7 @@ int hang_key(const Args& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  return worker_main("idem_test_redis_worker", argc, argv, 1,
-                     [](const std::string& command, const Args& args) -> int {
-                       if (command == "consume") return consume(args);
-                       if (command == "hang") return hang(args);
-                       if (command == "run-keys") return run_keys(args);
-                       if (command == "hang-key") return hang_key(args);
-                       throw Usage("unknown command " + command);
-                     });
+  return worker_main(
+      "idem_test_redis_worker", argc, argv, 1,
+      {{"consume", consume}, {"hang", hang}, {"run-keys", run_keys}, {"hang-key", hang_key}});
 }

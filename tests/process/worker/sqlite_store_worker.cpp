@@ -28,19 +28,16 @@
 //     "complete=<true|false>", ...) until "exit" or EOF — a stalled owner coming back late.
 //
 // Exit codes: 0 done, 2 bad usage, 3 an unexpected error (printed on stderr), 4 gave up.
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <chrono>
 #include <deque>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
-#include <thread>
 
 #include "idem/error.hpp"
 #include "idem/events.hpp"
@@ -101,13 +98,7 @@ int run(const Args& args) {
       std::make_shared<idem::sqlite::SqliteIdempotencyStore>(required(args, "--db")),
       /*announce=*/false);
   const EffectsFile effects(required(args, "--effects"));
-  std::deque<std::string> queue;
-  {
-    std::ifstream in(required(args, "--keys"));
-    for (std::string line; std::getline(in, line);) {
-      if (!line.empty()) queue.push_back(line);
-    }
-  }
+  std::deque<std::string> queue = read_lines(required(args, "--keys"));
   std::atomic<int> takeovers{0};
   const auto work = std::chrono::microseconds(std::stol(optional(args, "--work-us", "0")));
   const Operation op = make_operation(
@@ -120,37 +111,30 @@ int run(const Args& args) {
         return "value:" + key;
       },
       takeovers);
-  if (args.count("--wait-go") != 0) {
-    char go = 0;
-    if (::read(STDIN_FILENO, &go, 1) != 1) return 4;
-  }
+  if (!wait_go(args)) return 4;
   long executed = 0;
   long replayed = 0;
   long joined = 0;
-  long redelivered = 0;
   long wrong = 0;
-  const long max_redeliveries = 1000L * static_cast<long>(queue.size() + 1);
-  while (!queue.empty()) {
-    const std::string key = queue.front();
-    queue.pop_front();
-    try {
-      const auto result = op(key);
-      const std::string& status = result.report.metadata.at("idempotency_status");
-      if (status == "executed") {
-        ++executed;
-      } else if (status == "replayed") {
-        ++replayed;
-      } else {
-        ++joined;
-      }
-      if (result.value != "value:" + key) ++wrong;
-    } catch (const idem::AlreadyInProgress&) {
-      // Not done: redeliver later, after a short delay (as a broker would).
-      queue.push_back(key);
-      if (++redelivered > max_redeliveries) return 4;
-      std::this_thread::sleep_for(std::chrono::microseconds(200));
-    }
-  }
+  const long redelivered = deliver_all(
+      std::move(queue),
+      [&](const std::string& key) {
+        const auto result = op(key);
+        const std::string& status = result.report.metadata.at("idempotency_status");
+        if (status == "executed") {
+          ++executed;
+        } else if (status == "replayed") {
+          ++replayed;
+        } else {
+          ++joined;
+        }
+        if (result.value != "value:" + key) ++wrong;
+      },
+      // Only a key another process still runs is redelivered (a reject-policy refusal).
+      [](const idem::Error& e) {
+        return dynamic_cast<const idem::AlreadyInProgress*>(&e) != nullptr;
+      });
+  if (redelivered < 0) return 4;
   say("executed=" + std::to_string(executed) + " replayed=" + std::to_string(replayed) +
       " joined=" + std::to_string(joined) + " waited=" + std::to_string(store->waits()) +
       " redelivered=" + std::to_string(redelivered) +
@@ -226,10 +210,5 @@ int claim(const Args& args) {
 
 int main(int argc, char** argv) {
   return worker_main("idem_test_sqlite_store_worker", argc, argv, 1,
-                     [](const std::string& command, const Args& args) -> int {
-                       if (command == "run") return run(args);
-                       if (command == "call") return call(args);
-                       if (command == "claim") return claim(args);
-                       throw Usage("unknown command " + command);
-                     });
+                     {{"run", run}, {"call", call}, {"claim", claim}});
 }

@@ -1,7 +1,8 @@
 // What every worker program of the process tests shares (idem_test_<name>, tests/process/worker/,
 // and the PostgreSQL worker inside its test binaries, postgres_worker.hpp): the command line
 // ("<command> --name value ... [--flag]"), main()'s exit codes, the effects file that counts side
-// effects across processes, a clock running ahead, and small I/O helpers.
+// effects across processes, a clock running ahead, small I/O helpers, and the delivery loop of a
+// worker that plays a broker's consumer (every item in turn, a refused one redelivered later).
 //
 // Exit codes of worker_main(): what the command returned; 2 for bad usage; 3 for an unexpected
 // error (printed on stderr as "<worker>: <message>").
@@ -14,18 +15,24 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <fstream>
+#include <functional>
 #include <initializer_list>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "idem/clock.hpp"
+#include "idem/error.hpp"
 #include "idem/event.hpp"
+#include "idem/handler.hpp"
 
 namespace idem::test::worker {
 
@@ -73,6 +80,23 @@ inline std::chrono::milliseconds millis(const Args& args, const std::string& key
 // One line on stdout, flushed: the test reads it through a pipe.
 inline void say(const std::string& line) {
   std::cout << line << std::endl;
+}
+
+// With --wait-go, waits for one byte on stdin first, so a test can start several workers and
+// release them at once; false when stdin closed instead.
+inline bool wait_go(const Args& args) {
+  if (args.count("--wait-go") == 0) return true;
+  char go = 0;
+  return ::read(STDIN_FILENO, &go, 1) == 1;
+}
+
+// Blocks (inside a handler or an operation: its claim held, its transaction open) until the test
+// SIGKILLs this process; throws when the test closes stdin instead.
+[[noreturn]] inline void block_until_killed() {
+  char byte = 0;
+  while (::read(STDIN_FILENO, &byte, 1) > 0) {
+  }
+  throw std::runtime_error("the test closed stdin instead of killing the worker");
 }
 
 // The lines of `path`, empty ones left out.
@@ -134,6 +158,98 @@ class AheadClock final : public Clock {
   SystemClock system_;
 };
 
+// What a consumer command's line says: --consumer NAME, --worker W (default: the pid), --mode
+// exclusive|transactional, --lease-ms N (default 30 s), and in exclusive mode --effects FILE.
+struct ConsumerSettings {
+  std::string consumer;
+  std::string worker;
+  HandlerOptions options;
+  std::unique_ptr<EffectsFile> effects;  // exclusive mode: where the side effects go
+};
+
+inline ConsumerSettings consumer_settings(const Args& args) {
+  ConsumerSettings settings;
+  const std::string mode = required(args, "--mode");
+  if (mode == "exclusive") {
+    settings.options.mode = HandlerMode::exclusive;
+    settings.effects = std::make_unique<EffectsFile>(required(args, "--effects"));
+  } else if (mode == "transactional") {
+    settings.options.mode = HandlerMode::transactional;
+  } else {
+    throw Usage("--mode must be exclusive or transactional, not " + mode);
+  }
+  settings.options.lease = millis(args, "--lease-ms", 30'000);
+  settings.consumer = required(args, "--consumer");
+  settings.worker = optional(args, "--worker", std::to_string(::getpid()));
+  return settings;
+}
+
+// The side effect of one event, written the way the mode promises to protect: exclusive mode
+// appends the id to the effects file; transactional mode runs `insert` (its parameters: the
+// event id and the worker) through the handler's transaction, a `Transaction`.
+template <class Transaction>
+void side_effect(const ConsumerSettings& settings, BusProxy& bus, const Event& event,
+                 const std::string& insert) {
+  if (settings.effects) {
+    settings.effects->append(event.id);
+    return;
+  }
+  auto* tx = dynamic_cast<Transaction*>(bus.transaction());
+  if (tx == nullptr)
+    throw std::runtime_error("transactional handler got no transaction of its kind");
+  tx->exec(insert, {event.id, settings.worker});
+}
+
+// A delivery refused with `e` is one a broker redelivers: retryable and not in doubt
+// (AlreadyInProgress: another process runs it; a busy store).
+inline bool redeliverable(const Error& e) {
+  return e.retryable() && !e.in_doubt();
+}
+
+// Gives every item of `queue` to `deliver`, in order, as a broker would: an item refused with an
+// idem::Error that `redeliver_if` accepts is not acknowledged, so it goes to the back of the
+// queue and comes again after a short redelivery delay; any other error propagates. Returns how
+// many redeliveries that took, or -1 past 1000 per item (the worker gives up: exit code 4).
+template <class Deliver, class RedeliverIf = bool (*)(const Error&)>
+long deliver_all(std::deque<std::string> queue, Deliver&& deliver,
+                 RedeliverIf redeliver_if = &redeliverable) {
+  long redelivered = 0;
+  const long max_redeliveries = 1000L * static_cast<long>(queue.size() + 1);
+  while (!queue.empty()) {
+    const std::string item = queue.front();
+    queue.pop_front();
+    try {
+      deliver(item);
+    } catch (const Error& e) {
+      if (!redeliver_if(e)) throw;
+      queue.push_back(item);
+      if (++redelivered > max_redeliveries) return -1;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    }
+  }
+  return redelivered;
+}
+
+// Delivers every event id of `queue` to an idempotent `handler` (redelivering as deliver_all
+// does) and prints "processed=N duplicate=M redelivered=K"; returns the exit code (0, or 4 when
+// it gave up).
+template <class Handler>
+int consume_all(std::deque<std::string> queue, Handler& handler, BusProxy& bus) {
+  long processed = 0;
+  long duplicate = 0;
+  const long redelivered = deliver_all(std::move(queue), [&](const std::string& id) {
+    if (handler(event_with_id(id), bus) == HandleResult::processed) {
+      ++processed;
+    } else {
+      ++duplicate;
+    }
+  });
+  if (redelivered < 0) return 4;
+  say("processed=" + std::to_string(processed) + " duplicate=" + std::to_string(duplicate) +
+      " redelivered=" + std::to_string(redelivered));
+  return 0;
+}
+
 // A worker's main(): the command is argv[command_at], its arguments follow; `dispatch(command,
 // args)` runs it (throwing Usage for an unknown command) and returns the exit code.
 template <class Dispatch>
@@ -150,6 +266,20 @@ int worker_main(const char* name, int argc, char** argv, int command_at, Dispatc
     std::cerr << name << ": " << e.what() << "\n";
     return 3;
   }
+}
+
+// The commands of a worker by name, for worker_main().
+using Commands = std::map<std::string, std::function<int(const Args&)>>;
+
+// A worker's main() that runs one of `commands` (another name is bad usage).
+inline int worker_main(const char* name, int argc, char** argv, int command_at,
+                       const Commands& commands) {
+  return worker_main(name, argc, argv, command_at,
+                     [&](const std::string& command, const Args& args) -> int {
+                       const auto it = commands.find(command);
+                       if (it == commands.end()) throw Usage("unknown command " + command);
+                       return it->second(args);
+                     });
 }
 
 }  // namespace idem::test::worker
