@@ -11,6 +11,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <functional>
 #include <latch>
 #include <map>
 #include <memory>
@@ -197,11 +198,101 @@ class CoordinatorTest : public ::testing::Test {
     return c;
   }
 
-  // Runs `call` on a thread; the result or exception lands in the returned slot.
+  // How a run on a thread ended: its result, or what it threw.
   struct Outcome {
     std::optional<CoordinatedResult> result;
     std::exception_ptr error;
   };
+
+  // A run on a thread of its own. result() waits for it and hands back its result (rethrowing
+  // what it threw: a test that expected a result fails); error() waits and hands back what it
+  // threw (null when it returned).
+  class OnThread {
+   public:
+    template <class Run>
+    explicit OnThread(Run run)
+        : thread_([this, run = std::move(run)]() mutable {
+            try {
+              outcome_.result = run();
+            } catch (...) {
+              outcome_.error = std::current_exception();
+            }
+          }) {}
+    OnThread(const OnThread&) = delete;
+    OnThread& operator=(const OnThread&) = delete;
+    ~OnThread() { join(); }
+
+    const CoordinatedResult& result() {
+      join();
+      if (outcome_.error) std::rethrow_exception(outcome_.error);
+      return outcome_.result.value();
+    }
+    std::exception_ptr error() {
+      join();
+      return outcome_.error;
+    }
+
+   private:
+    void join() {
+      if (thread_.joinable()) thread_.join();
+    }
+
+    Outcome outcome_;
+    std::thread thread_;  // last: it starts once the outcome exists
+  };
+
+  // An owner held inside its operation, on a thread of its own: the constructor returns once the
+  // operation runs (the key claimed), and it stays there until release(). The operation then
+  // ends with `finish` (by default the int 1). body() is that operation, for callers that must
+  // join the owner and not run it; executions() counts how often it ran.
+  class HeldOwner {
+   public:
+    HeldOwner(
+        idem::IdempotencyCoordinator& coordinator, const idem::IdempotencyPolicy& policy,
+        const idem::IdempotentCall& call,
+        std::function<Execution()> finish = [] { return int_result(1); })
+        : finish_(std::move(finish)), owner_([this, &coordinator, policy, call] {
+            return coordinator.run(policy, call, body());
+          }) {
+      running_.wait();
+    }
+    HeldOwner(const HeldOwner&) = delete;
+    HeldOwner& operator=(const HeldOwner&) = delete;
+    ~HeldOwner() { release_.open(); }  // before owner_ joins its thread
+
+    std::function<Execution(ClaimHold&)> body() {
+      return [this](ClaimHold&) {
+        ++executions_;
+        running_.open();
+        release_.wait();
+        return finish_();
+      };
+    }
+    int executions() const { return executions_.load(); }
+    // Lets the operation end; the owner's run, to wait for.
+    OnThread& release() {
+      release_.open();
+      return owner_;
+    }
+
+   private:
+    std::function<Execution()> finish_;
+    std::atomic<int> executions_{0};
+    Gate running_;
+    Gate release_;
+    OnThread owner_;  // last: it starts once the rest exists
+  };
+
+  // Another process: a second coordinator over the same store.
+  std::shared_ptr<idem::IdempotencyCoordinator> other_process() const {
+    return idem::make_idempotency_coordinator(store_);
+  }
+  // policy_, refusing a key in progress instead of waiting for it.
+  idem::IdempotencyPolicy rejecting() const {
+    auto policy = policy_;
+    policy.in_progress = idem::InProgressPolicy::reject;
+    return policy;
+  }
 
   std::shared_ptr<idem::testing::ManualClock> clock_ =
       std::make_shared<idem::testing::ManualClock>();
@@ -309,50 +400,25 @@ TEST_F(CoordinatorTest, KeysAreIndependent) {
 
 TEST_F(CoordinatorTest, SixtyFourCallersOneExecution) {
   constexpr int kCallers = 64;
-  std::atomic<int> executions{0};
-  Gate owner_running;
-  Gate release_owner;
-  auto execute = [&](ClaimHold&) {
-    ++executions;
-    owner_running.open();
-    release_owner.wait();
-    return int_result(7);
-  };
-  std::vector<Outcome> outcomes(kCallers);
-  std::vector<std::thread> threads;
-  auto caller = [&](int i) {
-    try {
-      outcomes[i].result = coordinator_->run(policy_, call("pay:64"), execute);
-    } catch (...) {
-      outcomes[i].error = std::current_exception();
-    }
-  };
-  threads.emplace_back(caller, 0);
-  owner_running.wait();
-  for (int i = 1; i < kCallers; ++i)
-    threads.emplace_back(caller, i);
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("pay:64") == kCallers - 1; }));
-  release_owner.open();
-  for (auto& thread : threads)
-    thread.join();
-
-  EXPECT_EQ(executions.load(), 1);
-  int executed = 0;
-  int joined = 0;
-  for (const auto& outcome : outcomes) {
-    ASSERT_FALSE(outcome.error);
-    ASSERT_TRUE(outcome.result.has_value());
-    EXPECT_EQ(as_int(*outcome.result), 7);
-    if (outcome.result->status == IdempotencyStatus::executed) ++executed;
-    if (outcome.result->status == IdempotencyStatus::joined) {
-      ++joined;
-      expect_metadata(*outcome.result, "pay:64", "joined");
-      EXPECT_EQ(outcome.result->report.metadata.at("custom"), "kept");
-      EXPECT_EQ(outcome.result->value, outcomes[0].result->value) << "joiners share the object";
-    }
+  HeldOwner owner(*coordinator_, policy_, call("pay:64"), [] { return int_result(7); });
+  std::vector<std::unique_ptr<OnThread>> joiners;
+  for (int i = 1; i < kCallers; ++i) {
+    joiners.push_back(std::make_unique<OnThread>(
+        [&] { return coordinator_->run(policy_, call("pay:64"), owner.body()); }));
   }
-  EXPECT_EQ(executed, 1);
-  EXPECT_EQ(joined, kCallers - 1);
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("pay:64") == kCallers - 1; }));
+  const CoordinatedResult& first = owner.release().result();
+  EXPECT_EQ(first.status, IdempotencyStatus::executed);
+  EXPECT_EQ(as_int(first), 7);
+  for (auto& joiner : joiners) {
+    const CoordinatedResult& joined = joiner->result();
+    EXPECT_EQ(joined.status, IdempotencyStatus::joined);
+    EXPECT_EQ(as_int(joined), 7);
+    expect_metadata(joined, "pay:64", "joined");
+    EXPECT_EQ(joined.report.metadata.at("custom"), "kept");
+    EXPECT_EQ(joined.value, first.value) << "joiners share the object";
+  }
+  EXPECT_EQ(owner.executions(), 1);
   EXPECT_EQ(coordinator_->waiters("pay:64"), 0u);
 }
 
@@ -449,25 +515,14 @@ TEST_F(CoordinatorTest, TheLeaderRegistersBeforeItClaims) {
     ++executions;
     return int_result(11);
   };
-  Outcome leader;
-  std::thread leader_thread(
-      [&] { leader.result = coordinator_->run(policy_, call("k"), execute); });
+  OnThread leader([&] { return coordinator_->run(policy_, call("k"), execute); });
   store_->await_claims_entered_above(0);
-  Outcome joiner;
-  std::thread joiner_thread([&] {
-    try {
-      joiner.result = coordinator_->run(policy_, call("k"), execute);
-    } catch (...) {
-      joiner.error = std::current_exception();
-    }
-  });
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
+  OnThread joiner([&] { return coordinator_->run(policy_, call("k"), execute); });
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
   store_->open_claims();
-  leader_thread.join();
-  joiner_thread.join();
-  ASSERT_FALSE(joiner.error);
-  EXPECT_EQ(joiner.result->status, IdempotencyStatus::joined);
-  EXPECT_EQ(as_int(*joiner.result), 11);
+  EXPECT_EQ(leader.result().status, IdempotencyStatus::executed);
+  EXPECT_EQ(joiner.result().status, IdempotencyStatus::joined);
+  EXPECT_EQ(as_int(joiner.result()), 11);
   EXPECT_EQ(executions, 1);
   EXPECT_EQ(store_->claims_entered(), 1) << "the joiner never went to the store";
 }
@@ -475,110 +530,60 @@ TEST_F(CoordinatorTest, TheLeaderRegistersBeforeItClaims) {
 TEST_F(CoordinatorTest, JoinersOfAReplayAreReplayed) {
   coordinator_->run(policy_, call("done"), [](ClaimHold&) { return int_result(3); });
   store_->hold_claims();
-  Outcome leader;
-  Outcome joiner;
   auto never = [](ClaimHold&) -> Execution { throw std::logic_error("must not execute"); };
-  std::thread leader_thread(
-      [&] { leader.result = coordinator_->run(policy_, call("done"), never); });
+  OnThread leader([&] { return coordinator_->run(policy_, call("done"), never); });
   store_->await_claims_entered_above(0);
-  std::thread joiner_thread(
-      [&] { joiner.result = coordinator_->run(policy_, call("done"), never); });
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("done") == 1; }));
+  OnThread joiner([&] { return coordinator_->run(policy_, call("done"), never); });
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("done") == 1; }));
   store_->open_claims();
-  leader_thread.join();
-  joiner_thread.join();
-  EXPECT_EQ(leader.result->status, IdempotencyStatus::replayed);
-  EXPECT_EQ(joiner.result->status, IdempotencyStatus::replayed);
-  expect_metadata(*joiner.result, "done", "replayed");
-  EXPECT_EQ(as_int(*joiner.result), 3);
+  EXPECT_EQ(leader.result().status, IdempotencyStatus::replayed);
+  EXPECT_EQ(joiner.result().status, IdempotencyStatus::replayed);
+  expect_metadata(joiner.result(), "done", "replayed");
+  EXPECT_EQ(as_int(joiner.result()), 3);
 }
 
 // ---- giving up --------------------------------------------------------------------------------
 
 TEST_F(CoordinatorTest, AWaiterStoppedByItsTokenDoesNotStopTheOwner) {
-  Gate owner_running;
-  Gate release_owner;
-  std::atomic<int> executions{0};
-  auto execute = [&](ClaimHold&) {
-    ++executions;
-    owner_running.open();
-    release_owner.wait();
-    return int_result(9);
-  };
-  Outcome owner;
-  std::thread owner_thread([&] { owner.result = coordinator_->run(policy_, call("k"), execute); });
-  owner_running.wait();
-
+  HeldOwner owner(*coordinator_, policy_, call("k"), [] { return int_result(9); });
   std::stop_source stop;
   auto cancellable = call("k");
   cancellable.stop = stop.get_token();
-  Outcome cancelled;
-  std::thread waiter([&] {
-    try {
-      coordinator_->run(policy_, cancellable, execute);
-    } catch (...) {
-      cancelled.error = std::current_exception();
-    }
-  });
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
+  OnThread cancelled([&] { return coordinator_->run(policy_, cancellable, owner.body()); });
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
   stop.request_stop();
-  waiter.join();
-  EXPECT_THROW(std::rethrow_exception(cancelled.error), idem::Cancelled);
+  EXPECT_THROW(std::rethrow_exception(cancelled.error()), idem::Cancelled);
   EXPECT_EQ(coordinator_->waiters("k"), 0u);
 
   // The owner runs on, and a later caller still joins it.
-  Outcome later;
-  std::thread later_thread([&] { later.result = coordinator_->run(policy_, call("k"), execute); });
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
-  release_owner.open();
-  owner_thread.join();
-  later_thread.join();
-  EXPECT_EQ(owner.result->status, IdempotencyStatus::executed);
-  EXPECT_EQ(later.result->status, IdempotencyStatus::joined);
-  EXPECT_EQ(executions.load(), 1);
+  OnThread later([&] { return coordinator_->run(policy_, call("k"), owner.body()); });
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
+  EXPECT_EQ(owner.release().result().status, IdempotencyStatus::executed);
+  EXPECT_EQ(later.result().status, IdempotencyStatus::joined);
+  EXPECT_EQ(owner.executions(), 1);
 }
 
 TEST_F(CoordinatorTest, AWaiterPastItsDeadlineDoesNotStopTheOwner) {
-  Gate owner_running;
-  Gate release_owner;
-  auto execute = [&](ClaimHold&) {
-    owner_running.open();
-    release_owner.wait();
-    return int_result(9);
-  };
-  Outcome owner;
-  std::thread owner_thread([&] { owner.result = coordinator_->run(policy_, call("k"), execute); });
-  owner_running.wait();
+  HeldOwner owner(*coordinator_, policy_, call("k"), [] { return int_result(9); });
 
   // A deadline already passed gives up at once, without waiting.
   auto impatient = call("k");
   impatient.wait_deadline = clock_->steady_now();
-  EXPECT_THROW(coordinator_->run(policy_, impatient, execute), idem::TimeoutError);
+  EXPECT_THROW(coordinator_->run(policy_, impatient, owner.body()), idem::TimeoutError);
 
   // A deadline in the future gives up when the (manual) clock reaches it.
   auto bounded = call("k");
   bounded.wait_deadline = clock_->steady_now() + 5s;
-  Outcome timed_out;
-  std::thread waiter([&] {
-    try {
-      coordinator_->run(policy_, bounded, execute);
-    } catch (...) {
-      timed_out.error = std::current_exception();
-    }
-  });
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
+  OnThread timed_out([&] { return coordinator_->run(policy_, bounded, owner.body()); });
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
   clock_->advance(5s);
-  waiter.join();
-  EXPECT_THROW(std::rethrow_exception(timed_out.error), idem::TimeoutError);
+  EXPECT_THROW(std::rethrow_exception(timed_out.error()), idem::TimeoutError);
 
-  Outcome later;
-  std::thread later_thread([&] { later.result = coordinator_->run(policy_, call("k"), execute); });
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
-  release_owner.open();
-  owner_thread.join();
-  later_thread.join();
-  EXPECT_EQ(owner.result->status, IdempotencyStatus::executed);
-  EXPECT_EQ(later.result->status, IdempotencyStatus::joined);
+  OnThread later([&] { return coordinator_->run(policy_, call("k"), owner.body()); });
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("k") == 1; }));
+  EXPECT_EQ(owner.release().result().status, IdempotencyStatus::executed);
+  EXPECT_EQ(later.result().status, IdempotencyStatus::joined);
+  EXPECT_EQ(owner.executions(), 1);
 }
 
 // ---- ClaimHold ----------------------------------------------------------------------------------
@@ -595,26 +600,21 @@ TEST_F(CoordinatorTest, ClaimHoldKeepsAFailedKeyClaimedUntilTheLastTokenGoes) {
   auto record = memory_->lookup("held");
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, idem::IdempotencyRecord::State::in_progress);
-  auto other_process = idem::make_idempotency_coordinator(store_);
-  auto rejecting = policy_;
-  rejecting.in_progress = idem::InProgressPolicy::reject;
-  EXPECT_THROW(other_process->run(rejecting, call("held"), failing), idem::AlreadyInProgress);
+  EXPECT_THROW(other_process()->run(rejecting(), call("held"), failing), idem::AlreadyInProgress);
 
   // ... and a new caller in this process waits for the release, then executes once.
   std::atomic<int> executions{0};
-  Outcome next;
-  std::thread next_thread([&] {
-    next.result = coordinator_->run(policy_, call("held"), [&](ClaimHold&) {
+  OnThread next([&] {
+    return coordinator_->run(policy_, call("held"), [&](ClaimHold&) {
       ++executions;
       return int_result(1);
     });
   });
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("held") == 1; }));
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("held") == 1; }));
   EXPECT_EQ(executions.load(), 0) << "never beside the lingering attempt";
   lingering.reset();
-  next_thread.join();
+  EXPECT_EQ(next.result().status, IdempotencyStatus::executed);
   EXPECT_EQ(executions.load(), 1);
-  EXPECT_EQ(next.result->status, IdempotencyStatus::executed);
 }
 
 TEST_F(CoordinatorTest, ClaimHoldTokensOfASuccessDoNotMatter) {
@@ -687,7 +687,7 @@ TEST_F(CoordinatorTest, ReentryIsCaughtOnAWorkerThreadCarryingTheContext) {
 }
 
 TEST_F(CoordinatorTest, ReentryThroughAnotherCoordinatorOfTheSameStoreIsCaught) {
-  auto other = idem::make_idempotency_coordinator(store_);
+  const auto other = other_process();
   std::exception_ptr error;
   coordinator_->run(policy_, call("outer"), [&](ClaimHold&) {
     try {
@@ -703,30 +703,19 @@ TEST_F(CoordinatorTest, ReentryThroughAnotherCoordinatorOfTheSameStoreIsCaught) 
 // ---- fingerprints, keys, types ----------------------------------------------------------------
 
 TEST_F(CoordinatorTest, AJoinerWithOtherArgumentsIsRefused) {
-  Gate owner_running;
-  Gate release_owner;
-  auto execute = [&](ClaimHold&) {
-    owner_running.open();
-    release_owner.wait();
-    return int_result(1);
-  };
   auto first = call("pay:2");
   first.fingerprint = "fp-a";
-  Outcome owner;
-  std::thread owner_thread([&] { owner.result = coordinator_->run(policy_, first, execute); });
-  owner_running.wait();
+  HeldOwner owner(*coordinator_, policy_, first);
   auto other = call("pay:2");
   other.fingerprint = "fp-b";
   try {
-    coordinator_->run(policy_, other, execute);
+    coordinator_->run(policy_, other, owner.body());
     ADD_FAILURE() << "expected KeyReuseError";
   } catch (const idem::KeyReuseError& e) {
     EXPECT_EQ(e.key(), "pay:2");
     EXPECT_NE(std::string(e.what()).find("pay:2"), std::string::npos);
   }
-  release_owner.open();
-  owner_thread.join();
-  EXPECT_EQ(owner.result->status, IdempotencyStatus::executed);
+  EXPECT_EQ(owner.release().result().status, IdempotencyStatus::executed);
 }
 
 TEST_F(CoordinatorTest, ACompletedKeyWithOtherArgumentsIsRefused) {
@@ -790,22 +779,11 @@ TEST_F(CoordinatorTest, AReplayOfAnotherTypeIsADecodeError) {
 }
 
 TEST_F(CoordinatorTest, AJoinerExpectingAnotherTypeIsADecodeError) {
-  Gate owner_running;
-  Gate release_owner;
-  auto execute = [&](ClaimHold&) {
-    owner_running.open();
-    release_owner.wait();
-    return int_result(1);
-  };
-  Outcome owner;
-  std::thread owner_thread([&] { owner.result = coordinator_->run(policy_, call("k"), execute); });
-  owner_running.wait();
+  HeldOwner owner(*coordinator_, policy_, call("k"));
   auto as_string = call("k");
   as_string.type = std::type_index(typeid(std::string));
-  EXPECT_THROW(coordinator_->run(policy_, as_string, execute), idem::DecodeError);
-  release_owner.open();
-  owner_thread.join();
-  EXPECT_EQ(owner.result->status, IdempotencyStatus::executed);
+  EXPECT_THROW(coordinator_->run(policy_, as_string, owner.body()), idem::DecodeError);
+  EXPECT_EQ(owner.release().result().status, IdempotencyStatus::executed);
 }
 
 // ---- TTL ----------------------------------------------------------------------------------------
@@ -833,31 +811,17 @@ TEST_F(CoordinatorTest, TtlCountsFromCompletionAndEndsAtTheBoundary) {
 
 TEST_F(CoordinatorTest, TheHeartbeatKeepsALongOwnersClaim) {
   policy_.lease = 300ms;  // renewed every 100 ms of the policy's (manual) clock
-  Gate owner_running;
-  Gate release_owner;
-  auto execute = [&](ClaimHold&) {
-    owner_running.open();
-    release_owner.wait();
-    return int_result(1);
-  };
-  Outcome owner;
-  std::thread owner_thread(
-      [&] { owner.result = coordinator_->run(policy_, call("long"), execute); });
-  owner_running.wait();
-
-  auto other_process = idem::make_idempotency_coordinator(store_);
-  auto rejecting = policy_;
-  rejecting.in_progress = idem::InProgressPolicy::reject;
+  HeldOwner owner(*coordinator_, policy_, call("long"));
+  const auto other = other_process();
   for (int i = 0; i < 5; ++i) {
     clock_->advance(200ms);  // 1 s in all: more than three leases
     store_->await_renewals_above(store_->renewals());
-    EXPECT_THROW(other_process->run(rejecting, call("long"), execute), idem::AlreadyInProgress)
+    EXPECT_THROW(other->run(rejecting(), call("long"), owner.body()), idem::AlreadyInProgress)
         << "round " << i;
   }
-  release_owner.open();
-  owner_thread.join();
-  EXPECT_EQ(owner.result->status, IdempotencyStatus::executed);
-  EXPECT_TRUE(owner.result->recorded);
+  const CoordinatedResult& result = owner.release().result();
+  EXPECT_EQ(result.status, IdempotencyStatus::executed);
+  EXPECT_TRUE(result.recorded);
 }
 
 TEST_F(CoordinatorTest, AnOwnerWhoseClaimWasTakenOverIsNotRecorded) {
@@ -882,23 +846,10 @@ TEST_F(CoordinatorTest, AnOwnerWhoseClaimWasTakenOverIsNotRecorded) {
 // ---- another process (a second coordinator over the same store) ----------------------------
 
 TEST_F(CoordinatorTest, RejectPolicySaysWhoHoldsTheKeyUntilWhen) {
-  Gate owner_running;
-  Gate release_owner;
-  auto execute = [&](ClaimHold&) {
-    owner_running.open();
-    release_owner.wait();
-    return int_result(1);
-  };
-  Outcome owner;
-  std::thread owner_thread(
-      [&] { owner.result = coordinator_->run(policy_, call("busy"), execute); });
-  owner_running.wait();
-
-  auto other_process = idem::make_idempotency_coordinator(store_);
-  auto rejecting = policy_;
-  rejecting.in_progress = idem::InProgressPolicy::reject;
+  HeldOwner owner(*coordinator_, policy_, call("busy"));
+  const auto other = other_process();
   try {
-    other_process->run(rejecting, call("busy"), execute);
+    other->run(rejecting(), call("busy"), owner.body());
     ADD_FAILURE() << "expected AlreadyInProgress";
   } catch (const idem::AlreadyInProgress& e) {
     const std::string message = e.what();
@@ -906,69 +857,41 @@ TEST_F(CoordinatorTest, RejectPolicySaysWhoHoldsTheKeyUntilWhen) {
     EXPECT_NE(message.find("2030-01-01T00:00:30.000Z"), std::string::npos) << message;
     EXPECT_TRUE(e.retryable());
   }
-  release_owner.open();
-  owner_thread.join();
+  (void)owner.release().result();
   // Once completed, the other process replays.
-  const auto replay = other_process->run(rejecting, call("busy"), execute);
+  const auto replay = other->run(rejecting(), call("busy"), owner.body());
   EXPECT_EQ(replay.status, IdempotencyStatus::replayed);
   EXPECT_EQ(as_int(replay), 1);
 }
 
 TEST_F(CoordinatorTest, WaitPolicyReplaysWhatTheOtherProcessCompletes) {
-  Gate owner_running;
-  Gate release_owner;
-  auto execute = [&](ClaimHold&) {
-    owner_running.open();
-    release_owner.wait();
-    return int_result(77);
-  };
-  Outcome owner;
-  std::thread owner_thread(
-      [&] { owner.result = coordinator_->run(policy_, call("shared"), execute); });
-  owner_running.wait();
-
-  auto other_process = idem::make_idempotency_coordinator(store_);
+  HeldOwner owner(*coordinator_, policy_, call("shared"), [] { return int_result(77); });
+  const auto other = other_process();
   bool other_executed = false;
-  Outcome waiter;
-  std::thread waiter_thread([&] {
-    waiter.result = other_process->run(policy_, call("shared"), [&](ClaimHold&) {
+  OnThread waiter([&] {
+    return other->run(policy_, call("shared"), [&](ClaimHold&) {
       other_executed = true;
       return int_result(0);
     });
   });
   store_->await_waits_above(0);
-  release_owner.open();
-  owner_thread.join();
-  waiter_thread.join();
+  owner.release();
+  EXPECT_EQ(waiter.result().status, IdempotencyStatus::replayed);
+  EXPECT_EQ(as_int(waiter.result()), 77);
   EXPECT_FALSE(other_executed);
-  EXPECT_EQ(waiter.result->status, IdempotencyStatus::replayed);
-  EXPECT_EQ(as_int(*waiter.result), 77);
 }
 
 TEST_F(CoordinatorTest, WaitPolicyExecutesWhenTheOtherProcessFails) {
-  Gate owner_running;
-  Gate release_owner;
-  auto failing = [&](ClaimHold&) -> Execution {
-    owner_running.open();
-    release_owner.wait();
-    throw std::runtime_error("owner failed");
-  };
-  std::thread owner_thread([&] {
-    EXPECT_THROW(coordinator_->run(policy_, call("shared"), failing), std::runtime_error);
-  });
-  owner_running.wait();
-  auto other_process = idem::make_idempotency_coordinator(store_);
-  Outcome waiter;
-  std::thread waiter_thread([&] {
-    waiter.result =
-        other_process->run(policy_, call("shared"), [](ClaimHold&) { return int_result(5); });
+  HeldOwner owner(*coordinator_, policy_, call("shared"),
+                  []() -> Execution { throw std::runtime_error("owner failed"); });
+  const auto other = other_process();
+  OnThread waiter([&] {
+    return other->run(policy_, call("shared"), [](ClaimHold&) { return int_result(5); });
   });
   store_->await_waits_above(0);
-  release_owner.open();
-  owner_thread.join();
-  waiter_thread.join();
-  EXPECT_EQ(waiter.result->status, IdempotencyStatus::executed);
-  EXPECT_EQ(as_int(*waiter.result), 5);
+  EXPECT_THROW(std::rethrow_exception(owner.release().error()), std::runtime_error);
+  EXPECT_EQ(waiter.result().status, IdempotencyStatus::executed);
+  EXPECT_EQ(as_int(waiter.result()), 5);
 }
 
 TEST_F(CoordinatorTest, WaitPolicyTakesOverADeadOwnersKey) {
@@ -976,17 +899,13 @@ TEST_F(CoordinatorTest, WaitPolicyTakesOverADeadOwnersKey) {
   const auto dead = memory_->claim("orphan", std::nullopt, 30s);
   ASSERT_EQ(dead.status, idem::ClaimOutcome::Status::acquired);
   policy_.max_wait = 1min;
-  Outcome waiter;
-  std::thread waiter_thread([&] {
-    waiter.result =
-        coordinator_->run(policy_, call("orphan"), [](ClaimHold&) { return int_result(8); });
+  OnThread waiter([&] {
+    return coordinator_->run(policy_, call("orphan"), [](ClaimHold&) { return int_result(8); });
   });
   store_->await_waits_above(0);
   clock_->advance(30s);  // the dead owner's lease ends
-  waiter_thread.join();
-  ASSERT_TRUE(waiter.result.has_value());
-  EXPECT_EQ(waiter.result->status, IdempotencyStatus::executed);
-  EXPECT_TRUE(waiter.result->took_over);
+  EXPECT_EQ(waiter.result().status, IdempotencyStatus::executed);
+  EXPECT_TRUE(waiter.result().took_over);
   EXPECT_FALSE(memory_->complete("orphan", dead.token, {}, {}, 1h)) << "the dead owner is fenced";
 }
 
@@ -994,19 +913,13 @@ TEST_F(CoordinatorTest, WaitPolicyGivesUpAfterMaxWait) {
   const auto other = memory_->claim("stuck", std::nullopt, 1h);
   ASSERT_EQ(other.status, idem::ClaimOutcome::Status::acquired);
   policy_.max_wait = 2s;
-  std::exception_ptr error;
-  std::thread waiter_thread([&] {
-    try {
-      coordinator_->run(policy_, call("stuck"), [](ClaimHold&) { return int_result(0); });
-    } catch (...) {
-      error = std::current_exception();
-    }
+  OnThread waiter([&] {
+    return coordinator_->run(policy_, call("stuck"), [](ClaimHold&) { return int_result(0); });
   });
   store_->await_waits_above(0);
   clock_->advance(2s);
-  waiter_thread.join();
   try {
-    std::rethrow_exception(error);
+    std::rethrow_exception(waiter.error());
   } catch (const idem::AlreadyInProgress& e) {
     EXPECT_NE(std::string(e.what()).find("2000 ms"), std::string::npos) << e.what();
   } catch (...) {
@@ -1021,30 +934,21 @@ TEST_F(CoordinatorTest, ALeaderThatStopsWaitingForAnotherProcessLeavesItsJoiners
   std::stop_source stop;
   auto leader_call = call("elsewhere");
   leader_call.stop = stop.get_token();
-  std::exception_ptr leader_error;
-  std::thread leader([&] {
-    try {
-      coordinator_->run(policy_, leader_call, [](ClaimHold&) { return int_result(0); });
-    } catch (...) {
-      leader_error = std::current_exception();
-    }
+  OnThread leader([&] {
+    return coordinator_->run(policy_, leader_call, [](ClaimHold&) { return int_result(0); });
   });
   store_->await_waits_above(0);
-  Outcome joiner;
-  std::thread joiner_thread([&] {
-    joiner.result =
-        coordinator_->run(policy_, call("elsewhere"), [](ClaimHold&) { return int_result(6); });
+  OnThread joiner([&] {
+    return coordinator_->run(policy_, call("elsewhere"), [](ClaimHold&) { return int_result(6); });
   });
-  ASSERT_TRUE(eventually([&] { return coordinator_->waiters("elsewhere") == 1; }));
+  EXPECT_TRUE(eventually([&] { return coordinator_->waiters("elsewhere") == 1; }));
   stop.request_stop();
-  leader.join();
-  EXPECT_THROW(std::rethrow_exception(leader_error), idem::Cancelled);
+  EXPECT_THROW(std::rethrow_exception(leader.error()), idem::Cancelled);
   // The joiner now leads and waits itself; the other process finishes by releasing.
   store_->await_waits_above(1);
-  ASSERT_TRUE(memory_->release("elsewhere", other.token));
-  joiner_thread.join();
-  EXPECT_EQ(joiner.result->status, IdempotencyStatus::executed);
-  EXPECT_EQ(as_int(*joiner.result), 6);
+  EXPECT_TRUE(memory_->release("elsewhere", other.token));
+  EXPECT_EQ(joiner.result().status, IdempotencyStatus::executed);
+  EXPECT_EQ(as_int(joiner.result()), 6);
 }
 
 // ---- coordinators and stores -----------------------------------------------------------------
