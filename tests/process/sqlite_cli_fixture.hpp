@@ -7,7 +7,6 @@
 #include <unistd.h>
 
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 
 #include <chrono>
 #include <filesystem>
@@ -17,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../sqlite_raw_db.hpp"
 #include "demo_cli.hpp"
 #include "idem/report.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
@@ -131,29 +131,12 @@ class CliStoreCommands : public ::testing::Test {
 
 // SQL run on a plain sqlite3 connection, as the Python program does (rollback journal).
 inline void raw_exec(const fs::path& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(path.c_str(), &db), SQLITE_OK);
-  char* error = nullptr;
-  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &error);
-  const std::string message = error != nullptr ? error : "";
-  sqlite3_free(error);
-  sqlite3_close(db);
-  ASSERT_EQ(rc, SQLITE_OK) << message << " in: " << sql;
+  RawDb(path.string()).exec(sql);
 }
 
 // The first column of the first row, as text ("" when none).
 inline std::string raw_text(const fs::path& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_stmt* stmt = nullptr;
-  std::string result;
-  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &stmt, nullptr) == SQLITE_OK &&
-      sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_text(stmt, 0) != nullptr) {
-    result = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-  }
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return result;
+  return RawDb(path.string(), RawDb::kReadOnly).text(sql).value_or("");
 }
 
 // The files next to a database that SQLite makes when it writes (or switches to WAL).

@@ -2,7 +2,6 @@
 // rows and the oldest row's age; purge deletes old markers and leaves unsent rows; a file
 // without an outbox shows `outbox: none` and gets no table from stats.
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -10,6 +9,7 @@
 #include <vector>
 
 #include "../outbox_case.hpp"
+#include "../sqlite_raw_db.hpp"
 #include "../temp_dir.hpp"
 #include "idem/sqlite/sqlite_outbox.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
@@ -36,15 +36,8 @@ CliRun cli(std::vector<std::string> args) {
 }
 
 bool has_outbox_table(const std::string& path) {
-  sqlite3* db = nullptr;
-  sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
-  sqlite3_stmt* stmt = nullptr;
-  sqlite3_prepare_v2(db, "SELECT 1 FROM sqlite_master WHERE name = 'idem_outbox'", -1, &stmt,
-                     nullptr);
-  const bool found = sqlite3_step(stmt) == SQLITE_ROW;
-  sqlite3_finalize(stmt);
-  sqlite3_close(db);
-  return found;
+  return idem::test::sqlite_query_int(
+             path, "SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox'") > 0;
 }
 
 class CliOutbox : public ::testing::Test {

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../../backends/sqlite/src/connection.hpp"  // the error mapping, tested directly
+#include "../sqlite_raw_db.hpp"
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
@@ -41,48 +42,8 @@ using idem::sqlite::SqliteTransaction;
 using idem::testing::ManualClock;
 using namespace std::chrono_literals;
 
+using idem::test::RawDb;
 using idem::test::TempDir;
-
-// A plain sqlite3 connection, as another program (infinity_bus, the sqlite3 shell) would use.
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
-      throw std::runtime_error("raw open failed: " + std::string(sqlite3_errmsg(db_)));
-    }
-    sqlite3_busy_timeout(db_, 5000);
-  }
-  RawDb(const RawDb&) = delete;
-  RawDb& operator=(const RawDb&) = delete;
-  ~RawDb() { sqlite3_close_v2(db_); }
-
-  void exec(const std::string& sql) {
-    char* error = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-      const std::string message = error != nullptr ? error : "?";
-      sqlite3_free(error);
-      throw std::runtime_error("raw exec failed: " + message + " in: " + sql);
-    }
-  }
-  // The first column of the first row, as text (nullopt: no row or NULL).
-  std::optional<std::string> text(const std::string& sql) {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-      throw std::runtime_error("raw prepare failed: " + std::string(sqlite3_errmsg(db_)));
-    }
-    std::optional<std::string> result;
-    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL) {
-      result = reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0));
-    }
-    sqlite3_finalize(stmt);
-    return result;
-  }
-  long long integer(const std::string& sql) { return std::stoll(text(sql).value_or("-1")); }
-  sqlite3* db() const { return db_; }
-
- private:
-  sqlite3* db_ = nullptr;
-};
 
 // infinity_bus's table, exactly as its SqliteIdempotencyRecorder.start() creates it.
 constexpr const char* kInfinityBusSchema =

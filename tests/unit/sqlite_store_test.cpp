@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../sqlite_raw_db.hpp"
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/resilient.hpp"
@@ -47,49 +48,8 @@ using idem::sqlite::SqliteOptions;
 using idem::testing::ManualClock;
 using namespace std::chrono_literals;
 
+using idem::test::RawDb;
 using idem::test::TempDir;
-
-// A plain sqlite3 connection, as an operator with the sqlite3 shell (or a buggy program) has.
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
-      throw std::runtime_error("raw open failed: " + std::string(sqlite3_errmsg(db_)));
-    }
-    sqlite3_busy_timeout(db_, 5000);
-  }
-  RawDb(const RawDb&) = delete;
-  RawDb& operator=(const RawDb&) = delete;
-  ~RawDb() { sqlite3_close_v2(db_); }
-
-  void exec(const std::string& sql) {
-    char* error = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-      const std::string message = error != nullptr ? error : "?";
-      sqlite3_free(error);
-      throw std::runtime_error("raw exec failed: " + message + " in: " + sql);
-    }
-  }
-  // The first column of the first row as bytes (nullopt: no row or NULL).
-  std::optional<std::string> bytes(const std::string& sql) {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-      throw std::runtime_error("raw prepare failed: " + std::string(sqlite3_errmsg(db_)));
-    }
-    std::optional<std::string> result;
-    if (sqlite3_step(stmt) == SQLITE_ROW && sqlite3_column_type(stmt, 0) != SQLITE_NULL) {
-      const auto* data = static_cast<const char*>(sqlite3_column_blob(stmt, 0));
-      result = std::string(data == nullptr ? "" : data,
-                           static_cast<std::size_t>(sqlite3_column_bytes(stmt, 0)));
-    }
-    sqlite3_finalize(stmt);
-    return result;
-  }
-  long long integer(const std::string& sql) { return std::stoll(bytes(sql).value_or("-1")); }
-
- private:
-  sqlite3* db_ = nullptr;
-};
 
 SqliteOptions with_clock(std::shared_ptr<ManualClock> clock) {
   SqliteOptions options;
