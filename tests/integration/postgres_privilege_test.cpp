@@ -18,6 +18,7 @@
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
 #include "idem/report.hpp"
+#include "privilege_calls.hpp"
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
@@ -98,42 +99,12 @@ TEST_F(PostgresPrivilege, TheRoleIsNotPrivileged) {
 
 TEST_F(PostgresPrivilege, EveryCallWorksUnderTheDocumentedGrants) {
   PostgresIdempotencyRecorder recorder(as_app(schema_.name()));
-  EXPECT_FALSE(recorder.is_processed("c", "e1"));
-  recorder.mark_processed("c", "e1");
-  EXPECT_TRUE(recorder.is_processed("c", "e1"));
-  const std::vector<std::string> ids = {"e1", "e2"};
-  EXPECT_EQ(recorder.is_processed_many("c", ids), (std::vector<bool>{true, false}));
-  recorder.mark_processed_many("c", ids);
-  const idem::Claim claim = recorder.claim("c", "e3", 5s);
-  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
-  EXPECT_TRUE(recorder.renew("c", "e3", claim.token, 5s));
-  EXPECT_TRUE(recorder.complete("c", "e3", claim.token));
-  const idem::Claim other = recorder.claim("c", "e4", 5s);
-  EXPECT_TRUE(recorder.release("c", "e4", other.token));
+  idem::test::every_recorder_call_works(recorder);
   bool ran = false;
   EXPECT_TRUE(recorder.run_transactional("c", "e5", [&](idem::Transaction&) { ran = true; }));
   EXPECT_TRUE(ran);
-  (void)recorder.purge(24h);
-  (void)recorder.count_purgeable(24h);
-  (void)recorder.consumer_counts();
-  (void)recorder.inspect("c", "e3");
-
   PostgresIdempotencyStore store(as_app(schema_.name()));
-  const idem::ClaimOutcome owned = store.claim("k1", std::string_view("fp"), 5s);
-  ASSERT_EQ(owned.status, idem::ClaimOutcome::Status::acquired);
-  EXPECT_TRUE(store.renew("k1", owned.token, 5s));
-  idem::StoredValue value;
-  value.bytes = "result";
-  EXPECT_TRUE(store.complete("k1", owned.token, value, idem::ExecutionReport{}, 1h));
-  const auto record = store.lookup("k1");
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->value.bytes, "result");
-  const idem::ClaimOutcome dropped = store.claim("k2", std::nullopt, 5s);
-  EXPECT_TRUE(store.release("k2", dropped.token));
-  (void)store.purge_expired();
-  (void)store.counts();
-  (void)store.entry_count();
-  EXPECT_TRUE(store.wait("k1", std::chrono::steady_clock::now() + 1s, {}).has_value());
+  idem::test::every_store_call_works(store);
 }
 
 TEST_F(PostgresPrivilege, CreatingTablesAtRunTimeIsRefused) {

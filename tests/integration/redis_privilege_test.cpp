@@ -15,6 +15,7 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
+#include "privilege_calls.hpp"
 #include "redis_test_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
@@ -55,41 +56,9 @@ class RedisPrivilege : public ::testing::Test {
 
 TEST_F(RedisPrivilege, EveryCallWorksUnderTheDocumentedRule) {
   idem::redis::RedisIdempotencyRecorder recorder(as_app(prefix_.prefix()));
-  EXPECT_FALSE(recorder.is_processed("c", "e1"));
-  recorder.mark_processed("c", "e1");
-  EXPECT_TRUE(recorder.is_processed("c", "e1"));
-  const std::vector<std::string> ids = {"e1", "e2"};
-  EXPECT_EQ(recorder.is_processed_many("c", ids), (std::vector<bool>{true, false}));
-  recorder.mark_processed_many("c", ids);
-  const idem::Claim claim = recorder.claim("c", "e3", 5s);
-  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
-  EXPECT_TRUE(recorder.renew("c", "e3", claim.token, 5s));
-  EXPECT_TRUE(recorder.complete("c", "e3", claim.token));
-  const idem::Claim other = recorder.claim("c", "e4", 5s);
-  EXPECT_TRUE(recorder.release("c", "e4", other.token));
-  (void)recorder.purge(24h);
-  (void)recorder.count_purgeable(24h);
-  (void)recorder.consumer_counts();
-  (void)recorder.inspect("c", "e3");
-
+  idem::test::every_recorder_call_works(recorder);
   idem::redis::RedisIdempotencyStore store(as_app(prefix_.prefix()));
-  const idem::ClaimOutcome owned = store.claim("k1", std::string_view("fp"), 5s);
-  ASSERT_EQ(owned.status, idem::ClaimOutcome::Status::acquired);
-  EXPECT_TRUE(store.renew("k1", owned.token, 5s));
-  idem::StoredValue value;
-  value.bytes = "result";
-  EXPECT_TRUE(store.complete("k1", owned.token, value, idem::ExecutionReport{}, 1h));
-  const auto record = store.lookup("k1");
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->value.bytes, "result");
-  EXPECT_EQ(store.claim("k1", std::string_view("fp"), 5s).status,
-            idem::ClaimOutcome::Status::completed);
-  const idem::ClaimOutcome dropped = store.claim("k2", std::nullopt, 5s);
-  EXPECT_TRUE(store.release("k2", dropped.token));
-  (void)store.purge_expired();
-  (void)store.counts();
-  (void)store.entry_count();
-  EXPECT_TRUE(store.wait("k1", std::chrono::steady_clock::now() + 1s, {}).has_value());
+  idem::test::every_store_call_works(store);
 }
 
 TEST_F(RedisPrivilege, AKeyOutsideThePatternIsRefusedWithAClassifiedError) {
