@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "../postgres_test_support.hpp"
+#include "../purge_progress.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -19,21 +20,10 @@ namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
+using idem::test::expect_chunked;
 using idem::test::pg::query;
 using idem::test::pg::query_int;
 using std::chrono::hours;
-
-void expect_chunked(const std::vector<std::size_t>& calls, std::size_t total, std::size_t chunk,
-                    std::size_t min_calls) {
-  ASSERT_GE(calls.size(), min_calls);
-  std::size_t previous = 0;
-  for (std::size_t done : calls) {
-    EXPECT_GT(done, previous);
-    EXPECT_LE(done - previous, chunk);
-    previous = done;
-  }
-  EXPECT_EQ(calls.back(), total);
-}
 
 // The ManualClock's start (2030-01-01T00:00:00Z) in SQL.
 constexpr const char* kNow = "'2030-01-01T00:00:00Z'::timestamptz";

@@ -12,7 +12,6 @@
 // SQLite always runs; Redis and PostgreSQL run when their servers are configured
 // (IDEM_TEST_REDIS_URL / IDEM_TEST_POSTGRES_URL), else skip — or fail with IDEM_REQUIRE_SERVERS=1.
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -23,6 +22,7 @@
 #include <vector>
 
 #include "../postgres_test_support.hpp"
+#include "../sqlite_raw_db.hpp"
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
@@ -226,19 +226,8 @@ void check_store(idem::IdempotencyStore& store, bool utf8_only) {
 using idem::test::TempDir;
 
 std::vector<std::string> sqlite_tables(const std::string& path) {
-  sqlite3* db = nullptr;
-  std::vector<std::string> tables;
-  if (sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) == SQLITE_OK) {
-    sqlite3_stmt* stmt = nullptr;
-    sqlite3_prepare_v2(db, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name", -1,
-                       &stmt, nullptr);
-    while (stmt != nullptr && sqlite3_step(stmt) == SQLITE_ROW) {
-      tables.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
-    }
-    sqlite3_finalize(stmt);
-  }
-  sqlite3_close(db);
-  return tables;
+  return idem::test::RawDb(path, idem::test::RawDb::kReadOnly)
+      .column("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name");
 }
 
 // ---- SQLite ------------------------------------------------------------------------------------

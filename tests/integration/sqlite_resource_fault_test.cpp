@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "../process/worker/child_process.hpp"
+#include "../sqlite_raw_db.hpp"
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
@@ -254,39 +255,7 @@ class ArmedSyncFault {
 
 using idem::test::TempDir;
 
-// A raw connection of the test's own (to hold locks), closed by RAII.
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) {
-      throw std::runtime_error("open " + path + ": " + sqlite3_errmsg(db_));
-    }
-  }
-  RawDb(const RawDb&) = delete;
-  RawDb& operator=(const RawDb&) = delete;
-  ~RawDb() { sqlite3_close(db_); }
-  void exec(const std::string& sql) {
-    char* error = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-      std::string message = error != nullptr ? error : "?";
-      sqlite3_free(error);
-      throw std::runtime_error(sql + ": " + message);
-    }
-  }
-  // The first column of the first row of `sql`, as an integer (-1: no row).
-  long long integer(const std::string& sql) {
-    sqlite3_stmt* stmt = nullptr;
-    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
-      throw std::runtime_error(sql + ": " + sqlite3_errmsg(db_));
-    }
-    const long long value = sqlite3_step(stmt) == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : -1;
-    sqlite3_finalize(stmt);
-    return value;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
+using idem::test::RawDb;
 
 // Runs `fn`, which must throw a SqliteError; returns it.
 template <class Fn>

@@ -2,86 +2,34 @@
 // chunk reports progress, old and young rows interleaved in rowid order are told apart across
 // chunk boundaries, and the totals are exact. Rows are written with plain SQL in one transaction
 // (thousands of marks through the API would test nothing more, only slower).
-#include <sqlite3.h>
-#include <unistd.h>
-
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <cstdlib>
-#include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "../purge_progress.hpp"
+#include "../sqlite_raw_db.hpp"
+#include "../temp_dir.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "idem/testing/manual_clock.hpp"
 
 namespace {
 
-namespace fs = std::filesystem;
+using idem::test::RawDb;
 using std::chrono::hours;
-
-class RawDb {
- public:
-  explicit RawDb(const std::string& path) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("open failed");
-  }
-  ~RawDb() { sqlite3_close(db_); }
-  RawDb(const RawDb&) = delete;
-  RawDb& operator=(const RawDb&) = delete;
-  void exec(const std::string& sql) {
-    char* error = nullptr;
-    if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
-      const std::string message = error ? error : "?";
-      sqlite3_free(error);
-      throw std::runtime_error(message + " in " + sql);
-    }
-  }
-  long long count(const std::string& sql) {
-    sqlite3_stmt* stmt = nullptr;
-    sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr);
-    long long n = -1;
-    if (sqlite3_step(stmt) == SQLITE_ROW) n = sqlite3_column_int64(stmt, 0);
-    sqlite3_finalize(stmt);
-    return n;
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-};
 
 class SqlitePurgeChunks : public ::testing::Test {
  protected:
   void SetUp() override {
-    char pattern[] = "/tmp/idem-purge-chunks-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    path_ = (dir_ / "idem.db").string();
     options_.clock = clock_;
     options_.durability = idem::sqlite::Durability::off;
   }
-  void TearDown() override {
-    std::error_code ignored;
-    fs::remove_all(dir_, ignored);
-  }
 
-  // Checks that `calls` grow strictly by at most `chunk` each and end at `total`.
-  static void expect_chunked(const std::vector<std::size_t>& calls, std::size_t total,
-                             std::size_t chunk, std::size_t min_calls) {
-    ASSERT_GE(calls.size(), min_calls);
-    std::size_t previous = 0;
-    for (std::size_t done : calls) {
-      EXPECT_GT(done, previous);
-      EXPECT_LE(done - previous, chunk);
-      previous = done;
-    }
-    EXPECT_EQ(calls.back(), total);
-  }
-
-  fs::path dir_;
-  std::string path_;
+  idem::test::TempDir dir_;
+  std::string path_ = dir_.file("idem.db");
   std::shared_ptr<idem::testing::ManualClock> clock_ =
       std::make_shared<idem::testing::ManualClock>();
   idem::sqlite::SqliteOptions options_;
@@ -110,10 +58,10 @@ TEST_F(SqlitePurgeChunks, RecorderPurgeScansInRowidChunksAndKeepsYoungRowsBetwee
       recorder.purge(hours(24), [&](std::size_t done) { calls.push_back(done); });
   EXPECT_EQ(purged, static_cast<std::size_t>(old_rows));
   // 5,000 rows at 2,000 scanned per chunk: three chunks, each deleting at most 2,000.
-  expect_chunked(calls, purged, 2000, 3);
+  idem::test::expect_chunked(calls, purged, 2000, 3);
   RawDb raw(path_);
-  EXPECT_EQ(raw.count("SELECT count(*) FROM processed_log"), kRows - old_rows);
-  EXPECT_EQ(raw.count("SELECT count(*) FROM processed_log WHERE ts = '" + young_ts + "'"),
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log"), kRows - old_rows);
+  EXPECT_EQ(raw.integer("SELECT count(*) FROM processed_log WHERE ts = '" + young_ts + "'"),
             kRows - old_rows);
   EXPECT_EQ(recorder.purge(hours(24)), 0u);
 }
