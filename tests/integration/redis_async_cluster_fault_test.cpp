@@ -50,35 +50,19 @@ TEST(RedisAsyncClusterFailover, AKilledPrimaryIsReplacedUnderThePipelinedRouter)
   const int victim = cluster_ports().at(1);
   const KilledPrimary killed(victim);  // put back at the end, whatever happens
   ASSERT_TRUE(killed.killed());
-  const auto bound = options.connect_timeout + options.command_timeout + 5s;
-  const auto limit = Clock::now() + 60s;
-  std::vector<std::string> acknowledged;
-  int failures = 0;
-  bool recovered = false;
-  for (int i = 0; !recovered && Clock::now() < limit; ++i) {
-    const std::string id = "during-" + std::to_string(i);
-    const auto start = Clock::now();
-    try {
-      idem::test::run(io, recorder.mark_processed("billing", id));
-      acknowledged.push_back(id);
-      if (i % 20 == 0) {
-        idem::test::run(io, recorder.mark_processed_many("billing", ids("probe-" + id, 30)));
-        recovered = true;
-      }
-    } catch (const RedisError& e) {
-      EXPECT_TRUE(e.retryable() || e.in_doubt()) << e.what();
-      ++failures;
-      std::this_thread::sleep_for(20ms);
-    }
-    EXPECT_LT(Clock::now() - start, bound) << "call " << i << " did not end in time";
-  }
-  ASSERT_TRUE(recovered) << "no batch over every slot succeeded within 60 s of the kill";
-  EXPECT_GT(failures, 0) << "no call noticed the primary was gone";
+  const FailoverMarks marks = mark_through_failover(
+      options.connect_timeout + options.command_timeout + 5s,
+      [&](const std::string& id) { idem::test::run(io, recorder.mark_processed("billing", id)); },
+      [&](const std::vector<std::string>& batch) {
+        idem::test::run(io, recorder.mark_processed_many("billing", batch));
+      });
+  ASSERT_TRUE(marks.recovered) << "no batch over every slot succeeded within 60 s of the kill";
+  EXPECT_GT(marks.failures, 0) << "no call noticed the primary was gone";
   EXPECT_EQ(idem::test::run(io, recorder.is_processed_many("billing", before)),
             std::vector<bool>(before.size(), true))
       << "a mark its replica had confirmed was lost";
-  EXPECT_EQ(idem::test::run(io, recorder.is_processed_many("billing", acknowledged)),
-            std::vector<bool>(acknowledged.size(), true));
+  EXPECT_EQ(idem::test::run(io, recorder.is_processed_many("billing", marks.acknowledged)),
+            std::vector<bool>(marks.acknowledged.size(), true));
 }
 
 }  // namespace

@@ -115,4 +115,39 @@ class KilledPrimary {
   bool killed_;
 };
 
+// What marking through a failover saw (mark_through_failover).
+struct FailoverMarks {
+  std::vector<std::string> acknowledged;  // the single marks that succeeded
+  int failures = 0;                       // calls that ended with a RedisError
+  bool recovered = false;                 // a batch over every slot succeeded
+};
+
+// Marks single ids round the keyspace ("during-<i>"; a third of them on a killed primary's slots)
+// until a whole batch over every slot (`mark_batch` of 30 "probe-<i>-..." ids, every 20th call)
+// succeeds after the promotion, for 60 s at most. Every call must end within `bound`, with
+// success or a retryable / in-doubt RedisError.
+template <class MarkOne, class MarkBatch>
+FailoverMarks mark_through_failover(Clock::duration bound, MarkOne mark_one, MarkBatch mark_batch) {
+  FailoverMarks marks;
+  const auto limit = Clock::now() + 60s;
+  for (int i = 0; !marks.recovered && Clock::now() < limit; ++i) {
+    const std::string id = "during-" + std::to_string(i);
+    const auto start = Clock::now();
+    try {
+      mark_one(id);
+      marks.acknowledged.push_back(id);
+      if (i % 20 == 0) {
+        mark_batch(ids("probe-" + std::to_string(i), 30));
+        marks.recovered = true;
+      }
+    } catch (const RedisError& e) {
+      EXPECT_TRUE(e.retryable() || e.in_doubt()) << e.what();
+      ++marks.failures;
+      std::this_thread::sleep_for(20ms);
+    }
+    EXPECT_LT(Clock::now() - start, bound) << "call " << i << " did not end in time";
+  }
+  return marks;
+}
+
 }  // namespace idem::test::cluster

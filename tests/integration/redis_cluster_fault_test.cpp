@@ -59,38 +59,19 @@ TEST_F(RedisClusterFailover, AKilledPrimaryIsReplacedAndCallsEndWithinTheirDeadl
   const KilledPrimary killed(victim);  // put back at the end, whatever happens
   ASSERT_TRUE(killed.killed());
 
-  // Single marks round the keyspace (a third of them on the killed primary's slots) until a
-  // whole batch over every slot succeeds after the promotion.
-  const auto bound = options.connect_timeout + options.command_timeout + 5s;
-  const auto limit = Clock::now() + 60s;
-  std::vector<std::string> acknowledged;
-  int failures = 0;
-  bool recovered = false;
-  for (int i = 0; !recovered && Clock::now() < limit; ++i) {
-    const std::string id = "during-" + std::to_string(i);
-    const auto start = Clock::now();
-    try {
-      recorder.mark_processed("billing", id);
-      acknowledged.push_back(id);
-      if (i % 20 == 0) {
-        const auto batch = ids("probe-" + std::to_string(i), 30);
+  const FailoverMarks marks = mark_through_failover(
+      options.connect_timeout + options.command_timeout + 5s,
+      [&](const std::string& id) { recorder.mark_processed("billing", id); },
+      [&](const std::vector<std::string>& batch) {
         recorder.mark_processed_many("billing", batch);
-        recovered = true;
-      }
-    } catch (const RedisError& e) {
-      EXPECT_TRUE(e.retryable() || e.in_doubt()) << e.what();
-      ++failures;
-      std::this_thread::sleep_for(20ms);
-    }
-    EXPECT_LT(Clock::now() - start, bound) << "call " << i << " did not end in time";
-  }
-  ASSERT_TRUE(recovered) << "no batch over every slot succeeded within 60 s of the kill";
-  EXPECT_GT(failures, 0) << "no call noticed the primary was gone";
+      });
+  ASSERT_TRUE(marks.recovered) << "no batch over every slot succeeded within 60 s of the kill";
+  EXPECT_GT(marks.failures, 0) << "no call noticed the primary was gone";
   EXPECT_EQ(recorder.is_processed_many("billing", before), std::vector<bool>(before.size(), true))
       << "a mark its replica had confirmed was lost";
   // Acknowledged after the kill: by a live primary, or by the promoted replica.
-  EXPECT_EQ(recorder.is_processed_many("billing", acknowledged),
-            std::vector<bool>(acknowledged.size(), true));
+  EXPECT_EQ(recorder.is_processed_many("billing", marks.acknowledged),
+            std::vector<bool>(marks.acknowledged.size(), true));
 }
 
 }  // namespace
