@@ -99,22 +99,16 @@ TEST_F(RedisTlsAsync, AsyncConnectionKeepsTlsAcrossAKillAndIdleTime) {
 
 TEST_F(RedisTlsAsync, EveryRefusalIsANonRetryableTlsErrorNamingItsCause) {
   ASSERT_NE(port_of("IDEM_TEST_REDIS_TLS_EXPIRED_PORT"), 0);
-  for (const auto& refusal : refusals()) {
-    RedisOptions options = tls_options();
-    refusal.change(options);
-    expect_tls_refusal(
-        [&] {
-          AsyncRedisRecorder recorder(io_.get_executor(), options);
-          (void)run(io_, recorder.is_processed("c", "e"));
-        },
-        refusal, "async recorder");
-    expect_tls_refusal(
-        [&] {
-          AsyncRedisStore store(io_.get_executor(), options);
-          (void)run(io_, store.claim("k", std::nullopt, 10s));
-        },
-        refusal, "async store");
-  }
+  expect_every_refusal(
+      tls_options(), "async",
+      [&](const RedisOptions& options) {
+        AsyncRedisRecorder recorder(io_.get_executor(), options);
+        (void)run(io_, recorder.is_processed("c", "e"));
+      },
+      [&](const RedisOptions& options) {
+        AsyncRedisStore store(io_.get_executor(), options);
+        (void)run(io_, store.claim("k", std::nullopt, 10s));
+      });
   EXPECT_EQ(keys_.key_count(), 0u) << "a refused connection wrote something";
 }
 

@@ -150,4 +150,18 @@ inline void expect_tls_refusal(const std::function<void()>& call, const Refusal&
   }
 }
 
+// Every refusal of refusals(), applied to `good`, for a recorder and a store of one face:
+// `use_recorder(options)` and `use_store(options)` each open one on the refused options and make
+// a call.
+inline void expect_every_refusal(const RedisOptions& good, const std::string& face,
+                                 const std::function<void(const RedisOptions&)>& use_recorder,
+                                 const std::function<void(const RedisOptions&)>& use_store) {
+  for (const auto& refusal : refusals()) {
+    RedisOptions options = good;
+    refusal.change(options);
+    expect_tls_refusal([&] { use_recorder(options); }, refusal, (face + " recorder").c_str());
+    expect_tls_refusal([&] { use_store(options); }, refusal, (face + " store").c_str());
+  }
+}
+
 }  // namespace idem::test::tls

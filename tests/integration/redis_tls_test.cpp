@@ -139,22 +139,16 @@ TEST_F(RedisTls, AnAclUserAuthenticatesOverTls) {
 
 TEST_F(RedisTls, EveryRefusalIsANonRetryableTlsErrorNamingItsCause) {
   ASSERT_NE(port_of("IDEM_TEST_REDIS_TLS_EXPIRED_PORT"), 0);
-  for (const auto& refusal : refusals()) {
-    RedisOptions options = tls_options();
-    refusal.change(options);
-    expect_tls_refusal(
-        [&] {
-          RedisIdempotencyRecorder recorder(options);
-          (void)recorder.is_processed("c", "e");
-        },
-        refusal, "blocking recorder");
-    expect_tls_refusal(
-        [&] {
-          RedisIdempotencyStore store(options);
-          (void)store.claim("k", std::nullopt, 10s);
-        },
-        refusal, "blocking store");
-  }
+  expect_every_refusal(
+      tls_options(), "blocking",
+      [](const RedisOptions& options) {
+        RedisIdempotencyRecorder recorder(options);
+        (void)recorder.is_processed("c", "e");
+      },
+      [](const RedisOptions& options) {
+        RedisIdempotencyStore store(options);
+        (void)store.claim("k", std::nullopt, 10s);
+      });
   EXPECT_EQ(keys_.key_count(), 0u) << "a refused connection wrote something";
 }
 
