@@ -10,17 +10,12 @@
 
 #include "idem/handler.hpp"
 #include "idem/open.hpp"
-#include "idem/rabbitmq/consumer.hpp"
-#include "idem/rabbitmq/publisher.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
 IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
-
-using idem::BusProxy;
-using idem::Event;
 
 struct BackendCase {
   std::string name;
@@ -41,36 +36,8 @@ TEST_P(RabbitMqBackendTest, AnEventPublishedTwiceRunsItsSideEffectOnce) {
   if (param.url_variable == "IDEM_TEST_REDIS_URL") {
     url += "?prefix=idemtest:rmq:" + idem::new_event_id().substr(0, 12) + ":";
   }
-  auto recorder = idem::open_recorder(url);
-
-  const auto options = topology_.consumer_options("dup-" + param.name);
-  idem::rabbitmq::Consumer consumer(connection_, options);
-  consumer.connect();
-  idem::rabbitmq::Publisher publisher(connection_, topology_.publisher_options());
-  idem::test::SideEffects effects;
-  auto handler =
-      idem::make_idempotent_handler(options.consumer_name, recorder,
-                                    [&](const std::string&, BusProxy& bus, const Event& event) {
-                                      if (param.mode == idem::HandlerMode::transactional) {
-                                        EXPECT_NE(bus.transaction(), nullptr);
-                                      }
-                                      effects.record(event.id);
-                                    },
-                                    {param.mode});
-
-  constexpr std::size_t kEvents = 20;
-  for (std::size_t i = 0; i < kEvents; ++i) {
-    const Event event = Event::make("order.created", std::to_string(i));
-    publisher.publish(event);
-    publisher.publish(event);
-  }
-  ASSERT_TRUE(idem::test::consume_until(consumer, *handler,
-                                        [&] { return consumer.stats().acked == 2 * kEvents; }));
-  EXPECT_EQ(effects.distinct(), kEvents);
-  EXPECT_TRUE(effects.doubled().empty());
-  EXPECT_EQ(consumer.stats().duplicates, kEvents);
-  for (const auto& [id, count] : effects.counts())
-    EXPECT_TRUE(recorder->is_processed(options.consumer_name, id));
+  idem::test::expect_events_published_twice_run_once(topology_, connection_, "dup-" + param.name,
+                                                     idem::open_recorder(url), param.mode);
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -280,32 +280,8 @@ TEST_P(RabbitMqDuplicateTest, AnEventPublishedTwiceRunsItsSideEffectOnce) {
   } else {
     recorder = idem::open_recorder("sqlite://" + path);
   }
-  const auto options = topology_.consumer_options("dup-" + param.name);
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
-  SideEffects effects;
-  auto handler =
-      idem::make_idempotent_handler(options.consumer_name, recorder,
-                                    [&](const std::string&, BusProxy& bus, const Event& event) {
-                                      if (param.mode == idem::HandlerMode::transactional) {
-                                        EXPECT_NE(bus.transaction(), nullptr);
-                                      }
-                                      effects.record(event.id);
-                                    },
-                                    {param.mode});
-
-  constexpr int kEvents = 20;
-  for (int i = 0; i < kEvents; ++i) {
-    const Event event = Event::make("order.created", std::to_string(i));
-    publisher.publish(event);
-    publisher.publish(event);  // the same id again, on purpose
-  }
-  ASSERT_TRUE(
-      consume_until(consumer, *handler, [&] { return consumer.stats().acked == 2 * kEvents; }));
-  EXPECT_EQ(effects.distinct(), static_cast<std::size_t>(kEvents));
-  EXPECT_TRUE(effects.doubled().empty());
-  EXPECT_EQ(consumer.stats().duplicates, static_cast<std::size_t>(kEvents));
+  idem::test::expect_events_published_twice_run_once(topology_, connection_, "dup-" + param.name,
+                                                     recorder, param.mode);
   recorder.reset();
   for (const char* suffix : {"", "-wal", "-shm", "-journal"})
     std::remove((path + suffix).c_str());
