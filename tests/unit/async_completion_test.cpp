@@ -1,7 +1,7 @@
 // idem::async::detail::Completion, the one type-erased completion handler under every async
-// operation of idem: it posts once, to the handler's executor (or the fallback), keeps that
-// executor's work outstanding meanwhile, moves its arguments (an error is released where it is
-// read), clears the cancellation slot before the handler runs, keeps a use_awaitable handler
+// operation of idem: it posts (or dispatches) once, to the handler's executor (or the fallback),
+// keeps that executor's work outstanding meanwhile, moves its arguments (an error is released where
+// it is read), clears the cancellation slot before the handler runs, keeps a use_awaitable handler
 // inline, and destroys an unposted handler without calling it.
 #include <gtest/gtest.h>
 
@@ -159,6 +159,38 @@ TEST(AsyncCompletion, TheSlotIsClearedBeforeTheHandlerRuns) {
   ASSERT_TRUE(signal.slot().has_handler());
   completion.post();
   io.run();
+  EXPECT_FALSE(slot_had_handler);
+}
+
+TEST(AsyncCompletion, DispatchRunsTheHandlerAtOnceOnlyOnAThreadThatRunsItsExecutor) {
+  asio::io_context io;
+  asio::cancellation_signal signal;
+  int calls = 0;
+  bool slot_had_handler = true;
+  auto handler = [&](int value) {
+    ++calls;
+    slot_had_handler = signal.slot().has_handler();
+    EXPECT_EQ(value, 7);
+  };
+  // From a thread that does not run `io`: posted, like post().
+  Completion<void(int)> elsewhere(asio::bind_executor(io, handler));
+  elsewhere.dispatch(7);
+  EXPECT_FALSE(elsewhere);
+  EXPECT_EQ(calls, 0);
+  io.run();
+  EXPECT_EQ(calls, 1);
+  // From a handler that `io` runs: before dispatch() returns, its slot cleared first.
+  Completion<void(int)> here(
+      asio::bind_cancellation_slot(signal.slot(), asio::bind_executor(io, handler)));
+  here.slot().assign([](asio::cancellation_type) {});
+  int calls_when_returned = 0;
+  asio::post(io, [&] {
+    here.dispatch(7);
+    calls_when_returned = calls;
+  });
+  io.restart();
+  io.run();
+  EXPECT_EQ(calls_when_returned, 2);
   EXPECT_FALSE(slot_had_handler);
 }
 

@@ -14,7 +14,11 @@
 // construction when it has none) with the arguments moved, never copied: an exception_ptr the
 // caller reads is then released where it is read, not on the thread that completed it. On that
 // executor the handler's cancellation slot is cleared before the handler runs, so a cancellation
-// handler that refers to the operation is gone before the caller resumes. post() may be called
+// handler that refers to the operation is gone before the caller resumes. dispatch(args...) is
+// the same with asio::dispatch: the handler runs before dispatch() returns when its executor
+// allows it (this thread runs that executor's context, and a strand is free), else it is posted;
+// for a party that calls it where no state of its own is in the middle of a change (the pipelined
+// engine, after a readiness step has left the strand). post() or dispatch() may be called
 // once; the Completion is empty afterwards. Destroying a Completion that was not posted destroys
 // the handler without calling it (and ends its work): what Asio does with the handlers of a
 // context that shuts down.
@@ -35,6 +39,7 @@
 #include <asio/associated_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/execution/outstanding_work.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
@@ -127,6 +132,12 @@ class Completion<void(Args...), InlineSize> {
     ops->post(storage_, std::move(args)...);
   }
 
+  // Dispatches the handler with `args` (see the top of the file). Requires a handler.
+  void dispatch(Args... args) {
+    const Ops* ops = std::exchange(ops_, nullptr);
+    ops->dispatch(storage_, std::move(args)...);
+  }
+
   // Destroys the handler without calling it; the Completion is empty afterwards.
   void reset() noexcept {
     if (const Ops* ops = std::exchange(ops_, nullptr)) ops->destroy(storage_);
@@ -153,6 +164,7 @@ class Completion<void(Args...), InlineSize> {
     void (*relocate)(unsigned char* from, unsigned char* to) noexcept;
     void (*destroy)(unsigned char* storage) noexcept;
     void (*post)(unsigned char* storage, Args&&... args);
+    void (*dispatch)(unsigned char* storage, Args&&... args);
     asio::cancellation_slot (*slot)(const unsigned char* storage) noexcept;
   };
 
@@ -214,13 +226,27 @@ class Completion<void(Args...), InlineSize> {
   }
 
   template <class Stored>
+  static void dispatch_stored(unsigned char* storage, Args&&... args) {
+    Stored* stored = get<Stored>(storage);
+    auto handler = std::move(stored->handler);
+    // Kept until asio::dispatch has returned, as in post_stored().
+    auto work = std::move(stored->work);
+    destroy<Stored>(storage);
+    const auto executor = asio::get_associated_executor(handler, work);
+    asio::dispatch(executor, [handler = std::move(handler), ... args = std::move(args)]() mutable {
+      asio::get_associated_cancellation_slot(handler).clear();
+      std::move(handler)(std::move(args)...);
+    });
+  }
+
+  template <class Stored>
   static asio::cancellation_slot slot_of(const unsigned char* storage) noexcept {
     return asio::get_associated_cancellation_slot(get<Stored>(storage)->handler);
   }
 
   template <class Stored>
   static constexpr Ops kOps{&relocate<Stored>, &destroy<Stored>, &post_stored<Stored>,
-                            &slot_of<Stored>};
+                            &dispatch_stored<Stored>, &slot_of<Stored>};
 
   void take(Completion& other) noexcept {
     if (other.ops_ == nullptr) return;
