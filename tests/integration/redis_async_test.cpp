@@ -238,6 +238,30 @@ TEST_F(RedisAsync, ThousandConcurrentCallsArePipelinedOnOneConnection) {
   EXPECT_NE(clients.str.find("connected_clients:"), std::string::npos);
 }
 
+// The command timeout stays armed from one call to the next while calls follow each other; once
+// the connection is idle nothing of it is pending, so run() returns at once, not when the timer
+// would have fired.
+TEST_F(RedisAsync, BackToBackCallsLeaveNothingPendingOnceIdle) {
+  idem::redis::RedisOptions slow = options();
+  slow.command_timeout = 30s;
+  AsyncConnection connection(io_.get_executor(), slow);
+  int answered = 0;
+  asio::co_spawn(
+      io_,
+      [&]() -> Task<void> {
+        for (int i = 0; i < 50; ++i) {
+          const RedisReply reply = co_await connection.command({"PING"}, CommandKind::read, "PING");
+          if (!reply.is_error()) ++answered;
+        }
+      },
+      asio::detached);
+  const auto started = std::chrono::steady_clock::now();
+  io_.run();
+  EXPECT_EQ(answered, 50);
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 15s)
+      << "a timer kept the idle loop running";
+}
+
 TEST_F(RedisAsync, CallsFromSeveralThreadsResumeOnTheirOwnExecutor) {
   asio::io_context home;  // the connection's I/O runs here
   auto guard = asio::make_work_guard(home);

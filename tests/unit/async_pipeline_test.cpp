@@ -1,10 +1,11 @@
 // idem::async::detail::Pipeline, the engine under the Redis and PostgreSQL pipelined connections,
 // driven by a line protocol over a real socket pair (the test plays the server): calls written in
-// order and in one write per turn, replies matched oldest first, cancellation by id (a queued call
-// withdrawn whatever the type; a call in flight as its protocol judges the type, its reply read
-// and dropped), failing every call when the connection drops, the owner's shut_down(), the end
-// of the execution context (handlers destroyed, never called), and a socket its library closed
-// unannounced (its number reused by another connection, whose waits must survive).
+// order and in one write per turn (a call to an idle connection at once; the calls of callers a
+// reply resumed in one write after them), replies matched oldest first, cancellation by id (a
+// queued call withdrawn whatever the type; a call in flight as its protocol judges the type, its
+// reply read and dropped), failing every call when the connection drops, the owner's shut_down(),
+// the end of the execution context (handlers destroyed, never called), and a socket its library
+// closed unannounced (its number reused by another connection, whose waits must survive).
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -251,6 +252,86 @@ TEST_F(AsyncPipeline, ACompletionRunsOnTheCallersExecutorNotTheConnections) {
   EXPECT_FALSE(done);                                 // which has not run yet
   caller.run();
   EXPECT_TRUE(done);
+}
+
+TEST_F(AsyncPipeline, ACallToAnIdleConnectionIsWrittenBeforeStartReturnsOnItsThread) {
+  pipeline_->allow_connect();
+  auto first = call("first");
+  run_until([&] { return received() == "first\n"; });
+  reply("1\n");
+  run_until([&] { return first->done; });
+  // On a thread that runs the connection's context, with nothing queued or in flight: no turn of
+  // the loop between the caller and the write.
+  bool written = false;
+  std::shared_ptr<Outcome> second;
+  asio::post(io_, [&] {
+    second = call("second");
+    written = received() == "first\nsecond\n";
+  });
+  run_until([&] { return second != nullptr; });
+  EXPECT_TRUE(written);
+  reply("2\n");
+  run_until([&] { return second->done; });
+  EXPECT_EQ(second->value, "2");
+}
+
+TEST_F(AsyncPipeline, CallersResumedByAReplyRunAtOnceAndTheirCallsGoOutInOneWrite) {
+  pipeline_->allow_connect();
+  // Each caller, resumed by its reply, starts its next call from its completion; the last one
+  // destroys its connection (its owner goes), which must find the engine between steps.
+  std::vector<std::string> order;
+  std::shared_ptr<Outcome> a2;
+  std::shared_ptr<Outcome> b2;
+  auto a = std::make_shared<Outcome>();
+  auto b = std::make_shared<Outcome>();
+  pipeline_->start(asio::bind_executor(io_,
+                                       [&, a](std::exception_ptr error, std::string value) {
+                                         a->done = !error;
+                                         a->value = value;
+                                         order.push_back("a");
+                                         a2 = call("a2");
+                                       }),
+                   LineCall{"a"});
+  pipeline_->start(asio::bind_executor(io_,
+                                       [&, b](std::exception_ptr error, std::string value) {
+                                         b->done = !error;
+                                         b->value = value;
+                                         order.push_back("b");
+                                         b2 = call("b2");
+                                       }),
+                   LineCall{"b"});
+  run_until([&] { return received() == "a\nb\n"; });
+  const std::size_t writes = pipeline_->writes;
+  reply("A\nB\n");
+  // One handler: the reply's readiness step, the two callers it resumed, and the write of the
+  // calls they started, together.
+  io_.restart();
+  ASSERT_EQ(io_.run_one(), 1u);
+  EXPECT_TRUE(a->done && b->done);
+  EXPECT_EQ(a->value, "A");
+  EXPECT_EQ(b->value, "B");
+  EXPECT_EQ((std::vector<std::string>{"a", "b"}), order);
+  EXPECT_EQ(received(), "a\nb\na2\nb2\n");
+  EXPECT_EQ(pipeline_->writes, writes + 1);
+  reply("A2\nB2\n");
+  run_until([&] { return a2->done && b2->done; });
+  EXPECT_EQ(a2->value, "A2");
+  EXPECT_EQ(b2->value, "B2");
+  EXPECT_EQ(pipeline_->load(), 0u);
+
+  // A caller that shuts its connection down and lets it go from its completion.
+  std::weak_ptr<LineProtocol> engine = pipeline_;
+  bool closed_from_completion = false;
+  pipeline_->start(asio::bind_executor(io_,
+                                       [&](std::exception_ptr error, std::string) {
+                                         closed_from_completion = !error;
+                                         pipeline_->shut_down();
+                                         pipeline_.reset();
+                                       }),
+                   LineCall{"last"});
+  run_until([&] { return received() == "a\nb\na2\nb2\nlast\n"; });
+  reply("L\n");
+  run_until([&] { return closed_from_completion && engine.expired(); });
 }
 
 TEST_F(AsyncPipeline, AQueuedCallIsWithdrawnByAnyCancellationTypeAndNeverSent) {

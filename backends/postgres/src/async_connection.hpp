@@ -8,7 +8,7 @@
 // each query as [Parse] Bind/Execute + Sync, so independent statements of many coroutines travel
 // in one pipeline (one write, results read in order) and each commits on its own (the Sync ends
 // its implicit transaction), reading the results, and what a failure means for each query. A
-// caller resumes on its own executor (the completion is posted there).
+// caller resumes on its own executor (the completion is handed there: pipeline.hpp).
 //
 // Cancellation (the caller's cancellation slot; Asio's types): a query not yet sent is withdrawn
 // and ends with operation_aborted, whatever the type; a query already sent stays in the pipeline

@@ -1,7 +1,7 @@
 // The pipelined connection of the coroutine face: the Redis protocol over idem's pipelined-
 // connection engine (idem/async/detail/pipeline.hpp), which owns the calls, the strand, the
-// socket's waits and the ends. Callers only post to the strand and are completed by a post to
-// their own executor.
+// socket's waits and the ends. Callers enter the strand (at once when they may) and are completed
+// on their own executor (at once, after a reply's readiness step, when it runs on this thread).
 #include "idem/redis/async_connection.hpp"
 
 #include <algorithm>
@@ -125,6 +125,17 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
         "idem redis: " + call.what + " on " + endpoint +
             ": cancelled after the command was sent: it may or may not have been applied",
         /*retryable=*/call.kind == CommandKind::idempotent_write, /*in_doubt=*/true));
+  }
+
+  // A readiness step ran, and so did the callers it resumed on this thread, with the calls they
+  // started written (the engine's done()). The command timeout stays armed from one call to the
+  // next as long as calls follow each other (a timer set for an earlier call only fires early and
+  // is set again for the oldest call in flight); once nothing is in flight it stops: an idle
+  // connection keeps nothing pending, so an idle io_context returns from run().
+  void settle() {
+    if (phase != Phase::ready || has_in_flight()) return;
+    timer_armed = false;
+    timer().cancel();
   }
 
   void close_transport() noexcept {
@@ -616,10 +627,6 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
         return;
       }
       if (r.bytes < read_buffer.size() && stream.buffered() == 0) break;  // drained
-    }
-    if (!has_in_flight()) {
-      timer_armed = false;
-      timer().cancel();  // idle: nothing may keep the caller's io_context running
     }
     arm_read();
   }

@@ -5,7 +5,7 @@
 // written together, and their replies come back in the order the calls were written. What does
 // not depend on the protocol is written here, once:
 //  * The calls. A queue of calls not written yet and a list of calls written ("in flight"),
-//    oldest first, whose replies are awaited; each caller's Completion (completion.hpp), posted
+//    oldest first, whose replies are awaited; each caller's Completion (completion.hpp), handed
 //    to the caller's executor (the strand when its handler has none) with the outcome moved.
 //  * Cancellation by id, from the caller's cancellation slot. A queued call is withdrawn
 //    (operation_aborted; nothing reached the server), whatever the cancellation type. A call in
@@ -18,10 +18,17 @@
 //    runs it any more): every call is destroyed without being completed — Asio's rule for the
 //    handlers pending on a context that goes — and the transport closes (ShutdownRegistry,
 //    DESIGN-NOTES §65). Work in flight keeps the engine alive, never its owner.
-//  * The strand everything runs on, and one pump() per turn of the event loop: the calls made in
-//    one turn go out in one write.
+//  * The strand everything runs on, and when calls are written (pump()): a call to an idle
+//    connection (nothing queued, nothing in flight, no pump due) at once, from start() when the
+//    caller's thread may enter the strand; calls that queue behind others once per turn of the
+//    event loop, so the calls made in one turn go out in one write.
 //  * The socket's readiness waits and the protocol's one timer, whose handlers never run once
 //    the transport they were armed for has ended (end_transport(): a generation count).
+//  * A readiness step (the handler of a socket wait) completes its calls only once it has returned
+//    and the strand is free: the callers whose executor is running on this thread resume at once
+//    (Completion::dispatch, no further turn of the loop), the others are posted to. The calls the
+//    resumed callers start go out together in one write after them (done()), and then the
+//    protocol hears that the step and its callers are over (settle()).
 // The protocol (Derived) keeps what is its own: connecting and its handshake, encoding calls,
 // decoding replies, its deadlines, and what a failure means for each call.
 //
@@ -36,13 +43,22 @@
 //       write) may end early only when allows_side_effects(type), and then in doubt.
 //   void close_transport() noexcept;
 //       Close the socket and forget the session (end_transport() was called just before).
+// and may provide
+//   void settle();
+//       A readiness step ran and so did the callers it resumed on this thread, with the calls they
+//       started written: what is idle now stays idle until a caller starts a call (the engine's
+//       does nothing; Redis stops its command timer there).
 //
 // Thread safety: start(), shut_down(), load(), cancelled() and get_executor() from any thread;
-// everything else on the strand (the protocol's own code).
+// everything else on the strand (the protocol's own code). No protocol code runs while a caller
+// is resumed: a completion never runs inside the protocol's handlers, so a caller that starts a
+// call, cancels one or destroys the connection from its completion finds the engine between
+// steps, as after a post.
 #pragma once
 
 #include <asio/any_io_executor.hpp>
 #include <asio/cancellation_type.hpp>
+#include <asio/dispatch.hpp>
 #include <asio/error.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/post.hpp>
@@ -58,6 +74,7 @@
 #include <memory>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -91,7 +108,8 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
 
   explicit Pipeline(const asio::any_io_executor& executor)
       : strand_(asio::make_strand(executor)),
-        descriptor_(strand_),
+        // Its waits complete outside the strand (when_ready()).
+        descriptor_(strand_.get_inner_executor()),
         timer_(strand_),
         // Made after the strand's, the reactor's and the timer's services, so shut down before
         // them: the calls' handlers are dropped while every service they touch still exists.
@@ -131,7 +149,10 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
         }
       });
     }
-    asio::post(strand_, [self = this->shared_from_this(), p = std::move(pending)]() mutable {
+    // At once when this thread may enter the strand (it runs the connection's execution context
+    // and the strand is free): the caller has suspended before start() is called, and submit()
+    // completes nobody inline, so no caller runs inside another's start().
+    asio::dispatch(strand_, [self = this->shared_from_this(), p = std::move(pending)]() mutable {
       static_cast<Pipeline&>(*self).submit(std::move(p));
     });
   }
@@ -193,10 +214,15 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
     return done;
   }
 
-  // The caller of `pending` hears the outcome (once: nothing when it already did).
+  // The caller of `pending` hears the outcome (once: nothing when it already did): posted, or
+  // within a readiness step kept until the step has returned (the top of the file).
   void complete(Pending& pending, std::exception_ptr error, Value value) {
     if (!pending.completion) return;
     load_.fetch_sub(1, std::memory_order_relaxed);
+    if (stepping_) {
+      ready_.push_back(Ready{std::move(pending.completion), std::move(error), std::move(value)});
+      return;
+    }
     pending.completion.post(std::move(error), std::move(value));
   }
 
@@ -217,6 +243,9 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
     for (auto& pending : failed)
       complete(*pending, error_for(*pending), Value{});
   }
+
+  // The protocol's settle() when it has none (the top of the file).
+  void settle() {}
 
   // pump() once more, after what is already posted to the strand (the calls posted meanwhile
   // join the same write).
@@ -260,15 +289,33 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
   bool watching() const noexcept { return descriptor_.is_open(); }
 
   // on_ready(Derived&, const asio::error_code&) on the strand once the socket is ready for
-  // `what` (or its wait failed), unless the transport ended meanwhile.
+  // `what` (or its wait failed), unless the transport ended meanwhile: a readiness step, whose
+  // completions reach their callers once it has returned (the top of the file).
   template <class OnReady>
   void when_ready(WaitType what, OnReady on_ready) {
-    descriptor_.async_wait(what,
-                           [self = this->shared_from_this(), generation = generation_,
-                            on_ready = std::move(on_ready)](const asio::error_code& ec) mutable {
-                             if (generation != static_cast<Pipeline&>(*self).generation_) return;
-                             on_ready(*self, ec);
+    // The wait completes on the strand's inner executor, outside the strand: the step enters the
+    // strand, and what comes after it (resuming callers) runs once the strand is free again.
+    descriptor_.async_wait(
+        what, [self = this->shared_from_this(), generation = generation_,
+               on_ready = std::move(on_ready)](const asio::error_code& ec) mutable {
+          Pipeline& engine = *self;
+          Delivery delivery;
+          delivery.engine = &engine;
+          Delivery* const enclosing = std::exchange(tl_delivery_, &delivery);
+          try {
+            asio::dispatch(engine.strand_,
+                           [self, generation, ec, on_ready = std::move(on_ready)]() mutable {
+                             Pipeline& stepping = *self;
+                             if (generation != stepping.generation_) return;
+                             stepping.step([&] { on_ready(*self, ec); });
                            });
+          } catch (...) {
+            tl_delivery_ = enclosing;
+            throw;
+          }
+          tl_delivery_ = enclosing;
+          if (delivery.stepped) engine.deliver(self, delivery);
+        });
   }
   // The same, with at most one read wait and one write wait pending: a call while one is pending
   // (or while nothing is watched) does nothing. A write may wait for the socket to be readable
@@ -323,12 +370,112 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
 
   Derived& derived() noexcept { return static_cast<Derived&>(*this); }
 
+  // A completion kept during a readiness step, with its outcome.
+  struct Ready {
+    CallCompletion completion;
+    std::exception_ptr error;
+    Value value;
+  };
+
+  // A readiness step's handler, on the thread it runs on (on its stack, outside the strand):
+  // where the step leaves its completions when it ran inline, and whether the callers are being
+  // resumed (their calls on this connection wait for done()).
+  struct Delivery {
+    Pipeline* engine = nullptr;
+    bool stepped = false;   // the step ran inline and left its completions here
+    bool resuming = false;  // the callers are being resumed
+    std::vector<Ready> ready;
+  };
+  // The innermost Delivery of this thread (a caller resumed by one connection's step may be
+  // resumed on another connection's: each finds its own by `engine`).
+  static inline thread_local Delivery* tl_delivery_ = nullptr;
+
+  // The Delivery of this engine's readiness step on this thread, if any.
+  Delivery* delivery_here() noexcept {
+    Delivery* d = tl_delivery_;
+    return d != nullptr && d->engine == this ? d : nullptr;
+  }
+
+  // Runs a readiness step (on the strand), keeping its completions; then hands them to the
+  // handler waiting on this thread, or (the step was queued behind other work on the strand and
+  // runs on its own) posts them and settles.
+  template <class Body>
+  void step(Body&& body) {
+    stepping_ = true;
+    try {
+      body();
+    } catch (...) {
+      stepping_ = false;
+      post_ready();
+      throw;
+    }
+    stepping_ = false;
+    if (Delivery* d = delivery_here(); d != nullptr && !d->stepped && !d->resuming) {
+      d->stepped = true;
+      d->ready.swap(ready_);
+      return;
+    }
+    post_ready();
+    derived().settle();
+  }
+
+  void post_ready() {
+    auto ready = std::move(ready_);
+    ready_.clear();
+    for (Ready& r : ready)
+      r.completion.post(std::move(r.error), std::move(r.value));
+  }
+
+  // After an inline readiness step, with the strand free: the callers resume (at once when their
+  // executor runs on this thread), then the calls they started are written in one go (done()).
+  static void deliver(const std::shared_ptr<Derived>& self, Delivery& delivery) {
+    Pipeline& engine = *self;
+    Delivery* const enclosing = std::exchange(tl_delivery_, &delivery);
+    delivery.resuming = true;
+    std::size_t next = 0;
+    try {
+      for (; next < delivery.ready.size(); ++next) {
+        Ready& r = delivery.ready[next];
+        r.completion.dispatch(std::move(r.error), std::move(r.value));
+      }
+    } catch (...) {
+      // A caller's handler threw (out of run(), as from a posted one): the others still hear.
+      tl_delivery_ = enclosing;
+      for (++next; next < delivery.ready.size(); ++next) {
+        Ready& r = delivery.ready[next];
+        r.completion.post(std::move(r.error), std::move(r.value));
+      }
+      asio::post(engine.strand_, [self] { static_cast<Pipeline&>(*self).done(); });
+      throw;
+    }
+    tl_delivery_ = enclosing;
+    asio::dispatch(engine.strand_, [self] { static_cast<Pipeline&>(*self).done(); });
+  }
+
+  // The callers a readiness step resumed have run: the calls they queued go out in one write, and
+  // the protocol settles.
+  void done() {
+    if (closed_) return;
+    if (!queued_.empty()) derived().pump();
+    derived().settle();
+  }
+
   void submit(Entry pending) {
     if (closed_) {
       complete(*pending, operation_aborted(), Value{});
       return;
     }
     queued_.push_back(std::move(pending));
+    if (Delivery* d = delivery_here(); d != nullptr && d->resuming) {
+      // A caller resumed by a readiness step of this connection, on this thread: written with
+      // the calls of the other callers it resumed, after them (done()).
+      return;
+    }
+    if (queued_.size() == 1 && in_flight_.empty() && !pump_scheduled_) {
+      // An idle connection: nothing to wait for, so written now, not at the next turn.
+      derived().pump();
+      return;
+    }
     schedule_pump();
   }
 
@@ -368,6 +515,8 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
   bool pump_scheduled_ = false;
   bool reading_ = false;
   bool writing_ = false;
+  bool stepping_ = false;     // in a readiness step: completions are kept in ready_
+  std::vector<Ready> ready_;  // empty outside a readiness step
   std::atomic<std::uint64_t> next_id_{1};
   std::atomic<std::size_t> load_{0};
   std::atomic<std::uint64_t> cancelled_{0};
