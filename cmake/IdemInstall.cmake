@@ -10,6 +10,10 @@ foreach(component IN LISTS IDEM_COMPONENTS)
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  # idem::testing_async (header-only) comes with the coroutine face it tests.
+  if(component STREQUAL "async" AND TARGET idem_testing_async)
+    install(TARGETS idem_testing_async EXPORT idem-async-targets)
+  endif()
   install(EXPORT idem-${component}-targets NAMESPACE idem:: DESTINATION ${IDEM_CMAKE_DIR})
 endforeach()
 install(TARGETS idem_testing EXPORT idem-testing-targets)
@@ -17,6 +21,9 @@ install(EXPORT idem-testing-targets NAMESPACE idem:: DESTINATION ${IDEM_CMAKE_DI
 
 install(DIRECTORY core/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(DIRECTORY testing/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+if(TARGET idem_testing_async)
+  install(DIRECTORY testing/async/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+endif()
 foreach(component IN LISTS IDEM_COMPONENTS)
   foreach(parent backends transports)
     if(NOT component STREQUAL "core" AND EXISTS ${PROJECT_SOURCE_DIR}/${parent}/${component}/include)
