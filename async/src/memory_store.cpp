@@ -5,7 +5,11 @@
 namespace idem::async {
 
 AsyncMemoryStore::AsyncMemoryStore(std::shared_ptr<InMemoryIdempotencyStore> store)
-    : store_(store ? std::move(store) : std::make_shared<InMemoryIdempotencyStore>()) {}
+    : store_(store ? std::move(store) : std::make_shared<InMemoryIdempotencyStore>()) {
+  // wait() polls lookup(): whether a lease still holds, and when the deadline has passed, are
+  // decided on the adapted store's clock, as every other call's answer is.
+  wait_clock_ = store_->clock();
+}
 
 Task<ClaimOutcome> AsyncMemoryStore::do_claim(std::string_view key,
                                               std::optional<std::string_view> fingerprint,

@@ -375,6 +375,9 @@ AsyncPostgresStore::AsyncPostgresStore(std::shared_ptr<AsyncConnectionPool> pool
     : impl_(std::make_unique<Impl>(
           with_tables<PostgresIdempotencyStore>(std::move(pool), "AsyncPostgresStore"))) {
   static_assert(kSchemaVersion == PostgresIdempotencyStore::kSchemaVersion);
+  // wait() polls lookup(): whether a lease still holds, and when the deadline has passed, are
+  // decided on the store's clock (PostgresOptions::clock), as every other call's answer is.
+  wait_clock_ = impl_->clock;
 }
 
 AsyncPostgresStore::~AsyncPostgresStore() = default;

@@ -23,13 +23,22 @@ std::unique_ptr<detail::WorkerPool> make_pool(const AsyncSqliteOptions& options)
 AsyncSqliteStore::AsyncSqliteStore(std::string path, SqliteOptions options,
                                    AsyncSqliteOptions async_options)
     : store_(std::make_shared<SqliteIdempotencyStore>(std::move(path), std::move(options))),
-      pool_(make_pool(async_options)) {}
+      pool_(make_pool(async_options)) {
+  use_store_clock();
+}
 
 AsyncSqliteStore::AsyncSqliteStore(std::shared_ptr<SqliteIdempotencyStore> store,
                                    AsyncSqliteOptions async_options)
     : store_(std::move(store)) {
   if (!store_) throw InvalidArgument("AsyncSqliteStore: the store is null");
   pool_ = make_pool(async_options);
+  use_store_clock();
+}
+
+// wait() polls lookup(): whether a lease still holds, and when the deadline has passed, are
+// decided on the store's clock (SqliteOptions::clock), as every other call's answer is.
+void AsyncSqliteStore::use_store_clock() {
+  if (store_->options().clock) wait_clock_ = store_->options().clock;
 }
 
 AsyncSqliteStore::~AsyncSqliteStore() = default;

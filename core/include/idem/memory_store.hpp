@@ -75,6 +75,10 @@ class InMemoryIdempotencyStore final : public IdempotencyStore {
   InMemoryIdempotencyStore(const InMemoryIdempotencyStore&) = delete;
   InMemoryIdempotencyStore& operator=(const InMemoryIdempotencyStore&) = delete;
 
+  // The clock that decides its leases and expiries (InMemoryStoreOptions::clock, or the system
+  // clock): its coroutine face (idem::async::AsyncMemoryStore) waits on the same one.
+  [[nodiscard]] const std::shared_ptr<Clock>& clock() const noexcept { return clock_; }
+
  private:
   struct Shard;
 

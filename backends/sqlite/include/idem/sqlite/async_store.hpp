@@ -58,6 +58,8 @@ class AsyncSqliteStore final : public idem::async::AsyncStore {
                                    Millis lease) override;
   idem::async::Task<std::optional<IdempotencyRecord>> do_lookup(std::string_view key) override;
 
+  void use_store_clock();
+
   std::shared_ptr<SqliteIdempotencyStore> store_;
   std::unique_ptr<detail::WorkerPool> pool_;  // last: its threads stop before the store goes
 };
