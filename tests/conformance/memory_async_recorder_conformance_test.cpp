@@ -1,9 +1,15 @@
-// The async recorder cases (tests/async_recorder_cases.hpp) against AsyncMemoryRecorder, over a
-// recorder of its own and over one shared with a blocking user.
+// AsyncMemoryRecorder, over a recorder of its own and over a one-shard recorder: the async
+// recorder suite (idem/testing/async_recorder_conformance.hpp), and the blocking recorder suite
+// (idem/testing/recorder_conformance.hpp) through BlockingOverAsyncRecorder, its operator calls
+// answered by the blocking recorder it wraps.
 #include <memory>
+#include <utility>
 
-#include "../async_recorder_cases.hpp"
 #include "idem/async/memory_recorder.hpp"
+#include "idem/memory_recorder.hpp"
+#include "idem/testing/async_recorder_conformance.hpp"
+#include "idem/testing/blocking_over_async.hpp"
+#include "idem/testing/recorder_conformance.hpp"
 
 namespace {
 
@@ -26,7 +32,25 @@ struct AsyncMemorySingleShardFactory {
   }
 };
 
+template <std::size_t Shards>
+struct BlockingOverAsyncMemoryFactory {
+  static constexpr bool kSupportsClaims = true;
+  static constexpr bool kSupportsTransactions = false;
+  static std::shared_ptr<idem::IdempotencyRecorder> make(
+      std::shared_ptr<idem::testing::ManualClock> clock) {
+    idem::InMemoryRecorderOptions options;
+    options.clock = std::move(clock);
+    if (Shards > 0) options.shards = Shards;
+    auto blocking = std::make_shared<idem::InMemoryIdempotencyRecorder>(options);
+    return std::make_shared<idem::testing::BlockingOverAsyncRecorder>(
+        std::make_shared<idem::async::AsyncMemoryRecorder>(blocking), blocking);
+  }
+};
+
 }  // namespace
 
-INSTANTIATE_ASYNC_RECORDER_CASES(AsyncMemory, AsyncMemoryFactory);
-INSTANTIATE_ASYNC_RECORDER_CASES(AsyncMemorySingleShard, AsyncMemorySingleShardFactory);
+INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(AsyncMemory, AsyncMemoryFactory);
+INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(AsyncMemorySingleShard, AsyncMemorySingleShardFactory);
+INSTANTIATE_RECORDER_CONFORMANCE(BlockingOverAsyncMemory, BlockingOverAsyncMemoryFactory<0>);
+INSTANTIATE_RECORDER_CONFORMANCE(BlockingOverAsyncMemorySingleShard,
+                                 BlockingOverAsyncMemoryFactory<1>);

@@ -1,10 +1,15 @@
-// The async store cases (tests/async_store_cases.hpp) against AsyncMemoryStore, over a store of
-// its own and over a one-shard store.
+// AsyncMemoryStore, over a store of its own and over a one-shard store: the async store suite
+// (idem/testing/async_store_conformance.hpp), and the blocking store suite
+// (idem/testing/store_conformance.hpp) through BlockingOverAsyncStore, its operator calls
+// answered by the blocking store it adapts (blocking_store()).
 #include <memory>
+#include <utility>
 
-#include "../async_store_cases.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/memory_store.hpp"
+#include "idem/testing/async_store_conformance.hpp"
+#include "idem/testing/blocking_over_async.hpp"
+#include "idem/testing/store_conformance.hpp"
 
 namespace {
 
@@ -22,7 +27,24 @@ struct AsyncMemorySingleShardStoreFactory {
   }
 };
 
+template <std::size_t Shards>
+struct BlockingOverAsyncMemoryStoreFactory {
+  static std::shared_ptr<idem::IdempotencyStore> make(
+      std::shared_ptr<idem::testing::ManualClock> clock) {
+    idem::InMemoryStoreOptions options;
+    options.clock = std::move(clock);
+    if (Shards > 0) options.shards = Shards;
+    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
+        std::make_shared<idem::async::AsyncMemoryStore>(
+            std::make_shared<idem::InMemoryIdempotencyStore>(options)));
+  }
+};
+
 }  // namespace
 
-INSTANTIATE_ASYNC_STORE_CASES(AsyncMemoryStore, AsyncMemoryStoreFactory);
-INSTANTIATE_ASYNC_STORE_CASES(AsyncMemorySingleShardStore, AsyncMemorySingleShardStoreFactory);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(AsyncMemoryStore, AsyncMemoryStoreFactory);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(AsyncMemorySingleShardStore,
+                                    AsyncMemorySingleShardStoreFactory);
+INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncMemoryStore, BlockingOverAsyncMemoryStoreFactory<0>);
+INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncMemorySingleShardStore,
+                              BlockingOverAsyncMemoryStoreFactory<1>);

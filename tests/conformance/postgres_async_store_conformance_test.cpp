@@ -1,13 +1,20 @@
-// The async store cases (tests/async_store_cases.hpp) against AsyncPostgresStore on a real
-// server (IDEM_TEST_POSTGRES_URL), each test in a schema of its own that is dropped afterwards.
-// The pool's connections run on an io_context of its own thread, so every call also checks that
-// the caller resumes on its own executor; once with one connection, once with four.
+// AsyncPostgresStore on a real server (IDEM_TEST_POSTGRES_URL), each test in a schema of its own
+// that is dropped afterwards; once with one connection, once with four.
+//
+// The async store suite (idem/testing/async_store_conformance.hpp): the pool's connections run
+// on an io_context of its own thread, so every call also checks that the caller resumes on its
+// own executor. The blocking store suite (idem/testing/store_conformance.hpp) through
+// BlockingOverAsyncStore: the pool on the adapter's executor, its time from the suite's
+// ManualClock, and the operator calls answered by a PostgresIdempotencyStore on the same schema.
 #include <memory>
+#include <utility>
 
-#include "../async_store_cases.hpp"
-#include "../async_test_support.hpp"
 #include "../postgres_test_support.hpp"
 #include "idem/postgres/async_postgres.hpp"
+#include "idem/postgres/postgres_store.hpp"
+#include "idem/testing/async_store_conformance.hpp"
+#include "idem/testing/blocking_over_async.hpp"
+#include "idem/testing/store_conformance.hpp"
 
 namespace {
 
@@ -22,10 +29,32 @@ struct AsyncPostgresStoreFactory {
     return std::make_shared<idem::postgres::AsyncPostgresStore>(io.executor(), options);
   }
   idem::test::pg::TempSchema schema;  // dropped after the I/O thread has stopped
-  idem::test::IoThread io;
+  idem::testing::IoThread io;
+};
+
+template <int PoolSize>
+struct BlockingOverAsyncPostgresStoreFactory {
+  static constexpr int kRaceKeys = 20;
+  std::shared_ptr<idem::IdempotencyStore> make(std::shared_ptr<idem::testing::ManualClock> clock) {
+    if (!idem::test::pg::server_url()) return nullptr;
+    auto options = schema.options();
+    options.clock = std::move(clock);
+    options.pool_size = PoolSize;
+    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
+        [options](asio::any_io_executor executor) {
+          return std::make_shared<idem::postgres::AsyncPostgresStore>(std::move(executor), options);
+        },
+        std::make_shared<idem::postgres::PostgresIdempotencyStore>(options));
+  }
+  idem::test::pg::TempSchema schema;  // dropped after the store (and the adapter's thread)
 };
 
 }  // namespace
 
-INSTANTIATE_ASYNC_STORE_CASES(AsyncPostgresStoreOneConnection, AsyncPostgresStoreFactory<1>);
-INSTANTIATE_ASYNC_STORE_CASES(AsyncPostgresStoreFourConnections, AsyncPostgresStoreFactory<4>);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(AsyncPostgresStoreOneConnection, AsyncPostgresStoreFactory<1>);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(AsyncPostgresStoreFourConnections,
+                                    AsyncPostgresStoreFactory<4>);
+INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncPostgresStoreOneConnection,
+                              BlockingOverAsyncPostgresStoreFactory<1>);
+INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncPostgresStoreFourConnections,
+                              BlockingOverAsyncPostgresStoreFactory<4>);

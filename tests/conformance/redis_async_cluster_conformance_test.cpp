@@ -1,6 +1,10 @@
-// The async recorder and store cases (tests/async_*_cases.hpp) on a Redis Cluster through the
-// coroutine face: one pipelined connection per primary, each call's commands split by slot
-// (scripts/servers.sh starts three primaries with a replica each: IDEM_TEST_REDIS_CLUSTER_URL).
+// The async recorder and store suites (idem/testing/async_*_conformance.hpp) on a Redis Cluster
+// through the coroutine face: one pipelined connection per primary, each call's commands split by
+// slot (scripts/servers.sh starts three primaries with a replica each:
+// IDEM_TEST_REDIS_CLUSTER_URL); and the blocking recorder and store suites through
+// BlockingOverAsyncRecorder / BlockingOverAsyncStore (the async object's I/O on the adapter's
+// executor, its time from the suite's ManualClock, the operator calls answered by the blocking
+// Redis recorder / store on the same prefix).
 // Each test runs under a key prefix of its own. Then: a batch spread over every primary, and a
 // standalone server under a cluster URL.
 #include <gtest/gtest.h>
@@ -18,15 +22,19 @@
 #include <thread>
 #include <vector>
 
-#include "../async_recorder_cases.hpp"
-#include "../async_store_cases.hpp"
-#include "../async_test_support.hpp"
 #include "../server_env.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
+#include "idem/redis/redis_store.hpp"
+#include "idem/testing/async_recorder_conformance.hpp"
+#include "idem/testing/async_store_conformance.hpp"
+#include "idem/testing/async_support.hpp"
+#include "idem/testing/blocking_over_async.hpp"
+#include "idem/testing/recorder_conformance.hpp"
+#include "idem/testing/store_conformance.hpp"
 
 IDEM_SERVER_TEST_ENVIRONMENT(redis_cluster_environment, "IDEM_TEST_REDIS_CLUSTER_URL",
                              "Redis Cluster", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0");
@@ -35,12 +43,14 @@ namespace {
 
 constexpr idem::async::RecorderCapabilities kClaims{.claims = true, .transactions = false};
 
-idem::redis::RedisOptions cluster_options(const char* name) {
+idem::redis::RedisOptions cluster_options(const char* name,
+                                          std::shared_ptr<idem::Clock> clock = nullptr) {
   static std::atomic<int> counter{0};
   auto options =
       idem::redis::RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL"));
   options.key_prefix =
       "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" + name + ":";
+  options.clock = std::move(clock);
   return options;
 }
 
@@ -50,7 +60,7 @@ struct ClusterAsyncRecorderFactory {
     return std::make_shared<idem::redis::AsyncRedisRecorder>(io.executor(),
                                                              cluster_options("async-recorder"));
   }
-  idem::test::IoThread io;
+  idem::testing::IoThread io;
 };
 
 struct ClusterAsyncStoreFactory {
@@ -58,7 +68,35 @@ struct ClusterAsyncStoreFactory {
     return std::make_shared<idem::redis::AsyncRedisStore>(io.executor(),
                                                           cluster_options("async-store"));
   }
-  idem::test::IoThread io;
+  idem::testing::IoThread io;
+};
+
+struct BlockingOverAsyncClusterRecorderFactory {
+  static constexpr bool kSupportsClaims = true;
+  static constexpr bool kSupportsTransactions = false;
+  static constexpr int kConcurrentIds = 100;
+  static std::shared_ptr<idem::IdempotencyRecorder> make(
+      std::shared_ptr<idem::testing::ManualClock> clock) {
+    const auto options = cluster_options("bova-recorder", std::move(clock));
+    return std::make_shared<idem::testing::BlockingOverAsyncRecorder>(
+        [options](asio::any_io_executor executor) {
+          return std::make_shared<idem::redis::AsyncRedisRecorder>(std::move(executor), options);
+        },
+        std::make_shared<idem::redis::RedisIdempotencyRecorder>(options));
+  }
+};
+
+struct BlockingOverAsyncClusterStoreFactory {
+  static constexpr int kRaceKeys = 20;
+  static std::shared_ptr<idem::IdempotencyStore> make(
+      std::shared_ptr<idem::testing::ManualClock> clock) {
+    const auto options = cluster_options("bova-store", std::move(clock));
+    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
+        [options](asio::any_io_executor executor) {
+          return std::make_shared<idem::redis::AsyncRedisStore>(std::move(executor), options);
+        },
+        std::make_shared<idem::redis::RedisIdempotencyStore>(options));
+  }
 };
 
 // A batch spans every primary: each gets its part, the replies come back in order, and the
@@ -72,10 +110,11 @@ TEST(RedisAsyncCluster, ABatchSpreadOverEveryPrimaryComesBackInOrder) {
   for (int i = 0; i < 300; ++i)
     ids.push_back("event-" + std::to_string(i));
   const std::vector<std::string> first(ids.begin(), ids.begin() + 150);
-  idem::test::run(io, recorder.mark_processed_many("billing", first));
+  idem::testing::async_detail::run(io, recorder.mark_processed_many("billing", first));
   auto expected = std::vector<bool>(150, true);
   expected.resize(300, false);
-  EXPECT_EQ(idem::test::run(io, recorder.is_processed_many("billing", ids)), expected);
+  EXPECT_EQ(idem::testing::async_detail::run(io, recorder.is_processed_many("billing", ids)),
+            expected);
   idem::redis::RedisIdempotencyRecorder blocking(options);
   EXPECT_EQ(blocking.is_processed_many("billing", ids), expected);
   EXPECT_EQ(blocking.consumer_counts().at(0).processed, 150u);
@@ -89,7 +128,7 @@ TEST(RedisAsyncCluster, AStandaloneServerUnderAClusterUrlIsAClearError) {
   asio::io_context io;
   idem::redis::AsyncRedisRecorder recorder(io.get_executor(), options);
   try {
-    (void)idem::test::run(io, recorder.is_processed("billing", "event-1"));
+    (void)idem::testing::async_detail::run(io, recorder.is_processed("billing", "event-1"));
     FAIL() << "a standalone server was taken for a cluster";
   } catch (const idem::redis::RedisError& e) {
     EXPECT_NE(std::string(e.what()).find("cluster"), std::string::npos) << e.what();
@@ -130,5 +169,9 @@ TEST(RedisAsyncCluster, DestroyingTheRouterEndsItsCallsInFlight) {
 
 }  // namespace
 
-INSTANTIATE_ASYNC_RECORDER_CASES(RedisAsyncCluster, ClusterAsyncRecorderFactory);
-INSTANTIATE_ASYNC_STORE_CASES(RedisAsyncClusterStore, ClusterAsyncStoreFactory);
+INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsyncCluster, ClusterAsyncRecorderFactory);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsyncClusterStore, ClusterAsyncStoreFactory);
+INSTANTIATE_RECORDER_CONFORMANCE(BlockingOverAsyncRedisCluster,
+                                 BlockingOverAsyncClusterRecorderFactory);
+INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncRedisClusterStore,
+                              BlockingOverAsyncClusterStoreFactory);

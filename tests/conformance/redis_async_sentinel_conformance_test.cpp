@@ -1,5 +1,8 @@
-// The async recorder and store cases (tests/async_*_cases.hpp) through a redis+sentinel:// URL on
-// the coroutine face: each new connection asks a sentinel for the primary and checks its ROLE
+// The async recorder and store suites (idem/testing/async_*_conformance.hpp), and the blocking
+// recorder and store suites through BlockingOverAsyncRecorder / BlockingOverAsyncStore (the
+// operator calls answered by the blocking Redis recorder / store on the same prefix), through a
+// redis+sentinel:// URL on the coroutine face: each new connection asks a sentinel for the
+// primary and checks its ROLE
 // (scripts/servers.sh with IDEM_TEST_REDIS_SENTINEL=1 starts the primary, its replica and three
 // sentinels). Each test runs under a key prefix of its own; then the coroutine face's own errors
 // for a master name no sentinel monitors and for sentinels that do not answer.
@@ -11,14 +14,19 @@
 #include <memory>
 #include <string>
 
-#include "../async_recorder_cases.hpp"
-#include "../async_store_cases.hpp"
-#include "../async_test_support.hpp"
 #include "../free_port.hpp"
 #include "../server_env.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_error.hpp"
+#include "idem/redis/redis_recorder.hpp"
+#include "idem/redis/redis_store.hpp"
+#include "idem/testing/async_recorder_conformance.hpp"
+#include "idem/testing/async_store_conformance.hpp"
+#include "idem/testing/async_support.hpp"
+#include "idem/testing/blocking_over_async.hpp"
+#include "idem/testing/recorder_conformance.hpp"
+#include "idem/testing/store_conformance.hpp"
 
 IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
                              "Redis Sentinel group",
@@ -28,12 +36,14 @@ namespace {
 
 constexpr idem::async::RecorderCapabilities kClaims{.claims = true, .transactions = false};
 
-idem::redis::RedisOptions sentinel_options(const char* name) {
+idem::redis::RedisOptions sentinel_options(const char* name,
+                                           std::shared_ptr<idem::Clock> clock = nullptr) {
   static std::atomic<int> counter{0};
   auto options =
       idem::redis::RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL"));
   options.key_prefix =
       "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" + name + ":";
+  options.clock = std::move(clock);
   return options;
 }
 
@@ -43,7 +53,7 @@ struct SentinelAsyncRecorderFactory {
     return std::make_shared<idem::redis::AsyncRedisRecorder>(io.executor(),
                                                              sentinel_options("async-recorder"));
   }
-  idem::test::IoThread io;
+  idem::testing::IoThread io;
 };
 
 struct SentinelAsyncStoreFactory {
@@ -51,7 +61,35 @@ struct SentinelAsyncStoreFactory {
     return std::make_shared<idem::redis::AsyncRedisStore>(io.executor(),
                                                           sentinel_options("async-store"));
   }
-  idem::test::IoThread io;
+  idem::testing::IoThread io;
+};
+
+struct BlockingOverAsyncSentinelRecorderFactory {
+  static constexpr bool kSupportsClaims = true;
+  static constexpr bool kSupportsTransactions = false;
+  static constexpr int kConcurrentIds = 100;
+  static std::shared_ptr<idem::IdempotencyRecorder> make(
+      std::shared_ptr<idem::testing::ManualClock> clock) {
+    const auto options = sentinel_options("bova-recorder", std::move(clock));
+    return std::make_shared<idem::testing::BlockingOverAsyncRecorder>(
+        [options](asio::any_io_executor executor) {
+          return std::make_shared<idem::redis::AsyncRedisRecorder>(std::move(executor), options);
+        },
+        std::make_shared<idem::redis::RedisIdempotencyRecorder>(options));
+  }
+};
+
+struct BlockingOverAsyncSentinelStoreFactory {
+  static constexpr int kRaceKeys = 20;
+  static std::shared_ptr<idem::IdempotencyStore> make(
+      std::shared_ptr<idem::testing::ManualClock> clock) {
+    const auto options = sentinel_options("bova-store", std::move(clock));
+    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
+        [options](asio::any_io_executor executor) {
+          return std::make_shared<idem::redis::AsyncRedisStore>(std::move(executor), options);
+        },
+        std::make_shared<idem::redis::RedisIdempotencyStore>(options));
+  }
 };
 
 TEST(RedisAsyncSentinel, AnUnknownMasterNameIsAClearNonRetryableError) {
@@ -61,7 +99,7 @@ TEST(RedisAsyncSentinel, AnUnknownMasterNameIsAClearNonRetryableError) {
   asio::io_context io;
   idem::redis::AsyncRedisRecorder recorder(io.get_executor(), options);
   try {
-    (void)idem::test::run(io, recorder.is_processed("billing", "event-1"));
+    (void)idem::testing::async_detail::run(io, recorder.is_processed("billing", "event-1"));
     FAIL() << "a name no sentinel monitors was accepted";
   } catch (const idem::redis::RedisError& e) {
     EXPECT_NE(std::string(e.what()).find("no-such-primary"), std::string::npos) << e.what();
@@ -78,7 +116,7 @@ TEST(RedisAsyncSentinel, SentinelsThatDoNotAnswerAreARetryableError) {
   asio::io_context io;
   idem::redis::AsyncRedisRecorder recorder(io.get_executor(), options);
   try {
-    (void)idem::test::run(io, recorder.is_processed("billing", "event-1"));
+    (void)idem::testing::async_detail::run(io, recorder.is_processed("billing", "event-1"));
     FAIL() << "no sentinel answers, yet a call succeeded";
   } catch (const idem::redis::RedisError& e) {
     EXPECT_TRUE(e.retryable()) << e.what();
@@ -89,5 +127,9 @@ TEST(RedisAsyncSentinel, SentinelsThatDoNotAnswerAreARetryableError) {
 
 }  // namespace
 
-INSTANTIATE_ASYNC_RECORDER_CASES(RedisAsyncSentinel, SentinelAsyncRecorderFactory);
-INSTANTIATE_ASYNC_STORE_CASES(RedisAsyncSentinelStore, SentinelAsyncStoreFactory);
+INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsyncSentinel, SentinelAsyncRecorderFactory);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsyncSentinelStore, SentinelAsyncStoreFactory);
+INSTANTIATE_RECORDER_CONFORMANCE(BlockingOverAsyncRedisSentinel,
+                                 BlockingOverAsyncSentinelRecorderFactory);
+INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncRedisSentinelStore,
+                              BlockingOverAsyncSentinelStoreFactory);
