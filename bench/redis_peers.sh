@@ -30,7 +30,8 @@
 # new key of idem-async / node-idempotency. Finally a joiners check: 50 concurrent calls of ONE key
 # whose function takes 100 ms, counting the peers' executions and rejected calls (the peers reject
 # a duplicate in progress; idem's callers join the one execution, as its tests assert:
-# IdemAsyncStoreCases.ResilientCallersJoinOneExecutionAndReplay on Redis, unit/async_join_test).
+# IdemAsyncStoreConformance.ResilientCallersJoinOneExecutionAndReplay on Redis,
+# unit/async_join_test).
 #
 # Raw results: bench/results/redis_peers.json. With RUNS >= 3 the idem / peer ratios are recorded
 # in bench/results/ratios.json (bench/ratios.py). Build: IDEM_BUILD_DIR (default build/release,
@@ -191,7 +192,7 @@ for m in lines:
         print(f"{m['library']:<18} {m['executions']} execution(s), {m['rejected']} rejected, "
               f"{m['returned']} returned a result")
 print("idem               1 execution, every call gets its result: the joiners wait for it "
-      "(test IdemAsyncStoreCases.ResilientCallersJoinOneExecutionAndReplay, on Redis in "
+      "(test IdemAsyncStoreConformance.ResilientCallersJoinOneExecutionAndReplay, on Redis in "
       "conformance/redis_async_store_conformance_test)")
 if runs >= 3:
     # The targets BENCHMARKS.md states for the async face next to the peers.

@@ -7,6 +7,12 @@
 // duplicate submissions of one order — here three coroutines racing, and a blocking worker thread
 // of the same service — are charged once. A later resubmission replays the stored receipt.
 //
+// Any async store you write can be checked with the conformance suites (idem::testing_async):
+//   INSTANTIATE_ASYNC_STORE_CONFORMANCE(MyAsyncStore, MyAsyncStoreFactory);
+//       // idem/testing/async_store_conformance.hpp
+//   INSTANTIATE_STORE_CONFORMANCE(MyAsyncStoreAsBlocking, MyBlockingOverAsyncFactory);
+//       // idem/testing/store_conformance.hpp through idem/testing/blocking_over_async.hpp
+//
 // Run: ./example_async_payment
 
 #include <asio/co_spawn.hpp>
