@@ -3,7 +3,12 @@
 // blocking recorder suite (idem/testing/recorder_conformance.hpp) through
 // BlockingOverAsyncRecorder, its operator calls answered by the SqliteIdempotencyRecorder the
 // async recorder serves (blocking()).
+#include <cstdint>
 #include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "../temp_dir.hpp"
@@ -62,6 +67,63 @@ struct BlockingOverAsyncSqliteFactory {
   }
   idem::test::TempDir dir;
 };
+
+// The blocking suite's handlers write nothing: here a blocking handler's statements reach the
+// async transaction through BlockingOverAsyncTransaction, commit with the marker, and roll back
+// with it when the handler throws or a statement fails.
+TEST(BlockingOverAsyncTransaction, StatementsCommitWithTheMarkerOrRollBack) {
+  idem::test::TempDir dir;
+  auto async =
+      std::make_shared<idem::sqlite::AsyncSqliteRecorder>((dir.path() / "recorder.db").string());
+  idem::testing::BlockingOverAsyncRecorder recorder(async, async->blocking());
+  using Tx = idem::testing::BlockingOverAsyncTransaction;
+  ASSERT_TRUE(recorder.run_transactional("setup", "create", [](idem::Transaction& t) {
+    static_cast<Tx&>(t).exec("CREATE TABLE t (k TEXT PRIMARY KEY, v BIGINT NOT NULL)");
+  }));
+  EXPECT_TRUE(recorder.run_transactional("billing", "e1", [](idem::Transaction& t) {
+    auto& tx = static_cast<Tx&>(t);
+    EXPECT_EQ(tx.consumer(), "billing");
+    EXPECT_EQ(tx.event_id(), "e1");
+    const idem::SqlParam row[] = {std::string_view("e1"), std::int64_t{42}};
+    tx.exec("INSERT INTO t (k, v) VALUES ($1, $2)", row);
+    const idem::SqlParam key[] = {std::string_view("e1")};
+    EXPECT_EQ(tx.query_int64("SELECT v FROM t WHERE k = $1", key), 42);
+    EXPECT_EQ(tx.query_text("SELECT k FROM t WHERE k = $1", key), std::optional<std::string>("e1"));
+    const idem::SqlParam missing[] = {std::string_view("absent")};
+    EXPECT_EQ(tx.query_text("SELECT k FROM t WHERE k = $1", missing), std::nullopt);
+  }));
+  struct HandlerFailed : std::runtime_error {
+    HandlerFailed() : std::runtime_error("handler failed") {}
+  };
+  EXPECT_THROW(static_cast<void>(recorder.run_transactional(
+                   "billing", "e2",
+                   [](idem::Transaction& t) {
+                     const idem::SqlParam row[] = {std::string_view("e2"), std::int64_t{2}};
+                     static_cast<Tx&>(t).exec(
+                         "INSERT INTO t (k, v) "
+                         "VALUES ($1, $2)",
+                         row);
+                     throw HandlerFailed();
+                   })),
+               HandlerFailed);
+  EXPECT_THROW(static_cast<void>(recorder.run_transactional(
+                   "billing", "e3",
+                   [](idem::Transaction& t) { static_cast<Tx&>(t).exec("THIS IS NOT SQL"); })),
+               idem::StoreError);
+  EXPECT_TRUE(recorder.is_processed("billing", "e1"));
+  EXPECT_FALSE(recorder.is_processed("billing", "e2")) << "a failed handler was marked";
+  EXPECT_FALSE(recorder.is_processed("billing", "e3")) << "a failed statement was marked";
+  std::int64_t rows = -1;
+  ASSERT_TRUE(recorder.run_transactional("setup", "count", [&rows](idem::Transaction& t) {
+    rows = static_cast<Tx&>(t).query_int64("SELECT COUNT(*) FROM t");
+  }));
+  EXPECT_EQ(rows, 1) << "a failed handler's write was committed";
+  // A duplicate neither runs its handler nor writes.
+  bool ran = false;
+  EXPECT_FALSE(
+      recorder.run_transactional("billing", "e1", [&ran](idem::Transaction&) { ran = true; }));
+  EXPECT_FALSE(ran);
+}
 
 using BlockingOverAsyncSqliteFileFactory = BlockingOverAsyncSqliteFactory<false, 0>;
 using BlockingOverAsyncSqliteMemoryFactory = BlockingOverAsyncSqliteFactory<true, 0>;
