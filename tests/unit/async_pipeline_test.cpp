@@ -1,11 +1,12 @@
 // idem::async::detail::Pipeline, the engine under the Redis and PostgreSQL pipelined connections,
 // driven by a line protocol over a real socket pair (the test plays the server): calls written in
 // order and in one write per turn (a call to an idle connection at once; the calls of callers a
-// reply resumed in one write after them), replies matched oldest first, cancellation by id (a
-// queued call withdrawn whatever the type; a call in flight as its protocol judges the type, its
-// reply read and dropped), failing every call when the connection drops, the owner's shut_down(),
-// the end of the execution context (handlers destroyed, never called), and a socket its library
-// closed unannounced (its number reused by another connection, whose waits must survive).
+// reply resumed in writes of 16 as they are made, the rest after them), replies matched oldest
+// first, cancellation by id (a queued call withdrawn whatever the type; a call in flight as its
+// protocol judges the type, its reply read and dropped), failing every call when the connection
+// drops, the owner's shut_down(), the end of the execution context (handlers destroyed, never
+// called), and a socket its library closed unannounced (its number reused by another connection,
+// whose waits must survive).
 #include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -332,6 +333,49 @@ TEST_F(AsyncPipeline, CallersResumedByAReplyRunAtOnceAndTheirCallsGoOutInOneWrit
   run_until([&] { return received() == "a\nb\na2\nb2\nlast\n"; });
   reply("L\n");
   run_until([&] { return closed_from_completion && engine.expired(); });
+}
+
+TEST_F(AsyncPipeline, ManyResumedCallersCallsGoOutInBatchesWhileTheOthersStillResume) {
+  pipeline_->allow_connect();
+  // 40 callers resumed by one read: their next calls go out 16 at a time as they are made (the
+  // server can start on them while the others resume), the last 8 after them; in order.
+  constexpr int kCallers = 40;
+  std::vector<std::shared_ptr<Outcome>> next(kCallers);
+  std::vector<std::string> seen_by;  // what the server had when callers 16 and 32 resumed
+  std::string first_lines;
+  std::string replies;
+  for (int i = 0; i < kCallers; ++i) {
+    const std::string name = "c" + std::to_string(i);
+    first_lines += name + "\n";
+    replies += "R" + std::to_string(i) + "\n";
+    pipeline_->start(asio::bind_executor(io_,
+                                         [&, i, name](std::exception_ptr error, std::string) {
+                                           ASSERT_FALSE(error);
+                                           if (i == 16 || i == 32) seen_by.push_back(received());
+                                           next[static_cast<std::size_t>(i)] = call(name + "b");
+                                         }),
+                     LineCall{name});
+  }
+  run_until([&] { return received() == first_lines; });
+  const std::size_t writes = pipeline_->writes;
+  reply(replies);
+  io_.restart();
+  ASSERT_EQ(io_.run_one(), 1u);  // the read, the 40 callers and the writes of their calls
+  std::string second_lines;
+  for (int i = 0; i < kCallers; ++i)
+    second_lines += "c" + std::to_string(i) + "b\n";
+  EXPECT_EQ(received(), first_lines + second_lines);
+  EXPECT_EQ(pipeline_->writes, writes + 3);
+  ASSERT_EQ(seen_by.size(), 2u);
+  EXPECT_EQ(seen_by[0], first_lines + second_lines.substr(0, second_lines.find("c16b")));
+  EXPECT_EQ(seen_by[1], first_lines + second_lines.substr(0, second_lines.find("c32b")));
+  std::string second_replies;
+  for (int i = 0; i < kCallers; ++i)
+    second_replies += "S" + std::to_string(i) + "\n";
+  reply(second_replies);
+  run_until([&] { return pipeline_->load() == 0; });
+  for (int i = 0; i < kCallers; ++i)
+    EXPECT_EQ(next[static_cast<std::size_t>(i)]->value, "S" + std::to_string(i));
 }
 
 TEST_F(AsyncPipeline, AQueuedCallIsWithdrawnByAnyCancellationTypeAndNeverSent) {

@@ -27,8 +27,11 @@
 //  * A readiness step (the handler of a socket wait) completes its calls only once it has returned
 //    and the strand is free: the callers whose executor is running on this thread resume at once
 //    (Completion::dispatch, no further turn of the loop), the others are posted to. The calls the
-//    resumed callers start go out together in one write after them (done()), and then the
-//    protocol hears that the step and its callers are over (settle()).
+//    resumed callers start go out in writes of kFlushEvery calls while the others still resume,
+//    the rest in one write after them (done()), and then the protocol hears that the step and its
+//    callers are over (settle()). Writing one batch while the next is being made keeps the server
+//    at work while the client resumes callers: a single write after all of them would leave the
+//    server idle for that time and the client idle while the server answers (DESIGN-NOTES).
 // The protocol (Derived) keeps what is its own: connecting and its handshake, encoding calls,
 // decoding replies, its deadlines, and what a failure means for each call.
 //
@@ -382,10 +385,16 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
   // resumed (their calls on this connection wait for done()).
   struct Delivery {
     Pipeline* engine = nullptr;
-    bool stepped = false;   // the step ran inline and left its completions here
-    bool resuming = false;  // the callers are being resumed
+    bool stepped = false;       // the step ran inline and left its completions here
+    bool resuming = false;      // the callers are being resumed
+    std::size_t unwritten = 0;  // calls the resumed callers queued since the last write
     std::vector<Ready> ready;
   };
+  // While callers resume, their calls are written each time this many have queued (the top of
+  // the file). Large enough that a write's system call (and the server's read and reply) is
+  // shared by many calls; small enough that the server starts on a batch while the client is
+  // still resuming the callers that make the next one.
+  static constexpr std::size_t kFlushEvery = 16;
   // The innermost Delivery of this thread (a caller resumed by one connection's step may be
   // resumed on another connection's: each finds its own by `engine`).
   static inline thread_local Delivery* tl_delivery_ = nullptr;
@@ -437,6 +446,11 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
       for (; next < delivery.ready.size(); ++next) {
         Ready& r = delivery.ready[next];
         r.completion.dispatch(std::move(r.error), std::move(r.value));
+        if (delivery.unwritten >= kFlushEvery) {
+          delivery.unwritten = 0;
+          // The strand is free (no caller runs in it now): this writes at once.
+          asio::dispatch(engine.strand_, [self] { static_cast<Pipeline&>(*self).write_queued(); });
+        }
       }
     } catch (...) {
       // A caller's handler threw (out of run(), as from a posted one): the others still hear.
@@ -450,6 +464,11 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
     }
     tl_delivery_ = enclosing;
     asio::dispatch(engine.strand_, [self] { static_cast<Pipeline&>(*self).done(); });
+  }
+
+  // Writes the calls the resumed callers queued so far (while others are still resumed).
+  void write_queued() {
+    if (!closed_ && !queued_.empty()) derived().pump();
   }
 
   // The callers a readiness step resumed have run: the calls they queued go out in one write, and
@@ -468,7 +487,8 @@ class Pipeline : public std::enable_shared_from_this<Derived> {
     queued_.push_back(std::move(pending));
     if (Delivery* d = delivery_here(); d != nullptr && d->resuming) {
       // A caller resumed by a readiness step of this connection, on this thread: written with
-      // the calls of the other callers it resumed, after them (done()).
+      // the calls of the other callers it resumed (deliver(), done()).
+      ++d->unwritten;
       return;
     }
     if (queued_.size() == 1 && in_flight_.empty() && !pump_scheduled_) {
