@@ -133,6 +133,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   // is set again for the oldest call in flight); once nothing is in flight it stops: an idle
   // connection keeps nothing pending, so an idle io_context returns from run().
   void settle() {
+    just_drained = false;
     if (phase != Phase::ready || has_in_flight()) return;
     timer_armed = false;
     timer().cancel();
@@ -149,6 +150,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
     if (!discovering) primary_named = false;  // a new connection asks the sentinels again
     phase = Phase::idle;
     tls_handshaking = false;
+    just_drained = false;
     socket_bytes_read = 0;
     timer_armed = false;
     handshakes = 0;
@@ -509,7 +511,10 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   void flush() {
     if (phase != Phase::ready) return;
     if (out_offset == out.size() && has_queued()) {
-      if (!has_in_flight() && !subscribed && (idle_socket_dead() || primary_demoted)) {
+      // (Not when the socket was read to its end a moment ago, in the step that resumed the
+      // caller of this call: that read saw what the check would.)
+      if (!has_in_flight() && !subscribed &&
+          (primary_demoted || (!just_drained && idle_socket_dead()))) {
         primary_demoted = false;
         primary_named = false;
         ++stats_drops;
@@ -628,6 +633,7 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
       }
       if (r.bytes < read_buffer.size() && stream.buffered() == 0) break;  // drained
     }
+    just_drained = true;
     arm_read();
   }
 
@@ -803,7 +809,10 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
   std::size_t handshakes = 0;           // AUTH/SELECT replies still awaited
   std::uint64_t socket_bytes_read = 0;  // on this socket: 0 until its first reply
   bool replied = false;                 // a whole reply arrived on this socket
-  std::string first_bytes;              // the first bytes of this socket, for wrong_protocol
+  // The socket was read to its end in the readiness step whose callers are being resumed (until
+  // settle()): a call they start meets a socket just seen empty and alive, as a poll would.
+  bool just_drained = false;
+  std::string first_bytes;  // the first bytes of this socket, for wrong_protocol
   std::string out;
   std::size_t out_offset = 0;
   std::uint64_t bytes_batched = 0;
