@@ -31,7 +31,7 @@
 //    the rest in one write after them (done()), and then the protocol hears that the step and its
 //    callers are over (settle()). Writing one batch while the next is being made keeps the server
 //    at work while the client resumes callers: a single write after all of them would leave the
-//    server idle for that time and the client idle while the server answers (DESIGN-NOTES).
+//    server idle for that time and the client idle while the server answers (DESIGN-NOTES §101).
 // The protocol (Derived) keeps what is its own: connecting and its handshake, encoding calls,
 // decoding replies, its deadlines, and what a failure means for each call.
 //
