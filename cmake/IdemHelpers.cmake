@@ -136,3 +136,13 @@ function(idem_program_libs name out_libs out_ok)
   set(${out_libs} ${libs} PARENT_SCOPE)
   set(${out_ok} ${ok} PARENT_SCOPE)
 endfunction()
+
+# idem_use_url(<target>) — compiles the private URL toolkit (url/idem_url.hpp, the OBJECT library
+# idem_url) into <target>. Its objects become part of the target, and no link dependency is
+# recorded: install(EXPORT) and the pkg-config files see nothing of it. Each library that parses
+# URLs (idem::open, idem::redis, idem::rabbitmq) has its own hidden copy; a program linking
+# several static ones takes the objects from the first archive that has them.
+function(idem_use_url target)
+  target_sources(${target} PRIVATE $<TARGET_OBJECTS:idem_url>)
+  target_include_directories(${target} PRIVATE ${PROJECT_SOURCE_DIR}/url)
+endfunction()

@@ -2,17 +2,18 @@
 
 #include <algorithm>
 #include <array>
-#include <charconv>
+#include <chrono>
+#include <cstdint>
 #include <limits>
 #include <string>
-#include <system_error>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "idem/detail/printable.hpp"
 #include "idem/detail/secret.hpp"
 #include "idem/duration.hpp"
 #include "idem/error.hpp"
+#include "idem_url.hpp"
 
 namespace idem::redis {
 namespace {
@@ -28,49 +29,24 @@ constexpr std::size_t kMaxMasterName = 256;
   throw ConfigError("redis URL: " + message);
 }
 
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
+// How the URL toolkit's failures read here: "redis URL: <part> <problem>".
+class RedisUrlErrors final : public ::idem::detail::UrlErrors {
+ public:
+  [[noreturn]] void fail(std::string_view part, std::string_view problem) const override {
+    bad_url(std::string(part) + " " + std::string(problem));
+  }
+};
+
+// A count whose range validate() checks (its message names the field).
+std::size_t count_setting(const RedisUrlErrors& errors, std::string_view part,
+                          std::string_view value) {
+  return static_cast<std::size_t>(
+      ::idem::detail::whole_number(errors, part, value, std::numeric_limits<std::size_t>::max()));
 }
 
-// %XX decoding; `part` names the URL part for the message. `secret` keeps the text out of it.
-std::string percent_decode(std::string_view text, std::string_view part, bool secret = false) {
-  std::string out;
-  out.reserve(text.size());
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    const bool complete = i + 2 < text.size();
-    const int high = complete ? hex_digit(text[i + 1]) : -1;
-    const int low = complete ? hex_digit(text[i + 2]) : -1;
-    if (high < 0 || low < 0) {
-      bad_url(std::string(part) + (secret ? "" : " '" + std::string(text) + "'") +
-              " has a malformed %-escape (expected %XX with two hex digits)");
-    }
-    out += static_cast<char>(high * 16 + low);
-    i += 2;
-  }
-  return out;
-}
-
-// A non-negative decimal integer that fits `T`, the whole text.
-template <class T>
-T parse_number(std::string_view text, std::string_view part) {
-  T value{};
-  const char* first = text.data();
-  const char* last = text.data() + text.size();
-  const auto [end, ec] = std::from_chars(first, last, value);
-  bool negative = false;
-  if constexpr (std::is_signed_v<T>) negative = value < 0;
-  if (text.empty() || ec != std::errc() || end != last || negative) {
-    bad_url(std::string(part) + " must be a non-negative integer, got '" + std::string(text) + "'");
-  }
-  return value;
-}
+// The largest bare millisecond count of a duration's _ms alias.
+constexpr auto kMaxMilliseconds =
+    static_cast<std::uint64_t>(std::numeric_limits<std::chrono::milliseconds::rep>::max());
 
 void check_text(std::string_view value, std::string_view field) {
   for (unsigned char c : value) {
@@ -83,7 +59,8 @@ void check_text(std::string_view value, std::string_view field) {
 bool parse_yes_no(std::string_view value, std::string_view part) {
   if (value == "yes" || value == "true" || value == "1") return true;
   if (value == "no" || value == "false" || value == "0") return false;
-  bad_url(std::string(part) + " must be yes or no, got '" + std::string(value) + "'");
+  bad_url(std::string(part) + " must be yes or no, got '" + ::idem::detail::printable(value, 64) +
+          "'");
 }
 
 // tls_* parameters; false when `name` is not one.
@@ -147,8 +124,9 @@ std::string_view setting_of(std::string_view name) {
 
 // connect_timeout, command_timeout, wait_timeout, marker_ttl, expiry_slack and their _ms
 // aliases; false when `name` is none of them.
-bool apply_duration_parameter(RedisOptions& options, std::string_view name,
-                              const std::string& value, const std::string& part) {
+bool apply_duration_parameter(RedisOptions& options, const RedisUrlErrors& errors,
+                              std::string_view name, const std::string& value,
+                              const std::string& part) {
   const std::string_view setting = setting_of(name);
   if (std::find(kDurationSettings.begin(), kDurationSettings.end(), setting) ==
       kDurationSettings.end()) {
@@ -156,7 +134,8 @@ bool apply_duration_parameter(RedisOptions& options, std::string_view name,
   }
   std::chrono::milliseconds duration{};
   if (setting != name) {
-    duration = std::chrono::milliseconds(parse_number<long long>(value, part));
+    duration = std::chrono::milliseconds(static_cast<std::chrono::milliseconds::rep>(
+        ::idem::detail::whole_number(errors, part, value, kMaxMilliseconds)));
   } else {
     const ::idem::detail::UrlDuration parsed = ::idem::detail::url_duration(value);
     if (!parsed.problem.empty()) bad_url(part + ": " + parsed.problem);
@@ -178,21 +157,23 @@ bool apply_duration_parameter(RedisOptions& options, std::string_view name,
   return true;
 }
 
-void apply_parameter(RedisOptions& options, std::string_view name, std::string_view raw) {
-  const std::string part = "parameter '" + std::string(name) + "'";
-  const std::string value = percent_decode(raw, part);
+void apply_parameter(RedisOptions& options, const RedisUrlErrors& errors,
+                     const ::idem::detail::QueryParameter& parameter) {
+  const std::string_view name = parameter.name;
+  const std::string& value = parameter.value;
+  const std::string part = ::idem::detail::parameter_part(parameter);
   if (apply_tls_parameter(options, name, value, part)) return;
-  if (apply_duration_parameter(options, name, value, part)) return;
+  if (apply_duration_parameter(options, errors, name, value, part)) return;
   if (name == "prefix") {
     options.key_prefix = value;
   } else if (name == "pool_size") {
-    options.pool_size = parse_number<std::size_t>(value, part);
+    options.pool_size = count_setting(errors, part, value);
   } else if (name == "async_connections") {
-    options.async_connections = parse_number<std::size_t>(value, part);
+    options.async_connections = count_setting(errors, part, value);
   } else if (name == "scan_count") {
-    options.scan_count = parse_number<std::size_t>(value, part);
+    options.scan_count = count_setting(errors, part, value);
   } else if (name == "min_replicas") {
-    options.min_replicas = parse_number<std::size_t>(value, part);
+    options.min_replicas = count_setting(errors, part, value);
   } else if (name == "password_file" || name == "password_env") {
     // The secret stays out of the URL; it is read here, once (RedisOptions holds the password).
     // An ACL user is written "user:@host" (an empty password in the user info).
@@ -217,7 +198,7 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
     if (!options.is_sentinel()) bad_url(part + " is for redis+sentinel:// URLs");
     options.sentinel_username = value;
   } else {
-    bad_url("unknown parameter '" + std::string(name) +
+    bad_url("unknown parameter '" + ::idem::detail::printable(name, 64) +
             "' (known: prefix, pool_size, async_connections, connect_timeout, "
             "command_timeout, wait_timeout, marker_ttl, expiry_slack, replica_timeout (each also "
             "as _ms in milliseconds), scan_count, min_replicas, password_file, password_env; with "
@@ -234,161 +215,114 @@ void apply_parameter(RedisOptions& options, std::string_view name, std::string_v
 namespace {
 
 // "host[:port]" or "[ipv6][:port]": one node of the authority.
-RedisNode parse_node(std::string_view authority, int default_port = 6379) {
-  std::string_view host;
-  std::string_view port;
-  if (!authority.empty() && authority.front() == '[') {
-    const std::size_t close = authority.find(']');
-    if (close == std::string_view::npos)
-      bad_url("host '" + std::string(authority) + "' misses ']'");
-    host = authority.substr(1, close - 1);
-    const std::string_view after = authority.substr(close + 1);
-    if (!after.empty()) {
-      if (after.front() != ':') bad_url("unexpected '" + std::string(after) + "' after the host");
-      port = after.substr(1);
-      if (port.empty()) bad_url("port is empty");
-    }
-  } else {
-    const std::size_t colon = authority.rfind(':');
-    host = authority.substr(0, colon);
-    if (colon != std::string_view::npos) {
-      port = authority.substr(colon + 1);
-      if (port.empty()) bad_url("port is empty");
-    }
-  }
-  if (host.empty()) bad_url("host is missing");
-  RedisNode node{percent_decode(host, "host"), default_port};
-  if (!port.empty()) {
-    const long long number = parse_number<long long>(port, "port");
-    if (number < 1 || number > 65535) {
-      bad_url("port must be 1..65535, got '" + std::string(port) + "'");
-    }
-    node.port = static_cast<int>(number);
-  }
-  return node;
+RedisNode parse_node(const RedisUrlErrors& errors, std::string_view text, int default_port) {
+  ::idem::detail::HostPort node = ::idem::detail::parse_host_port(errors, text);
+  return {std::move(node.host), node.port.value_or(default_port)};
 }
 
 }  // namespace
 
 RedisOptions RedisOptions::from_url(std::string_view url) {
-  constexpr std::array<std::string_view, 6> kSchemes{"redis://",          "rediss://",
-                                                     "redis+cluster://",  "rediss+cluster://",
-                                                     "redis+sentinel://", "rediss+sentinel://"};
+  constexpr std::array<std::string_view, 6> kSchemes{
+      "redis", "rediss", "redis+cluster", "rediss+cluster", "redis+sentinel", "rediss+sentinel"};
   constexpr std::string_view kExpected =
       "redis://, rediss://, redis+cluster://, rediss+cluster://, redis+sentinel:// or "
       "rediss+sentinel://";
-  std::size_t scheme = kSchemes.size();
-  for (std::size_t i = 0; i < kSchemes.size(); ++i) {
-    if (url.substr(0, kSchemes[i].size()) == kSchemes[i]) scheme = i;
+  const RedisUrlErrors errors{};
+  const ::idem::detail::SplitUrl split = ::idem::detail::split_scheme(errors, url, kExpected);
+  const auto found = std::find(kSchemes.begin(), kSchemes.end(), split.scheme);
+  if (found == kSchemes.end()) {
+    bad_url("scheme '" + ::idem::detail::printable(split.scheme, 32) +
+            "' is not supported (expected " + std::string(kExpected) + ")");
   }
-  if (scheme == kSchemes.size()) {
-    const auto colon = url.find("://");
-    if (colon != std::string_view::npos) {
-      bad_url("scheme '" + std::string(url.substr(0, std::min<std::size_t>(colon, 32))) +
-              "' is not supported (expected " + std::string(kExpected) + ")");
-    }
-    bad_url("'" + std::string(url.substr(0, 64)) + "' does not start with " +
-            std::string(kExpected));
-  }
+  const auto scheme = static_cast<std::size_t>(found - kSchemes.begin());
   const bool tls = scheme % 2 == 1;
   const bool cluster = scheme == 2 || scheme == 3;
   const bool sentinel = scheme == 4 || scheme == 5;
   RedisOptions options;
   if (tls) options.tls = RedisTlsOptions{};
-  std::string_view rest = url.substr(kSchemes[scheme].size());
+  const ::idem::detail::UrlLocation location =
+      ::idem::detail::split_location(errors, split.rest, "redis://localhost:6379/0");
 
-  const std::size_t authority_end = rest.find_first_of("/?#");
-  std::string_view authority = rest.substr(0, authority_end);
-  rest = authority_end == std::string_view::npos ? std::string_view() : rest.substr(authority_end);
-  if (!rest.empty() && rest.front() == '#') bad_url("fragments (#...) are not allowed");
-
-  // userinfo: ":password" or "user:password"
-  const std::size_t at = authority.rfind('@');
-  if (at != std::string_view::npos) {
-    const std::string_view userinfo = authority.substr(0, at);
-    authority = authority.substr(at + 1);
-    const std::size_t colon = userinfo.find(':');
-    if (colon == std::string_view::npos) {
+  // user info: ":password" or "user:password"
+  const ::idem::detail::Authority authority =
+      ::idem::detail::split_authority(errors, location.authority);
+  if (authority.user_info) {
+    if (!authority.user_info->password) {
       bad_url("user info must be ':password' or 'user:password' (no ':' found before '@')");
     }
-    const std::string user = percent_decode(userinfo.substr(0, colon), "user name");
-    options.password = percent_decode(userinfo.substr(colon + 1), "password", /*secret=*/true);
-    if (!user.empty()) options.username = user;
+    options.password = *authority.user_info->password;
+    if (!authority.user_info->user.empty()) options.username = authority.user_info->user;
   }
 
   // host[:port], or on a cluster or Sentinel group host[:port],host[:port],...
+  std::string_view hosts = authority.hosts;
   if (!cluster && !sentinel) {
-    if (authority.find(',') != std::string_view::npos) {
-      bad_url("several hosts are given ('" + std::string(authority) +
+    if (hosts.find(',') != std::string_view::npos) {
+      bad_url("several hosts are given ('" + ::idem::detail::printable(hosts, 256) +
               "'): a Redis Cluster is reached with redis+cluster://, a Sentinel group with "
               "redis+sentinel://");
     }
-    RedisNode node = parse_node(authority);
+    RedisNode node = parse_node(errors, hosts, 6379);
     options.host = std::move(node.host);
     options.port = node.port;
   } else {
     std::vector<RedisNode>& nodes = cluster ? options.cluster_nodes : options.sentinel_nodes;
     while (true) {
-      const std::size_t comma = authority.find(',');
-      nodes.push_back(parse_node(authority.substr(0, comma), cluster ? 6379 : 26379));
+      const std::size_t comma = hosts.find(',');
+      nodes.push_back(parse_node(errors, hosts.substr(0, comma), cluster ? 6379 : 26379));
       if (comma == std::string_view::npos) break;
-      authority = authority.substr(comma + 1);
+      hosts = hosts.substr(comma + 1);
     }
     options.host = nodes.front().host;
     options.port = nodes.front().port;
   }
 
   // /db, or with Sentinel /master-name[/db]
-  std::string_view query;
-  if (!rest.empty() && rest.front() == '/') {
-    const std::size_t q = rest.find('?');
-    std::string_view path = rest.substr(1, q == std::string_view::npos ? q : q - 1);
-    query = q == std::string_view::npos ? std::string_view() : rest.substr(q + 1);
-    if (sentinel) {
-      const std::size_t slash = path.find('/');
-      options.sentinel_master = percent_decode(path.substr(0, slash), "master name");
-      path = slash == std::string_view::npos ? std::string_view() : path.substr(slash + 1);
+  std::string_view path = location.path.empty() ? location.path : location.path.substr(1);
+  if (sentinel) {
+    const std::size_t slash = path.find('/');
+    options.sentinel_master =
+        ::idem::detail::percent_decode(errors, path.substr(0, slash), "master name");
+    path = slash == std::string_view::npos ? std::string_view() : path.substr(slash + 1);
+  }
+  if (!path.empty()) {
+    const std::uint64_t db =
+        ::idem::detail::whole_number(errors,
+                                     sentinel ? "database (the path after the master name)"
+                                              : "database (the path after the host)",
+                                     path);
+    if (db > static_cast<std::uint64_t>(std::numeric_limits<int>::max())) {
+      bad_url("database '" + ::idem::detail::printable(path, 64) + "' is too large");
     }
-    if (!path.empty()) {
-      const long long db =
-          parse_number<long long>(path, sentinel ? "database (the path after the master name)"
-                                                 : "database (the path after the host)");
-      if (db > std::numeric_limits<int>::max())
-        bad_url("database '" + std::string(path) + "' is too large");
-      options.db = static_cast<int>(db);
-      if (cluster && db != 0)
-        bad_url("a Redis Cluster has database 0 only, got '/" + std::string(path) + "'");
+    options.db = static_cast<int>(db);
+    if (cluster && db != 0) {
+      bad_url("a Redis Cluster has database 0 only, got '/" + ::idem::detail::printable(path, 64) +
+              "'");
     }
-  } else if (!rest.empty() && rest.front() == '?') {
-    query = rest.substr(1);
   }
   if (sentinel && options.sentinel_master.empty()) {
     bad_url(
         "a Sentinel URL names the monitored primary after the hosts: "
         "redis+sentinel://host:26379,host:26379/<master-name>[/db]");
   }
-  if (query.find('#') != std::string_view::npos) bad_url("fragments (#...) are not allowed");
 
-  std::vector<std::string_view> given;  // the names so far
-  while (!query.empty()) {
-    const std::size_t amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const std::size_t eq = pair.find('=');
-    if (eq == std::string_view::npos) {
-      bad_url("parameter '" + std::string(pair) + "' has no value (expected name=value)");
-    }
-    const std::string_view name = pair.substr(0, eq);
-    for (const std::string_view earlier : given) {
-      if (earlier == name) bad_url("parameter '" + std::string(name) + "' is given twice");
+  const std::vector<::idem::detail::QueryParameter> parameters =
+      ::idem::detail::parse_query(errors, location.query);
+  // A name given twice fails in parse_query; a setting given by both of its names fails here.
+  for (std::size_t i = 0; i < parameters.size(); ++i) {
+    const std::string_view name = parameters[i].name;
+    for (std::size_t j = 0; j < i; ++j) {
+      const std::string_view earlier = parameters[j].name;
       if (setting_of(earlier) == setting_of(name)) {
-        bad_url("give " + std::string(setting_of(name)) + " one way only: '" +
-                std::string(earlier) + "' and '" + std::string(name) + "' are both given");
+        bad_url("give " + ::idem::detail::printable(setting_of(name), 64) + " one way only: '" +
+                ::idem::detail::printable(earlier, 64) + "' and '" +
+                ::idem::detail::printable(name, 64) + "' are both given");
       }
     }
-    given.push_back(name);
-    apply_parameter(options, name, pair.substr(eq + 1));
+  }
+  for (const ::idem::detail::QueryParameter& parameter : parameters) {
+    apply_parameter(options, errors, parameter);
   }
   options.validate();
   return options;

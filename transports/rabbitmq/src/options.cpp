@@ -1,145 +1,42 @@
 #include "idem/rabbitmq/options.hpp"
 
-#include <amqp.h>
-
-#include <cctype>
 #include <cstdio>
 #include <string>
-#include <vector>
+#include <utility>
 
+#include "idem/detail/printable.hpp"
 #include "idem/detail/secret.hpp"
 #include "idem/error.hpp"
+#include "idem_url.hpp"
 
 namespace idem::rabbitmq {
 namespace {
 
-// Control characters (a NUL would cut what() short) are shown as \xNN; long URLs are cut.
-std::string printable(std::string_view text) {
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string out;
-  for (char c : text.substr(0, 256)) {
-    const auto byte = static_cast<unsigned char>(c);
-    if (byte < 0x20 || byte == 0x7f) {
-      out += "\\x";
-      out += kHex[byte >> 4];
-      out += kHex[byte & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  if (text.size() > 256) out += "...";
-  return out;
-}
-
+// URLs are quoted redacted, control characters as \xNN, cut at 256 characters.
 [[noreturn]] void bad_url(std::string_view url, const std::string& what) {
-  throw ConfigError("idem rabbitmq: bad AMQP URL '" + printable(redact_amqp_url(url)) +
-                    "': " + what);
+  throw ConfigError("idem rabbitmq: bad AMQP URL '" +
+                    ::idem::detail::printable(redact_amqp_url(url)) + "': " + what);
 }
 
-bool starts_with_nocase(std::string_view text, std::string_view prefix) {
-  if (text.size() < prefix.size()) return false;
-  for (std::size_t i = 0; i < prefix.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(text[i])) != prefix[i]) return false;
+// How the URL toolkit's failures read here: "idem rabbitmq: bad AMQP URL '<redacted>': <part>
+// <problem>".
+class AmqpUrlErrors final : public ::idem::detail::UrlErrors {
+ public:
+  explicit AmqpUrlErrors(std::string_view url) : url_(url) {}
+  [[noreturn]] void fail(std::string_view part, std::string_view problem) const override {
+    bad_url(url_, std::string(part) + " " + std::string(problem));
   }
-  return true;
-}
 
-// The checks rabbitmq-c's parser does not explain: it only says "bad URL".
-void check_authority(std::string_view url, std::string_view authority) {
-  const auto at = authority.rfind('@');
-  std::string_view host_port = at == std::string_view::npos ? authority : authority.substr(at + 1);
-  std::string_view port;
-  if (!host_port.empty() && host_port.front() == '[') {
-    const auto close = host_port.find(']');
-    if (close == std::string_view::npos) bad_url(url, "host: '[' without ']'");
-    if (close == 1) bad_url(url, "host is empty");
-    const std::string_view rest = host_port.substr(close + 1);
-    if (!rest.empty()) {
-      if (rest.front() != ':') bad_url(url, "host: unexpected text after ']'");
-      port = rest.substr(1);
-      if (port.empty()) bad_url(url, "port is empty");
-    }
-  } else {
-    const auto colon = host_port.find(':');
-    const std::string_view host = host_port.substr(0, colon);
-    if (host.empty()) bad_url(url, "host is empty");
-    if (colon != std::string_view::npos) {
-      port = host_port.substr(colon + 1);
-      if (port.empty()) bad_url(url, "port is empty");
-    }
-  }
-  if (!port.empty()) {
-    if (port.size() > 5) bad_url(url, "port '" + std::string(port) + "' is not in 1..65535");
-    long value = 0;
-    for (char c : port) {
-      if (c < '0' || c > '9') bad_url(url, "port '" + std::string(port) + "' is not a number");
-      value = value * 10 + (c - '0');
-    }
-    if (value < 1 || value > 65535)
-      bad_url(url, "port '" + std::string(port) + "' is not in 1..65535");
-  }
-}
+ private:
+  std::string_view url_;
+};
 
-}  // namespace
-
-std::string redact_amqp_url(std::string_view url) {
-  const auto scheme_end = url.find("://");
-  const std::size_t start = scheme_end == std::string_view::npos ? 0 : scheme_end + 3;
-  auto end = url.find_first_of("/?#", start);
-  if (end == std::string_view::npos) end = url.size();
-  const std::string_view authority = url.substr(start, end - start);
-  const auto at = authority.rfind('@');
-  if (at == std::string_view::npos) return std::string(url);
-  const auto colon = authority.substr(0, at).find(':');
-  if (colon == std::string_view::npos) return std::string(url);
-  return std::string(url.substr(0, start + colon + 1)) + "***" +
-         std::string(url.substr(start + at));
-}
-
-namespace {
-
-// "%41" -> "A" for a query value; a malformed escape or a NUL byte is a bad URL.
-std::string decode_query_value(std::string_view url, std::string_view name, std::string_view text) {
-  const auto hex = [](char c) -> int {
-    if (c >= '0' && c <= '9') return c - '0';
-    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-    return -1;
-  };
-  std::string out;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    if (text[i] != '%') {
-      out += text[i];
-      continue;
-    }
-    const int high = i + 1 < text.size() ? hex(text[i + 1]) : -1;
-    const int low = i + 2 < text.size() ? hex(text[i + 2]) : -1;
-    if (high < 0 || low < 0)
-      bad_url(url, "query parameter '" + std::string(name) + "': bad %-escape");
-    out += static_cast<char>(high * 16 + low);
-    i += 2;
-  }
-  if (out.find('\0') != std::string::npos)
-    bad_url(url, "query parameter '" + std::string(name) + "' contains a NUL byte");
-  return out;
-}
-
-void apply_query(std::string_view url, std::string_view query, ConnectionOptions& options) {
-  std::vector<std::string> seen;
-  while (!query.empty()) {
-    const auto amp = query.find('&');
-    const std::string_view pair = query.substr(0, amp);
-    query = amp == std::string_view::npos ? std::string_view() : query.substr(amp + 1);
-    if (pair.empty()) continue;
-    const auto eq = pair.find('=');
-    if (eq == std::string_view::npos)
-      bad_url(url, "query parameter '" + printable(pair.substr(0, 64)) + "' has no value");
-    const std::string name(pair.substr(0, eq));
-    for (const std::string& earlier : seen) {
-      if (earlier == name) bad_url(url, "query parameter '" + printable(name) + "' is given twice");
-    }
-    seen.push_back(name);
-    const std::string value = decode_query_value(url, name, pair.substr(eq + 1));
+void apply_query(const AmqpUrlErrors& errors, std::string_view url, std::string_view query,
+                 ConnectionOptions& options) {
+  for (const ::idem::detail::QueryParameter& parameter :
+       ::idem::detail::parse_query(errors, query)) {
+    const std::string& name = parameter.name;
+    const std::string& value = parameter.value;
     if (name == "cacertfile") {
       options.ca_cert_file = value;
     } else if (name == "certfile") {
@@ -170,10 +67,10 @@ void apply_query(std::string_view url, std::string_view query, ConnectionOptions
     } else if (name == "key_password_env") {
       options.key_password_env = value;
     } else {
-      bad_url(url, "query parameter '" + printable(name.substr(0, 64)) +
-                       "' is not known (known: cacertfile, certfile, keyfile, verify, "
-                       "server_name_indication, password_file, password_env, "
-                       "key_password_file, key_password_env)");
+      ::idem::detail::unknown_parameter(errors, parameter, "an AMQP URL",
+                                        "cacertfile, certfile, keyfile, verify, "
+                                        "server_name_indication, password_file, password_env, "
+                                        "key_password_file, key_password_env");
     }
   }
   const bool tls_parameter = !options.ca_cert_file.empty() || !options.cert_file.empty() ||
@@ -186,38 +83,42 @@ void apply_query(std::string_view url, std::string_view query, ConnectionOptions
 
 }  // namespace
 
+std::string redact_amqp_url(std::string_view url) {
+  return ::idem::detail::redact_url_secrets(url);
+}
+
 ConnectionOptions ConnectionOptions::from_url(std::string_view url) {
   if (url.find('\0') != std::string_view::npos) bad_url(url, "contains a NUL byte");
-  const bool tls = starts_with_nocase(url, "amqps://");
-  if (!tls && !starts_with_nocase(url, "amqp://"))
-    bad_url(url, "scheme must be amqp:// or amqps://");
-  const std::size_t start = tls ? 8 : 7;
-  const auto question = url.find('?');
-  const std::string_view query =
-      question == std::string_view::npos ? std::string_view() : url.substr(question + 1);
-  const std::string_view location = url.substr(0, question);
-  auto end = location.find('/', start);
-  if (end == std::string_view::npos) end = location.size();
-  check_authority(url, location.substr(start, end - start));
-
-  std::vector<char> buffer(location.begin(), location.end());
-  buffer.push_back('\0');
-  for (std::size_t i = 0; i < start - 3; ++i)  // rabbitmq-c only knows the lowercase scheme
-    buffer[i] = static_cast<char>(std::tolower(static_cast<unsigned char>(buffer[i])));
-  amqp_connection_info info;
-  amqp_default_connection_info(&info);
-  if (amqp_parse_url(buffer.data(), &info) != AMQP_STATUS_OK)
-    bad_url(url, "user info, host, port or vhost is malformed (bad %-escape or character)");
+  const AmqpUrlErrors errors(url);
+  const ::idem::detail::SplitUrl split =
+      ::idem::detail::split_scheme(errors, url, "amqp:// or amqps://");
+  if (split.scheme != "amqp" && split.scheme != "amqps") {
+    bad_url(url, "scheme '" + ::idem::detail::printable(split.scheme, 32) +
+                     "' is not supported (expected amqp:// or amqps://)");
+  }
+  const ::idem::detail::UrlLocation location =
+      ::idem::detail::split_location(errors, split.rest, "amqp://guest:guest@localhost:5672/");
 
   ConnectionOptions options;
-  options.tls = info.ssl != 0;
-  options.host = info.host != nullptr ? info.host : "";
-  if (options.host.empty()) bad_url(url, "host is empty");
-  options.port = info.port;
-  options.user = info.user != nullptr ? info.user : "guest";
-  options.password = info.password != nullptr ? info.password : "guest";
-  options.vhost = info.vhost != nullptr && info.vhost[0] != '\0' ? info.vhost : "/";
-  apply_query(url, query, options);
+  options.tls = split.scheme == "amqps";
+  const ::idem::detail::Authority authority =
+      ::idem::detail::split_authority(errors, location.authority);
+  // user[:password]@: what is left out stays guest.
+  if (authority.user_info) {
+    options.user = authority.user_info->user;
+    if (authority.user_info->password) options.password = *authority.user_info->password;
+  }
+  ::idem::detail::HostPort node = ::idem::detail::parse_host_port(errors, authority.hosts);
+  options.host = std::move(node.host);
+  options.port = node.port.value_or(options.tls ? 5671 : 5672);
+  // The vhost is one path segment, %-decoded ("/%2f" is "/"); none or an empty one is "/".
+  const std::string_view segment = location.path.empty() ? location.path : location.path.substr(1);
+  if (segment.find('/') != std::string_view::npos) {
+    errors.fail("vhost '" + ::idem::detail::printable(segment, 64) + "'",
+                "has an unescaped '/' (escape it as %2F)");
+  }
+  options.vhost = segment.empty() ? "/" : ::idem::detail::percent_decode(errors, segment, "vhost");
+  apply_query(errors, url, location.query, options);
   return options;
 }
 

@@ -1,9 +1,9 @@
 // Options of idem's RabbitMQ transport: where the broker is and how to reconnect to it.
 //
-// ConnectionOptions::from_url() reads `amqp://user:password@host:port/vhost` (rabbitmq-c's URL
-// rules: user, password, port and vhost may be left out; percent-escapes are decoded; a missing
-// or empty vhost is "/") and `amqps://...` (TLS, default port 5671), with optional query
-// parameters (RabbitMQ's URI spelling where it has one):
+// ConnectionOptions::from_url() reads `amqp://user:password@host:port/vhost` (RabbitMQ's URI
+// rules: user, password, port and vhost may be left out; an IPv6 host goes in brackets;
+// percent-escapes are decoded; a missing or empty vhost is "/") and `amqps://...` (TLS, default
+// port 5671), with optional query parameters (RabbitMQ's URI spelling where it has one):
 //   cacertfile=PATH  certfile=PATH  keyfile=PATH  verify=verify_peer|verify_none
 //   server_name_indication=disable (no host name check; the default checks the URL's host)
 //   password_file=PATH  password_env=NAME  key_password_file=PATH  key_password_env=NAME
