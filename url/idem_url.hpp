@@ -18,6 +18,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -36,8 +37,15 @@ namespace idem::detail {
 class UrlErrors {
  public:
   virtual ~UrlErrors() = default;
-  // Throws (ConfigError); never returns.
-  [[noreturn]] virtual void fail(std::string_view part, std::string_view problem) const = 0;
+  // Throws what throw_error throws (ConfigError); never returns.
+  [[noreturn]] void fail(std::string_view part, std::string_view problem) const {
+    throw_error(part, problem);
+    std::abort();  // throw_error returned: a broken UrlErrors
+  }
+
+ protected:
+  // Words the message and throws it; must not return.
+  virtual void throw_error(std::string_view part, std::string_view problem) const = 0;
 };
 
 // ---- scheme ------------------------------------------------------------------------------------

@@ -48,7 +48,7 @@ std::string in_url_terms(std::string text) {
 
 }  // namespace
 
-void UrlContext::fail(std::string_view part, std::string_view problem) const {
+void UrlContext::throw_error(std::string_view part, std::string_view problem) const {
   throw ConfigError(std::string(part) + ": " + std::string(problem) + " (URL '" + redact_url(url_) +
                     "')");
 }

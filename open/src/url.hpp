@@ -19,8 +19,7 @@ class UrlContext final : public UrlErrors {
 
   std::string_view url() const noexcept { return url_; }
 
-  // Throws ConfigError "<part>: <problem> (URL '<redacted url>')".
-  [[noreturn]] void fail(std::string_view part, std::string_view problem) const override;
+  // fail(part, problem) throws ConfigError "<part>: <problem> (URL '<redacted url>')".
   // Throws NotSupported for a scheme whose backend was not built.
   [[noreturn]] void not_built(std::string_view scheme, std::string_view backend,
                               std::string_view cmake_option, std::string_view package) const;
@@ -30,6 +29,8 @@ class UrlContext final : public UrlErrors {
   [[noreturn]] void rethrow_backend_config_error(std::string_view message) const;
 
  private:
+  void throw_error(std::string_view part, std::string_view problem) const override;
+
   std::string_view url_;
 };
 

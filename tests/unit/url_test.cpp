@@ -14,8 +14,8 @@ using namespace idem::detail;
 
 // Failures as "<part>|<problem>", so a test sees which is which.
 class Recorded final : public UrlErrors {
- public:
-  [[noreturn]] void fail(std::string_view part, std::string_view problem) const override {
+ private:
+  void throw_error(std::string_view part, std::string_view problem) const override {
     throw std::runtime_error(std::string(part) + "|" + std::string(problem));
   }
 };

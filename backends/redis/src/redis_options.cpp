@@ -31,8 +31,8 @@ constexpr std::size_t kMaxMasterName = 256;
 
 // How the URL toolkit's failures read here: "redis URL: <part> <problem>".
 class RedisUrlErrors final : public ::idem::detail::UrlErrors {
- public:
-  [[noreturn]] void fail(std::string_view part, std::string_view problem) const override {
+ private:
+  void throw_error(std::string_view part, std::string_view problem) const override {
     bad_url(std::string(part) + " " + std::string(problem));
   }
 };

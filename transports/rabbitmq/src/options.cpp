@@ -23,11 +23,12 @@ namespace {
 class AmqpUrlErrors final : public ::idem::detail::UrlErrors {
  public:
   explicit AmqpUrlErrors(std::string_view url) : url_(url) {}
-  [[noreturn]] void fail(std::string_view part, std::string_view problem) const override {
+
+ private:
+  void throw_error(std::string_view part, std::string_view problem) const override {
     bad_url(url_, std::string(part) + " " + std::string(problem));
   }
 
- private:
   std::string_view url_;
 };
 
