@@ -9,17 +9,8 @@ namespace idem::redis::detail {
 
 std::shared_ptr<const net::TlsContext> make_tls_context(const RedisOptions& options) {
   if (!options.tls) return nullptr;
-  const RedisTlsOptions& tls = *options.tls;
-  net::TlsOptions net_options;
-  net_options.ca_file = tls.ca_file;
-  net_options.ca_dir = tls.ca_dir;
-  net_options.cert_file = tls.cert_file;
-  net_options.key_file = tls.key_file;
-  net_options.key_password = tls.key_password;
-  net_options.server_name = tls.server_name;
-  net_options.verify_peer = tls.verify_peer;
   try {
-    return std::make_shared<const net::TlsContext>(net_options);
+    return std::make_shared<const net::TlsContext>(*options.tls);  // one TlsOptions struct
   } catch (const net::TlsError& e) {
     throw ConfigError("RedisOptions::tls: " + std::string(e.what()));
   }

@@ -41,26 +41,13 @@
 #include <vector>
 
 #include "idem/net/stream.hpp"
+#include "idem/tls_options.hpp"
 
 namespace idem::net {
 
-struct TlsOptions {
-  // PEM file of the CA certificate(s) to trust. Empty with ca_dir empty: the system's default
-  // verify paths (OpenSSL's SSL_CTX_set_default_verify_paths).
-  std::string ca_file{};
-  // Directory of hashed CA certificates (c_rehash / openssl rehash). Optional.
-  std::string ca_dir{};
-  // Client certificate (PEM, may include the chain) and its private key (PEM), for servers that
-  // require one. Both or neither; key_file defaults to cert_file when only the certificate is set.
-  std::string cert_file{};
-  std::string key_file{};
-  // Passphrase of an encrypted key_file. Never printed.
-  std::optional<std::string> key_password{};
-  // The name the server's certificate must carry and the SNI sent. Empty: the host connected to.
-  std::string server_name{};
-  // false: encrypt without checking the server's certificate (tests, trusted networks only).
-  bool verify_peer = true;
-};
+// The TLS settings (idem/tls_options.hpp: CA, client certificate and key, server name,
+// verify_peer), under the name idem::net has always used.
+using TlsOptions = ::idem::TlsOptions;
 
 // A TLS set-up or handshake failure (see above). what() starts with "TLS: ".
 class TlsError : public std::runtime_error {

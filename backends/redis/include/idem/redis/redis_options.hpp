@@ -55,33 +55,19 @@
 #include <vector>
 
 #include "idem/clock.hpp"
+#include "idem/tls_options.hpp"
 
 namespace idem::redis {
 
-// TLS to the server (rediss://). The TLS context — CA, certificate and key, read from their
-// files — is built once per ConnectionPool / AsyncConnectionPool when it is made (a file that
-// cannot be used is a ConfigError there) and shared by all of its connections; a file replaced
-// later is read by the next pool. A handshake that fails (an untrusted or expired certificate, a
-// host name mismatch, a client certificate the server refuses, a plaintext port) fails the call
-// with a non-retryable RedisError (RedisFailure::tls, redis_error.hpp).
-struct RedisTlsOptions {
-  // PEM file of the CA certificate(s) that signed the server's certificate, and/or a directory of
-  // hashed CA certificates. Both empty: the system's default CA store.
-  std::string ca_file{};
-  std::string ca_dir{};
-  // Client certificate (PEM, may hold the chain) and its key, for a server run with
-  // --tls-auth-clients yes. Both or neither (key_file empty: the key is in cert_file).
-  std::string cert_file{};
-  std::string key_file{};
-  // Passphrase of an encrypted key_file. Never printed.
-  std::optional<std::string> key_password{};
-  // The name the server's certificate must carry (also sent as SNI). Empty: `host`. Set it when
-  // connecting by IP address to a server whose certificate names a DNS name.
-  std::string server_name{};
-  // false: encrypt without checking the certificate or its name — only where the network itself
-  // is trusted. Default true.
-  bool verify_peer = true;
-};
+// TLS to the server (rediss://): idem::TlsOptions (idem/tls_options.hpp — CA file or directory,
+// client certificate and key, key_password, server_name, verify_peer), under the name the Redis
+// backend has always used. The TLS context — CA, certificate and key, read from their files — is
+// built once per ConnectionPool / AsyncConnectionPool when it is made (a file that cannot be used
+// is a ConfigError there) and shared by all of its connections; a file replaced later is read by
+// the next pool. A handshake that fails (an untrusted or expired certificate, a host name
+// mismatch, a client certificate the server refuses, a plaintext port) fails the call with a
+// non-retryable RedisError (RedisFailure::tls, redis_error.hpp).
+using RedisTlsOptions = ::idem::TlsOptions;
 
 // One node of a Redis Cluster, as given to find the cluster (RedisOptions::cluster_nodes).
 struct RedisNode {
