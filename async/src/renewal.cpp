@@ -58,11 +58,11 @@ struct LeaseKeeper::State {
 };
 
 LeaseKeeper::LeaseKeeper(asio::strand<asio::any_io_executor> strand, std::shared_ptr<Clock> clock,
-                         Millis lease, RenewFn renew)
+                         Millis lease, RenewFn renew, std::optional<SteadyTime> since)
     : strand_(std::move(strand)), state_(std::make_shared<State>()) {
   if (!clock) clock = system_clock();
-  const SteadyTime since = clock->steady_now();
-  asio::co_spawn(strand_, renew_every(std::move(clock), lease, std::move(renew), since),
+  if (!since) since = clock->steady_now();
+  asio::co_spawn(strand_, renew_every(std::move(clock), lease, std::move(renew), *since),
                  asio::bind_cancellation_slot(state_->signal.slot(),
                                               [state = state_](std::exception_ptr, RenewalEnd end) {
                                                 if (end == RenewalEnd::fenced)

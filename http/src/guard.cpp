@@ -2,17 +2,20 @@
 
 #include <algorithm>
 #include <exception>
+#include <mutex>
 #include <typeindex>
 #include <utility>
 
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/steady_timer.hpp>
 #include <asio/strand.hpp>
 #include <asio/system_error.hpp>
 #include <asio/this_coro.hpp>
 
 #include "idem/async/detail/holder_wait.hpp"
 #include "idem/async/detail/renewal.hpp"
+#include "idem/detail/lease_renewer.hpp"
 #include "idem/error.hpp"
 
 namespace idem::http {
@@ -22,8 +25,6 @@ namespace {
 // A waiting request polls the store from this interval, doubling up to the cap.
 constexpr Millis kFirstPoll{2};
 constexpr Millis kPollCap{100};
-
-using Strand = asio::strand<asio::any_io_executor>;
 
 // The stored value's bytes, from a durable store (bytes) or the in-memory one (the object).
 std::optional<std::string_view> stored_bytes(const IdempotencyRecord& record) {
@@ -63,26 +64,102 @@ struct Guard::Shared {
   }
 };
 
-struct Decision::Claim {
+// A held claim. Its renewal starts lazily: most upstreams answer well within a third of the
+// lease, and such a claim is never renewed, so a claim arms one timer for its first renewal's due
+// time (lease/3 after the claim, on the guard's clock) and starts the renewal coroutine only when
+// that timer finds the claim still open. The keeper then starts from the claim's time, so its
+// first renewal is at once and the schedule is the one of a keeper started with the claim.
+struct Decision::Claim : std::enable_shared_from_this<Decision::Claim> {
   std::shared_ptr<Guard::Shared> shared;
   std::string key;
   std::uint64_t token = 0;
-  Strand strand;
-  // The lease renewal while the upstream answers: the one renewal rule of both faces, on the
-  // guard's clock (idem/async/detail/renewal.hpp).
-  std::optional<async::detail::LeaseKeeper> renewal;
+  Millis lease{};
+  SteadyTime claimed_at{};  // on the guard's clock
+  asio::any_io_executor executor;
   std::string route;       // for events
   std::string key_digest;  // for events
-  bool open = true;        // neither finish() nor release() ran yet
+  bool open = true;        // neither finish() nor release() ran yet (the decision's coroutine)
 
-  Claim(std::shared_ptr<Guard::Shared> s, std::string k, std::uint64_t t, Strand st)
-      : shared(std::move(s)), key(std::move(k)), token(t), strand(std::move(st)) {}
+  // The due timer's handler runs on `executor`, stop_renewal() on the decision's coroutine:
+  // what follows is under `mutex`.
+  std::mutex mutex;
+  bool stopped = false;
+  std::weak_ptr<asio::steady_timer> due;  // the pending due timer (its wait's handler owns it)
+  // The lease renewal once due: the one renewal rule of both faces, on the guard's clock
+  // (idem/async/detail/renewal.hpp).
+  std::optional<async::detail::LeaseKeeper> renewal;
+
+  Claim(std::shared_ptr<Guard::Shared> s, std::string k, std::uint64_t t, Millis l, SteadyTime at,
+        asio::any_io_executor ex)
+      : shared(std::move(s)),
+        key(std::move(k)),
+        token(t),
+        lease(l),
+        claimed_at(at),
+        executor(std::move(ex)) {}
+
+  // Arms the timer of the first renewal (once, after construction).
+  void arm_renewal() {
+    auto timer = std::make_shared<asio::steady_timer>(executor);
+    std::lock_guard lock(mutex);
+    wait_for_due(std::move(timer));
+  }
 
   void stop_renewal() noexcept {
+    std::lock_guard lock(mutex);
+    stopped = true;
+    if (const std::shared_ptr<asio::steady_timer> timer = due.lock()) timer->cancel();
     if (renewal) renewal->stop();
   }
   // True once a renewal was fenced off: another owner has the key.
-  bool lost() const noexcept { return renewal && renewal->fenced(); }
+  bool lost() noexcept {
+    std::lock_guard lock(mutex);
+    return renewal && renewal->fenced();
+  }
+
+ private:
+  // The wait's handler owns the timer, and the claim only a weak reference to it: the timer goes
+  // with the handler, also when the executor's context is destroyed with the wait pending, so a
+  // claim never owns an I/O object that could outlive its context.
+  struct DueHandler {
+    std::shared_ptr<asio::steady_timer> timer;
+    std::weak_ptr<Claim> claim;
+
+    void operator()(const asio::error_code&) {
+      const std::shared_ptr<Claim> held = claim.lock();
+      if (!held) return;
+      std::lock_guard lock(held->mutex);
+      if (held->stopped) return;  // finished, released or dropped first: never renewed
+      held->on_due(std::move(timer));
+    }
+  };
+
+  // Under `mutex`, not stopped.
+  void wait_for_due(std::shared_ptr<asio::steady_timer> timer) {
+    const std::shared_ptr<Clock>& clock = shared->hooks.clock;
+    const SteadyTime at = claimed_at + idem::detail::renewal_interval(lease);
+    timer->expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(
+        idem::detail::renewal_wait(*clock, at, clock->steady_now())));
+    due = timer;
+    asio::steady_timer& waiting = *timer;
+    waiting.async_wait(DueHandler{std::move(timer), weak_from_this()});
+  }
+
+  // Under `mutex`, not stopped: the first renewal's time, or (an injected clock) a look at it.
+  void on_due(std::shared_ptr<asio::steady_timer> timer) {
+    const std::shared_ptr<Clock>& clock = shared->hooks.clock;
+    if (clock->steady_now() < claimed_at + idem::detail::renewal_interval(lease)) {
+      wait_for_due(std::move(timer));  // an injected clock not there yet, or an early wake
+      return;
+    }
+    due.reset();
+    renewal.emplace(
+        asio::make_strand(executor), clock, lease,
+        [store = shared->store, key = key, token = token, lease = lease] {
+          return store->renew(key, token, lease);
+        },
+        claimed_at);
+  }
 };
 
 Guard::Guard(std::shared_ptr<async::AsyncStore> store, GuardOptions options, GuardHooks hooks)
@@ -144,6 +221,8 @@ async::Task<Decision> Guard::begin(const Request& request) {
   for (;;) {
     ClaimOutcome claim;
     std::string failure;
+    // The lease runs from the claim's request: the renewals are timed from here.
+    const SteadyTime claim_started = clock->steady_now();
     try {
       claim = co_await shared->store->claim_without_report(guarded.store_key, fingerprint,
                                                            policy.lease);
@@ -159,14 +238,13 @@ async::Task<Decision> Guard::begin(const Request& request) {
     }
     switch (claim.status) {
       case ClaimOutcome::Status::acquired: {
-        const asio::any_io_executor executor = co_await asio::this_coro::executor;
-        auto held = std::make_shared<Decision::Claim>(shared, guarded.store_key, claim.token,
-                                                      asio::make_strand(executor));
-        held->renewal.emplace(held->strand, clock, policy.lease,
-                              [store = shared->store, key = guarded.store_key, token = claim.token,
-                               lease = policy.lease] { return store->renew(key, token, lease); });
+        asio::any_io_executor executor = co_await asio::this_coro::executor;
+        auto held =
+            std::make_shared<Decision::Claim>(shared, guarded.store_key, claim.token, policy.lease,
+                                              claim_started, std::move(executor));
         held->route = guarded.route->name;
         held->key_digest = guarded.key_digest;
+        held->arm_renewal();
         decision.claim_ = std::move(held);
         decision.action_ = Decision::Action::forward;
         event.kind = GuardEvent::Kind::claimed;
@@ -272,7 +350,7 @@ Decision::~Decision() {
   claim->stop_renewal();
   try {
     asio::co_spawn(
-        claim->strand,
+        claim->executor,
         [claim]() -> async::Task<void> {
           try {
             (void)co_await claim->shared->store->release(claim->key, claim->token);

@@ -110,6 +110,24 @@ TEST(AsyncRenewal, DueEveryThirdOfTheLeaseOnTheInjectedClockOnly) {
   keeper.stop();
 }
 
+TEST(AsyncRenewal, AKeeperStartedLateIsTimedFromTheClaim) {
+  asio::io_context io;
+  auto clock = std::make_shared<CountingClock>();
+  auto script = std::make_shared<Script>();
+  const idem::SteadyTime claimed = clock->steady_now();
+  clock->advance(130ms);  // the claim is already past its first renewal's due time
+  LeaseKeeper keeper(asio::make_strand(io.get_executor()), clock, kLease, scripted(clock, script),
+                     claimed);
+  run_until(io, [&] { return script->at.size() == 1; });  // at once
+  clock->advance(99ms);
+  let_it_look(io, *clock);
+  EXPECT_EQ(script->at.size(), 1u);  // then a third of the lease after that renewal
+  clock->advance(1ms);
+  run_until(io, [&] { return script->at.size() == 2; });
+  EXPECT_EQ(script->at, (std::vector<std::chrono::nanoseconds>{130ms, 230ms}));
+  keeper.stop();
+}
+
 TEST(AsyncRenewal, FencedEndsAtOnceAndForGood) {
   asio::io_context io;
   auto clock = std::make_shared<CountingClock>();

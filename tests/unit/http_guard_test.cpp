@@ -556,6 +556,58 @@ TEST(HttpGuardLease, AHeldClaimIsRenewedOnTheGuardsClock) {
   EXPECT_EQ(store->renewals.load(), renewed);
 }
 
+TEST(HttpGuardLease, AClaimThatEndsBeforeItsFirstRenewalIsNeverRenewed) {
+  asio::io_context io;
+  auto clock = std::make_shared<idem::testing::ManualClock>();
+  auto store = std::make_shared<ObservedStore>(clock);
+  idem::http::GuardHooks hooks;
+  hooks.clock = clock;
+  GuardOptions options;
+  options.routes.push_back(Route{});
+  options.routes.back().policy.lease = 9s;
+  idem::http::Guard guard(store, options, hooks);
+  const auto run_until = [&](const std::function<bool()>& done) {
+    io.restart();
+    for (int i = 0; i < 100 && !done(); ++i)
+      io.run_for(20ms);
+  };
+  // Finished within the first third of its lease.
+  Request finished_request = post("finished");
+  std::optional<Decision> finished;
+  asio::co_spawn(io, guard.begin(finished_request),
+                 [&](std::exception_ptr, Decision d) { finished.emplace(std::move(d)); });
+  run_until([&] { return finished.has_value(); });
+  ASSERT_TRUE(finished && finished->holds_claim());
+  clock->advance(2s);
+  std::optional<Response> sent;
+  asio::co_spawn(io, finished->finish(created()),
+                 [&](std::exception_ptr, Response r) { sent.emplace(std::move(r)); });
+  run_until([&] { return sent.has_value(); });
+  ASSERT_TRUE(sent);
+  EXPECT_EQ(sent->status, 201);
+  // Dropped (released in the background) within the first third of its lease.
+  Request dropped_request = post("dropped");
+  std::optional<Decision> dropped;
+  asio::co_spawn(io, guard.begin(dropped_request),
+                 [&](std::exception_ptr, Decision d) { dropped.emplace(std::move(d)); });
+  run_until([&] { return dropped.has_value(); });
+  ASSERT_TRUE(dropped && dropped->holds_claim());
+  dropped.reset();
+  run_until([&] { return store->releases.load() == 1; });
+  EXPECT_EQ(store->releases.load(), 1);
+  // However far the clock moves afterwards, neither is renewed.
+  for (int round = 0; round < 3; ++round) {
+    clock->advance(5s);
+    io.restart();
+    io.run_for(50ms);
+  }
+  EXPECT_EQ(store->renewals.load(), 0);
+  // Nothing is left waiting on the event loop.
+  io.restart();
+  EXPECT_EQ(io.poll(), 0u);
+  EXPECT_TRUE(io.stopped());
+}
+
 TEST(HttpGuardLease, AFencedOwnerStillAnswersItsClient) {
   asio::io_context io;
   auto clock = std::make_shared<idem::testing::ManualClock>();

@@ -41,17 +41,18 @@ Task<RenewalEnd> renew_every(std::shared_ptr<Clock> clock, Millis lease, RenewFn
                              std::optional<SteadyTime> since = std::nullopt);
 
 // A lease kept alive beside its owner's work: renew_every() runs as a coroutine of its own on
-// `strand`, timed from construction, until stop() or destruction, which cancel it (terminal).
-// `renew`
-// must own what it renews (the claim's key, its token, the store): a renewal already running when
-// the keeper stops may finish after the owner is gone; it is harmless (a store refuses a token
-// that completed or was released) and its outcome is not used.
+// `strand`, timed from `since` (the claim's time on `clock`; by default the construction), until
+// stop() or destruction, which cancel it (terminal). A keeper started late, with `since` a lease
+// third or more in the past, renews at once and then every third. `renew` must own what it renews
+// (the claim's key, its token, the store): a renewal already running when the keeper stops may
+// finish after the owner is gone; it is harmless (a store refuses a token that completed or was
+// released) and its outcome is not used.
 //
 // Thread safety: stop() and fenced() may be called from any thread.
 class LeaseKeeper {
  public:
   LeaseKeeper(asio::strand<asio::any_io_executor> strand, std::shared_ptr<Clock> clock,
-              Millis lease, RenewFn renew);
+              Millis lease, RenewFn renew, std::optional<SteadyTime> since = std::nullopt);
   ~LeaseKeeper();
   LeaseKeeper(const LeaseKeeper&) = delete;
   LeaseKeeper& operator=(const LeaseKeeper&) = delete;
