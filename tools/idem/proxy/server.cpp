@@ -87,12 +87,11 @@ struct RequestMeta {
 // One exchange with the upstream.
 struct Exchange {
   std::shared_ptr<UpstreamConnection> connection;
-  std::unique_ptr<ResponseReader> reader;
-  std::string body;  // body bytes read and not yet passed on
+  ResponseReader* reader = nullptr;  // the connection's, reset for this exchange
+  std::string body;                  // body bytes read and not yet passed on
   std::optional<UpstreamFailure> failure;
   bool sent = false;  // the request was written: a failure after it is in doubt
   bool complete = false;
-  std::shared_ptr<bool> timed_out = std::make_shared<bool>(false);
 };
 
 std::optional<std::string> verified_subject(SSL* ssl) {
@@ -123,9 +122,11 @@ class Connection final : public ConnectionBase,
   Connection(Shared& shared, Stream stream, std::string remote)
       : shared_(shared),
         stream_(std::move(stream)),
-        remote_(std::move(remote)),
+        forwarded_{{"X-Forwarded-For", std::move(remote)},
+                   {"X-Forwarded-Proto", kTls ? "https" : "http"}},
         reader_(shared.options.max_header, shared.options.max_request_body),
-        deadline_(stream_.get_executor()) {}
+        deadline_(stream_.get_executor()),
+        upstream_deadline_(stream_.get_executor()) {}
 
   asio::any_io_executor executor() { return stream_.get_executor(); }
   asio::cancellation_slot cancel_slot() { return cancel_.slot(); }
@@ -329,9 +330,7 @@ class Connection final : public ConnectionBase,
       co_return written&& keep_alive();
     }
     const std::string_view decision_name = decision.holds_claim() ? "forwarded" : "passed";
-    const idem::http::Headers extra = {{"X-Forwarded-For", remote_},
-                                       {"X-Forwarded-Proto", kTls ? "https" : "http"}};
-    const std::string wire = serialize_request(request, extra);
+    const std::string wire = serialize_request(request, forwarded_);
     const std::size_t cap = decision.holds_claim() && decision.route() != nullptr
                                 ? decision.route()->max_stored_body
                                 : shared.options.max_buffered_response;
@@ -339,7 +338,12 @@ class Connection final : public ConnectionBase,
         decision.route() != nullptr ? std::string_view(decision.route()->name) : std::string_view();
     const auto upstream_started = SteadyClock::now();
     Exchange exchange;
-    exchange.reader = std::make_unique<ResponseReader>(meta.head, shared.options.max_header);
+    if (!response_reader_) {
+      response_reader_ = std::make_unique<ResponseReader>(meta.head, shared.options.max_header);
+    } else {
+      response_reader_->reset(meta.head);
+    }
+    exchange.reader = response_reader_.get();
     co_await forward(exchange, wire, cap);
     const auto upstream_time = SteadyClock::now() - upstream_started;
 
@@ -374,8 +378,10 @@ class Connection final : public ConnectionBase,
     ResponseReader& reader = *exchange.reader;
     idem::http::Response response;
     response.status = reader.status();
-    for (const auto& header : reader.headers()) {
-      if (!idem::http::is_connection_field(header.name)) response.headers.push_back(header);
+    for (auto& header : reader.take_headers()) {
+      if (!idem::http::is_connection_field(header.name)) {
+        response.headers.push_back(std::move(header));
+      }
     }
     if (exchange.complete) {
       give_back(exchange);
@@ -439,16 +445,14 @@ class Connection final : public ConnectionBase,
       exchange.failure = UpstreamFailure::connect;
       co_return;
     }
+    upstream_timed_out_ = false;
     asio::error_code ec;
-    {
-      asio::steady_timer timer(co_await asio::this_coro::executor);
-      arm_upstream(timer, exchange);
-      co_await asio::async_write(exchange.connection->socket, asio::buffer(wire),
-                                 asio::redirect_error(asio::use_awaitable, ec));
-      timer.cancel();
-    }
+    arm_upstream(exchange.connection);
+    co_await asio::async_write(exchange.connection->socket, asio::buffer(wire),
+                               asio::redirect_error(asio::use_awaitable, ec));
+    disarm_upstream();
     if (ec) {
-      exchange.failure = *exchange.timed_out ? UpstreamFailure::timeout : UpstreamFailure::reset;
+      exchange.failure = upstream_timed_out_ ? UpstreamFailure::timeout : UpstreamFailure::reset;
       // Bytes may have reached a connection the upstream was closing: in doubt.
       exchange.sent = true;
       co_return;
@@ -469,15 +473,38 @@ class Connection final : public ConnectionBase,
     }
   }
 
-  void arm_upstream(asio::steady_timer& timer, Exchange& exchange) {
-    timer.expires_after(shared_.options.upstream_timeout);
-    timer.async_wait([weak = std::weak_ptr<UpstreamConnection>(exchange.connection),
-                      flag = exchange.timed_out](const asio::error_code& ec) {
-      if (ec) return;
-      if (auto connection = weak.lock()) {
-        *flag = true;
-        asio::error_code ignored;
-        connection->socket.close(ignored);
+  // Each write to and read from the upstream must end within upstream_timeout, or the upstream
+  // connection is closed (the exchange then fails with a timeout). As for deadline_, one timer
+  // per connection, moved only when the deadline comes earlier than its pending wait: a request's
+  // two or three upstream operations are then stores to upstream_until_, not a timer each (a heap
+  // entry, a cancel and often a timerfd update).
+  void arm_upstream(const std::shared_ptr<UpstreamConnection>& connection) {
+    upstream_watched_ = connection;
+    upstream_until_ = SteadyClock::now() + shared_.options.upstream_timeout;
+    if (upstream_waiting_ && upstream_deadline_.expiry() <= upstream_until_) return;
+    wait_upstream_until(upstream_until_);
+  }
+  void disarm_upstream() {
+    upstream_until_ = SteadyClock::time_point::max();
+    upstream_watched_.reset();
+  }
+
+  void wait_upstream_until(SteadyClock::time_point at) {
+    upstream_deadline_.expires_at(at);
+    upstream_waiting_ = true;
+    upstream_deadline_.async_wait([weak = this->weak_from_this()](const asio::error_code& ec) {
+      if (ec) return;  // replaced by a newer wait, or the connection is gone
+      auto self = weak.lock();
+      if (!self) return;
+      self->upstream_waiting_ = false;
+      if (SteadyClock::now() >= self->upstream_until_) {
+        if (auto connection = self->upstream_watched_.lock()) {
+          self->upstream_timed_out_ = true;
+          asio::error_code ignored;
+          connection->socket.close(ignored);
+        }
+      } else if (self->upstream_until_ != SteadyClock::time_point::max()) {
+        self->wait_upstream_until(self->upstream_until_);  // the deadline moved later meanwhile
       }
     });
   }
@@ -499,13 +526,10 @@ class Connection final : public ConnectionBase,
       }
       asio::error_code ec;
       std::size_t n = 0;
-      {
-        asio::steady_timer timer(co_await asio::this_coro::executor);
-        arm_upstream(timer, exchange);
-        n = co_await exchange.connection->socket.async_read_some(
-            asio::buffer(scratch_), asio::redirect_error(asio::use_awaitable, ec));
-        timer.cancel();
-      }
+      arm_upstream(exchange.connection);
+      n = co_await exchange.connection->socket.async_read_some(
+          asio::buffer(scratch_), asio::redirect_error(asio::use_awaitable, ec));
+      disarm_upstream();
       if (ec == asio::error::eof) {
         const ResponseReader::Step step = exchange.reader->eof();
         if (step == ResponseReader::Step::error) exchange.failure = UpstreamFailure::reset;
@@ -513,7 +537,7 @@ class Connection final : public ConnectionBase,
         co_return step;
       }
       if (ec) {
-        exchange.failure = *exchange.timed_out ? UpstreamFailure::timeout : UpstreamFailure::reset;
+        exchange.failure = upstream_timed_out_ ? UpstreamFailure::timeout : UpstreamFailure::reset;
         co_return ResponseReader::Step::error;
       }
       buffer.append(scratch_.data(), n);
@@ -559,7 +583,9 @@ class Connection final : public ConnectionBase,
 
   Shared& shared_;
   Stream stream_;
-  std::string remote_;
+  // X-Forwarded-For (the client's address) and X-Forwarded-Proto, added to every request sent
+  // upstream: the same for each request of the connection.
+  const idem::http::Headers forwarded_;
   RequestReader reader_;
   std::string buffer_;
   // Where every read of this connection lands, from the client or the upstream (one at a time:
@@ -570,6 +596,14 @@ class Connection final : public ConnectionBase,
   asio::steady_timer deadline_;
   SteadyClock::time_point armed_until_ = SteadyClock::time_point::max();
   bool waiting_ = false;  // deadline_ has a wait pending
+  // The upstream's deadline (arm_upstream()), for the exchange's connection.
+  asio::steady_timer upstream_deadline_;
+  SteadyClock::time_point upstream_until_ = SteadyClock::time_point::max();
+  std::weak_ptr<UpstreamConnection> upstream_watched_;
+  bool upstream_waiting_ = false;    // upstream_deadline_ has a wait pending
+  bool upstream_timed_out_ = false;  // the exchange's upstream connection was closed for it
+  // The upstream response's reader, reset for each exchange.
+  std::unique_ptr<ResponseReader> response_reader_;
   asio::cancellation_signal cancel_;
   std::optional<std::string> client_subject_;
   bool idle_ = true;

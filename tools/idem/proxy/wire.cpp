@@ -240,6 +240,16 @@ ResponseReader::ResponseReader(bool head_request, std::size_t max_header)
 
 ResponseReader::~ResponseReader() = default;
 
+void ResponseReader::reset(bool head_request) {
+  head_request_ = head_request;
+  status_ = 0;
+  headers_.clear();
+  content_length_.reset();
+  header_done_ = false;
+  error_.clear();
+  restart();
+}
+
 void ResponseReader::restart() {
   parser_->parser.emplace();
   parser_->parser->header_limit(static_cast<std::uint32_t>(max_header_));

@@ -99,6 +99,9 @@ class ResponseReader {
   ResponseReader(const ResponseReader&) = delete;
   ResponseReader& operator=(const ResponseReader&) = delete;
 
+  // Ready for the next response (of a HEAD request or not), as a reader just constructed.
+  void reset(bool head_request);
+
   // Parses `data`; body bytes are appended to `body`. `used` as for RequestReader::feed.
   Step feed(std::string_view data, std::size_t& used, std::string& body);
   // The upstream closed the connection: complete for a close-delimited body, error otherwise.
@@ -106,6 +109,12 @@ class ResponseReader {
 
   int status() const noexcept { return status_; }
   const idem::http::Headers& headers() const noexcept { return headers_; }
+  // The header's fields, moved out (headers() is then empty until reset()).
+  idem::http::Headers take_headers() noexcept {
+    idem::http::Headers out = std::move(headers_);
+    headers_.clear();
+    return out;
+  }
   std::optional<std::uint64_t> content_length() const noexcept { return content_length_; }
   bool keep_alive() const noexcept;  // the upstream connection may be reused after this response
   bool header_done() const noexcept { return header_done_; }
