@@ -704,7 +704,7 @@ class Server {
       if (shared_.draining || !acceptor_.is_open()) co_return;
       asio::error_code ec;
       tcp::socket socket = co_await acceptor_.async_accept(
-          asio::make_strand(io_), asio::redirect_error(asio::use_awaitable, ec));
+          connection_executor(), asio::redirect_error(asio::use_awaitable, ec));
       if (ec) {
         if (ec == asio::error::operation_aborted || !acceptor_.is_open()) co_return;
         // Out of descriptors or a connection reset before it was accepted: try again shortly.
@@ -727,6 +727,16 @@ class Server {
             std::make_shared<Connection<tcp::socket>>(shared_, std::move(socket), remote_address));
       }
     }
+  }
+
+  // A connection's executor: a strand of its own when several threads run the event loop. On one
+  // thread every handler already runs in turn, and the strand would only cost: each operation's
+  // handler would pass through the strand's queue and lock, and a strand does not fit in an
+  // any_io_executor's small buffer, so each work-tracking copy of it (one or two per operation)
+  // would be a heap allocation.
+  asio::any_io_executor connection_executor() {
+    if (shared_.options.threads > 1) return asio::make_strand(io_);
+    return io_.get_executor();
   }
 
   template <class Stream>
