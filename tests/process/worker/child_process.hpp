@@ -2,7 +2,9 @@
 //
 // ChildProcess: runs idem_test_worker (or any program) with pipes to its stdin and stdout, for
 // the multi-process tests. fork+exec, so the child is a fresh process even when the test has
-// threads (ThreadSanitizer-safe). The destructor SIGKILLs and reaps a child still running.
+// threads (ThreadSanitizer-safe). read_line(), read_all() and wait() wait within a bound: a child
+// still there at the bound is killed with SIGKILL and reaped, and the call throws, so a hang fails
+// the test instead of hanging it. The destructor SIGKILLs and reaps a child still running.
 //
 // ForkedChild: a copy of this process made with fork() and no exec, for what needs the copy
 // itself: a process that has used idem (the fork tests), a handler killed by SIGKILL in the
@@ -35,6 +37,55 @@
 
 namespace idem::test {
 
+namespace detail {
+
+using Deadline = std::chrono::steady_clock::time_point;
+
+// Milliseconds left until `deadline` (0 once it has passed), for poll().
+inline int remaining_ms(Deadline deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  return static_cast<int>(std::max<std::chrono::milliseconds::rep>(0, left.count()));
+}
+
+// Kills `pid` with SIGKILL and reaps it (a killed child exits at once).
+inline void sigkill_and_reap(pid_t pid, int& status) {
+  ::kill(pid, SIGKILL);
+  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// Reaps `pid` into `status`; a child still running at `deadline` is killed with SIGKILL and reaped
+// (returns false).
+inline bool reap_by(pid_t pid, int& status, Deadline deadline) {
+  for (;;) {
+    const pid_t reaped = ::waitpid(pid, &status, WNOHANG);
+    if (reaped == pid) return true;
+    if (reaped < 0 && errno != EINTR) throw std::runtime_error("waitpid failed");
+    if (remaining_ms(deadline) == 0) {
+      sigkill_and_reap(pid, status);
+      return false;
+    }
+    pollfd none{-1, 0, 0};
+    (void)::poll(&none, 1, std::min(remaining_ms(deadline), 10));
+  }
+}
+
+// Waits until `fd` has something to read (or is closed) or `deadline` passes; false at the
+// deadline (also when a writer that never stops keeps it readable).
+inline bool readable_by(int fd, Deadline deadline) {
+  for (;;) {
+    if (remaining_ms(deadline) == 0) return false;
+    pollfd ready{fd, POLLIN, 0};
+    const int n = ::poll(&ready, 1, remaining_ms(deadline));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) throw std::runtime_error("poll failed");
+    return n > 0;
+  }
+}
+
+}  // namespace detail
+
 class ChildProcess {
  public:
   explicit ChildProcess(std::vector<std::string> argv) {
@@ -64,13 +115,14 @@ class ChildProcess {
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
   ~ChildProcess() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      wait();
-    }
+    if (pid_ > 0 && !reaped_) detail::sigkill_and_reap(pid_, status_);
     close_stdin();
     if (stdout_ >= 0) ::close(stdout_);
   }
+
+  // How long read_line(), read_all() and wait() wait unless told: more than any worker of the
+  // process tests needs (under the sanitizers too), well within ctest's timeout.
+  static constexpr std::chrono::milliseconds kBound = std::chrono::minutes(5);
 
   pid_t pid() const { return pid_; }
 
@@ -84,11 +136,14 @@ class ChildProcess {
     stdin_ = -1;
   }
 
-  // Blocks until the child writes a whole line (without the '\n'); "" at EOF.
-  std::string read_line() {
+  // Waits until the child writes a whole line and returns it (without the '\n'); "" at EOF.
+  // Throws (the child killed) when no whole line came within `bound`.
+  std::string read_line(std::chrono::milliseconds bound = kBound) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
     std::string line;
     char c = 0;
     for (;;) {
+      if (!detail::readable_by(stdout_, deadline)) give_up("write a line", bound, line);
       const ssize_t n = ::read(stdout_, &c, 1);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0 || c == '\n') return line;
@@ -96,11 +151,14 @@ class ChildProcess {
     }
   }
 
-  // Everything the child writes until it closes stdout.
-  std::string read_all() {
+  // Everything the child writes until it closes stdout. Throws (the child killed) when it has not
+  // closed stdout within `bound`.
+  std::string read_all(std::chrono::milliseconds bound = kBound) {
+    const auto deadline = std::chrono::steady_clock::now() + bound;
     std::string all;
     char buffer[4096];
     for (;;) {
+      if (!detail::readable_by(stdout_, deadline)) give_up("close its stdout", bound, all);
       const ssize_t n = ::read(stdout_, buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return all;
@@ -110,16 +168,27 @@ class ChildProcess {
 
   void kill(int signal) { ::kill(pid_, signal); }
 
-  // Reaps the child; returns the raw waitpid status.
-  int wait() {
+  // Reaps the child; returns the raw waitpid status. Throws (the child killed) when it has not
+  // exited within `bound`: a status "killed by SIGKILL" would pass a test that kills it itself.
+  int wait(std::chrono::milliseconds bound = kBound) {
     if (reaped_) return status_;
-    while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
-    }
+    const bool exited = detail::reap_by(pid_, status_, std::chrono::steady_clock::now() + bound);
     reaped_ = true;
+    if (!exited) give_up("exit", bound, "");
     return status_;
   }
 
  private:
+  // The child did not `what` in time: kill and reap it, and fail the call.
+  [[noreturn]] void give_up(const char* what, std::chrono::milliseconds bound,
+                            const std::string& output) {
+    if (!reaped_) detail::sigkill_and_reap(pid_, status_);
+    reaped_ = true;
+    throw std::runtime_error("child process " + std::to_string(pid_) + " did not " + what +
+                             " within " + std::to_string(bound.count()) +
+                             " ms (killed); its output so far: '" + output.substr(0, 2000) + "'");
+  }
+
   pid_t pid_ = -1;
   int stdin_ = -1;
   int stdout_ = -1;
@@ -226,11 +295,7 @@ class ForkedChild {
   ForkedChild(const ForkedChild&) = delete;
   ForkedChild& operator=(const ForkedChild&) = delete;
   ~ForkedChild() {
-    if (pid_ > 0 && !reaped_) {
-      ::kill(pid_, SIGKILL);
-      while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
-      }
-    }
+    if (pid_ > 0 && !reaped_) detail::sigkill_and_reap(pid_, status_);
     if (report_ >= 0) ::close(report_);
   }
 
@@ -251,18 +316,9 @@ class ForkedChild {
   // `bound` is killed with SIGKILL (End::timed_out).
   End wait(std::chrono::milliseconds bound = std::chrono::seconds(60)) {
     const auto deadline = std::chrono::steady_clock::now() + bound;
-    const auto remaining_ms = [&] {
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-          deadline - std::chrono::steady_clock::now());
-      return static_cast<int>(std::max<std::chrono::milliseconds::rep>(0, left.count()));
-    };
     End end;
     bool eof = false;
-    while (!eof && remaining_ms() > 0) {
-      pollfd fd{report_, POLLIN, 0};
-      const int ready = ::poll(&fd, 1, remaining_ms());
-      if (ready < 0 && errno == EINTR) continue;
-      if (ready <= 0) break;
+    while (!eof && detail::readable_by(report_, deadline)) {
       char buffer[1024];
       const ssize_t n = ::read(report_, buffer, sizeof buffer);
       if (n < 0 && errno == EINTR) continue;
@@ -273,20 +329,7 @@ class ForkedChild {
       }
     }
     // Reap it: it closed its end, so it is exiting; wait for that, bounded by the deadline.
-    for (;;) {
-      const pid_t reaped = ::waitpid(pid_, &status_, WNOHANG);
-      if (reaped == pid_) break;
-      if (reaped < 0 && errno != EINTR) throw std::runtime_error("waitpid failed");
-      if (remaining_ms() == 0) {
-        ::kill(pid_, SIGKILL);
-        while (::waitpid(pid_, &status_, 0) < 0 && errno == EINTR) {
-        }
-        end.timed_out = true;
-        break;
-      }
-      pollfd none{-1, 0, 0};
-      (void)::poll(&none, 1, std::min(remaining_ms(), 10));
-    }
+    end.timed_out = !detail::reap_by(pid_, status_, deadline);
     reaped_ = true;
     end.status = status_;
     return end;
