@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../async_test_support.hpp"
+#include "../thrown_by.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/async/resilient.hpp"
 #include "idem/memory_store.hpp"
@@ -294,12 +295,9 @@ TEST(AsyncJoin, CancelledOwnerReleasesItsClaimSoTheNextCallerExecutes) {
   asio::steady_timer later(io, 10ms);
   later.async_wait([&](asio::error_code) { cancel.emit(asio::cancellation_type::terminal); });
   io.run();
-  try {
-    owner.get();
-    FAIL() << "expected a cancelled OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::cancelled);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { owner.get(); });
+  ASSERT_TRUE(error) << "expected a cancelled OperationError";
+  EXPECT_EQ(error->report().status, idem::OperationStatus::cancelled);
   EXPECT_FALSE(stores.memory->lookup(idem::scoped_idempotency_key("op", "k")).has_value());
   auto next = run(io, op("k"));
   EXPECT_EQ(next.value, 2);

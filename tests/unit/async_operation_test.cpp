@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "../async_test_support.hpp"
+#include "../thrown_by.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/async/operation.hpp"
 #include "idem/memory_store.hpp"
@@ -50,12 +51,9 @@ TEST(AsyncOperation, WithLeavesTheBaseUnchanged) {
   EXPECT_EQ(base.name(), "flaky");
   EXPECT_EQ(patient.name(), "flaky");
   // The base still makes one attempt.
-  try {
-    run(io, base.run(7));
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().attempts.size(), 1u);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, base.run(7)); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(error->report().attempts.size(), 1u);
   calls = 0;
   auto result = run(io, patient.run(7));
   EXPECT_EQ(result.value, 7);
@@ -100,14 +98,11 @@ TEST(AsyncOperation, TimeoutCancelsTheAttemptSoItsLaterEffectNeverHappens) {
                 ++effects;  // never reached: the timeout cancels the nap
                 co_return 1;
               }).with_timeout(20ms);
-  try {
-    run(io, slow.run());
-    FAIL() << "expected a timeout";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::timed_out);
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    EXPECT_EQ(e.report().attempts[0].status, idem::AttemptStatus::timed_out);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, slow.run()); });
+  ASSERT_TRUE(error) << "expected a timeout";
+  EXPECT_EQ(error->report().status, idem::OperationStatus::timed_out);
+  ASSERT_EQ(error->report().attempts.size(), 1u);
+  EXPECT_EQ(error->report().attempts[0].status, idem::AttemptStatus::timed_out);
   io.restart();
   io.run();  // whatever the attempt left behind runs to its end
   EXPECT_EQ(effects.load(), 0);

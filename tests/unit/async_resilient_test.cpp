@@ -21,6 +21,7 @@
 
 #include "../async_test_support.hpp"
 #include "../relprim_parity.hpp"
+#include "../thrown_by.hpp"
 #include "idem/async/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
 
@@ -104,14 +105,11 @@ TEST(AsyncResilient, FailureThrowsOperationErrorWithReport) {
         co_return 0;
       },
       {.name = "failing", .retries = 1, .backoff = kFast});
-  try {
-    run(io, failing());
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::failed);
-    EXPECT_EQ(e.report().attempts.size(), 2u);
-    EXPECT_EQ(e.report().operation, "failing");
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, failing()); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(error->report().status, idem::OperationStatus::failed);
+  EXPECT_EQ(error->report().attempts.size(), 2u);
+  EXPECT_EQ(error->report().operation, "failing");
 }
 
 TEST(AsyncResilient, TimeoutCancelsTheAttemptSoItsLaterEffectNeverHappens) {
@@ -124,14 +122,11 @@ TEST(AsyncResilient, TimeoutCancelsTheAttemptSoItsLaterEffectNeverHappens) {
         co_return 1;
       },
       {.timeout = 20ms});
-  try {
-    run(io, slow());
-    FAIL() << "expected a timeout";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::timed_out);
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    EXPECT_EQ(e.report().attempts[0].status, idem::AttemptStatus::timed_out);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, slow()); });
+  ASSERT_TRUE(error) << "expected a timeout";
+  EXPECT_EQ(error->report().status, idem::OperationStatus::timed_out);
+  ASSERT_EQ(error->report().attempts.size(), 1u);
+  EXPECT_EQ(error->report().attempts[0].status, idem::AttemptStatus::timed_out);
   io.restart();
   io.run();  // whatever the attempt left behind runs to its end
   EXPECT_EQ(effects.load(), 0);
@@ -174,14 +169,11 @@ TEST(AsyncResilient, CallerCancellationStopsRetriesAndFallbacks) {
   asio::steady_timer later(io, 20ms);
   later.async_wait([&](asio::error_code) { cancel.emit(asio::cancellation_type::terminal); });
   io.run();
-  try {
-    future.get();
-    FAIL() << "expected a cancelled OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::cancelled);
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    EXPECT_EQ(e.report().attempts[0].status, idem::AttemptStatus::cancelled);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { future.get(); });
+  ASSERT_TRUE(error) << "expected a cancelled OperationError";
+  EXPECT_EQ(error->report().status, idem::OperationStatus::cancelled);
+  ASSERT_EQ(error->report().attempts.size(), 1u);
+  EXPECT_EQ(error->report().attempts[0].status, idem::AttemptStatus::cancelled);
   EXPECT_EQ(calls, 1);
   EXPECT_EQ(fallbacks, 0);
 }
@@ -202,12 +194,9 @@ TEST(AsyncResilient, CallerCancellationDuringBackoff) {
   asio::steady_timer later(io, 20ms);
   later.async_wait([&](asio::error_code) { cancel.emit(asio::cancellation_type::terminal); });
   io.run();
-  try {
-    future.get();
-    FAIL() << "expected a cancelled OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::cancelled);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { future.get(); });
+  ASSERT_TRUE(error) << "expected a cancelled OperationError";
+  EXPECT_EQ(error->report().status, idem::OperationStatus::cancelled);
   EXPECT_EQ(calls, 1);
 }
 
@@ -286,13 +275,10 @@ TEST(AsyncResilient, RateLimitWaitsTheProviderDelayOrGivesUp) {
          return 1h;
        },
        .max_rate_limit_wait = 1s});
-  try {
-    run(io, patient());
-    FAIL() << "expected RateLimitWaitExceeded";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().metadata.at("rate_limit_wait_exceeded"), "true");
-    EXPECT_EQ(e.report().attempts.size(), 1u);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, patient()); });
+  ASSERT_TRUE(error) << "expected RateLimitWaitExceeded";
+  EXPECT_EQ(error->report().metadata.at("rate_limit_wait_exceeded"), "true");
+  EXPECT_EQ(error->report().attempts.size(), 1u);
 }
 
 TEST(AsyncResilient, EventsAreTheBlockingFacesEvents) {
@@ -377,19 +363,16 @@ TEST(AsyncResilient, EveryAttemptAndEveryReportCarriesTheRateLimitKeys) {
        .rate_limit_on = idem::failures_of<TooManyRequests>(),
        .retry_after = asks_for(120s),
        .clock = manual_clock()});
-  try {
-    run(io, patient());
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    const auto& attempt = e.report().attempts[0].metadata;
-    EXPECT_EQ(attempt.at("rate_limited"), "true");
-    EXPECT_EQ(attempt.at("rate_limit_wait_exceeded"), "true");
-    EXPECT_EQ(attempt.count("rate_limit_delay_seconds"), 0u) << "no delay was taken";
-    EXPECT_EQ(e.report().metadata.at("rate_limited"), "true");
-    EXPECT_EQ(e.report().metadata.at("rate_limit_retry_after_seconds"), "120");
-    EXPECT_EQ(e.report().metadata.at("rate_limit_wait_exceeded"), "true");
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, patient()); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  ASSERT_EQ(error->report().attempts.size(), 1u);
+  const auto& attempt = error->report().attempts[0].metadata;
+  EXPECT_EQ(attempt.at("rate_limited"), "true");
+  EXPECT_EQ(attempt.at("rate_limit_wait_exceeded"), "true");
+  EXPECT_EQ(attempt.count("rate_limit_delay_seconds"), 0u) << "no delay was taken";
+  EXPECT_EQ(error->report().metadata.at("rate_limited"), "true");
+  EXPECT_EQ(error->report().metadata.at("rate_limit_retry_after_seconds"), "120");
+  EXPECT_EQ(error->report().metadata.at("rate_limit_wait_exceeded"), "true");
 }
 
 TEST(AsyncResilient, AFailingExtractorsErrorIsTheAttemptsFailure) {
@@ -407,16 +390,13 @@ TEST(AsyncResilient, AFailingExtractorsErrorIsTheAttemptsFailure) {
        },
        .events = {sink},
        .clock = manual_clock()});
-  try {
-    run(io, op());
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    EXPECT_EQ(e.report().attempts[0].error_type, "idem::RetryAfterExtractionError");
-    EXPECT_FALSE(e.report().attempts[0].retryable);
-    EXPECT_EQ(e.report().attempts[0].metadata.at("rate_limited"), "false");
-    EXPECT_THROW(std::rethrow_exception(e.cause()), idem::RetryAfterExtractionError);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, op()); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  ASSERT_EQ(error->report().attempts.size(), 1u);
+  EXPECT_EQ(error->report().attempts[0].error_type, "idem::RetryAfterExtractionError");
+  EXPECT_FALSE(error->report().attempts[0].retryable);
+  EXPECT_EQ(error->report().attempts[0].metadata.at("rate_limited"), "false");
+  EXPECT_THROW(std::rethrow_exception(error->cause()), idem::RetryAfterExtractionError);
   for (const auto& event : sink->events()) {
     EXPECT_NE(event.type, idem::EventType::rate_limit_detected);
     if (event.type == idem::EventType::attempt_failed) {
@@ -449,15 +429,12 @@ TEST(AsyncResilient, FallbackOnStopsTheChainAtACandidateItDoesNotAccept) {
                         co_return 3;
                       }}},
        .fallback_on = idem::failures_of<Flaky>()});
-  try {
-    run(io, op());
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_THROW(std::rethrow_exception(e.cause()), std::invalid_argument);
-    ASSERT_EQ(e.report().attempts.size(), 3u);
-    EXPECT_EQ(e.report().attempts[2].source, "fallback:second");
-    EXPECT_EQ(e.report().metadata.at("fallback_failed"), "true");
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, op()); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_THROW(std::rethrow_exception(error->cause()), std::invalid_argument);
+  ASSERT_EQ(error->report().attempts.size(), 3u);
+  EXPECT_EQ(error->report().attempts[2].source, "fallback:second");
+  EXPECT_EQ(error->report().metadata.at("fallback_failed"), "true");
   EXPECT_EQ(third, 0);
 }
 
@@ -480,14 +457,11 @@ TEST(AsyncResilient, ValidationMetadataUsesRelprimsKeys) {
   auto odd =
       idem::async::resilient([]() -> Task<int> { co_return 1; },
                              {.validate = {{"even", [](const int& v) { return v % 2 == 0; }}}});
-  try {
-    run(io, odd());
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().metadata.at("validation_valid"), "false");
-    EXPECT_EQ(e.report().metadata.at("validation_validator_name"), "even");
-    EXPECT_EQ(e.report().metadata.at("validation_reason"), "rejected by even");
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, odd()); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(error->report().metadata.at("validation_valid"), "false");
+  EXPECT_EQ(error->report().metadata.at("validation_validator_name"), "even");
+  EXPECT_EQ(error->report().metadata.at("validation_reason"), "rejected by even");
 }
 
 TEST(AsyncResilient, BreakerAndFallbackMetadata) {
@@ -502,13 +476,10 @@ TEST(AsyncResilient, BreakerAndFallbackMetadata) {
   auto guarded = idem::async::resilient(down, {.circuit_breaker = breaker, .clock = clock});
   EXPECT_THROW(run(io, guarded()), idem::OperationError);
   ASSERT_EQ(breaker->state(), idem::CircuitState::open);
-  try {
-    run(io, guarded());
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().metadata.at("circuit_breaker_open"), "true");
-    EXPECT_EQ(e.report().metadata.count("fallback_failed"), 0u);
-  }
+  const auto rejected = idem::test::thrown_by<idem::OperationError>([&] { run(io, guarded()); });
+  ASSERT_TRUE(rejected) << "expected OperationError";
+  EXPECT_EQ(rejected->report().metadata.at("circuit_breaker_open"), "true");
+  EXPECT_EQ(rejected->report().metadata.count("fallback_failed"), 0u);
 
   auto rescued =
       idem::async::resilient(down, {.circuit_breaker = breaker,
@@ -523,15 +494,12 @@ TEST(AsyncResilient, BreakerAndFallbackMetadata) {
 
   auto unrescued = idem::async::resilient(
       down, {.circuit_breaker = breaker, .fallback = {"cache", down}, .clock = clock});
-  try {
-    run(io, unrescued());
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().metadata.at("circuit_breaker_open"), "false");
-    EXPECT_EQ(e.report().metadata.at("fallback_used"), "true");
-    EXPECT_EQ(e.report().metadata.at("fallback_failed"), "true");
-    EXPECT_TRUE(e.report().fallback_used);
-  }
+  const auto failed = idem::test::thrown_by<idem::OperationError>([&] { run(io, unrescued()); });
+  ASSERT_TRUE(failed) << "expected OperationError";
+  EXPECT_EQ(failed->report().metadata.at("circuit_breaker_open"), "false");
+  EXPECT_EQ(failed->report().metadata.at("fallback_used"), "true");
+  EXPECT_EQ(failed->report().metadata.at("fallback_failed"), "true");
+  EXPECT_TRUE(failed->report().fallback_used);
 }
 
 }  // namespace

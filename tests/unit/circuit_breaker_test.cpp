@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "../thrown_by.hpp"
 #include "idem/events.hpp"
 #include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -317,21 +318,18 @@ TEST(CircuitBreakerInOperation, EachFailedAttemptCountsAndARejectionEndsTheRetri
        .backoff = {.base = 1ms, .jitter = 0},
        .circuit_breaker = breaker,
        .clock = clock});
-  try {
-    op(1);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    // Two failures open the breaker; the third attempt is rejected and ends the retries.
-    EXPECT_EQ(calls.load(), 2);
-    const auto& attempts = e.report().attempts;
-    ASSERT_EQ(attempts.size(), 3u);
-    EXPECT_EQ(attempts[0].status, idem::AttemptStatus::failed);
-    EXPECT_EQ(attempts[1].status, idem::AttemptStatus::failed);
-    EXPECT_EQ(attempts[2].status, idem::AttemptStatus::rejected);
-    EXPECT_EQ(attempts[2].error_type, "idem::CircuitOpenError");
-    EXPECT_FALSE(attempts[2].retryable);
-    EXPECT_THROW(std::rethrow_exception(e.cause()), CircuitOpenError);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(1); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  // Two failures open the breaker; the third attempt is rejected and ends the retries.
+  EXPECT_EQ(calls.load(), 2);
+  const auto& attempts = error->report().attempts;
+  ASSERT_EQ(attempts.size(), 3u);
+  EXPECT_EQ(attempts[0].status, idem::AttemptStatus::failed);
+  EXPECT_EQ(attempts[1].status, idem::AttemptStatus::failed);
+  EXPECT_EQ(attempts[2].status, idem::AttemptStatus::rejected);
+  EXPECT_EQ(attempts[2].error_type, "idem::CircuitOpenError");
+  EXPECT_FALSE(attempts[2].retryable);
+  EXPECT_THROW(std::rethrow_exception(error->cause()), CircuitOpenError);
   EXPECT_EQ(breaker->state(), CircuitState::open);
   // Later calls are rejected without running the function.
   EXPECT_THROW(op(2), idem::OperationError);

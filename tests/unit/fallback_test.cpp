@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../thrown_by.hpp"
 #include "idem/circuit_breaker.hpp"
 #include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -91,34 +92,31 @@ TEST(Fallback, AllFailingGivesAFallbackChainErrorListingEveryFailure) {
       [](int) -> int { throw std::runtime_error("primary broke"); },
       {.fallbacks = {[](int) -> int { throw std::logic_error("first fallback broke"); },
                      [](int) -> int { throw 7; }}});
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(1); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(error->report().status, idem::OperationStatus::failed);
+  EXPECT_TRUE(error->report().fallback_used) << "fallbacks ran";
+  EXPECT_FALSE(error->report().fallback_source.has_value()) << "none produced the value";
+  ASSERT_EQ(error->report().attempts.size(), 3u);
   try {
-    op(1);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::failed);
-    EXPECT_TRUE(e.report().fallback_used) << "fallbacks ran";
-    EXPECT_FALSE(e.report().fallback_source.has_value()) << "none produced the value";
-    ASSERT_EQ(e.report().attempts.size(), 3u);
-    try {
-      std::rethrow_exception(e.cause());
-    } catch (const idem::FallbackChainError& chain) {
-      EXPECT_EQ(chain.code(), idem::ErrorCode::fallback_chain_failed);
-      const auto& failures = chain.failures();
-      ASSERT_EQ(failures.size(), 3u);
-      EXPECT_EQ(failures[0].source, "primary");
-      EXPECT_EQ(failures[0].error_message, "primary broke");
-      EXPECT_EQ(failures[0].error_type, "std::runtime_error");
-      EXPECT_EQ(failures[1].source, "fallback:1");
-      EXPECT_EQ(failures[1].error_message, "first fallback broke");
-      EXPECT_EQ(failures[1].error_type, "std::logic_error");
-      EXPECT_EQ(failures[2].source, "fallback:2");
-      EXPECT_EQ(failures[2].error_type, "int");
-      EXPECT_THROW(std::rethrow_exception(failures[1].error), std::logic_error);
-      const std::string what = chain.what();
-      EXPECT_NE(what.find("primary: primary broke"), std::string::npos);
-      EXPECT_NE(what.find("fallback:1: first fallback broke"), std::string::npos);
-      EXPECT_TRUE(chain.retryable()) << "the primary's failure was a transient one";
-    }
+    std::rethrow_exception(error->cause());
+  } catch (const idem::FallbackChainError& chain) {
+    EXPECT_EQ(chain.code(), idem::ErrorCode::fallback_chain_failed);
+    const auto& failures = chain.failures();
+    ASSERT_EQ(failures.size(), 3u);
+    EXPECT_EQ(failures[0].source, "primary");
+    EXPECT_EQ(failures[0].error_message, "primary broke");
+    EXPECT_EQ(failures[0].error_type, "std::runtime_error");
+    EXPECT_EQ(failures[1].source, "fallback:1");
+    EXPECT_EQ(failures[1].error_message, "first fallback broke");
+    EXPECT_EQ(failures[1].error_type, "std::logic_error");
+    EXPECT_EQ(failures[2].source, "fallback:2");
+    EXPECT_EQ(failures[2].error_type, "int");
+    EXPECT_THROW(std::rethrow_exception(failures[1].error), std::logic_error);
+    const std::string what = chain.what();
+    EXPECT_NE(what.find("primary: primary broke"), std::string::npos);
+    EXPECT_NE(what.find("fallback:1: first fallback broke"), std::string::npos);
+    EXPECT_TRUE(chain.retryable()) << "the primary's failure was a transient one";
   }
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../relprim_parity.hpp"
+#include "../thrown_by.hpp"
 #include "idem/circuit_breaker.hpp"
 #include "idem/events.hpp"
 #include "idem/operation.hpp"
@@ -155,15 +156,12 @@ TEST(RateLimit, RateLimitsAddNoAttempts) {
   auto op = idem::resilient(script, {.rate_limit_on = idem::failures_of<TooManyRequests>(),
                                      .retry_after = provider_delay,
                                      .clock = clock});
-  try {
-    op(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().attempts.size(), 1u);
-    EXPECT_EQ(e.report().metadata.at("rate_limit_encountered"), "true");
-    EXPECT_EQ(e.report().attempts[0].metadata.at("rate_limited"), "true");
-    EXPECT_THROW(std::rethrow_exception(e.cause()), TooManyRequests);
-  }
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { op(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  EXPECT_EQ(failure->report().attempts.size(), 1u);
+  EXPECT_EQ(failure->report().metadata.at("rate_limit_encountered"), "true");
+  EXPECT_EQ(failure->report().attempts[0].metadata.at("rate_limited"), "true");
+  EXPECT_THROW(std::rethrow_exception(failure->cause()), TooManyRequests);
   EXPECT_TRUE(clock->sleeps().empty());
 }
 
@@ -178,25 +176,22 @@ TEST(RateLimit, ALongerWaitThanAllowedEndsTheRetriesWithAClearError) {
                                      .retry_after = provider_delay,
                                      .events = {sink},
                                      .clock = clock});  // max_rate_limit_wait: 60 s by default
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { op(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  EXPECT_EQ(failure->report().attempts.size(), 1u) << "nothing was waited, nothing retried";
+  EXPECT_EQ(failure->report().metadata.at("rate_limit_wait_exceeded"), "true");
+  EXPECT_EQ(failure->report().attempts[0].metadata.at("rate_limit_wait_exceeded"), "true");
+  EXPECT_EQ(failure->report().attempts[0].metadata.count("rate_limit_delay_seconds"), 0u)
+      << "no delay was taken";
+  EXPECT_EQ(failure->report().attempts[0].metadata.at("rate_limit_retry_after_seconds"), "120");
   try {
-    op(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().attempts.size(), 1u) << "nothing was waited, nothing retried";
-    EXPECT_EQ(e.report().metadata.at("rate_limit_wait_exceeded"), "true");
-    EXPECT_EQ(e.report().attempts[0].metadata.at("rate_limit_wait_exceeded"), "true");
-    EXPECT_EQ(e.report().attempts[0].metadata.count("rate_limit_delay_seconds"), 0u)
-        << "no delay was taken";
-    EXPECT_EQ(e.report().attempts[0].metadata.at("rate_limit_retry_after_seconds"), "120");
-    try {
-      std::rethrow_exception(e.cause());
-    } catch (const idem::RateLimitWaitExceeded& exceeded) {
-      EXPECT_EQ(exceeded.retry_after(), 120s);
-      EXPECT_EQ(exceeded.max_wait(), 60s);
-      EXPECT_EQ(exceeded.code(), idem::ErrorCode::rate_limit_wait_exceeded);
-      EXPECT_THROW(std::rethrow_exception(exceeded.rate_limit_error()), TooManyRequests);
-      EXPECT_NE(std::string(exceeded.what()).find("max_rate_limit_wait"), std::string::npos);
-    }
+    std::rethrow_exception(failure->cause());
+  } catch (const idem::RateLimitWaitExceeded& exceeded) {
+    EXPECT_EQ(exceeded.retry_after(), 120s);
+    EXPECT_EQ(exceeded.max_wait(), 60s);
+    EXPECT_EQ(exceeded.code(), idem::ErrorCode::rate_limit_wait_exceeded);
+    EXPECT_THROW(std::rethrow_exception(exceeded.rate_limit_error()), TooManyRequests);
+    EXPECT_NE(std::string(exceeded.what()).find("max_rate_limit_wait"), std::string::npos);
   }
   EXPECT_TRUE(clock->sleeps().empty());
   EXPECT_TRUE(contains(type_names(*sink), "rate_limit.wait_exceeded"));
@@ -237,19 +232,16 @@ TEST(RateLimit, AFailingExtractorEndsTheRetries) {
                  throw std::runtime_error("broken extractor");
                },
                .clock = clock});
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { op(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  EXPECT_EQ(failure->report().attempts.size(), 1u);
   try {
-    op(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().attempts.size(), 1u);
-    try {
-      std::rethrow_exception(e.cause());
-    } catch (const idem::RetryAfterExtractionError& failed) {
-      EXPECT_THROW(std::rethrow_exception(failed.rate_limit_error()), TooManyRequests);
-      ASSERT_TRUE(failed.cause());
-      EXPECT_THROW(std::rethrow_exception(failed.cause()), std::runtime_error);
-      EXPECT_FALSE(failed.retryable());
-    }
+    std::rethrow_exception(failure->cause());
+  } catch (const idem::RetryAfterExtractionError& failed) {
+    EXPECT_THROW(std::rethrow_exception(failed.rate_limit_error()), TooManyRequests);
+    ASSERT_TRUE(failed.cause());
+    EXPECT_THROW(std::rethrow_exception(failed.cause()), std::runtime_error);
+    EXPECT_FALSE(failed.retryable());
   }
   EXPECT_TRUE(clock->sleeps().empty());
 }
@@ -344,33 +336,30 @@ TEST(Outcomes, ATimeoutIsTimedOutNotFailed) {
         return 1;
       },
       {.name = "slow", .timeout = 1ms});
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { op(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  EXPECT_EQ(failure->report().status, idem::OperationStatus::timed_out);
+  EXPECT_EQ(idem::to_string(failure->report().status), "timed_out");
+  ASSERT_EQ(failure->report().attempts.size(), 1u);
+  const auto& attempt = failure->report().attempts[0];
+  EXPECT_EQ(attempt.status, idem::AttemptStatus::timed_out);
+  EXPECT_EQ(attempt.metadata.at("timeout_seconds"), "0.001");
+  EXPECT_EQ(attempt.metadata.at("stop_requested"), "true");
+  EXPECT_EQ(attempt.metadata.at("attempt_stopped"), "false") << "it ignores its stop token";
   try {
-    op(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::timed_out);
-    EXPECT_EQ(idem::to_string(e.report().status), "timed_out");
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    const auto& attempt = e.report().attempts[0];
-    EXPECT_EQ(attempt.status, idem::AttemptStatus::timed_out);
-    EXPECT_EQ(attempt.metadata.at("timeout_seconds"), "0.001");
-    EXPECT_EQ(attempt.metadata.at("stop_requested"), "true");
-    EXPECT_EQ(attempt.metadata.at("attempt_stopped"), "false") << "it ignores its stop token";
-    try {
-      std::rethrow_exception(e.cause());
-    } catch (const idem::TimeoutError& timeout) {
-      ASSERT_TRUE(timeout.timeout().has_value());
-      EXPECT_EQ(*timeout.timeout(), 1ms);
-      EXPECT_EQ(timeout.attempt_stopped(), std::optional<bool>(false));
-      release->count_down();
-      // The abandoned attempt ends once released; the error sees it end.
-      const auto guard = std::chrono::steady_clock::now() + 60s;
-      while (timeout.attempt_stopped() != std::optional<bool>(true) &&
-             std::chrono::steady_clock::now() < guard) {
-        std::this_thread::yield();
-      }
-      EXPECT_EQ(timeout.attempt_stopped(), std::optional<bool>(true));
+    std::rethrow_exception(failure->cause());
+  } catch (const idem::TimeoutError& timeout) {
+    ASSERT_TRUE(timeout.timeout().has_value());
+    EXPECT_EQ(*timeout.timeout(), 1ms);
+    EXPECT_EQ(timeout.attempt_stopped(), std::optional<bool>(false));
+    release->count_down();
+    // The abandoned attempt ends once released; the error sees it end.
+    const auto guard = std::chrono::steady_clock::now() + 60s;
+    while (timeout.attempt_stopped() != std::optional<bool>(true) &&
+           std::chrono::steady_clock::now() < guard) {
+      std::this_thread::yield();
     }
+    EXPECT_EQ(timeout.attempt_stopped(), std::optional<bool>(true));
   }
 }
 
@@ -387,18 +376,15 @@ TEST(Outcomes, AStopTokenCallableIsAskedToStopAndTheReportSaysItDid) {
       {.name = "cooperative", .timeout = 1ms, .timeout_grace = 60s});
   static_assert(std::is_same_v<decltype(op), idem::Resilient<int(int)>>,
                 "the leading std::stop_token is not one of the operation's parameters");
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { op(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  EXPECT_EQ(failure->report().status, idem::OperationStatus::timed_out);
+  EXPECT_EQ(failure->report().attempts[0].metadata.at("attempt_stopped"), "true");
   try {
-    op(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().status, idem::OperationStatus::timed_out);
-    EXPECT_EQ(e.report().attempts[0].metadata.at("attempt_stopped"), "true");
-    try {
-      std::rethrow_exception(e.cause());
-    } catch (const idem::TimeoutError& timeout) {
-      EXPECT_EQ(timeout.attempt_stopped(), std::optional<bool>(true));
-      EXPECT_NE(std::string(timeout.what()).find("stopped when asked"), std::string::npos);
-    }
+    std::rethrow_exception(failure->cause());
+  } catch (const idem::TimeoutError& timeout) {
+    EXPECT_EQ(timeout.attempt_stopped(), std::optional<bool>(true));
+    EXPECT_NE(std::string(timeout.what()).find("stopped when asked"), std::string::npos);
   }
 }
 
@@ -660,14 +646,11 @@ TEST(RateLimit, TheReportCarriesTheLastAttemptsRateLimit) {
   auto once = idem::resilient(limited, {.rate_limit_on = idem::failures_of<TooManyRequests>(),
                                         .retry_after = provider_delay,
                                         .clock = std::make_shared<ManualClock>()});
-  try {
-    once(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().metadata.at("rate_limited"), "true");
-    EXPECT_EQ(e.report().metadata.at("rate_limit_retry_after_seconds"), "2");
-    EXPECT_EQ(e.report().metadata.at("rate_limit_wait_seconds"), "0") << "nothing was waited";
-  }
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { once(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  EXPECT_EQ(failure->report().metadata.at("rate_limited"), "true");
+  EXPECT_EQ(failure->report().metadata.at("rate_limit_retry_after_seconds"), "2");
+  EXPECT_EQ(failure->report().metadata.at("rate_limit_wait_seconds"), "0") << "nothing was waited";
   Script recovered;
   recovered.failures->push_back(error(TooManyRequests(2s)));
   auto retried = idem::resilient(recovered, {.retries = 1,
@@ -695,18 +678,15 @@ TEST(RateLimit, AFailingExtractorsErrorIsTheAttemptsFailure) {
                },
                .events = {sink},
                .clock = std::make_shared<ManualClock>()});
-  try {
-    op(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    const auto& attempt = e.report().attempts[0];
-    EXPECT_EQ(attempt.error_type, "idem::RetryAfterExtractionError");
-    EXPECT_NE(attempt.error_message.find("broken extractor"), std::string::npos);
-    EXPECT_FALSE(attempt.retryable);
-    EXPECT_EQ(attempt.metadata.at("rate_limited"), "false");
-    EXPECT_EQ(e.report().metadata.at("rate_limit_encountered"), "false");
-  }
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { op(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  ASSERT_EQ(failure->report().attempts.size(), 1u);
+  const auto& attempt = failure->report().attempts[0];
+  EXPECT_EQ(attempt.error_type, "idem::RetryAfterExtractionError");
+  EXPECT_NE(attempt.error_message.find("broken extractor"), std::string::npos);
+  EXPECT_FALSE(attempt.retryable);
+  EXPECT_EQ(attempt.metadata.at("rate_limited"), "false");
+  EXPECT_EQ(failure->report().metadata.at("rate_limit_encountered"), "false");
   const auto names = type_names(*sink);
   EXPECT_FALSE(contains(names, "rate_limit.detected"));
   for (const auto& event : sink->events()) {
@@ -731,18 +711,15 @@ TEST(Defaults, FallbackOnStopsTheChainAtACandidateItDoesNotAccept) {
                       }}},
        .fallback_on = idem::failures_of<ProviderDown>(),
        .clock = std::make_shared<ManualClock>()});
-  try {
-    op(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_THROW(std::rethrow_exception(e.cause()), std::invalid_argument)
-        << "the candidate's own failure, not a FallbackChainError";
-    ASSERT_EQ(e.report().attempts.size(), 3u);
-    EXPECT_EQ(e.report().attempts[2].source, "fallback:second");
-    EXPECT_EQ(e.report().metadata.at("fallback_used"), "true");
-    EXPECT_EQ(e.report().metadata.at("fallback_failed"), "true");
-    EXPECT_EQ(e.report().metadata.at("fallback_failure_count"), "2");
-  }
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { op(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  EXPECT_THROW(std::rethrow_exception(failure->cause()), std::invalid_argument)
+      << "the candidate's own failure, not a FallbackChainError";
+  ASSERT_EQ(failure->report().attempts.size(), 3u);
+  EXPECT_EQ(failure->report().attempts[2].source, "fallback:second");
+  EXPECT_EQ(failure->report().metadata.at("fallback_used"), "true");
+  EXPECT_EQ(failure->report().metadata.at("fallback_failed"), "true");
+  EXPECT_EQ(failure->report().metadata.at("fallback_failure_count"), "2");
   EXPECT_EQ(third.load(), 0) << "the chain stopped before the third candidate";
 }
 
@@ -769,16 +746,13 @@ TEST(Parity, ValidationMetadataUsesRelprimsKeys) {
   auto odd = idem::resilient(
       [](int) { return 1; },
       {.validate = {{"even", [](const int& v) { return v % 2 == 0; }}}, .clock = clock});
-  try {
-    odd(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    const auto& failed = e.report().metadata;
-    EXPECT_EQ(failed.at("validation_valid"), "false");
-    EXPECT_EQ(failed.at("validation_validator_name"), "even");
-    EXPECT_EQ(failed.at("validation_reason"), "rejected by even");
-    EXPECT_EQ(failed.at("reason"), "rejected by even");
-  }
+  const auto failure = idem::test::thrown_by<idem::OperationError>([&] { odd(0); });
+  ASSERT_TRUE(failure) << "expected OperationError";
+  const auto& failed = failure->report().metadata;
+  EXPECT_EQ(failed.at("validation_valid"), "false");
+  EXPECT_EQ(failed.at("validation_validator_name"), "even");
+  EXPECT_EQ(failed.at("validation_reason"), "rejected by even");
+  EXPECT_EQ(failed.at("reason"), "rejected by even");
 }
 
 // A fallback that ran ends the call, not the breaker: circuit_breaker_open is false once one
@@ -791,14 +765,11 @@ TEST(Parity, BreakerAndFallbackMetadata) {
   auto guarded = idem::resilient(down, {.circuit_breaker = breaker, .clock = clock});
   EXPECT_THROW(guarded(0), idem::OperationError);
   ASSERT_EQ(breaker->state(), idem::CircuitState::open);
-  try {
-    guarded(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().metadata.at("circuit_breaker_open"), "true");
-    EXPECT_EQ(e.report().metadata.at("fallback_used"), "false");
-    EXPECT_EQ(e.report().metadata.count("fallback_failed"), 0u) << "no fallback ran";
-  }
+  const auto rejected = idem::test::thrown_by<idem::OperationError>([&] { guarded(0); });
+  ASSERT_TRUE(rejected) << "expected OperationError";
+  EXPECT_EQ(rejected->report().metadata.at("circuit_breaker_open"), "true");
+  EXPECT_EQ(rejected->report().metadata.at("fallback_used"), "false");
+  EXPECT_EQ(rejected->report().metadata.count("fallback_failed"), 0u) << "no fallback ran";
 
   auto rescued =
       idem::resilient(down, {.circuit_breaker = breaker,
@@ -812,16 +783,13 @@ TEST(Parity, BreakerAndFallbackMetadata) {
 
   auto unrescued = idem::resilient(
       down, {.circuit_breaker = breaker, .fallback = {"cache", down}, .clock = clock});
-  try {
-    unrescued(0);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.report().metadata.at("circuit_breaker_open"), "false");
-    EXPECT_EQ(e.report().metadata.at("fallback_used"), "true");
-    EXPECT_EQ(e.report().metadata.at("fallback_failed"), "true");
-    EXPECT_TRUE(e.report().fallback_used);
-    EXPECT_FALSE(e.report().fallback_source.has_value());
-  }
+  const auto failed = idem::test::thrown_by<idem::OperationError>([&] { unrescued(0); });
+  ASSERT_TRUE(failed) << "expected OperationError";
+  EXPECT_EQ(failed->report().metadata.at("circuit_breaker_open"), "false");
+  EXPECT_EQ(failed->report().metadata.at("fallback_used"), "true");
+  EXPECT_EQ(failed->report().metadata.at("fallback_failed"), "true");
+  EXPECT_TRUE(failed->report().fallback_used);
+  EXPECT_FALSE(failed->report().fallback_source.has_value());
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../thrown_by.hpp"
 #include "idem/circuit_breaker.hpp"
 #include "idem/events.hpp"
 #include "idem/fingerprint.hpp"
@@ -562,13 +563,10 @@ TEST_F(ResilientIdempotency, AnAbandonedAttemptKeepsTheKeyClaimedUntilItEnds) {
   // be cut short on a slow machine.
   auto patient = idem::resilient(
       body, {.name = "charge", .idempotency_key = key, .idempotency_store = store, .clock = clock});
-  try {
-    hasty(1);
-    FAIL() << "expected a timeout";
-  } catch (const idem::OperationError& e) {
-    keep_alive_until_exit(std::current_exception());  // the abandoned attempt outlives the test
-    EXPECT_THROW(std::rethrow_exception(e.cause()), idem::TimeoutError);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { hasty(1); });
+  ASSERT_TRUE(error) << "expected a timeout";
+  keep_alive_until_exit(std::current_exception());  // the abandoned attempt outlives the test
+  EXPECT_THROW(std::rethrow_exception(error->cause()), idem::TimeoutError);
   // The owner failed, but its attempt still runs: the key stays claimed.
   const auto record = store->lookup(idem::scoped_idempotency_key("charge", "abandoned"));
   ASSERT_TRUE(record.has_value());

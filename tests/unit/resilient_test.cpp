@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "../thrown_by.hpp"
 #include "idem/testing/manual_clock.hpp"
 
 namespace {
@@ -114,21 +115,18 @@ TEST(Resilient, MoveOnlyResults) {
 TEST(Resilient, FailureThrowsOperationErrorWithReportAndNestedCause) {
   auto op = idem::resilient([](int) -> int { throw std::out_of_range("no such account"); },
                             {.name = "lookup"});
-  try {
-    op(1);
-    FAIL();
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(e.code(), idem::ErrorCode::operation_failed);
-    EXPECT_EQ(e.report().operation, "lookup");
-    EXPECT_EQ(e.report().status, idem::OperationStatus::failed);
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    EXPECT_EQ(e.report().attempts[0].error_type, "std::out_of_range");
-    const std::string what = e.what();
-    EXPECT_NE(what.find("operation 'lookup' failed after 1 attempt(s)"), std::string::npos);
-    EXPECT_NE(what.find("no such account"), std::string::npos);
-    EXPECT_THROW(std::rethrow_exception(e.cause()), std::out_of_range);
-    EXPECT_THROW(std::rethrow_if_nested(e), std::out_of_range);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(1); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(error->code(), idem::ErrorCode::operation_failed);
+  EXPECT_EQ(error->report().operation, "lookup");
+  EXPECT_EQ(error->report().status, idem::OperationStatus::failed);
+  ASSERT_EQ(error->report().attempts.size(), 1u);
+  EXPECT_EQ(error->report().attempts[0].error_type, "std::out_of_range");
+  const std::string what = error->what();
+  EXPECT_NE(what.find("operation 'lookup' failed after 1 attempt(s)"), std::string::npos);
+  EXPECT_NE(what.find("no such account"), std::string::npos);
+  EXPECT_THROW(std::rethrow_exception(error->cause()), std::out_of_range);
+  EXPECT_THROW(std::rethrow_if_nested(*error), std::out_of_range);
 }
 
 TEST(Resilient, ValidationFailureIsFinalWhenRetriesOfInvalidResultsAreOff) {
@@ -158,20 +156,17 @@ TEST(Resilient, ValidationFailureIsFinalWhenRetriesOfInvalidResultsAreOff) {
                        return std::nullopt;
                      }}},
        .clock = clock});
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { validated(); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(calls.load(), 1);
   try {
-    validated();
-    FAIL();
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(calls.load(), 1);
-    try {
-      std::rethrow_exception(e.cause());
-    } catch (const idem::ValidationError& invalid) {
-      EXPECT_EQ(invalid.validator(), "has_id");
-      EXPECT_EQ(invalid.reason(), "receipt without id");
-      EXPECT_FALSE(invalid.retryable());
-    }
-    EXPECT_EQ(e.report().attempts[0].error_type, "idem::ValidationError");
+    std::rethrow_exception(error->cause());
+  } catch (const idem::ValidationError& invalid) {
+    EXPECT_EQ(invalid.validator(), "has_id");
+    EXPECT_EQ(invalid.reason(), "receipt without id");
+    EXPECT_FALSE(invalid.retryable());
   }
+  EXPECT_EQ(error->report().attempts[0].error_type, "idem::ValidationError");
 }
 
 TEST(Resilient, ValidationFailureRetriedByDefault) {

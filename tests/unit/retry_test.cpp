@@ -11,6 +11,7 @@
 #include <system_error>
 #include <vector>
 
+#include "../thrown_by.hpp"
 #include "idem/circuit_breaker.hpp"
 #include "idem/error.hpp"
 #include "idem/resilient.hpp"
@@ -216,15 +217,12 @@ TEST(RetryInOperation, GivesUpAfterRetriesPlusOneAttempts) {
         throw std::runtime_error("down");
       },
       {.retries = 2, .backoff = {.base = 10ms, .jitter = 0.0}, .clock = clock});
-  try {
-    op();
-    FAIL();
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(calls.load(), 3);
-    EXPECT_EQ(e.report().attempts.size(), 3u);
-    EXPECT_EQ(e.report().status, idem::OperationStatus::failed);
-    EXPECT_TRUE(e.retryable());
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(calls.load(), 3);
+  EXPECT_EQ(error->report().attempts.size(), 3u);
+  EXPECT_EQ(error->report().status, idem::OperationStatus::failed);
+  EXPECT_TRUE(error->retryable());
   EXPECT_EQ(clock->sleeps(), (std::vector<nanoseconds>{10ms, 20ms}));
 }
 
@@ -298,14 +296,11 @@ TEST(RetryInOperation, InDoubtFailureIsNotRetriedUnlessOptedIn) {
     throw idem::StoreError("commit outcome unknown", /*retryable=*/true, /*in_doubt=*/true);
   };
   auto cautious = idem::resilient(body, {.retries = 3, .clock = clock});
-  try {
-    cautious();
-    FAIL();
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(calls.load(), 1);
-    EXPECT_FALSE(e.report().attempts[0].retryable);
-    EXPECT_TRUE(e.in_doubt());
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { cautious(); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_FALSE(error->report().attempts[0].retryable);
+  EXPECT_TRUE(error->in_doubt());
   calls = 0;
   auto bold = idem::resilient(body, {.retries = 3, .retry_in_doubt = true, .clock = clock});
   EXPECT_THROW(bold(), idem::OperationError);
@@ -321,16 +316,13 @@ TEST(RetryInOperation, RetryOnPredicateDecides) {
         throw GatewayRejected();
       },
       {.retries = 5, .retry_on = idem::retry_on_types<GatewayBusy>(), .clock = clock});
-  try {
-    op();
-    FAIL();
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(calls.load(), 2);  // busy retried, rejected not
-    ASSERT_EQ(e.report().attempts.size(), 2u);
-    EXPECT_TRUE(e.report().attempts[0].retryable);
-    EXPECT_FALSE(e.report().attempts[1].retryable);
-    EXPECT_THROW(std::rethrow_exception(e.cause()), GatewayRejected);
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(calls.load(), 2);  // busy retried, rejected not
+  ASSERT_EQ(error->report().attempts.size(), 2u);
+  EXPECT_TRUE(error->report().attempts[0].retryable);
+  EXPECT_FALSE(error->report().attempts[1].retryable);
+  EXPECT_THROW(std::rethrow_exception(error->cause()), GatewayRejected);
 }
 
 TEST(RetryInOperation, NonRetryableIdemErrorStopsAtOnce) {
@@ -355,17 +347,14 @@ TEST(RetryInOperation, NonStdExceptionsAreNotRetriedAndKeepTheirType) {
         throw 42;
       },
       {.retries = 5, .clock = clock});
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(error->report().attempts[0].error_type, "int");
   try {
-    op();
-    FAIL();
-  } catch (const idem::OperationError& e) {
-    EXPECT_EQ(calls.load(), 1);
-    EXPECT_EQ(e.report().attempts[0].error_type, "int");
-    try {
-      std::rethrow_exception(e.cause());
-    } catch (int value) {
-      EXPECT_EQ(value, 42);
-    }
+    std::rethrow_exception(error->cause());
+  } catch (int value) {
+    EXPECT_EQ(value, 42);
   }
 }
 

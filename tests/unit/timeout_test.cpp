@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "../thrown_by.hpp"
 #include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
 
@@ -50,16 +51,13 @@ TEST(Timeout, CooperativeOperationSeesTheStopRequest) {
         throw idem::Cancelled("stopped at the deadline");
       },
       {.timeout = 20ms});
-  try {
-    op(1);
-    FAIL() << "expected OperationError";
-  } catch (const idem::OperationError& e) {
-    ASSERT_EQ(e.report().attempts.size(), 1u);
-    EXPECT_EQ(e.report().attempts[0].status, idem::AttemptStatus::timed_out);
-    EXPECT_EQ(e.report().attempts[0].error_type, "idem::TimeoutError");
-    EXPECT_THROW(std::rethrow_exception(e.cause()), idem::TimeoutError);
-    EXPECT_TRUE(e.retryable());
-  }
+  const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(1); });
+  ASSERT_TRUE(error) << "expected OperationError";
+  ASSERT_EQ(error->report().attempts.size(), 1u);
+  EXPECT_EQ(error->report().attempts[0].status, idem::AttemptStatus::timed_out);
+  EXPECT_EQ(error->report().attempts[0].error_type, "idem::TimeoutError");
+  EXPECT_THROW(std::rethrow_exception(error->cause()), idem::TimeoutError);
+  EXPECT_TRUE(error->retryable());
   entered.wait();
   wait_for(stopped);
 }
