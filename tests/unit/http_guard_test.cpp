@@ -113,9 +113,11 @@ class HttpGuard : public ::testing::Test {
     io_.run_for(5s);
   }
 
-  void make_guard(GuardOptions options = {}) {
+  // A guard whose events go to events_; `clock` is its clock (renewals), when given.
+  void make_guard(GuardOptions options = {}, std::shared_ptr<idem::Clock> clock = nullptr) {
     idem::http::GuardHooks hooks;
     hooks.observer = [this](const GuardEvent& event) { events_.push_back(event); };
+    hooks.clock = std::move(clock);
     guard_ = std::make_unique<idem::http::Guard>(store_, std::move(options), hooks);
   }
   static GuardOptions with_route(const std::function<void(Route&)>& adjust) {
@@ -456,193 +458,130 @@ TEST_F(HttpGuard, UnreadableStoredResponseIs503) {
   EXPECT_EQ(begin(post("k")).response().status, 503);
 }
 
-TEST(HttpGuardLease, ADeadOwnersClaimIsTakenOverAfterItsLease) {
-  asio::io_context io;
-  auto clock = std::make_shared<idem::testing::ManualClock>();
-  auto store = std::make_shared<ObservedStore>(clock);
-  std::vector<GuardEvent> events;
-  idem::http::GuardHooks hooks;
-  hooks.observer = [&](const GuardEvent& e) { events.push_back(e); };
-  GuardOptions options;
-  options.routes.push_back(Route{});
-  options.routes.back().policy.lease = 10s;
-  options.routes.back().policy.while_running = idem::InProgressPolicy::reject;
-  idem::http::Guard guard(store, options, hooks);
+// Leases on a ManualClock: the store's (takeover) and, when a test gives it, the guard's own
+// (renewals).
+class HttpGuardLease : public HttpGuard {
+ protected:
+  HttpGuardLease() { store_ = std::make_shared<ObservedStore>(clock_); }
+
+  // One route that guards every POST, its claims leased for `lease`.
+  static GuardOptions leased(idem::Millis lease, const std::function<void(Route&)>& adjust = {}) {
+    GuardOptions options;
+    options.routes.push_back(Route{});
+    options.routes.back().policy.lease = lease;
+    if (adjust) adjust(options.routes.back());
+    return options;
+  }
+
+  // The key `request` is stored under.
+  std::string store_key(const Request& request) const {
+    return idem::http::inspect(guard_->options(), request).guarded.store_key;
+  }
+  // Claims `request`'s key in the store directly, as another process would.
+  idem::ClaimOutcome claim_elsewhere(const Request& request, idem::Millis lease) {
+    const idem::http::Inspection inspection = idem::http::inspect(guard_->options(), request);
+    return store_->memory()->claim(inspection.guarded.store_key, inspection.guarded.fingerprint,
+                                   lease);
+  }
+
+  std::shared_ptr<idem::testing::ManualClock> clock_ =
+      std::make_shared<idem::testing::ManualClock>();
+};
+
+TEST_F(HttpGuardLease, ADeadOwnersClaimIsTakenOverAfterItsLease) {
+  make_guard(
+      leased(10s, [](Route& r) { r.policy.while_running = idem::InProgressPolicy::reject; }));
   // A process that claimed the key and died: its claim is in the store, nobody renews it.
-  const idem::http::Inspection inspection = idem::http::inspect(guard.options(), post("k"));
-  const auto dead =
-      store->memory()->claim(inspection.guarded.store_key, inspection.guarded.fingerprint, 10s);
+  const Request request = post("k");
+  const auto dead = claim_elsewhere(request, 10s);
   ASSERT_EQ(dead.status, idem::ClaimOutcome::Status::acquired);
-  const auto run = [&](Task<Decision> task) {
-    std::optional<Decision> out;
-    asio::co_spawn(io, std::move(task), [&](std::exception_ptr e, Decision d) {
-      if (e) std::rethrow_exception(e);
-      out.emplace(std::move(d));
-    });
-    io.restart();
-    while (!out)
-      io.run_one_for(100ms);
-    return std::move(*out);
-  };
-  Request request = post("k");
-  Decision during = run(guard.begin(request));
+  Decision during = begin(request);
   EXPECT_EQ(during.response().status, 409);  // still leased
-  clock->advance(11s);
-  Decision after = run(guard.begin(request));
+  clock_->advance(11s);
+  Decision after = begin(request);
   ASSERT_TRUE(after.holds_claim());
-  EXPECT_TRUE(events.back().took_over);
+  EXPECT_TRUE(events_.back().took_over);
   // The dead owner's late completion is fenced off.
-  EXPECT_FALSE(store->memory()->complete(inspection.guarded.store_key, dead.token, {}, {}, 1h));
-  std::optional<Response> sent;
-  asio::co_spawn(io, after.finish(created()), [&](std::exception_ptr e, Response r) {
-    if (e) std::rethrow_exception(e);
-    sent.emplace(std::move(r));
-  });
-  io.restart();
-  while (!sent)
-    io.run_one_for(100ms);
-  EXPECT_EQ(events.back().kind, GuardEvent::Kind::kept);
-  io.restart();
-  io.run_for(1s);
+  EXPECT_FALSE(store_->memory()->complete(store_key(request), dead.token, {}, {}, 1h));
+  finish(after, created());
+  EXPECT_EQ(events_.back().kind, GuardEvent::Kind::kept);
+  io_.restart();
+  io_.run_for(1s);
 }
 
-TEST(HttpGuardLease, AHeldClaimIsRenewedOnTheGuardsClock) {
-  asio::io_context io;
-  auto clock = std::make_shared<idem::testing::ManualClock>();
-  auto store = std::make_shared<ObservedStore>(clock);
-  idem::http::GuardHooks hooks;
-  hooks.clock = clock;
-  GuardOptions options;
-  options.routes.push_back(Route{});
-  options.routes.back().policy.lease = 9s;  // renewed every 3 s of the guard's clock
-  idem::http::Guard guard(store, options, hooks);
-  Request request = post("k");
-  std::optional<Decision> held;
-  asio::co_spawn(io, guard.begin(request),
-                 [&](std::exception_ptr, Decision d) { held.emplace(std::move(d)); });
+TEST_F(HttpGuardLease, AHeldClaimIsRenewedOnTheGuardsClock) {
+  make_guard(leased(9s), clock_);  // renewed every 3 s of the guard's clock
+  const Request request = post("k");
+  Decision held = begin(request);
+  ASSERT_TRUE(held.holds_claim());
   const auto run_until = [&](const std::function<bool()>& done) {
-    io.restart();
+    io_.restart();
     for (int i = 0; i < 100 && !done(); ++i)
-      io.run_for(20ms);
+      io_.run_for(20ms);
   };
-  run_until([&] { return held.has_value(); });
-  ASSERT_TRUE(held && held->holds_claim());
   // Not due on real time: nothing moved the guard's clock yet.
-  io.restart();
-  io.run_for(200ms);
-  EXPECT_EQ(store->renewals.load(), 0);
+  io_.restart();
+  io_.run_for(200ms);
+  EXPECT_EQ(store_->renewals.load(), 0);
   for (int round = 1; round <= 3; ++round) {
-    clock->advance(3100ms);
-    run_until([&] { return store->renewals.load() == round; });
-    EXPECT_EQ(store->renewals.load(), round);
+    clock_->advance(3100ms);
+    run_until([&] { return store_->renewals.load() == round; });
+    EXPECT_EQ(store_->renewals.load(), round);
   }
   // 9.3 s after the claim, with a 9 s lease: alive because it was renewed.
-  const idem::http::Inspection inspection = idem::http::inspect(guard.options(), request);
-  EXPECT_EQ(store->memory()
-                ->claim(inspection.guarded.store_key, inspection.guarded.fingerprint, 9s)
-                .status,
-            idem::ClaimOutcome::Status::in_progress);
-  std::optional<Response> sent;
-  asio::co_spawn(io, held->finish(created()),
-                 [&](std::exception_ptr, Response r) { sent.emplace(std::move(r)); });
-  run_until([&] { return sent.has_value(); });
-  ASSERT_TRUE(sent);
-  EXPECT_EQ(sent->status, 201);
+  EXPECT_EQ(claim_elsewhere(request, 9s).status, idem::ClaimOutcome::Status::in_progress);
+  EXPECT_EQ(finish(held, created()).status, 201);
   // Finished: no more renewals, however far the clock moves.
-  const int renewed = store->renewals.load();
-  clock->advance(10s);
-  io.restart();
-  io.run_for(200ms);
-  EXPECT_EQ(store->renewals.load(), renewed);
+  const int renewed = store_->renewals.load();
+  clock_->advance(10s);
+  io_.restart();
+  io_.run_for(200ms);
+  EXPECT_EQ(store_->renewals.load(), renewed);
 }
 
-TEST(HttpGuardLease, AClaimThatEndsBeforeItsFirstRenewalIsNeverRenewed) {
-  asio::io_context io;
-  auto clock = std::make_shared<idem::testing::ManualClock>();
-  auto store = std::make_shared<ObservedStore>(clock);
-  idem::http::GuardHooks hooks;
-  hooks.clock = clock;
-  GuardOptions options;
-  options.routes.push_back(Route{});
-  options.routes.back().policy.lease = 9s;
-  idem::http::Guard guard(store, options, hooks);
+TEST_F(HttpGuardLease, AClaimThatEndsBeforeItsFirstRenewalIsNeverRenewed) {
+  make_guard(leased(9s), clock_);
   const auto run_until = [&](const std::function<bool()>& done) {
-    io.restart();
+    io_.restart();
     for (int i = 0; i < 100 && !done(); ++i)
-      io.run_for(20ms);
+      io_.run_for(20ms);
   };
   // Finished within the first third of its lease.
-  Request finished_request = post("finished");
-  std::optional<Decision> finished;
-  asio::co_spawn(io, guard.begin(finished_request),
-                 [&](std::exception_ptr, Decision d) { finished.emplace(std::move(d)); });
-  run_until([&] { return finished.has_value(); });
-  ASSERT_TRUE(finished && finished->holds_claim());
-  clock->advance(2s);
-  std::optional<Response> sent;
-  asio::co_spawn(io, finished->finish(created()),
-                 [&](std::exception_ptr, Response r) { sent.emplace(std::move(r)); });
-  run_until([&] { return sent.has_value(); });
-  ASSERT_TRUE(sent);
-  EXPECT_EQ(sent->status, 201);
+  Decision finished = begin(post("finished"));
+  ASSERT_TRUE(finished.holds_claim());
+  clock_->advance(2s);
+  EXPECT_EQ(finish(finished, created()).status, 201);
   // Dropped (released in the background) within the first third of its lease.
-  Request dropped_request = post("dropped");
-  std::optional<Decision> dropped;
-  asio::co_spawn(io, guard.begin(dropped_request),
-                 [&](std::exception_ptr, Decision d) { dropped.emplace(std::move(d)); });
-  run_until([&] { return dropped.has_value(); });
-  ASSERT_TRUE(dropped && dropped->holds_claim());
+  std::optional<Decision> dropped(begin(post("dropped")));
+  ASSERT_TRUE(dropped->holds_claim());
   dropped.reset();
-  run_until([&] { return store->releases.load() == 1; });
-  EXPECT_EQ(store->releases.load(), 1);
+  run_until([&] { return store_->releases.load() == 1; });
+  EXPECT_EQ(store_->releases.load(), 1);
   // However far the clock moves afterwards, neither is renewed.
   for (int round = 0; round < 3; ++round) {
-    clock->advance(5s);
-    io.restart();
-    io.run_for(50ms);
+    clock_->advance(5s);
+    io_.restart();
+    io_.run_for(50ms);
   }
-  EXPECT_EQ(store->renewals.load(), 0);
+  EXPECT_EQ(store_->renewals.load(), 0);
   // Nothing is left waiting on the event loop.
-  io.restart();
-  EXPECT_EQ(io.poll(), 0u);
-  EXPECT_TRUE(io.stopped());
+  io_.restart();
+  EXPECT_EQ(io_.poll(), 0u);
+  EXPECT_TRUE(io_.stopped());
 }
 
-TEST(HttpGuardLease, AFencedOwnerStillAnswersItsClient) {
-  asio::io_context io;
-  auto clock = std::make_shared<idem::testing::ManualClock>();
-  auto store = std::make_shared<ObservedStore>(clock);
-  std::vector<GuardEvent> events;
-  idem::http::GuardHooks hooks;
-  hooks.observer = [&](const GuardEvent& e) { events.push_back(e); };
-  GuardOptions options;
-  options.routes.push_back(Route{});
-  options.routes.back().policy.lease = 10s;
-  idem::http::Guard guard(store, options, hooks);
-  Request request = post("k");
-  std::optional<Decision> stalled;
-  asio::co_spawn(io, guard.begin(request),
-                 [&](std::exception_ptr, Decision d) { stalled.emplace(std::move(d)); });
-  io.restart();
-  while (!stalled)
-    io.run_one_for(100ms);
-  ASSERT_TRUE(stalled->holds_claim());
+TEST_F(HttpGuardLease, AFencedOwnerStillAnswersItsClient) {
+  make_guard(leased(10s));
+  const Request request = post("k");
+  Decision stalled = begin(request);
+  ASSERT_TRUE(stalled.holds_claim());
   // Its renewals did not reach the store (stalled process): another takes the key over.
-  clock->advance(11s);
-  const idem::http::Inspection inspection = idem::http::inspect(guard.options(), request);
-  const auto other =
-      store->memory()->claim(inspection.guarded.store_key, inspection.guarded.fingerprint, 10s);
-  ASSERT_EQ(other.status, idem::ClaimOutcome::Status::acquired);
-  std::optional<Response> sent;
-  asio::co_spawn(io, stalled->finish(created()),
-                 [&](std::exception_ptr, Response r) { sent.emplace(std::move(r)); });
-  io.restart();
-  while (!sent)
-    io.run_one_for(100ms);
-  EXPECT_EQ(sent->status, 201);
-  EXPECT_EQ(events.back().kind, GuardEvent::Kind::fenced);
-  io.restart();
-  io.run_for(1s);
+  clock_->advance(11s);
+  ASSERT_EQ(claim_elsewhere(request, 10s).status, idem::ClaimOutcome::Status::acquired);
+  EXPECT_EQ(finish(stalled, created()).status, 201);
+  EXPECT_EQ(events_.back().kind, GuardEvent::Kind::fenced);
+  io_.restart();
+  io_.run_for(1s);
 }
 
 TEST(HttpGuardOptions, RefusesANullStoreAndBadOptions) {
