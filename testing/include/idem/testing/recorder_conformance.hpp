@@ -59,6 +59,7 @@
 #include "idem/event.hpp"
 #include "idem/key.hpp"
 #include "idem/recorder.hpp"
+#include "idem/testing/keys.hpp"
 #include "idem/testing/manual_clock.hpp"
 
 namespace idem::testing::detail {
@@ -72,35 +73,31 @@ constexpr int concurrent_ids() {
   }
 }
 
-// Keys that validate_key() rejects; every recorder method must throw InvalidKey for each.
-inline std::vector<std::string> invalid_keys() {
-  return {
-      std::string(),                        // empty
-      std::string("   "),                   // only whitespace
-      std::string("a\0b", 3),               // NUL byte
-      std::string("line\nbreak"),           // control character
-      std::string("tab\there"),             // control character
-      std::string("del\x7f"),               // DEL
-      std::string(kMaxKeyLength + 1, 'x'),  // 256 bytes: one too many
-  };
-}
-
-// Valid keys that a careless backend might mangle (SQL quoting, LIKE wildcards, separators,
-// encodings).
-inline std::vector<std::string> unusual_valid_keys() {
-  return {
-      "it's",
-      "say \"hi\"",
-      "x'; DROP TABLE processed_log; --",
-      "a;b;c",
-      "caf\xc3\xa9-\xc3\xbc-\xe6\x97\xa5\xe6\x9c\xac",  // café-ü-日本 in UTF-8
-      "with spaces inside",
-      "100%_match",
-      "back\\slash",
-      "colon:separated:key",
-      "{\"json\": [1, 2]}",
-      std::string(kMaxKeyLength, 'k'),  // exactly the longest valid key
-  };
+// The race cases: 8 threads released at once each call `each(t, i)` (t: the thread, 0-7) for every
+// index i below `ids`, even threads walking forward and odd ones backward so they meet mid-way.
+// Returns how many calls threw.
+template <class Each>
+int race_over_ids(std::size_t ids, Each&& each) {
+  constexpr int kThreads = 8;
+  std::atomic<int> thrown{0};
+  std::latch start(kThreads);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      start.arrive_and_wait();
+      for (std::size_t n = 0; n < ids; ++n) {
+        const std::size_t i = (t % 2 == 0) ? n : ids - 1 - n;
+        try {
+          each(t, i);
+        } catch (...) {
+          thrown.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (auto& thread : threads)
+    thread.join();
+  return thrown.load();
 }
 
 inline std::string upper(std::string s) {
@@ -223,7 +220,7 @@ TYPED_TEST_P(IdemRecorderConformance, DistinctKeysDoNotCollide) {
 }
 
 TYPED_TEST_P(IdemRecorderConformance, UnusualValidKeysWork) {
-  const auto keys = idem::testing::detail::unusual_valid_keys();
+  const auto keys = idem::testing::unusual_valid_keys();
   for (const auto& key : keys) {
     SCOPED_TRACE("key: " + key.substr(0, 40));
     EXPECT_FALSE(this->recorder_->is_processed("consumer", key));
@@ -243,7 +240,7 @@ TYPED_TEST_P(IdemRecorderConformance, InvalidKeysAreRejectedAndNothingMarked) {
   const auto lease = std::chrono::seconds(30);
   bool ran = false;
   const auto fn = [&](idem::Transaction&) { ran = true; };
-  for (const auto& bad : idem::testing::detail::invalid_keys()) {
+  for (const auto& bad : idem::testing::invalid_keys()) {
     SCOPED_TRACE("bad key of " + std::to_string(bad.size()) + " bytes");
     EXPECT_THROW(static_cast<void>(recorder.is_processed(bad, good)), idem::InvalidKey);
     EXPECT_THROW(static_cast<void>(recorder.is_processed("consumer", bad)), idem::InvalidKey);
@@ -448,7 +445,7 @@ TYPED_TEST_P(IdemRecorderConformance, InspectShowsTheMarkerAndItsTime) {
   EXPECT_FALSE(seen.claim.has_value());
   EXPECT_FALSE(this->recorder_->inspect("shipping", "e1").processed) << "consumers are isolated";
 
-  for (const std::string& bad : idem::testing::detail::invalid_keys()) {
+  for (const std::string& bad : idem::testing::invalid_keys()) {
     EXPECT_THROW(static_cast<void>(this->recorder_->inspect(bad, "e1")), idem::InvalidKey);
     EXPECT_THROW(static_cast<void>(this->recorder_->inspect("billing", bad)), idem::InvalidKey);
   }
@@ -650,38 +647,20 @@ TYPED_TEST_P(IdemRecorderConformance, RenewExtendsTheLease) {
 
 TYPED_TEST_P(IdemRecorderConformance, ConcurrentClaimsAcquireOncePerId) {
   IDEM_CONFORMANCE_REQUIRE_CLAIMS();
-  constexpr int kThreads = 8;
-  const int ids_count = idem::testing::detail::concurrent_ids<TypeParam>();
-  std::vector<std::string> ids;
-  for (int i = 0; i < ids_count; ++i)
-    ids.push_back(idem::new_event_id());
+  const auto ids =
+      idem::testing::fresh_event_ids(idem::testing::detail::concurrent_ids<TypeParam>());
   std::vector<std::atomic<int>> acquired(ids.size());
   std::atomic<int> errors{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (std::size_t n = 0; n < ids.size(); ++n) {
-        // Half the threads walk backwards so they meet the others mid-way.
-        const std::size_t i = (t % 2 == 0) ? n : ids.size() - 1 - n;
-        try {
-          const auto claim = this->recorder_->claim("billing", ids[i], std::chrono::hours(1));
-          if (claim.status == idem::Claim::Status::acquired) {
-            acquired[i].fetch_add(1);
-            // Every other winner completes, the rest keep holding the claim.
-            if (i % 2 == 0 && !this->recorder_->complete("billing", ids[i], claim.token)) {
-              errors.fetch_add(1);
-            }
-          }
-        } catch (...) {
-          errors.fetch_add(1);
-        }
+  errors += idem::testing::detail::race_over_ids(ids.size(), [&](int, std::size_t i) {
+    const auto claim = this->recorder_->claim("billing", ids[i], std::chrono::hours(1));
+    if (claim.status == idem::Claim::Status::acquired) {
+      acquired[i].fetch_add(1);
+      // Every other winner completes, the rest keep holding the claim.
+      if (i % 2 == 0 && !this->recorder_->complete("billing", ids[i], claim.token)) {
+        errors.fetch_add(1);
       }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+    }
+  });
   EXPECT_EQ(errors.load(), 0);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     ASSERT_EQ(acquired[i].load(), 1)
@@ -691,33 +670,16 @@ TYPED_TEST_P(IdemRecorderConformance, ConcurrentClaimsAcquireOncePerId) {
 }
 
 TYPED_TEST_P(IdemRecorderConformance, ConcurrentMarksAreSafe) {
-  constexpr int kThreads = 8;
-  const int ids_count = idem::testing::detail::concurrent_ids<TypeParam>();
-  std::vector<std::string> ids;
-  for (int i = 0; i < ids_count; ++i)
-    ids.push_back(idem::new_event_id());
+  const auto ids =
+      idem::testing::fresh_event_ids(idem::testing::detail::concurrent_ids<TypeParam>());
   std::atomic<int> errors{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (std::size_t n = 0; n < ids.size(); ++n) {
-        const std::size_t i = (t % 2 == 0) ? n : ids.size() - 1 - n;
-        try {
-          // Two consumers share the ids: fanout under contention.
-          const char* consumer = (t % 4 < 2) ? "billing" : "shipping";
-          (void)this->recorder_->is_processed(consumer, ids[i]);
-          this->recorder_->mark_processed(consumer, ids[i]);
-          if (!this->recorder_->is_processed(consumer, ids[i])) errors.fetch_add(1);
-        } catch (...) {
-          errors.fetch_add(1);
-        }
-      }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+  errors += idem::testing::detail::race_over_ids(ids.size(), [&](int t, std::size_t i) {
+    // Two consumers share the ids: fanout under contention.
+    const char* consumer = (t % 4 < 2) ? "billing" : "shipping";
+    (void)this->recorder_->is_processed(consumer, ids[i]);
+    this->recorder_->mark_processed(consumer, ids[i]);
+    if (!this->recorder_->is_processed(consumer, ids[i])) errors.fetch_add(1);
+  });
   EXPECT_EQ(errors.load(), 0);
   for (const auto& id : ids) {
     EXPECT_TRUE(this->recorder_->is_processed("billing", id));
@@ -815,7 +777,7 @@ TYPED_TEST_P(IdemRecorderConformance, BatchWithAnInvalidKeyReadsAndMarksNothing)
   auto& recorder = *this->recorder_;
   const std::string good = idem::new_event_id();
   const std::string other = "order-1";
-  for (const auto& bad : idem::testing::detail::invalid_keys()) {
+  for (const auto& bad : idem::testing::invalid_keys()) {
     SCOPED_TRACE("bad key of " + std::to_string(bad.size()) + " bytes");
     // First, in the middle, last: nothing of the batch may be written.
     for (const std::vector<std::string>& batch :
@@ -871,7 +833,7 @@ TYPED_TEST_P(IdemRecorderConformance, BatchLargerThanAnyChunkWorks) {
 }
 
 TYPED_TEST_P(IdemRecorderConformance, BatchesOfUnusualValidKeysWork) {
-  const auto keys = idem::testing::detail::unusual_valid_keys();
+  const auto keys = idem::testing::unusual_valid_keys();
   // Characters an array literal or a key separator would have to escape, too.
   std::vector<std::string> ids = keys;
   for (const char* extra : {"a,b", "{x}", "\"", "\\", "NULL", "a\\\"b,{c}"})
@@ -923,10 +885,8 @@ TYPED_TEST_P(IdemRecorderConformance, BatchMarksAgeAndPurgeLikeSingleMarks) {
 TYPED_TEST_P(IdemRecorderConformance, ConcurrentBatchAndSingleMarksOnOverlappingIds) {
   constexpr int kThreads = 8;
   constexpr std::size_t kWindow = 16;
-  const int ids_count = idem::testing::detail::concurrent_ids<TypeParam>();
-  std::vector<std::string> ids;
-  for (int i = 0; i < ids_count; ++i)
-    ids.push_back(idem::new_event_id());
+  const auto ids =
+      idem::testing::fresh_event_ids(idem::testing::detail::concurrent_ids<TypeParam>());
   std::atomic<int> errors{0};
   std::latch start(kThreads);
   std::vector<std::thread> threads;
@@ -1012,32 +972,14 @@ TYPED_TEST_P(IdemRecorderConformance, RunTransactionalThrowLeavesNoMarker) {
 
 TYPED_TEST_P(IdemRecorderConformance, ConcurrentRunTransactionalRunsOncePerId) {
   IDEM_CONFORMANCE_REQUIRE_TRANSACTIONS();
-  constexpr int kThreads = 8;
-  const int ids_count = idem::testing::detail::concurrent_ids<TypeParam>();
-  std::vector<std::string> ids;
-  for (int i = 0; i < ids_count; ++i)
-    ids.push_back(idem::new_event_id());
+  const auto ids =
+      idem::testing::fresh_event_ids(idem::testing::detail::concurrent_ids<TypeParam>());
   std::vector<std::atomic<int>> runs(ids.size());
-  std::atomic<int> errors{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (std::size_t n = 0; n < ids.size(); ++n) {
-        const std::size_t i = (t % 2 == 0) ? n : ids.size() - 1 - n;
-        try {
-          static_cast<void>(this->recorder_->run_transactional(
-              "billing", ids[i], [&](idem::Transaction&) { runs[i].fetch_add(1); }));
-        } catch (...) {
-          errors.fetch_add(1);
-        }
-      }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
-  EXPECT_EQ(errors.load(), 0);
+  const int errors = idem::testing::detail::race_over_ids(ids.size(), [&](int, std::size_t i) {
+    static_cast<void>(this->recorder_->run_transactional(
+        "billing", ids[i], [&](idem::Transaction&) { runs[i].fetch_add(1); }));
+  });
+  EXPECT_EQ(errors, 0);
   for (std::size_t i = 0; i < ids.size(); ++i) {
     ASSERT_EQ(runs[i].load(), 1) << "id #" << i;
     EXPECT_TRUE(this->recorder_->is_processed("billing", ids[i]));

@@ -68,6 +68,7 @@
 #include "idem/operation_idempotency.hpp"
 #include "idem/report.hpp"
 #include "idem/resilient.hpp"
+#include "idem/testing/keys.hpp"
 #include "idem/testing/manual_clock.hpp"
 
 namespace idem::testing::store_conformance_detail {
@@ -81,33 +82,6 @@ constexpr int race_keys() {
   } else {
     return 50;
   }
-}
-
-// Keys that validate_key() rejects; every store method must throw InvalidKey for each.
-inline std::vector<std::string> invalid_keys() {
-  return {
-      std::string(),                        // empty
-      std::string("   "),                   // only whitespace
-      std::string("a\0b", 3),               // NUL byte
-      std::string("line\nbreak"),           // control character
-      std::string("del\x7f"),               // DEL
-      std::string(kMaxKeyLength + 1, 'x'),  // one byte too long
-  };
-}
-
-// Valid keys that a careless backend might mangle (quoting, wildcards, separators, encodings).
-inline std::vector<std::string> unusual_valid_keys() {
-  return {
-      "it's",
-      "say \"hi\"",
-      "x'; DROP TABLE idempotency; --",
-      "a;b;c",
-      "caf\xc3\xa9-\xe6\x97\xa5\xe6\x9c\xac",  // café-日本 in UTF-8
-      "100%_match*?",
-      "back\\slash",
-      "{curly}:[square]",
-      std::string(kMaxKeyLength, 'k'),  // exactly the longest valid key
-  };
 }
 
 // Every byte value, twice, with NULs in the middle.
@@ -1117,7 +1091,7 @@ TYPED_TEST_P(IdemStoreConformance, RacingClaimsWithOtherArgumentsAllMismatch) {
 
 TYPED_TEST_P(IdemStoreConformance, InvalidKeysAreRejectedByEveryMethod) {
   const idem::SteadyTime far = this->clock_->steady_now() + std::chrono::hours(1);
-  for (const std::string& key : idem::testing::store_conformance_detail::invalid_keys()) {
+  for (const std::string& key : idem::testing::invalid_keys()) {
     SCOPED_TRACE("key of " + std::to_string(key.size()) + " bytes");
     EXPECT_THROW(static_cast<void>(this->store_->claim(key, std::nullopt, this->kLease)),
                  idem::InvalidKey);
@@ -1134,7 +1108,7 @@ TYPED_TEST_P(IdemStoreConformance, InvalidKeysAreRejectedByEveryMethod) {
 }
 
 TYPED_TEST_P(IdemStoreConformance, UnusualValidKeysWorkAndStayDistinct) {
-  const auto keys = idem::testing::store_conformance_detail::unusual_valid_keys();
+  const auto keys = idem::testing::unusual_valid_keys();
   for (const std::string& key : keys) {
     SCOPED_TRACE(key.substr(0, 40));
     this->complete(key, "value of " + key);
