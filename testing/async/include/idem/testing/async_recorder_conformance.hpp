@@ -77,30 +77,14 @@
 #include "idem/event.hpp"
 #include "idem/key.hpp"
 #include "idem/testing/async_support.hpp"
+#include "idem/testing/keys.hpp"
 
 namespace idem::testing::async_recorder_conformance_detail {
 
-template <class Factory>
-constexpr idem::Millis short_lease() {
-  if constexpr (requires { Factory::kShortLease; }) {
-    return Factory::kShortLease;
-  } else {
-    return idem::Millis(50);
-  }
-}
-
+// How many coroutines the race cases start: the factory's kCoroutines, else 64.
 template <class Factory>
 constexpr int coroutines() {
-  if constexpr (requires { Factory::kCoroutines; }) {
-    return Factory::kCoroutines;
-  } else {
-    return 64;
-  }
-}
-
-inline std::vector<std::string> invalid_keys() {
-  return {std::string(), std::string("   "), std::string("a\0b", 3), std::string("line\nbreak"),
-          std::string(idem::kMaxKeyLength + 1, 'x')};
+  return idem::testing::async_detail::coroutines<Factory>(64);
 }
 
 // How a cancelled call ended (async_support.hpp).
@@ -197,7 +181,7 @@ TYPED_TEST_P(IdemAsyncRecorderConformance, EveryCallResumesOnTheCallersThread) {
 TYPED_TEST_P(IdemAsyncRecorderConformance, InvalidKeysThrowAndMarkNothing) {
   auto& r = *this->recorder_;
   const std::string good = idem::new_event_id();
-  for (const auto& bad : idem::testing::async_recorder_conformance_detail::invalid_keys()) {
+  for (const auto& bad : idem::testing::invalid_keys()) {
     EXPECT_THROW(this->run(r.is_processed(bad, good)), idem::InvalidKey);
     EXPECT_THROW(this->run(r.mark_processed("billing", bad)), idem::InvalidKey);
     EXPECT_THROW(this->run(r.mark_processed(bad, good)), idem::InvalidKey);
@@ -210,9 +194,7 @@ TYPED_TEST_P(IdemAsyncRecorderConformance, InvalidKeysThrowAndMarkNothing) {
 TYPED_TEST_P(IdemAsyncRecorderConformance, ManyCoroutinesOnOneLoop) {
   auto& r = *this->recorder_;
   const int n = idem::testing::async_recorder_conformance_detail::coroutines<TypeParam>();
-  std::vector<std::string> ids;
-  for (int i = 0; i < n; ++i)
-    ids.push_back(idem::new_event_id());
+  const std::vector<std::string> ids = idem::testing::fresh_event_ids(n);
   std::atomic<int> errors{0};
   for (int i = 0; i < n; ++i) {
     // Every id marked twice, by two coroutines in flight at once.
@@ -232,9 +214,7 @@ TYPED_TEST_P(IdemAsyncRecorderConformance, ManyCoroutinesOnOneLoop) {
 TYPED_TEST_P(IdemAsyncRecorderConformance, RaceMarksOnTwoThreads) {
   auto& r = *this->recorder_;
   const int n = idem::testing::async_recorder_conformance_detail::coroutines<TypeParam>();
-  std::vector<std::string> ids;
-  for (int i = 0; i < n; ++i)
-    ids.push_back(idem::new_event_id());
+  const std::vector<std::string> ids = idem::testing::fresh_event_ids(n);
   asio::io_context& io = this->threads_io_;
   std::atomic<int> errors{0};
   for (int i = 0; i < n; ++i) {
@@ -294,7 +274,7 @@ TYPED_TEST_P(IdemAsyncRecorderConformance, LapsedLeaseIsTakenOver) {
   IDEM_ASYNC_CONFORMANCE_REQUIRE_CLAIMS();
   auto& r = *this->recorder_;
   const std::string id = idem::new_event_id();
-  const auto lease = idem::testing::async_recorder_conformance_detail::short_lease<TypeParam>();
+  const auto lease = idem::testing::async_detail::short_lease<TypeParam>();
   const auto first = this->run(r.claim("billing", id, lease));
   ASSERT_EQ(first.status, idem::Claim::Status::acquired);
   // Poll (bounded) until the lease has lapsed and another claim takes over.

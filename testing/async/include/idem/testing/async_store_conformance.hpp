@@ -85,31 +85,14 @@
 #include "idem/operation_idempotency.hpp"
 #include "idem/report.hpp"
 #include "idem/testing/async_support.hpp"
+#include "idem/testing/keys.hpp"
 
 namespace idem::testing::async_store_conformance_detail {
 
-template <class Factory>
-constexpr idem::Millis short_lease() {
-  if constexpr (requires { Factory::kShortLease; }) {
-    return Factory::kShortLease;
-  } else {
-    return idem::Millis(50);
-  }
-}
-
+// How many coroutines the race cases start: the factory's kCoroutines, else 32.
 template <class Factory>
 constexpr int coroutines() {
-  if constexpr (requires { Factory::kCoroutines; }) {
-    return Factory::kCoroutines;
-  } else {
-    return 32;
-  }
-}
-
-inline std::vector<std::string> invalid_keys() {
-  return {std::string(),          std::string("   "),
-          std::string("a\0b", 3), std::string("line\nbreak"),
-          std::string("del\x7f"), std::string(idem::kMaxKeyLength + 1, 'x')};
+  return idem::testing::async_detail::coroutines<Factory>(32);
 }
 
 // How a cancelled call ended (async_support.hpp).
@@ -269,7 +252,7 @@ TYPED_TEST_P(IdemAsyncStoreConformance, ClaimWithoutReportAnswersAsClaimDoes) {
 
 TYPED_TEST_P(IdemAsyncStoreConformance, ShortTtlExpiresAndTheKeyIsClaimedAgain) {
   const std::string key = this->fresh_key();
-  const auto ttl = idem::testing::async_store_conformance_detail::short_lease<TypeParam>();
+  const auto ttl = idem::testing::async_detail::short_lease<TypeParam>();
   const std::uint64_t token = this->acquire(key, "fp-a");
   ASSERT_TRUE(this->complete(key, token, "x", ttl));
   // Poll (bounded) until the result has expired: a claim then acquires, even with another
@@ -281,7 +264,7 @@ TYPED_TEST_P(IdemAsyncStoreConformance, ShortTtlExpiresAndTheKeyIsClaimedAgain) 
 
 TYPED_TEST_P(IdemAsyncStoreConformance, RenewKeepsAShortLeaseAlive) {
   const std::string key = this->fresh_key();
-  const auto lease = idem::testing::async_store_conformance_detail::short_lease<TypeParam>();
+  const auto lease = idem::testing::async_detail::short_lease<TypeParam>();
   const std::uint64_t token = this->acquire(key, std::nullopt, lease);
   const auto before = this->lookup(key);
   ASSERT_TRUE(this->run(this->store_->renew(key, token, this->kLease)));
@@ -297,7 +280,7 @@ TYPED_TEST_P(IdemAsyncStoreConformance, RenewKeepsAShortLeaseAlive) {
 
 TYPED_TEST_P(IdemAsyncStoreConformance, LapsedLeaseIsTakenOverAndTheOldOwnerIsFenced) {
   const std::string key = this->fresh_key();
-  const auto lease = idem::testing::async_store_conformance_detail::short_lease<TypeParam>();
+  const auto lease = idem::testing::async_detail::short_lease<TypeParam>();
   const std::uint64_t old_token = this->acquire(key, "fp-a", lease);
   const auto outcome = this->claim_after_lapse(key, lease, "fp-a");
   ASSERT_EQ(outcome.status, idem::ClaimOutcome::Status::acquired);
@@ -317,7 +300,7 @@ TYPED_TEST_P(IdemAsyncStoreConformance, LapsedLeaseIsTakenOverAndTheOldOwnerIsFe
 // ---- bad input (the non-virtual checks) -----------------------------------------------------
 
 TYPED_TEST_P(IdemAsyncStoreConformance, InvalidKeysAndBadArgumentsAreRejected) {
-  for (const std::string& key : idem::testing::async_store_conformance_detail::invalid_keys()) {
+  for (const std::string& key : idem::testing::invalid_keys()) {
     SCOPED_TRACE("key of " + std::to_string(key.size()) + " bytes");
     EXPECT_THROW(this->run(this->store_->claim(key, std::nullopt, this->kLease)), idem::InvalidKey);
     EXPECT_THROW(this->complete(key, 1, "x"), idem::InvalidKey);
@@ -447,8 +430,7 @@ TYPED_TEST_P(IdemAsyncStoreConformance, WaitReturnsOnceTheHolderLetsGo) {
   this->expect_value(record->value, "r");
   // A holder that goes silent: the wait returns when its lease ends.
   const std::string silent = this->fresh_key("silent");
-  this->acquire(silent, std::nullopt,
-                idem::testing::async_store_conformance_detail::short_lease<TypeParam>());
+  this->acquire(silent, std::nullopt, idem::testing::async_detail::short_lease<TypeParam>());
   record = this->run(this->store_->wait(silent, far));
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, TestFixture::State::in_progress);

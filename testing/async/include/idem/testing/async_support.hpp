@@ -3,7 +3,8 @@
 // test: an io_context of its own on a background thread (IoThread, the I/O executor of an async
 // backend whose callers run elsewhere), and, in idem::testing::async_detail, running a coroutine
 // to its end on a test's io_context (checked to resume on the thread that awaited it, or
-// cancelled part-way), running an io_context on two threads, and nap() on a timer.
+// cancelled part-way), running an io_context on two threads, nap() on a timer, and a conformance
+// factory's optional kShortLease and kCoroutines (short_lease(), coroutines()).
 //
 // Teardown order for a backend on an IoThread. The I/O thread posts every completion into the
 // test's io_context; an io_context destroyed while that thread is still returning from its last
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include "idem/async/task.hpp"
+#include "idem/clock.hpp"
 #include "idem/error.hpp"
 #include "idem/report.hpp"
 
@@ -53,6 +55,28 @@ namespace idem::testing::async_detail {
 inline idem::async::Task<void> nap(std::chrono::milliseconds duration) {
   asio::steady_timer timer(co_await asio::this_coro::executor, duration);
   co_await timer.async_wait(asio::use_awaitable);
+}
+
+// The factory's kShortLease: the lease or TTL a conformance case lets lapse in real time, on the
+// backend's own clock (50 ms unless the factory says otherwise).
+template <class Factory>
+constexpr idem::Millis short_lease() {
+  if constexpr (requires { Factory::kShortLease; }) {
+    return Factory::kShortLease;
+  } else {
+    return idem::Millis(50);
+  }
+}
+
+// The factory's kCoroutines: how many coroutines a conformance case starts at once (`fallback`
+// unless the factory says otherwise).
+template <class Factory>
+constexpr int coroutines(int fallback) {
+  if constexpr (requires { Factory::kCoroutines; }) {
+    return Factory::kCoroutines;
+  } else {
+    return fallback;
+  }
 }
 
 // The report's "idempotency_status" (executed, joined, replayed, ...).
