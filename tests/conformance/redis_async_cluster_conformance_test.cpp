@@ -9,8 +9,6 @@
 // standalone server under a cluster URL.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <asio/co_spawn.hpp>
 #include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
@@ -19,91 +17,35 @@
 #include <exception>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
+#include <utility>
 #include <vector>
 
-#include "../server_env.hpp"
+#include "../integration/redis_test_env.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
-#include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
-#include "idem/redis/redis_store.hpp"
 #include "idem/testing/async_recorder_conformance.hpp"
 #include "idem/testing/async_store_conformance.hpp"
 #include "idem/testing/async_support.hpp"
-#include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/recorder_conformance.hpp"
 #include "idem/testing/store_conformance.hpp"
+#include "redis_async_topology_factories.hpp"
 
 IDEM_SERVER_TEST_ENVIRONMENT(redis_cluster_environment, "IDEM_TEST_REDIS_CLUSTER_URL",
                              "Redis Cluster", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0");
 
 namespace {
 
-constexpr idem::async::RecorderCapabilities kClaims{.claims = true, .transactions = false};
-
-idem::redis::RedisOptions cluster_options(const char* name,
-                                          std::shared_ptr<idem::Clock> clock = nullptr) {
-  static std::atomic<int> counter{0};
-  auto options =
-      idem::redis::RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL"));
-  options.key_prefix =
-      "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" + name + ":";
-  options.clock = std::move(clock);
-  return options;
-}
-
-struct ClusterAsyncRecorderFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kClaims;
-  std::shared_ptr<idem::async::AsyncRecorder> make() {
-    return std::make_shared<idem::redis::AsyncRedisRecorder>(io.executor(),
-                                                             cluster_options("async-recorder"));
-  }
-  idem::testing::IoThread io;
-};
-
-struct ClusterAsyncStoreFactory {
-  std::shared_ptr<idem::async::AsyncStore> make() {
-    return std::make_shared<idem::redis::AsyncRedisStore>(io.executor(),
-                                                          cluster_options("async-store"));
-  }
-  idem::testing::IoThread io;
-};
-
-struct BlockingOverAsyncClusterRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 100;
-  static std::shared_ptr<idem::IdempotencyRecorder> make(
-      std::shared_ptr<idem::testing::ManualClock> clock) {
-    const auto options = cluster_options("bova-recorder", std::move(clock));
-    return std::make_shared<idem::testing::BlockingOverAsyncRecorder>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::redis::AsyncRedisRecorder>(std::move(executor), options);
-        },
-        std::make_shared<idem::redis::RedisIdempotencyRecorder>(options));
-  }
-};
-
-struct BlockingOverAsyncClusterStoreFactory {
-  static constexpr int kRaceKeys = 20;
-  static std::shared_ptr<idem::IdempotencyStore> make(
-      std::shared_ptr<idem::testing::ManualClock> clock) {
-    const auto options = cluster_options("bova-store", std::move(clock));
-    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::redis::AsyncRedisStore>(std::move(executor), options);
-        },
-        std::make_shared<idem::redis::RedisIdempotencyStore>(options));
-  }
-};
+using Cluster = idem::test::RedisClusterTopology;
 
 // A batch spans every primary: each gets its part, the replies come back in order, and the
 // blocking face (another process, as it were) sees every mark.
 TEST(RedisAsyncCluster, ABatchSpreadOverEveryPrimaryComesBackInOrder) {
   if (idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL").empty()) GTEST_SKIP();
-  const auto options = cluster_options("spread");
+  const auto options = Cluster::options("spread");
   asio::io_context io;
   idem::redis::AsyncRedisRecorder recorder(io.get_executor(), options);
   std::vector<std::string> ids;
@@ -140,7 +82,7 @@ TEST(RedisAsyncCluster, AStandaloneServerUnderAClusterUrlIsAClearError) {
 // its replies, or aborted), and nothing is touched after it is freed (ASan / TSan presets).
 TEST(RedisAsyncCluster, DestroyingTheRouterEndsItsCallsInFlight) {
   if (idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL").empty()) GTEST_SKIP();
-  const auto options = cluster_options("shutdown");
+  const auto options = Cluster::options("shutdown");
   asio::io_context io;
   auto work = asio::make_work_guard(io);
   std::thread runner([&] { io.run(); });
@@ -169,9 +111,12 @@ TEST(RedisAsyncCluster, DestroyingTheRouterEndsItsCallsInFlight) {
 
 }  // namespace
 
-INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsyncCluster, ClusterAsyncRecorderFactory);
-INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsyncClusterStore, ClusterAsyncStoreFactory);
-INSTANTIATE_RECORDER_CONFORMANCE(BlockingOverAsyncRedisCluster,
-                                 BlockingOverAsyncClusterRecorderFactory);
+INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsyncCluster,
+                                       idem::test::RedisTopologyAsyncRecorderFactory<Cluster>);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsyncClusterStore,
+                                    idem::test::RedisTopologyAsyncStoreFactory<Cluster>);
+INSTANTIATE_RECORDER_CONFORMANCE(
+    BlockingOverAsyncRedisCluster,
+    idem::test::RedisTopologyBlockingOverAsyncRecorderFactory<Cluster>);
 INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncRedisClusterStore,
-                              BlockingOverAsyncClusterStoreFactory);
+                              idem::test::RedisTopologyBlockingOverAsyncStoreFactory<Cluster>);

@@ -8,25 +8,21 @@
 // for a master name no sentinel monitors and for sentinels that do not answer.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
-#include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "../free_port.hpp"
-#include "../server_env.hpp"
+#include "../integration/redis_test_env.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
-#include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_error.hpp"
-#include "idem/redis/redis_recorder.hpp"
-#include "idem/redis/redis_store.hpp"
 #include "idem/testing/async_recorder_conformance.hpp"
 #include "idem/testing/async_store_conformance.hpp"
 #include "idem/testing/async_support.hpp"
-#include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/recorder_conformance.hpp"
 #include "idem/testing/store_conformance.hpp"
+#include "redis_async_topology_factories.hpp"
 
 IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
                              "Redis Sentinel group",
@@ -34,67 +30,11 @@ IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTIN
 
 namespace {
 
-constexpr idem::async::RecorderCapabilities kClaims{.claims = true, .transactions = false};
-
-idem::redis::RedisOptions sentinel_options(const char* name,
-                                           std::shared_ptr<idem::Clock> clock = nullptr) {
-  static std::atomic<int> counter{0};
-  auto options =
-      idem::redis::RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL"));
-  options.key_prefix =
-      "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" + name + ":";
-  options.clock = std::move(clock);
-  return options;
-}
-
-struct SentinelAsyncRecorderFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kClaims;
-  std::shared_ptr<idem::async::AsyncRecorder> make() {
-    return std::make_shared<idem::redis::AsyncRedisRecorder>(io.executor(),
-                                                             sentinel_options("async-recorder"));
-  }
-  idem::testing::IoThread io;
-};
-
-struct SentinelAsyncStoreFactory {
-  std::shared_ptr<idem::async::AsyncStore> make() {
-    return std::make_shared<idem::redis::AsyncRedisStore>(io.executor(),
-                                                          sentinel_options("async-store"));
-  }
-  idem::testing::IoThread io;
-};
-
-struct BlockingOverAsyncSentinelRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 100;
-  static std::shared_ptr<idem::IdempotencyRecorder> make(
-      std::shared_ptr<idem::testing::ManualClock> clock) {
-    const auto options = sentinel_options("bova-recorder", std::move(clock));
-    return std::make_shared<idem::testing::BlockingOverAsyncRecorder>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::redis::AsyncRedisRecorder>(std::move(executor), options);
-        },
-        std::make_shared<idem::redis::RedisIdempotencyRecorder>(options));
-  }
-};
-
-struct BlockingOverAsyncSentinelStoreFactory {
-  static constexpr int kRaceKeys = 20;
-  static std::shared_ptr<idem::IdempotencyStore> make(
-      std::shared_ptr<idem::testing::ManualClock> clock) {
-    const auto options = sentinel_options("bova-store", std::move(clock));
-    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::redis::AsyncRedisStore>(std::move(executor), options);
-        },
-        std::make_shared<idem::redis::RedisIdempotencyStore>(options));
-  }
-};
+using Sentinel = idem::test::RedisSentinelTopology;
 
 TEST(RedisAsyncSentinel, AnUnknownMasterNameIsAClearNonRetryableError) {
   if (idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL").empty()) GTEST_SKIP();
-  auto options = sentinel_options("unknown");
+  auto options = Sentinel::options("unknown");
   options.sentinel_master = "no-such-primary";
   asio::io_context io;
   idem::redis::AsyncRedisRecorder recorder(io.get_executor(), options);
@@ -127,9 +67,12 @@ TEST(RedisAsyncSentinel, SentinelsThatDoNotAnswerAreARetryableError) {
 
 }  // namespace
 
-INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsyncSentinel, SentinelAsyncRecorderFactory);
-INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsyncSentinelStore, SentinelAsyncStoreFactory);
-INSTANTIATE_RECORDER_CONFORMANCE(BlockingOverAsyncRedisSentinel,
-                                 BlockingOverAsyncSentinelRecorderFactory);
+INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsyncSentinel,
+                                       idem::test::RedisTopologyAsyncRecorderFactory<Sentinel>);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsyncSentinelStore,
+                                    idem::test::RedisTopologyAsyncStoreFactory<Sentinel>);
+INSTANTIATE_RECORDER_CONFORMANCE(
+    BlockingOverAsyncRedisSentinel,
+    idem::test::RedisTopologyBlockingOverAsyncRecorderFactory<Sentinel>);
 INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncRedisSentinelStore,
-                              BlockingOverAsyncSentinelStoreFactory);
+                              idem::test::RedisTopologyBlockingOverAsyncStoreFactory<Sentinel>);

@@ -6,61 +6,26 @@
 // entry_count() see all of them.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
-#include <unistd.h>
-
-#include "../server_env.hpp"
+#include "../integration/redis_test_env.hpp"
 #include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_recorder.hpp"
-#include "idem/redis/redis_store.hpp"
 #include "idem/testing/recorder_conformance.hpp"
 #include "idem/testing/store_conformance.hpp"
+#include "redis_topology_factories.hpp"
 
 IDEM_SERVER_TEST_ENVIRONMENT(redis_cluster_environment, "IDEM_TEST_REDIS_CLUSTER_URL",
                              "Redis Cluster", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0");
 
 namespace {
 
-std::string unique_prefix(const char* name) {
-  static std::atomic<int> counter{0};
-  return "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" + name +
-         ":";
-}
-
-idem::redis::RedisOptions cluster_options(const char* name,
-                                          std::shared_ptr<idem::Clock> clock = nullptr) {
-  auto options =
-      idem::redis::RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL"));
-  options.key_prefix = unique_prefix(name);
-  options.clock = std::move(clock);
-  return options;
-}
-
-struct ClusterRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 100;
-
-  std::shared_ptr<idem::IdempotencyRecorder> make(
-      std::shared_ptr<idem::testing::ManualClock> clock) {
-    return std::make_shared<idem::redis::RedisIdempotencyRecorder>(
-        cluster_options("recorder", std::move(clock)));
-  }
-};
-
-struct ClusterStoreFactory {
-  static constexpr int kRaceKeys = 20;
-
-  std::shared_ptr<idem::IdempotencyStore> make(std::shared_ptr<idem::testing::ManualClock> clock) {
-    return std::make_shared<idem::redis::RedisIdempotencyStore>(
-        cluster_options("store", std::move(clock)));
-  }
-};
+using Cluster = idem::test::RedisClusterTopology;
 
 // The primaries' ports: the first three of IDEM_TEST_REDIS_CLUSTER_PORTS (servers.sh lists the
 // primaries first).
@@ -91,7 +56,7 @@ long long keys_on(int port, const std::string& prefix) {
 
 TEST(RedisCluster, RecordsSpreadOverEveryPrimaryAndWholeKeyspaceCallsSeeThemAll) {
   auto clock = std::make_shared<idem::testing::ManualClock>();
-  const auto options = cluster_options("spread", clock);
+  const auto options = Cluster::options("spread", clock);
   idem::redis::RedisIdempotencyRecorder recorder(options);
   std::vector<std::string> ids;
   for (int i = 0; i < 300; ++i)
@@ -132,5 +97,5 @@ TEST(RedisCluster, AStandaloneServerUnderAClusterUrlIsAClearError) {
 
 }  // namespace
 
-INSTANTIATE_RECORDER_CONFORMANCE(RedisCluster, ClusterRecorderFactory);
-INSTANTIATE_STORE_CONFORMANCE(RedisCluster, ClusterStoreFactory);
+INSTANTIATE_RECORDER_CONFORMANCE(RedisCluster, idem::test::RedisTopologyRecorderFactory<Cluster>);
+INSTANTIATE_STORE_CONFORMANCE(RedisCluster, idem::test::RedisTopologyStoreFactory<Cluster>);

@@ -6,19 +6,18 @@
 // tests/integration/redis_sentinel_fault_test.cpp.
 #include <gtest/gtest.h>
 
-#include <atomic>
 #include <memory>
 #include <string>
+#include <string_view>
+#include <utility>
 
-#include <unistd.h>
-
-#include "../server_env.hpp"
+#include "../integration/redis_test_env.hpp"
 #include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
-#include "idem/redis/redis_store.hpp"
 #include "idem/testing/recorder_conformance.hpp"
 #include "idem/testing/store_conformance.hpp"
+#include "redis_topology_factories.hpp"
 
 IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
                              "Redis Sentinel group",
@@ -26,63 +25,21 @@ IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTIN
 
 namespace {
 
-std::string unique_prefix(const char* name) {
-  static std::atomic<int> counter{0};
-  return "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" + name +
-         ":";
-}
-
-idem::redis::RedisOptions sentinel_options(const char* name,
-                                           std::shared_ptr<idem::Clock> clock = nullptr,
-                                           std::size_t min_replicas = 0) {
-  auto options =
-      idem::redis::RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL"));
-  options.key_prefix = unique_prefix(name);
-  options.clock = std::move(clock);
-  options.min_replicas = min_replicas;
-  return options;
-}
-
-struct SentinelRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 100;
-
-  std::shared_ptr<idem::IdempotencyRecorder> make(
-      std::shared_ptr<idem::testing::ManualClock> clock) {
-    return std::make_shared<idem::redis::RedisIdempotencyRecorder>(
-        sentinel_options("recorder", std::move(clock)));
-  }
-};
-
-struct SentinelStoreFactory {
-  static constexpr int kRaceKeys = 20;
-
-  std::shared_ptr<idem::IdempotencyStore> make(std::shared_ptr<idem::testing::ManualClock> clock) {
-    return std::make_shared<idem::redis::RedisIdempotencyStore>(
-        sentinel_options("store", std::move(clock)));
-  }
-};
+using Sentinel = idem::test::RedisSentinelTopology;
 
 // The same with min_replicas=1: every write waits for the replica (WAIT), and nothing else changes.
-struct DurableRecorderFactory : SentinelRecorderFactory {
-  std::shared_ptr<idem::IdempotencyRecorder> make(
-      std::shared_ptr<idem::testing::ManualClock> clock) {
-    return std::make_shared<idem::redis::RedisIdempotencyRecorder>(
-        sentinel_options("durable-recorder", std::move(clock), 1));
-  }
-};
-
-struct DurableStoreFactory : SentinelStoreFactory {
-  std::shared_ptr<idem::IdempotencyStore> make(std::shared_ptr<idem::testing::ManualClock> clock) {
-    return std::make_shared<idem::redis::RedisIdempotencyStore>(
-        sentinel_options("durable-store", std::move(clock), 1));
+struct SentinelMinReplicas {
+  static idem::redis::RedisOptions options(std::string_view name,
+                                           std::shared_ptr<idem::Clock> clock = nullptr) {
+    auto options = Sentinel::options(name, std::move(clock));
+    options.min_replicas = 1;
+    return options;
   }
 };
 
 // A name no sentinel monitors is a configuration mistake: said at once, not retried.
 TEST(RedisSentinel, AnUnknownMasterNameIsAClearNonRetryableError) {
-  auto options = sentinel_options("unknown");
+  auto options = Sentinel::options("unknown");
   options.sentinel_master = "no-such-primary";
   try {
     idem::redis::RedisIdempotencyRecorder recorder(options);
@@ -97,7 +54,7 @@ TEST(RedisSentinel, AnUnknownMasterNameIsAClearNonRetryableError) {
 
 // The pool's connections go to the server the sentinels name, and it is the primary.
 TEST(RedisSentinel, ConnectionsReachThePrimaryTheSentinelsName) {
-  const auto options = sentinel_options("role");
+  const auto options = Sentinel::options("role");
   idem::redis::ConnectionPool pool(options);
   auto connection = pool.lease();
   const auto role = connection->command({"ROLE"}, idem::redis::CommandKind::read);
@@ -110,7 +67,9 @@ TEST(RedisSentinel, ConnectionsReachThePrimaryTheSentinelsName) {
 
 }  // namespace
 
-INSTANTIATE_RECORDER_CONFORMANCE(RedisSentinel, SentinelRecorderFactory);
-INSTANTIATE_STORE_CONFORMANCE(RedisSentinel, SentinelStoreFactory);
-INSTANTIATE_RECORDER_CONFORMANCE(RedisSentinelMinReplicas, DurableRecorderFactory);
-INSTANTIATE_STORE_CONFORMANCE(RedisSentinelMinReplicas, DurableStoreFactory);
+INSTANTIATE_RECORDER_CONFORMANCE(RedisSentinel, idem::test::RedisTopologyRecorderFactory<Sentinel>);
+INSTANTIATE_STORE_CONFORMANCE(RedisSentinel, idem::test::RedisTopologyStoreFactory<Sentinel>);
+INSTANTIATE_RECORDER_CONFORMANCE(RedisSentinelMinReplicas,
+                                 idem::test::RedisTopologyRecorderFactory<SentinelMinReplicas>);
+INSTANTIATE_STORE_CONFORMANCE(RedisSentinelMinReplicas,
+                              idem::test::RedisTopologyStoreFactory<SentinelMinReplicas>);

@@ -52,6 +52,19 @@ inline redis::RedisOptions redis_test_options(std::string prefix,
   return options;
 }
 
+// Options for the Redis that the URL in `url_variable` names (IDEM_TEST_REDIS_CLUSTER_URL,
+// IDEM_TEST_REDIS_SENTINEL_URL: servers thrown away with the run, so nothing is deleted) under a
+// key prefix of this test's own, "idemtest:<pid>:<n>:<name>:", with `clock` when given.
+inline redis::RedisOptions redis_url_test_options(const char* url_variable, std::string_view name,
+                                                  std::shared_ptr<Clock> clock = nullptr) {
+  static std::atomic<int> counter{0};
+  redis::RedisOptions options = redis::RedisOptions::from_url(env(url_variable));
+  options.key_prefix = "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) +
+                       ":" + std::string(name) + ":";
+  options.clock = std::move(clock);
+  return options;
+}
+
 // ACL SETUSER for the least-privilege application user of docs/security.md ("Redis"), with
 // `prefix` in place of "idem:".
 inline std::vector<std::string> redis_app_acl_rule(const std::string& user,
