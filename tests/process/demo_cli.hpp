@@ -78,6 +78,16 @@ inline long long row(const CliRun& run, const std::string& label) {
 // that delivery came again). Each mode shows what it promises: transactional and exclusive
 // (killed before the effect) every effect once; check_then_mark (killed between the effect and
 // its marker) the killed event's effect twice, and every other once.
+// The demo stopped before it started anything: exit `code` (2: a usage error or a refused store;
+// 3: a store error, docs/cli.md), the output says each of `said`, and no producer ran.
+inline void expect_stopped_before_start(const CliRun& run, int code,
+                                        const std::vector<std::string>& said = {}) {
+  EXPECT_EQ(run.exit_code, code) << run.output;
+  for (const std::string& text : said)
+    EXPECT_TRUE(has(run, text)) << "no '" << text << "' in:\n" << run.output;
+  EXPECT_FALSE(has(run, "producer:")) << "started anyway:\n" << run.output;
+}
+
 inline void expect_demo_ok(const CliRun& run, const std::string& events,
                            const std::string& mode = "transactional") {
   EXPECT_EQ(run.exit_code, 0) << run.output;

@@ -40,10 +40,7 @@ TEST(RedisDemoStore, APrefixWithDataIsRefusedUnlessAllowedAndLeftAsItWas) {
   idem::open_recorder(url)->mark_processed("payments", "evt-precious");
   const std::size_t before = prefix.key_count();
   const auto refused = run_demo(url, "exclusive", "50");
-  EXPECT_EQ(refused.exit_code, 2) << refused.output;
-  EXPECT_TRUE(has(refused, "already holds data")) << refused.output;
-  EXPECT_TRUE(has(refused, "'payments'")) << refused.output;
-  EXPECT_FALSE(has(refused, "producer:")) << refused.output;
+  idem::test::expect_stopped_before_start(refused, 2, {"already holds data", "'payments'"});
   EXPECT_EQ(prefix.key_count(), before);
   const auto allowed = idem::test::run_cli({"demo", "--events", "100", "--mode", "check_then_mark",
                                             "--store", url, "--allow-nonempty-store"});
@@ -55,26 +52,19 @@ TEST(RedisDemoStore, APrefixWithDataIsRefusedUnlessAllowedAndLeftAsItWas) {
 TEST(RedisDemoStore, TransactionalModeIsRefusedBeforeAnythingStarts) {
   IDEM_REQUIRE_CLI();
   const auto result = run_demo(idem::test::redis_url(), "transactional");
-  EXPECT_EQ(result.exit_code, 2) << result.output;
-  EXPECT_TRUE(has(result, "not_supported")) << result.output;
-  EXPECT_TRUE(has(result, "--mode transactional")) << result.output;
-  EXPECT_FALSE(has(result, "producer:")) << result.output;
+  idem::test::expect_stopped_before_start(result, 2, {"not_supported", "--mode transactional"});
 }
 
 TEST(RedisDemoStore, TwoHopsAreRefusedBeforeAnythingStarts) {
   IDEM_REQUIRE_CLI();
   const auto result = idem::test::run_two_hop_demo("50", idem::test::redis_url());
-  EXPECT_EQ(result.exit_code, 2) << result.output;
-  EXPECT_TRUE(has(result, "--hops 2")) << result.output;
-  EXPECT_TRUE(has(result, "has no outbox")) << result.output;
-  EXPECT_FALSE(has(result, "producer:")) << result.output;
+  idem::test::expect_stopped_before_start(result, 2, {"--hops 2", "has no outbox"});
 }
 
 TEST(RedisDemoStore, AnUnreachableServerOrABadUrlStopsTheDemo) {
   IDEM_REQUIRE_CLI();
   const auto down = run_demo("redis://:hunter2@127.0.0.1:1/0", "exclusive");
-  EXPECT_EQ(down.exit_code, 3) << down.output;  // a store error (docs/cli.md)
-  EXPECT_FALSE(has(down, "producer:")) << down.output;
+  idem::test::expect_stopped_before_start(down, 3);  // a store error
   EXPECT_FALSE(has(down, "hunter2")) << down.output;
   const auto bad = run_demo("redis://:hunter2@127.0.0.1:6379/0?prefx=a", "exclusive");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;

@@ -70,10 +70,7 @@ TEST(SqliteDemoStore, RecordersTheDemoCannotUseAreRefusedFirst) {
   IDEM_REQUIRE_CLI();
   for (const char* url : {"memory://", "sqlite::memory:"}) {
     const auto result = run_demo(url, "exclusive");
-    EXPECT_EQ(result.exit_code, 2) << result.output;
-    EXPECT_TRUE(has(result, "not_supported")) << result.output;
-    EXPECT_TRUE(has(result, "in-memory recorder")) << result.output;
-    EXPECT_FALSE(has(result, "producer:")) << "started anyway:\n" << result.output;
+    idem::test::expect_stopped_before_start(result, 2, {"not_supported", "in-memory recorder"});
   }
   const auto bad = run_demo("sqlite://host/x.db", "exclusive");
   EXPECT_EQ(bad.exit_code, 2) << bad.output;
