@@ -13,9 +13,11 @@
 #include <asio/use_future.hpp>
 #include <atomic>
 #include <chrono>
+#include <exception>
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../async_test_support.hpp"
@@ -47,6 +49,36 @@ class AsyncRecorderTest : public ::testing::Test {
     recorder_.reset();
     io_.restart();
     io_.run();  // let the pool's shut-down finish
+  }
+
+  // How a call cancelled after some steps of the event loop ended.
+  struct CancelledCall {
+    bool finished = false;     // it ended (with its result or an error)
+    bool on_its_own = false;   // it finished within the steps: nothing was cancelled
+    std::exception_ptr error;  // what it ended with (none: its result)
+  };
+
+  // Starts the coroutine `call` makes, runs `steps` handlers of io_, cancels it (terminal) unless
+  // it has finished, and runs everything to its end (a dropped statement's result is read too).
+  template <class Call>
+  CancelledCall cancel_after(int steps, Call call) {
+    asio::cancellation_signal signal;
+    CancelledCall ended;
+    asio::co_spawn(io_, std::move(call),
+                   asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e) {
+                     ended.error = e;
+                     ended.finished = true;
+                   }));
+    io_.restart();
+    for (int i = 0; i < steps && !ended.finished; ++i)
+      io_.run_one();
+    if (ended.finished) {
+      ended.on_its_own = true;
+    } else {
+      signal.emit(asio::cancellation_type::terminal);
+    }
+    io_.run();
+    return ended;
   }
 
   pg::TempSchema schema_;
@@ -297,32 +329,15 @@ TEST_F(AsyncRecorderTest, CancellationAtEveryStep) {
     bool completed_on_its_own = false;
     for (int steps = 0; steps < 200 && !completed_on_its_own; ++steps) {
       const std::string id = std::string(write ? "w" : "r") + std::to_string(steps);
-      asio::cancellation_signal signal;
-      std::exception_ptr error;
-      bool finished = false;
-      asio::co_spawn(
-          io_,
-          [&]() -> Task<void> {
-            if (write) {
-              co_await r.mark_processed("cancel", id);
-            } else {
-              (void)co_await r.is_processed("cancel", id);
-            }
-          },
-          asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e) {
-            error = e;
-            finished = true;
-          }));
-      io_.restart();
-      for (int i = 0; i < steps && !finished; ++i)
-        io_.run_one();
-      if (finished) {
-        completed_on_its_own = true;
-      } else {
-        signal.emit(asio::cancellation_type::terminal);
-      }
-      io_.run();  // everything settles: the dropped statement's result is read
+      const auto [finished, on_its_own, error] = cancel_after(steps, [&]() -> Task<void> {
+        if (write) {
+          co_await r.mark_processed("cancel", id);
+        } else {
+          (void)co_await r.is_processed("cancel", id);
+        }
+      });
       ASSERT_TRUE(finished) << "steps " << steps;
+      completed_on_its_own = on_its_own;
       if (error) {
         try {
           std::rethrow_exception(error);
@@ -356,32 +371,14 @@ TEST_F(AsyncRecorderTest, CancelledTransactionRollsBack) {
   bool completed_on_its_own = false;
   for (int steps = 0; steps < 400 && !completed_on_its_own; ++steps) {
     const std::string id = "o" + std::to_string(steps);
-    asio::cancellation_signal signal;
-    std::exception_ptr error;
-    bool finished = false;
-    asio::co_spawn(
-        io_,
-        [&]() -> Task<void> {
-          (void)co_await r.run_transactional(
-              "billing", id, [&](AsyncSqlTransaction& tx) -> Task<void> {
-                const idem::SqlParam params[] = {tx.event_id()};
-                co_await tx.exec("INSERT INTO " + orders + " (id) VALUES ($1)", params);
-              });
-        },
-        asio::bind_cancellation_slot(signal.slot(), [&](std::exception_ptr e) {
-          error = e;
-          finished = true;
-        }));
-    io_.restart();
-    for (int i = 0; i < steps && !finished; ++i)
-      io_.run_one();
-    if (finished) {
-      completed_on_its_own = true;
-    } else {
-      signal.emit(asio::cancellation_type::terminal);
-    }
-    io_.run();
+    const auto [finished, on_its_own, error] = cancel_after(steps, [&]() -> Task<void> {
+      (void)co_await r.run_transactional("billing", id, [&](AsyncSqlTransaction& tx) -> Task<void> {
+        const idem::SqlParam params[] = {tx.event_id()};
+        co_await tx.exec("INSERT INTO " + orders + " (id) VALUES ($1)", params);
+      });
+    });
     ASSERT_TRUE(finished);
+    completed_on_its_own = on_its_own;
     const bool marked = run(io_, r.is_processed("billing", id));
     const long long rows =
         pg::query_int("SELECT count(*) FROM " + orders + " WHERE id = '" + id + "'");
