@@ -7,27 +7,32 @@
 
 namespace idem::bench {
 
+namespace detail {
+
+// `value` as 16 lowercase hex digits at `out`.
+inline void write_hex(char* out, std::uint64_t value) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  for (int i = 15; i >= 0; --i) {
+    out[i] = kHex[value & 0xf];
+    value >>= 4;
+  }
+}
+
+}  // namespace detail
+
 class IdSequence {
  public:
   explicit IdSequence(std::uint64_t stream) : stream_(stream) {}
 
   std::string_view next() {
-    write_hex(buffer_, stream_);
-    write_hex(buffer_ + 16, counter_++);
+    detail::write_hex(buffer_, stream_);
+    detail::write_hex(buffer_ + 16, counter_++);
     buffer_[12] = '4';  // version nibble
     buffer_[16] = '8';  // variant nibble
     return {buffer_, 32};
   }
 
  private:
-  static void write_hex(char* out, std::uint64_t value) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    for (int i = 15; i >= 0; --i) {
-      out[i] = kHex[value & 0xf];
-      value >>= 4;
-    }
-  }
-
   std::uint64_t stream_;
   std::uint64_t counter_ = 0;
   char buffer_[32] = {};
@@ -72,13 +77,13 @@ class ShapedIds {
     const std::uint64_t n = counter_++;
     switch (shape_) {
       case IdShape::hex32:
-        write_hex(buffer_, stream_);
-        write_hex(buffer_ + 16, n);
+        detail::write_hex(buffer_, stream_);
+        detail::write_hex(buffer_ + 16, n);
         return {buffer_, 32};
       case IdShape::uuid36: {
         char digits[32];
-        write_hex(digits, stream_);
-        write_hex(digits + 16, n);
+        detail::write_hex(digits, stream_);
+        detail::write_hex(digits + 16, n);
         digits[12] = '4';
         const int groups[] = {8, 4, 4, 4, 12};
         char* out = buffer_;
@@ -120,13 +125,6 @@ class ShapedIds {
   }
 
  private:
-  static void write_hex(char* out, std::uint64_t value) {
-    static constexpr char kHex[] = "0123456789abcdef";
-    for (int i = 15; i >= 0; --i) {
-      out[i] = kHex[value & 0xf];
-      value >>= 4;
-    }
-  }
   static char* write_decimal(char* out, std::uint64_t value) {
     char digits[20];
     int n = 0;

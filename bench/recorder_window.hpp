@@ -1,4 +1,9 @@
-// A transport's window of deliveries against a recorder, for the batch-vs-single benchmarks:
+// A recorder's timed loops for the benchmarks.
+//
+// mark_stream: every iteration marks `pipeline` fresh event ids, with mark_processed (1) or one
+// mark_processed_batch. Items are marks.
+//
+// check_mark_window: a transport's window of deliveries, for the batch-vs-single benchmarks:
 // every iteration is a window of kWindow fresh event ids, checked and marked either
 // with one is_processed_many + one mark_processed_many (batch = 1) or with an is_processed and a
 // mark_processed per event (batch = 0). Items are events, so items/s compare with *_CheckMark.
@@ -14,6 +19,25 @@
 #include "bench_ids.hpp"
 
 namespace idem::bench {
+
+template <class Recorder>
+void mark_stream(benchmark::State& state, Recorder& recorder, std::string_view consumer,
+                 IdSequence& ids, int pipeline) {
+  std::vector<std::string_view> batch(static_cast<std::size_t>(pipeline));
+  std::vector<std::string> storage(static_cast<std::size_t>(pipeline));
+  for (auto _ : state) {
+    if (pipeline == 1) {
+      recorder.mark_processed(consumer, ids.next());
+    } else {
+      for (std::size_t i = 0; i < storage.size(); ++i) {
+        storage[i] = ids.next();
+        batch[i] = storage[i];
+      }
+      recorder.mark_processed_batch(consumer, batch);
+    }
+  }
+  state.SetItemsProcessed(state.iterations() * pipeline);
+}
 
 inline constexpr std::size_t kWindow = 64;
 

@@ -42,6 +42,7 @@
 #include "bench_flags.hpp"
 #include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_bench_support.hpp"
 
 namespace {
 
@@ -338,31 +339,14 @@ double median(const std::vector<Measurement>& runs, double Measurement::*field) 
   return median(std::move(v));
 }
 
-void delete_prefix() {
-  idem::redis::ConnectionPool pool(g_options);
-  auto connection = pool.lease();
-  std::string cursor = "0";
-  const std::string pattern = g_options.key_prefix + "*";
-  do {
-    const auto page = connection->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "10000"});
-    cursor = page.elements.at(0).str;
-    for (const auto& key : page.elements.at(1).elements)
-      connection->append({"UNLINK", key.str});
-    if (connection->pending() > 0) (void)connection->read_replies();
-  } while (cursor != "0");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   using idem::bench::take_flag;
-  std::string url = take_flag(argc, argv, "url");
+  const std::string url = idem::bench::take_redis_url(argc, argv);
   const std::string calls_flag = take_flag(argc, argv, "calls");
   const std::string mode = take_flag(argc, argv, "mode");
   const std::string workload = take_flag(argc, argv, "workload");
-  for (const char* variable : {"IDEM_BENCH_REDIS_URL", "IDEM_TEST_REDIS_URL"}) {
-    if (url.empty() && std::getenv(variable) != nullptr) url = std::getenv(variable);
-  }
   if (url.empty()) {
     std::fprintf(stderr, "bench_redis_async: give --url=redis://HOST:PORT/DB\n");
     return 2;
@@ -390,7 +374,7 @@ int main(int argc, char** argv) {
       return 2;
     }
     const auto m = run_mode(mode, workload == "replay");
-    delete_prefix();
+    idem::bench::delete_keys_under_prefix(g_options);
     std::printf(
         "{\"library\":\"idem\",\"mode\":\"%s\",\"workload\":\"%s\",\"calls\":%d,"
         "\"in_flight\":%d,\"calls_per_s\":%.1f,\"client_cpu_us_per_call\":%.3f,"
@@ -411,7 +395,7 @@ int main(int argc, char** argv) {
     for (int repeat = 0; repeat < 3; ++repeat) {
       for (std::size_t m = 0; m < modes.size(); ++m)
         by_mode[m].push_back(run_mode(modes[m], replay));
-      delete_prefix();
+      idem::bench::delete_keys_under_prefix(g_options);
     }
     const double a = median(by_mode[0], &Measurement::rate);
     const double b = median(by_mode[1], &Measurement::rate);
@@ -438,6 +422,6 @@ int main(int argc, char** argv) {
     }
     std::printf("\n");
   }
-  delete_prefix();
+  idem::bench::delete_keys_under_prefix(g_options);
   return 0;
 }

@@ -58,6 +58,7 @@
 #include "bench_ids.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "recorder_window.hpp"
 
 namespace {
 
@@ -74,7 +75,7 @@ std::size_t g_replay_keys = 1000;
 std::uint16_t crc16(std::string_view data) {
   std::uint16_t crc = 0;
   for (unsigned char byte : data) {
-    crc ^= static_cast<std::uint16_t>(byte) << 8;
+    crc = static_cast<std::uint16_t>(crc ^ (byte << 8));
     for (int bit = 0; bit < 8; ++bit)
       crc = (crc & 0x8000) != 0 ? static_cast<std::uint16_t>((crc << 1) ^ 0x1021)
                                 : static_cast<std::uint16_t>(crc << 1);
@@ -199,20 +200,7 @@ struct Case {
 
 void BM_IdemMarks(benchmark::State& state, const Case* c) {
   idem::bench::IdSequence ids(g_streams++);
-  std::vector<std::string_view> batch(static_cast<std::size_t>(c->pipeline));
-  std::vector<std::string> storage(static_cast<std::size_t>(c->pipeline));
-  for (auto _ : state) {
-    if (c->pipeline == 1) {
-      c->recorder->mark_processed(kConsumer, ids.next());
-    } else {
-      for (std::size_t i = 0; i < storage.size(); ++i) {
-        storage[i] = ids.next();
-        batch[i] = storage[i];
-      }
-      c->recorder->mark_processed_batch(kConsumer, batch);
-    }
-  }
-  state.SetItemsProcessed(state.iterations() * c->pipeline);
+  idem::bench::mark_stream(state, *c->recorder, kConsumer, ids, c->pipeline);
 }
 
 void BM_RawMarks(benchmark::State& state, int pipeline) {

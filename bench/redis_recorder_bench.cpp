@@ -31,6 +31,7 @@
 #include "bench_ids.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "recorder_window.hpp"
+#include "redis_bench_support.hpp"
 
 namespace {
 
@@ -49,20 +50,7 @@ struct IdemCase {
 
 void BM_IdemRecorder(benchmark::State& state, const IdemCase* c) {
   idem::bench::IdSequence ids(g_streams++);
-  std::vector<std::string_view> batch(static_cast<std::size_t>(c->pipeline));
-  std::vector<std::string> storage(static_cast<std::size_t>(c->pipeline));
-  for (auto _ : state) {
-    if (c->pipeline == 1) {
-      c->recorder->mark_processed(kConsumer, ids.next());
-    } else {
-      for (std::size_t i = 0; i < storage.size(); ++i) {
-        storage[i] = ids.next();
-        batch[i] = storage[i];
-      }
-      c->recorder->mark_processed_batch(kConsumer, batch);
-    }
-  }
-  state.SetItemsProcessed(state.iterations() * c->pipeline);
+  idem::bench::mark_stream(state, *c->recorder, kConsumer, ids, c->pipeline);
 }
 
 // A window of 64 new events on one connection: a check and a mark per event (batch:0), or one
@@ -107,31 +95,14 @@ void BM_RawHiredis(benchmark::State& state, int pipeline) {
   state.SetItemsProcessed(state.iterations() * pipeline);
 }
 
-void delete_prefix() {
-  idem::redis::ConnectionPool pool(g_options);
-  auto connection = pool.lease();
-  std::string cursor = "0";
-  std::string pattern = g_prefix + "*";
-  do {
-    const auto page = connection->command({"SCAN", cursor, "MATCH", pattern, "COUNT", "10000"});
-    cursor = page.elements.at(0).str;
-    for (const auto& key : page.elements.at(1).elements)
-      connection->append({"UNLINK", key.str});
-    if (connection->pending() > 0) (void)connection->read_replies();
-  } while (cursor != "0");
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   using idem::bench::take_flag;
-  std::string url = take_flag(argc, argv, "url");
+  const std::string url = idem::bench::take_redis_url(argc, argv);
   const std::string clients_flag = take_flag(argc, argv, "clients");
   const std::string pipeline_flag = take_flag(argc, argv, "pipeline");
   const std::string requests_flag = take_flag(argc, argv, "requests");
-  for (const char* variable : {"IDEM_BENCH_REDIS_URL", "IDEM_TEST_REDIS_URL"}) {
-    if (url.empty() && std::getenv(variable) != nullptr) url = std::getenv(variable);
-  }
   if (url.empty()) {
     std::fprintf(
         stderr,
@@ -191,6 +162,6 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  delete_prefix();
+  idem::bench::delete_keys_under_prefix(g_options);
   return 0;
 }

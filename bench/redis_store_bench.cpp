@@ -31,6 +31,7 @@
 #include "bench_ids.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
+#include "redis_bench_support.hpp"
 
 namespace {
 
@@ -209,36 +210,10 @@ void BM_RawSetNx(benchmark::State& state) {
 }
 BENCHMARK(BM_RawSetNx)->UseRealTime();
 
-void delete_prefix() {
-  redisContext* context = connect_raw();
-  if (context == nullptr) return;
-  std::string cursor = "0";
-  const std::string pattern = g_prefix + "*";
-  do {
-    auto* page = static_cast<redisReply*>(redisCommand(
-        context, "SCAN %s MATCH %b COUNT 10000", cursor.c_str(), pattern.data(), pattern.size()));
-    if (page == nullptr || page->type != REDIS_REPLY_ARRAY || page->elements != 2) {
-      freeReplyObject(page);
-      break;
-    }
-    cursor.assign(page->element[0]->str, page->element[0]->len);
-    for (std::size_t i = 0; i < page->element[1]->elements; ++i) {
-      const redisReply* key = page->element[1]->element[i];
-      freeReplyObject(redisCommand(context, "UNLINK %b", key->str, key->len));
-    }
-    freeReplyObject(page);
-  } while (cursor != "0");
-  redisFree(context);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  using idem::bench::take_flag;
-  std::string url = take_flag(argc, argv, "url");
-  for (const char* variable : {"IDEM_BENCH_REDIS_URL", "IDEM_TEST_REDIS_URL"}) {
-    if (url.empty() && std::getenv(variable) != nullptr) url = std::getenv(variable);
-  }
+  const std::string url = idem::bench::take_redis_url(argc, argv);
   if (url.empty()) {
     std::fprintf(stderr,
                  "bench_redis_store: give --url=redis://HOST:PORT/DB (or IDEM_BENCH_REDIS_URL)\n");
@@ -254,6 +229,6 @@ int main(int argc, char** argv) {
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   g_store.reset();
-  delete_prefix();
+  idem::bench::delete_keys_under_prefix(g_options);
   return 0;
 }
