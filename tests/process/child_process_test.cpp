@@ -18,7 +18,9 @@ using idem::test::ChildProcess;
 using namespace std::chrono_literals;
 
 // True once `pid` no longer names a process (reaped: not even a zombie is left).
-bool gone(pid_t pid) { return ::kill(pid, 0) != 0 && errno == ESRCH; }
+bool gone(pid_t pid) {
+  return ::kill(pid, 0) != 0 && errno == ESRCH;
+}
 
 // Calls `call` on a child that prints "started" and then sleeps: it must throw within a few
 // seconds, and leave the child killed and reaped.
