@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <exception>
+#include <list>
 #include <mutex>
 #include <typeindex>
+#include <unordered_map>
 #include <utility>
 
 #include <asio/co_spawn.hpp>
@@ -26,6 +28,9 @@ namespace {
 constexpr Millis kFirstPoll{2};
 constexpr Millis kPollCap{100};
 
+constexpr std::string_view kMismatchDetail =
+    "this key was first used with a different request; use a new key for a new request";
+
 // The stored value's bytes, from a durable store (bytes) or the in-memory one (the object).
 std::optional<std::string_view> stored_bytes(const IdempotencyRecord& record) {
   if (record.value.bytes) return std::string_view(*record.value.bytes);
@@ -47,12 +52,91 @@ std::string failure_words(const std::exception& error) {
   return "the store could not be reached";
 }
 
+// GuardOptions::replay_cache: replays remembered by store key, least recently used first out.
+// Every member function is under the mutex; a hit copies the replay out.
+class ReplayCache {
+ public:
+  enum class Found { none, replay, mismatch };
+
+  explicit ReplayCache(const ReplayCacheOptions& options) : options_(options) {}
+
+  bool on() const noexcept { return options_.max_entries > 0; }
+
+  // The entry for `key` if it is still valid at `wall` (the record not expired) and `steady` (no
+  // older than max_age): `replay` (copied to `out`) when `fingerprint` matches the record's, else
+  // `mismatch`. A stale entry is dropped.
+  Found find(std::string_view key, std::optional<std::string_view> fingerprint, WallTime wall,
+             SteadyTime steady, Response& out) {
+    std::lock_guard lock(mutex_);
+    const auto found = index_.find(key);
+    if (found == index_.end()) return Found::none;
+    const auto entry = found->second;
+    if (wall >= entry->expires_at || steady - entry->stored_at >= options_.max_age) {
+      erase(found);
+      return Found::none;
+    }
+    entries_.splice(entries_.begin(), entries_, entry);
+    // As the store decides (ClaimOutcome::found): both known and different is another request.
+    if (fingerprint && entry->fingerprint && *fingerprint != *entry->fingerprint) {
+      return Found::mismatch;
+    }
+    out = entry->response;
+    return Found::replay;
+  }
+
+  // Remembers `response` (the replay as sent) for `key`, replacing what was there.
+  void put(std::string_view key, std::optional<std::string> fingerprint, const Response& response,
+           WallTime expires_at, SteadyTime stored_at) {
+    std::size_t bytes = sizeof(Entry) + 2 * key.size() + response.body.size() +
+                        (fingerprint ? fingerprint->size() : 0);
+    for (const Header& header : response.headers)
+      bytes += sizeof(Header) + header.name.size() + header.value.size();
+    if (bytes > options_.max_bytes) return;
+    std::lock_guard lock(mutex_);
+    if (const auto found = index_.find(key); found != index_.end()) erase(found);
+    while (!entries_.empty() &&
+           (entries_.size() >= options_.max_entries || bytes_ + bytes > options_.max_bytes)) {
+      erase(index_.find(std::string_view(entries_.back().key)));
+    }
+    entries_.push_front(
+        Entry{std::string(key), std::move(fingerprint), response, expires_at, stored_at, bytes});
+    index_.emplace(std::string_view(entries_.front().key), entries_.begin());
+    bytes_ += bytes;
+  }
+
+ private:
+  struct Entry {
+    std::string key;
+    std::optional<std::string> fingerprint;  // the record's
+    Response response;                       // the replay, its headers set
+    WallTime expires_at;                     // the record's
+    SteadyTime stored_at;                    // when it was read from the store
+    std::size_t bytes = 0;                   // what it counts against max_bytes
+  };
+  using Entries = std::list<Entry>;
+  using Index = std::unordered_map<std::string_view, Entries::iterator>;
+
+  void erase(Index::iterator found) {
+    const Entries::iterator entry = found->second;
+    bytes_ -= entry->bytes;
+    index_.erase(found);  // before the entry: the index's key views the entry's
+    entries_.erase(entry);
+  }
+
+  const ReplayCacheOptions options_;
+  std::mutex mutex_;
+  Entries entries_;  // most recently used first
+  Index index_;      // keys view entries_' keys
+  std::size_t bytes_ = 0;
+};
+
 }  // namespace
 
 struct Guard::Shared {
   std::shared_ptr<async::AsyncStore> store;
   GuardOptions options;
   GuardHooks hooks;
+  std::unique_ptr<ReplayCache> replay_cache;  // null when off
 
   void emit(const GuardEvent& event) const noexcept {
     if (!hooks.observer) return;
@@ -167,6 +251,9 @@ Guard::Guard(std::shared_ptr<async::AsyncStore> store, GuardOptions options, Gua
   if (!store) throw InvalidArgument("idem::http::Guard needs a store (got null)");
   shared_->store = std::move(store);
   shared_->options = normalized(std::move(options));
+  if (shared_->options.replay_cache.max_entries > 0) {
+    shared_->replay_cache = std::make_unique<ReplayCache>(shared_->options.replay_cache);
+  }
   if (!hooks.clock) hooks.clock = system_clock();
   shared_->hooks = std::move(hooks);
 }
@@ -216,6 +303,27 @@ async::Task<Decision> Guard::begin(const Request& request) {
   const std::shared_ptr<Clock>& clock = shared->hooks.clock;
   const std::optional<std::string_view> fingerprint(guarded.fingerprint);
   std::optional<SteadyTime> deadline;
+  // The replay cache answers as the store would for a record it replayed: never under `reject`.
+  ReplayCache* const cache =
+      policy.after_finished != ReusePolicy::reject ? shared->replay_cache.get() : nullptr;
+  if (cache != nullptr) {
+    switch (cache->find(guarded.store_key, fingerprint, clock->wall_now(), clock->steady_now(),
+                        decision.response_)) {
+      case ReplayCache::Found::none:
+        break;
+      case ReplayCache::Found::replay:
+        decision.action_ = Decision::Action::respond;
+        event.kind = GuardEvent::Kind::replayed;
+        event.status = decision.response_.status;
+        event.cached = true;
+        shared->emit(event);
+        co_return decision;
+      case ReplayCache::Found::mismatch:
+        event.cached = true;
+        refuse(Refusal::fingerprint_mismatch, kMismatchDetail, false);
+        co_return decision;
+    }
+  }
   async::detail::HolderWait holder_wait(clock, kFirstPoll, kPollCap);
   bool waited = false;
   for (;;) {
@@ -278,6 +386,11 @@ async::Task<Decision> Guard::begin(const Request& request) {
         decision.response_ = std::move(stored->response);
         set_header(decision.response_.headers, kReplayedField, "true");
         set_header(decision.response_.headers, kExpiresField, http_date(claim.record->expires_at));
+        // Cached only when this route itself keeps (and so replays) the stored kind of outcome.
+        if (cache != nullptr && keeps_outcome(*guarded.route, stored->kind)) {
+          cache->put(guarded.store_key, claim.record->fingerprint, decision.response_,
+                     claim.record->expires_at, clock->steady_now());
+        }
         event.kind = GuardEvent::Kind::replayed;
         event.status = decision.response_.status;
         event.waited = waited;
@@ -285,10 +398,7 @@ async::Task<Decision> Guard::begin(const Request& request) {
         co_return decision;
       }
       case ClaimOutcome::Status::mismatch:
-        refuse(Refusal::fingerprint_mismatch,
-               "this key was first used with a different request; use a new key for a new "
-               "request",
-               waited);
+        refuse(Refusal::fingerprint_mismatch, kMismatchDetail, waited);
         co_return decision;
       case ClaimOutcome::Status::in_progress: {
         if (policy.while_running == InProgressPolicy::reject) {

@@ -133,6 +133,16 @@ void validate(const GuardOptions& options) {
       !options.principal.client_certificate) {
     throw ConfigError("principal.required needs principal.headers or client_certificate");
   }
+  const ReplayCacheOptions& cache = options.replay_cache;
+  if (cache.max_entries > 0) {
+    if (cache.max_bytes == 0) {
+      throw ConfigError("replay_cache.max_bytes must be positive when the replay cache is on");
+    }
+    if (cache.max_age <= Millis::zero() || cache.max_age > std::chrono::hours(1)) {
+      throw ConfigError("replay_cache.max_age must be between 1ms and 1h (got " +
+                        std::to_string(cache.max_age.count()) + " ms)");
+    }
+  }
   for (std::size_t i = 0; i < options.routes.size(); ++i) {
     const Route& route = options.routes[i];
     const std::string what =

@@ -15,6 +15,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <typeindex>
 #include <utility>
 #include <vector>
 
@@ -99,6 +100,14 @@ Response created(std::string body = R"({"id":1})") {
   response.headers = {{"Content-Type", "application/json"}, {"X-Trace", "t1"}};
   response.body = std::move(body);
   return response;
+}
+
+// A response's fields as (name, value) pairs, in order.
+std::vector<std::pair<std::string, std::string>> fields(const Response& response) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const idem::http::Header& header : response.headers)
+    out.emplace_back(header.name, header.value);
+  return out;
 }
 
 nlohmann::json problem_body(const Decision& decision) {
@@ -458,6 +467,189 @@ TEST_F(HttpGuard, UnreadableStoredResponseIs503) {
   EXPECT_EQ(begin(post("k")).response().status, 503);
 }
 
+// The replay cache (GuardOptions::replay_cache): off by default; on, it answers a replayed key's
+// duplicates as the store path would, without the store.
+GuardOptions cached(std::size_t entries, const std::function<void(Route&)>& adjust = {}) {
+  GuardOptions options;
+  options.replay_cache.max_entries = entries;
+  Route route;
+  route.name = "pay";
+  route.path = "/pay";
+  if (adjust) adjust(route);
+  options.routes.push_back(route);
+  return options;
+}
+
+TEST_F(HttpGuard, ReplayCacheIsOffByDefault) {
+  make_guard(with_route([](Route&) {}));
+  EXPECT_EQ(guard_->options().replay_cache.max_entries, 0u);
+  Decision first = begin(post("k", "x", "/pay"));
+  (void)finish(first, created());
+  for (int i = 0; i < 3; ++i) {
+    Decision again = begin(post("k", "x", "/pay"));
+    EXPECT_EQ(again.response().status, 201);
+    EXPECT_FALSE(events_.back().cached);
+  }
+  EXPECT_EQ(store_->claims, 4);  // every replay read the store
+}
+
+TEST_F(HttpGuard, ReplayCacheAnswersAReplayedKeyWithoutTheStore) {
+  make_guard(cached(16));
+  Decision first = begin(post("k", "x", "/pay"));
+  (void)finish(first, created());
+  Decision from_store = begin(post("k", "x", "/pay"));
+  ASSERT_EQ(from_store.action(), Decision::Action::respond);
+  EXPECT_FALSE(events_.back().cached);
+  EXPECT_EQ(store_->claims, 2);
+  for (int i = 0; i < 3; ++i) {
+    Decision hit = begin(post("k", "x", "/pay"));
+    ASSERT_EQ(hit.action(), Decision::Action::respond);
+    EXPECT_EQ(hit.response().status, 201);
+    EXPECT_EQ(hit.response().body, R"({"id":1})");
+    EXPECT_EQ(fields(hit.response()), fields(from_store.response()));  // replayed, expiry
+    EXPECT_EQ(idem::http::find_header(hit.response().headers, "Idempotent-Replayed"), "true");
+    EXPECT_EQ(events_.back().kind, GuardEvent::Kind::replayed);
+    EXPECT_EQ(events_.back().status, 201);
+    EXPECT_TRUE(events_.back().cached);
+  }
+  EXPECT_EQ(store_->claims, 2);  // the hits never reached the store
+  // Another key, another principal's or route's record: not this entry.
+  Decision other = begin(post("k2", "x", "/pay"));
+  EXPECT_TRUE(other.holds_claim());
+  (void)finish(other, created());
+}
+
+TEST_F(HttpGuard, ReplayCacheRefusesAnotherFingerprintWith422) {
+  make_guard(cached(16));
+  Decision first = begin(post("k", "x", "/pay"));
+  (void)finish(first, created());
+  (void)begin(post("k", "x", "/pay"));  // replayed from the store: now cached
+  const int claims = store_->claims;
+  Decision other = begin(post("k", "y", "/pay"));
+  ASSERT_EQ(other.action(), Decision::Action::respond);
+  EXPECT_EQ(other.response().status, 422);
+  EXPECT_EQ(problem_body(other).at("code"), "fingerprint-mismatch");
+  EXPECT_EQ(events_.back().kind, GuardEvent::Kind::refused);
+  EXPECT_EQ(events_.back().refusal, idem::http::Refusal::fingerprint_mismatch);
+  EXPECT_TRUE(events_.back().cached);
+  EXPECT_EQ(store_->claims, claims);
+  // The store path's 422 is the same response.
+  make_guard(cached(0, [](Route&) {}));
+  Decision from_store = begin(post("k", "y", "/pay"));
+  EXPECT_EQ(from_store.response().status, 422);
+  EXPECT_EQ(problem_body(from_store), problem_body(other));
+  EXPECT_EQ(fields(from_store.response()), fields(other.response()));
+}
+
+TEST_F(HttpGuard, ReplayCacheIsBoundedByEntriesAndBytes) {
+  make_guard(cached(2));
+  for (const char* key : {"a", "b", "c"}) {
+    Decision first = begin(post(key, "x", "/pay"));
+    (void)finish(first, created());
+    (void)begin(post(key, "x", "/pay"));  // cached; "a" goes when "c" comes
+  }
+  int claims = store_->claims;
+  (void)begin(post("b", "x", "/pay"));
+  (void)begin(post("c", "x", "/pay"));
+  EXPECT_EQ(store_->claims, claims);
+  (void)begin(post("a", "x", "/pay"));
+  EXPECT_EQ(store_->claims, claims + 1);
+  EXPECT_FALSE(events_.back().cached);
+
+  // Bodies of 2000 bytes in 6000 bytes: two fit, not three.
+  GuardOptions options = cached(100);
+  options.replay_cache.max_bytes = 6000;
+  make_guard(options);
+  const std::string body(2000, 'b');
+  for (const char* key : {"d", "e", "f"}) {
+    Decision first = begin(post(key, "x", "/pay"));
+    (void)finish(first, created(body));
+    (void)begin(post(key, "x", "/pay"));
+  }
+  claims = store_->claims;
+  EXPECT_EQ(begin(post("e", "x", "/pay")).response().body, body);
+  EXPECT_EQ(begin(post("f", "x", "/pay")).response().body, body);
+  EXPECT_EQ(store_->claims, claims);
+  EXPECT_EQ(begin(post("d", "x", "/pay")).response().body, body);
+  EXPECT_EQ(store_->claims, claims + 1);
+
+  // An entry larger than max_bytes is never cached.
+  options.replay_cache.max_bytes = 100;
+  make_guard(options);
+  claims = store_->claims;
+  (void)begin(post("d", "x", "/pay"));
+  (void)begin(post("d", "x", "/pay"));
+  EXPECT_EQ(store_->claims, claims + 2);
+}
+
+TEST_F(HttpGuard, ReplayCacheNeverServesUnderRejectAfterFinished) {
+  make_guard(cached(16, [](Route& r) { r.policy.after_finished = idem::ReusePolicy::reject; }));
+  Decision first = begin(post("k", "x", "/pay"));
+  (void)finish(first, created());
+  for (int i = 0; i < 3; ++i) {
+    Decision again = begin(post("k", "x", "/pay"));
+    EXPECT_EQ(again.response().status, 409);
+    EXPECT_EQ(problem_body(again).at("code"), "key-spent");
+    EXPECT_FALSE(events_.back().cached);
+  }
+  EXPECT_EQ(store_->claims, 4);
+}
+
+TEST_F(HttpGuard, ReplayCacheNeverHoldsAReleasedKey) {
+  make_guard(cached(16));
+  for (int i = 0; i < 2; ++i) {
+    Decision first = begin(post("k", "x", "/pay"));
+    ASSERT_TRUE(first.holds_claim());
+    Response unavailable;
+    unavailable.status = 503;
+    (void)finish(first, unavailable);  // transient: released
+  }
+  Decision dropped = begin(post("k", "x", "/pay"));
+  ASSERT_TRUE(dropped.holds_claim());
+  release(dropped);
+  Decision runs = begin(post("k", "x", "/pay"));
+  ASSERT_TRUE(runs.holds_claim());  // every time the store's claim, never a replay
+  (void)finish(runs, created());
+  EXPECT_EQ(count(GuardEvent::Kind::replayed), 0u);
+}
+
+TEST_F(HttpGuard, ReplayCacheSkipsAFailureTheRouteWouldRunAgain) {
+  // A failure kept under another configuration, read by a route that reruns failures: the store
+  // path replays it as it finds it, and the cache keeps nothing this route would not have kept.
+  make_guard(
+      cached(16, [](Route& r) { r.policy.after_finished = idem::ReusePolicy::rerun_failed; }));
+  const idem::http::Inspection inspection =
+      idem::http::inspect(guard_->options(), post("k", "x", "/pay"));
+  auto memory = store_->memory();
+  const auto claim =
+      memory->claim(inspection.guarded.store_key, inspection.guarded.fingerprint, 30s);
+  Response not_found;
+  not_found.status = 404;
+  idem::StoredValue value;
+  value.object = std::make_shared<const std::string>(
+      idem::http::encode_stored(*inspection.guarded.route, not_found, idem::OutcomeKind::failure));
+  value.type = std::type_index(typeid(std::string));
+  ASSERT_TRUE(memory->complete(inspection.guarded.store_key, claim.token, value, {}, 1h));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(begin(post("k", "x", "/pay")).response().status, 404);
+    EXPECT_FALSE(events_.back().cached);
+  }
+  EXPECT_EQ(store_->claims, 3);
+}
+
+TEST_F(HttpGuard, ReplayCacheOptionsAreValidated) {
+  GuardOptions options = cached(16);
+  options.replay_cache.max_age = 0ms;
+  EXPECT_THROW(make_guard(options), idem::ConfigError);
+  options.replay_cache.max_age = 2h;
+  EXPECT_THROW(make_guard(options), idem::ConfigError);
+  options.replay_cache.max_age = 1s;
+  options.replay_cache.max_bytes = 0;
+  EXPECT_THROW(make_guard(options), idem::ConfigError);
+  options.replay_cache.max_entries = 0;  // off: the other fields do not matter
+  EXPECT_NO_THROW(make_guard(options));
+}
+
 // Leases on a ManualClock: the store's (takeover) and, when a test gives it, the guard's own
 // (renewals).
 class HttpGuardLease : public HttpGuard {
@@ -590,6 +782,37 @@ TEST(HttpGuardOptions, RefusesANullStoreAndBadOptions) {
   bad.routes.push_back(Route{});
   bad.routes.back().path = "nope";
   EXPECT_THROW(idem::http::Guard(std::make_shared<ObservedStore>(), bad), idem::ConfigError);
+}
+
+TEST_F(HttpGuardLease, AReplayCacheEntryLastsMaxAgeAndNeverPastTheRecord) {
+  GuardOptions options = leased(30s, [](Route& r) { r.policy.ttl = 10s; });
+  options.replay_cache.max_entries = 16;
+  options.replay_cache.max_age = 1s;
+  make_guard(options, clock_);
+  const Request request = post("k");
+  Decision first = begin(request);
+  (void)finish(first, created());  // expires at t = 10s
+  (void)begin(request);            // from the store: cached
+  (void)begin(request);
+  EXPECT_EQ(store_->claims, 2);
+  EXPECT_TRUE(events_.back().cached);
+  clock_->advance(999ms);
+  (void)begin(request);
+  EXPECT_EQ(store_->claims, 2);
+  clock_->advance(1ms);  // max_age reached: the store again, which caches it anew
+  (void)begin(request);
+  EXPECT_EQ(store_->claims, 3);
+  EXPECT_FALSE(events_.back().cached);
+  clock_->advance(8500ms);  // t = 9.5s: cached again at t = 9.5s
+  (void)begin(request);
+  EXPECT_EQ(store_->claims, 4);
+  (void)begin(request);
+  EXPECT_TRUE(events_.back().cached);
+  clock_->advance(600ms);  // t = 10.1s: younger than max_age, but the record has expired
+  Decision after = begin(request);
+  EXPECT_EQ(store_->claims, 5);
+  ASSERT_TRUE(after.holds_claim());  // the key is free again: it runs
+  (void)finish(after, created());
 }
 
 }  // namespace

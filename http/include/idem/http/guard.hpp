@@ -25,13 +25,19 @@
 //                        wait ends in a record of another request
 //   * store error        503 store-unavailable (fail closed: nothing is forwarded)
 //
+// With GuardOptions::replay_cache on, a replay is remembered in the process for up to its
+// max_age (and never past the record's expiry): a duplicate of that key then gets the same replay
+// (or, with another fingerprint, the same 422) without a store round trip. A miss, a stale entry
+// or the cache off take the path above.
+//
 // finish() classifies the upstream response (outcome_of): a kept outcome is completed in the
 // store for the route's ttl (its response then carries Idempotency-Key-Expires); any other,
 // or a body above max_stored_body, releases the key so the next request runs again. release()
 // is for no response at all (upstream down, timed out). A Decision destroyed holding its claim
 // releases it in the background.
 //
-// Thread-safety: a Guard may be shared by any number of coroutines on any executors. A Decision
+// Thread-safety: a Guard may be shared by any number of coroutines on any executors (its replay
+// cache is under a mutex). A Decision
 // belongs to one request: use it from one coroutine at a time. begin() keeps a reference to
 // `request` until it completes (pass a named object, as for every idem coroutine).
 #pragma once
@@ -71,6 +77,7 @@ struct GuardEvent {
   int status = 0;           // replayed, kept, released: the response's status (0: none)
   bool waited = false;      // replayed/refused/claimed after waiting for a running request
   bool took_over = false;   // claimed
+  bool cached = false;      // replayed, refused (mismatch): from the replay cache, not the store
   std::uint64_t token = 0;  // claimed, kept, released, fenced: the fencing token
 };
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <bitset>
+#include <chrono>
 #include <cstddef>
 #include <string>
 #include <string_view>
@@ -109,6 +110,21 @@ struct Route {
   std::size_t max_stored_body = 1 << 20;
 };
 
+// An in-process cache of replays, so that a duplicate of a completed key is answered without a
+// store round trip. Off by default (max_entries == 0). It holds only what the guard itself just
+// replayed from the store (never a refusal, a mismatch, a released key, or a route whose
+// after_finished would not replay it), keyed by the full store key, with the record's
+// fingerprint, the replay and the record's expiry. An entry answers (the same replay, or the same
+// 422 for another fingerprint) while the record has not expired and for at most max_age after
+// it was read from the store: a record removed from the store (idem store remove, purge) or
+// changed by another process can still be replayed by this guard for up to max_age.
+// Least recently used entries go first once max_entries or max_bytes is reached.
+struct ReplayCacheOptions {
+  std::size_t max_entries = 0;       // 0: off
+  std::size_t max_bytes = 64 << 20;  // keys, fingerprints and responses together; > 0 when on
+  Millis max_age = std::chrono::seconds(1);  // > 0 when on, at most 1 hour
+};
+
 struct GuardOptions {
   // Tried in order. Empty: one default Route (POST and PATCH on every path, key optional).
   std::vector<Route> routes;
@@ -120,11 +136,13 @@ struct GuardOptions {
   std::string problem_base;
   // Prepended to every store key, so several guards (or services) can share one store.
   std::string key_prefix = "http:";
+  ReplayCacheOptions replay_cache{};
 };
 
 // Throws ConfigError naming the route (by name or index) and the field for anything unusable:
 // an empty or malformed path pattern, no methods, a method that is not a token, a bad JSON
-// pointer, key lengths out of order or above 4096, a policy out of range.
+// pointer, key lengths out of order or above 4096, a policy out of range, a replay cache that is
+// on with a max_bytes of zero or a max_age outside (0, 1h].
 void validate(const GuardOptions& options);
 
 // The options with defaults filled in (an empty route list gets the default route, an empty
