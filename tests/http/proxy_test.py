@@ -658,6 +658,27 @@ class DedicatedProxyCase(unittest.TestCase):
         self.assertEqual(again.headers.get("Idempotent-Replayed"), "true")
         self.assertEqual(again.content, first.content)
 
+    def test_the_replay_cache_answers_replays_without_the_store(self):
+        proxy = self.start("--replay-cache", "64", "--replay-cache-max-age", "60s")
+        k = key()
+        effect = {"X-Effect-Id": "cached"}
+        first = self.post(proxy, "/c", k, headers=effect)
+        self.assertEqual(first.status_code, 201)
+        for _ in range(4):
+            again = self.post(proxy, "/c", k, headers=effect)
+            self.assertEqual(again.status_code, 201)
+            self.assertEqual(again.headers["Idempotent-Replayed"], "true")
+            self.assertEqual(again.content, first.content)
+            self.assertEqual(again.headers["Idempotency-Key-Expires"],
+                             first.headers["Idempotency-Key-Expires"])
+        other = self.post(proxy, "/c", k, data='{"other": 1}', headers=effect)
+        self.assertEqual(other.status_code, 422)
+        self.assertEqual(other.json()["code"], "fingerprint-mismatch")
+        self.assertEqual(self.upstream.effects("cached"), 1)
+        # The first replay read the store; the other three and the 422 came from the cache.
+        self.assertEqual(proxy.metric("idem_proxy_replay_cache_hits_total", route="/*"), 4)
+        self.assertEqual(proxy.metric("idem_proxy_replays_total", route="/*"), 4)
+
     def test_upstream_down_is_502_and_releases_the_key(self):
         with socket.socket() as unused:
             unused.bind(("127.0.0.1", 0))
@@ -784,6 +805,8 @@ class DedicatedProxyCase(unittest.TestCase):
             ('listen = "nowhere"\n', "--listen"),
             ('[key]\ncharset = "emoji"\n', "charset"),
             ('typo = 1\n', "typo"),
+            ('[replay_cache]\nmax_entries = 8\nmax_age = "0s"\n', "replay_cache.max_age"),
+            ('[replay_cache]\nentries = 8\n', "entries"),
             ('[[route]\n', "bad.toml:1"),
         ]
         for text, named in cases:

@@ -251,7 +251,8 @@ void load_toml(const std::string& path, ProxyOptions& options) {
   }
   const Section top(root, "", path);
   top.allow({"listen", "upstream", "store", "metrics_listen", "threads", "problem_base",
-             "key_prefix", "log_requests", "limits", "tls", "key", "principal", "route"});
+             "key_prefix", "log_requests", "limits", "tls", "key", "principal", "replay_cache",
+             "route"});
   top.string("listen", options.listen);
   top.string("upstream", options.upstream);
   top.string("store", options.store);
@@ -305,6 +306,13 @@ void load_toml(const std::string& path, ProxyOptions& options) {
     s.strings("headers", options.guard.principal.headers);
     s.boolean("client_certificate", options.guard.principal.client_certificate);
     s.boolean("required", options.guard.principal.required);
+  }
+  if (const toml::table* cache = top.table("replay_cache")) {
+    const Section s(*cache, "replay_cache.", path);
+    s.allow({"max_entries", "max_bytes", "max_age"});
+    s.count("max_entries", options.guard.replay_cache.max_entries, 0, 100'000'000);
+    s.size("max_bytes", options.guard.replay_cache.max_bytes);
+    s.duration("max_age", options.guard.replay_cache.max_age);
   }
   if (const toml::node* routes = top.node("route")) {
     const toml::array* array = routes->as_array();

@@ -125,9 +125,11 @@ void Metrics::on_guard_event(const idem::http::GuardEvent& event) noexcept {
     case Kind::replayed:
       r.decisions[2].fetch_add(1, std::memory_order_relaxed);
       if (event.waited) r.joins.fetch_add(1, std::memory_order_relaxed);
+      if (event.cached) r.cache_hits.fetch_add(1, std::memory_order_relaxed);
       break;
     case Kind::refused:
       r.decisions[3].fetch_add(1, std::memory_order_relaxed);
+      if (event.cached) r.cache_hits.fetch_add(1, std::memory_order_relaxed);
       if (event.refusal == idem::http::Refusal::in_progress) {
         r.conflicts.fetch_add(1, std::memory_order_relaxed);
       }
@@ -182,6 +184,9 @@ std::string Metrics::render() const {
   }
   each_route("idem_proxy_replays_total", "counter", "Responses replayed from the store.",
              [](const PerRoute& r) { return r.decisions[2].load(std::memory_order_relaxed); });
+  each_route("idem_proxy_replay_cache_hits_total", "counter",
+             "Replays and fingerprint-mismatch answers from the in-process replay cache.",
+             [](const PerRoute& r) { return r.cache_hits.load(std::memory_order_relaxed); });
   each_route("idem_proxy_waits_total", "counter",
              "Requests that found their key's request running and waited for it.",
              [](const PerRoute& r) { return r.waits.load(std::memory_order_relaxed); });

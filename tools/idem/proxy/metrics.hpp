@@ -2,6 +2,7 @@
 //
 //   idem_proxy_requests_total{route,decision}      passed, forwarded, replayed, refused
 //   idem_proxy_replays_total{route}                 answered from the store
+//   idem_proxy_replay_cache_hits_total{route}       replays and 422s from the replay cache
 //   idem_proxy_waits_total{route}                   requests that found their key running and
 //   waited idem_proxy_joins_total{route}                   replays after waiting for the running
 //   request idem_proxy_conflicts_total{route}               409 while the key's request ran
@@ -92,6 +93,7 @@ class Metrics {
     std::atomic<std::uint64_t> released{0};
     std::atomic<std::uint64_t> fenced{0};
     std::atomic<std::uint64_t> takeovers{0};
+    std::atomic<std::uint64_t> cache_hits{0};
     Histogram upstream;
   };
   PerRoute& route(std::string_view name) noexcept;

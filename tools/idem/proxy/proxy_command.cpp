@@ -31,6 +31,8 @@ struct ProxyFlags {
   bool require_key = false;
   std::vector<std::string> principal_headers;
   std::string while_running, after_finished, ttl, max_wait, lease;
+  std::size_t replay_cache = 0;
+  std::string replay_cache_max_age;
   bool log_requests = false;
   bool check = false;
 };
@@ -69,6 +71,9 @@ int run(const ProxyFlags& flags, const CLI::App& command) {
     duration("--upstream-timeout", flags.upstream_timeout, options.upstream_timeout);
     duration("--drain-timeout", flags.drain_timeout, options.drain_timeout);
     if (given("--principal-header")) options.guard.principal.headers = flags.principal_headers;
+    if (given("--replay-cache")) options.guard.replay_cache.max_entries = flags.replay_cache;
+    duration("--replay-cache-max-age", flags.replay_cache_max_age,
+             options.guard.replay_cache.max_age);
     if (flags.log_requests) options.log_requests = true;
     // Route settings given as flags apply to every route (the default one without --config).
     if (options.guard.routes.empty()) options.guard.routes.emplace_back();
@@ -100,6 +105,11 @@ int run(const ProxyFlags& flags, const CLI::App& command) {
                 << ", while running " << to_string(route.policy.while_running)
                 << ", after finished " << to_string(route.policy.after_finished) << ", ttl "
                 << route.policy.ttl.count() << " ms\n";
+    }
+    if (guard.replay_cache.max_entries > 0) {
+      std::cout << "  replay cache: " << guard.replay_cache.max_entries << " entries, "
+                << guard.replay_cache.max_bytes << " bytes, max age "
+                << guard.replay_cache.max_age.count() << " ms\n";
     }
     return kOk;
   }
@@ -155,6 +165,14 @@ void add_proxy_command(CLI::App& app) {
   command->add_option("--lease", flags->lease,
                       "Claim lease, renewed while the upstream works; a dead proxy's claim is "
                       "taken over after it (30s)");
+  command
+      ->add_option("--replay-cache", flags->replay_cache,
+                   "Replays kept in the process, so that a duplicate of a completed key is "
+                   "answered without the store (0, the default: off)")
+      ->check(CLI::Range(0, 100'000'000));
+  command->add_option("--replay-cache-max-age", flags->replay_cache_max_age,
+                      "How long a cached replay answers before the store is asked again; a "
+                      "record removed from the store may replay until then (1s)");
   command->add_flag("--log-requests", flags->log_requests, "One JSON line per request on stderr");
   command->add_flag("--check", flags->check, "Check the configuration, print the routes, exit");
   command->callback([flags, command] {
