@@ -7,6 +7,12 @@
 #   bench/http_proxy_bench.sh                                   # both upstreams, 3 runs of 10 s
 #   UPSTREAMS=static RUNS=5 DURATION=20 CONNECTIONS=64 bench/http_proxy_bench.sh
 #   THREADS=2 UPSTREAMS=static bench/http_proxy_bench.sh          # both proxies on two threads
+#   REPLAY_CACHE=10000 bench/http_proxy_bench.sh    # idem proxies with --replay-cache 10000
+#
+# REPLAY_CACHE=N (default 0: off, as `idem proxy` is by default) gives the idem proxies an
+# in-process replay cache of N entries (--replay-cache N, docs/http.md §4): a replay is then
+# answered from the process for up to its max age (REPLAY_CACHE_MAX_AGE, default 1s) instead of
+# from the store.
 #
 # Upstreams: `static` is nginx answering 201 with a small JSON body (the cheapest upstream there
 # is: the proxies' own cost decides), `app` is tests/http/upstream.py (aiohttp, a Python API
@@ -24,10 +30,17 @@ runs=${RUNS:-3}
 duration=${DURATION:-10}
 connections=${CONNECTIONS:-32}
 threads=${THREADS:-1}
+replay_cache=${REPLAY_CACHE:-0}
+replay_cache_max_age=${REPLAY_CACHE_MAX_AGE:-1s}
 build_dir=${IDEM_BUILD_DIR:-build/release}
 idem=$build_dir/tools/idem/idem
 [ "$runs" -ge 3 ] || { echo "RUNS must be >= 3 (medians)" >&2; exit 2; }
 [ "$threads" -ge 1 ] || { echo "THREADS must be >= 1" >&2; exit 2; }
+[ "$replay_cache" -ge 0 ] 2>/dev/null || { echo "REPLAY_CACHE must be >= 0" >&2; exit 2; }
+proxy_flags=()
+if [ "$replay_cache" -gt 0 ]; then
+  proxy_flags=(--replay-cache "$replay_cache" --replay-cache-max-age "$replay_cache_max_age")
+fi
 for tool in wrk nginx redis-server redis-cli python3; do
   command -v "$tool" >/dev/null || { echo "http_proxy_bench: $tool not found (scripts/install-deps.sh bench)" >&2; exit 1; }
 done
@@ -140,7 +153,8 @@ for upstream in $upstreams; do
       url="redis://127.0.0.1:$redis_port/0?prefix=bench-$upstream:"
     fi
     "$idem" proxy --listen "127.0.0.1:$port" --upstream "127.0.0.1:$up_port" --store "$url" \
-      --threads "$threads" >"$work/idem-$store-$upstream.log" 2>&1 &
+      --threads "$threads" ${proxy_flags[@]+"${proxy_flags[@]}"} \
+      >"$work/idem-$store-$upstream.log" 2>&1 &
     pids+=($!)
     wait_port "$port"
     idem_port[$store]=$port
