@@ -72,9 +72,18 @@ function(idem_library name)
       target_link_options(idem_${name} PRIVATE LINKER:--no-undefined)
     endif()
   endif()
-  target_include_directories(idem_${name} PUBLIC
-    $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
-    $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  # The public face in tiers (DESIGN-NOTES, "The public face"): include/ is installed;
+  # internal/ holds headers idem's own components share (idem::net, idem/detail/ helpers no
+  # installed header needs), seen by targets built beside idem and never installed.
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/include)
+    target_include_directories(idem_${name} PUBLIC
+      $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>)
+  endif()
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/internal)
+    target_include_directories(idem_${name} PUBLIC
+      $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/internal>)
+  endif()
+  target_include_directories(idem_${name} PUBLIC $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
   target_compile_features(idem_${name} PUBLIC cxx_std_20)
   target_link_libraries(idem_${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   idem_warnings(idem_${name})

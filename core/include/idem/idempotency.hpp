@@ -173,7 +173,8 @@ class IdempotencyCoordinator {
   // other arguments or another value type, ReentryError as run() does (this thread's owned keys),
   // InvalidKey; `waiter` is then not listed. Only call.key, fingerprint, type and operation are
   // read; a waiter's stop and deadline are the caller's business (FlightWaiter::detach()).
-  // Default: NotSupported. Used by the async face; the types are in idem/detail/flight.hpp.
+  // Default: NotSupported. Used by the async face; the types are in idem/detail/flight.hpp, a
+  // header internal to idem (core/internal/, not installed).
   virtual detail::FlightEntry enter(const IdempotentCall& call,
                                     std::shared_ptr<detail::FlightWaiter> waiter);
 };
