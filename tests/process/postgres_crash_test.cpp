@@ -236,5 +236,3 @@ TEST_F(PostgresCrash, AKilledWaiterTakesItsInterestInTheKeyWithIt) {
 }
 
 }  // namespace
-
-IDEM_POSTGRES_WORKER_MAIN()

@@ -147,5 +147,3 @@ TEST_F(PostgresMultiProcess, KeyedOperationsExecuteOnceAcrossProcesses) {
 }
 
 }  // namespace
-
-IDEM_POSTGRES_WORKER_MAIN()

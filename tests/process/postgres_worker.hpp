@@ -1,8 +1,9 @@
-// The worker processes of the PostgreSQL process tests. A test binary that includes this header
-// defines main() with IDEM_POSTGRES_WORKER_MAIN(): run as `<binary> --postgres-worker COMMAND
-// ...` it is a worker, otherwise it runs its tests. The tests start workers with fork+exec of
-// /proc/self/exe (ThreadSanitizer-safe, see worker/child_process.hpp), so the PostgreSQL section
-// needs no change to the shared idem_test_worker.
+// The worker processes of the PostgreSQL process tests. Their executable (process_postgres)
+// defines main() with IDEM_POSTGRES_WORKER_MAIN() once, in postgres_worker_main.cpp: run as
+// `<binary> --postgres-worker COMMAND ...` it is a worker, otherwise it runs its tests. The
+// tests start workers with fork+exec of /proc/self/exe (ThreadSanitizer-safe, see
+// worker/child_process.hpp), so the PostgreSQL section needs no change to the shared
+// idem_test_worker.
 //
 //   consume --schema S --mode exclusive|transactional --consumer C --events FILE --worker W
 //           [--effects FILE] [--lease-ms N] [--wait-go]

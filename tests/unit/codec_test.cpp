@@ -8,6 +8,8 @@
 #include <map>
 #include <vector>
 
+// Linked with other test files into one executable: file-local, like everything here.
+namespace {
 namespace shop {
 struct Payment {
   std::string id;
@@ -23,6 +25,7 @@ struct Reading {
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Reading, count, value)
 }  // namespace shop
+}  // namespace
 
 namespace {
 

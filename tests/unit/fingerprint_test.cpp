@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+// Linked with other test files into one executable: file-local, like everything here.
+namespace {
 namespace shop {
 struct Payment {
   std::string id;
@@ -23,6 +25,7 @@ struct Sku {
 };
 enum class Currency : std::uint8_t { eur = 1, usd = 2 };
 }  // namespace shop
+}  // namespace
 
 template <>
 struct idem::Codec<shop::Sku> {

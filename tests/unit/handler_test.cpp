@@ -14,6 +14,8 @@
 #include "idem/memory_recorder.hpp"
 #include "idem/testing/manual_clock.hpp"
 
+// Linked with other test files into one executable: file-local, like everything here.
+namespace {
 namespace shop {
 struct Order {
   std::string id;
@@ -21,6 +23,7 @@ struct Order {
 };
 NLOHMANN_DEFINE_TYPE_NON_INTRUSIVE(Order, id, amount)
 }  // namespace shop
+}  // namespace
 
 namespace {
 
