@@ -227,7 +227,13 @@ TEST(Timeout, RunWithTimeoutDirectly) {
   } catch (const idem::TimeoutError& e) {
     EXPECT_NE(std::string(e.what()).find("attempt 3 of 'direct'"), std::string::npos);
     EXPECT_EQ(e.timeout(), std::optional<std::chrono::nanoseconds>(1ms));
-    // Release's destructor opened the gate and waited for the attempt before this handler ran.
+    // Release's destructor opened the gate and waited for the work's last statement before this
+    // handler ran; the attempt counts as stopped once the work has returned, a moment later on
+    // the attempt's thread, so wait (bounded) for that.
+    const auto until = std::chrono::steady_clock::now() + 10s;
+    while (e.attempt_stopped() != std::optional<bool>(true) &&
+           std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);
     EXPECT_EQ(e.attempt_stopped(), std::optional<bool>(true));
   }
 }
