@@ -185,14 +185,15 @@ done
 
 PYTHONPATH=bench python3 - "$results" "$runs" "$duration" "$connections" \
   "$threads" \
-  "THREADS=$threads UPSTREAMS=\"$upstreams\" RUNS=$runs DURATION=$duration CONNECTIONS=$connections bench/http_proxy_bench.sh" <<'PY'
+  "$replay_cache" \
+  "THREADS=$threads UPSTREAMS=\"$upstreams\" RUNS=$runs DURATION=$duration CONNECTIONS=$connections REPLAY_CACHE=$replay_cache bench/http_proxy_bench.sh" <<'PY'
 import statistics, sys
 from ratios import record
 rows = {}
 for line in open(sys.argv[1]):
     upstream, name, workload, run, rps, p50, p99 = line.split()
     rows.setdefault((upstream, name, workload), []).append((float(rps), float(p50), float(p99)))
-runs, duration, connections, threads, command = sys.argv[2:7]
+runs, duration, connections, threads, replay_cache, command = sys.argv[2:8]
 def med(key, i):
     return statistics.median(r[i] for r in rows[key])
 ok = True
@@ -220,6 +221,8 @@ for upstream in dict.fromkeys(k[0] for k in rows):
                 ok = ok and ratio >= target
                 store = name.split("-")[1]
                 on = "" if threads == "1" else f", {threads} threads"
+                if replay_cache != "0":
+                    on += f", replay cache {replay_cache}"
                 record(f"idem proxy {label} / nginx ({store}, {upstream} upstream{on})", ratio, target,
                        f"idem {rps:.0f}/s, nginx {nginx:.0f}/s, medians of {runs} runs",
                        face="operation", group="idem proxy / nginx, same upstream",
