@@ -29,9 +29,11 @@ RecorderSql::RecorderSql(const PostgresOptions& options)
               log + " WHERE consumer = $1 AND event_id = ids.id LIMIT 1) AS hit",
           {kTextOid, kTextArrayOid}),
       // DISTINCT: a batch may repeat an id, and one INSERT must not meet its own row twice.
+      // ORDER BY: rows are inserted in id order, so two batches that share ids wait for each
+      // other's uncommitted rows in one order and never deadlock (in hash order they did).
       insert_markers_many("INSERT INTO " + log +
                               " (consumer, event_id, ts) SELECT DISTINCT $1::text, id, $3 "
-                              "FROM unnest($2::text[]) AS id "
+                              "FROM unnest($2::text[]) AS id ORDER BY id "
                               "ON CONFLICT (consumer, event_id) DO NOTHING",
                           {kTextOid, kTextArrayOid, kTimestamptzOid}),
       insert_marker("INSERT INTO " + log +
