@@ -94,7 +94,8 @@ endfunction()
 # named <name> needs, read from its name, in one place:
 #   <part>_...            a backend or transport (IDEM_KNOWN_PARTS): idem::<part> and its client
 #   ...async...           (the word "async" in the name) idem::async, and with a backend part
-#                         that backend's idem::<part>_async
+#                         that backend's idem::<part>_async (a transport has no async twin: a
+#                         rabbitmq_..._async_... program hands off to the coroutine face itself)
 #   open_...              idem::open
 #   http_...              idem::http (HTTP idempotency, on the coroutine face)
 # <out ok> is FALSE when something it needs was not built: the caller skips the program.
@@ -121,7 +122,7 @@ function(idem_program_libs name out_libs out_ok)
       list(APPEND libs idem::async)
       if(part AND TARGET idem::${part}_async)
         list(APPEND libs idem::${part}_async)
-      elseif(part)
+      elseif(part AND NOT part IN_LIST IDEM_TRANSPORTS)
         set(ok FALSE)
       endif()
     else()
