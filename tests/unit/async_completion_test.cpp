@@ -11,15 +11,21 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/co_spawn.hpp>
 #include <asio/detached.hpp>
+#include <asio/executor_work_guard.hpp>
 #include <asio/io_context.hpp>
+#include <asio/post.hpp>
+#include <asio/strand.hpp>
 #include <asio/use_awaitable.hpp>
 #include <atomic>
+#include <condition_variable>
 #include <exception>
 #include <memory>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "idem/async/detail/completion.hpp"
 
@@ -192,6 +198,64 @@ TEST(AsyncCompletion, DispatchRunsTheHandlerAtOnceOnlyOnAThreadThatRunsItsExecut
   io.run();
   EXPECT_EQ(calls_when_returned, 2);
   EXPECT_FALSE(slot_had_handler);
+}
+
+TEST(AsyncCompletion, APostFromTheContextsOwnThreadRunsAfterTheCurrentHandler) {
+  asio::io_context io;
+  std::vector<int> order;
+  Completion<void(int)> completion(
+      asio::bind_executor(io, [&](int value) { order.push_back(value); }));
+  asio::post(io, [&] {
+    completion.post(2);  // deferred: a continuation of this handler, never run inside it
+    order.push_back(1);
+  });
+  io.run();
+  EXPECT_EQ(order, (std::vector<int>{1, 2}));
+}
+
+TEST(AsyncCompletion, DispatchThroughAStrandRunsAtOnceWhenTheStrandIsFree) {
+  asio::io_context io;
+  auto strand = asio::make_strand(io);
+  int calls = 0;
+  int calls_when_returned = -1;
+  Completion<void()> completion(asio::bind_executor(strand, [&] { ++calls; }));
+  asio::post(io, [&] {  // on io's thread, outside the strand
+    completion.dispatch();
+    calls_when_returned = calls;
+  });
+  io.run();
+  EXPECT_EQ(calls_when_returned, 1);
+}
+
+// The handler's owner may stop and destroy its context as soon as the handler has run (as the
+// blocking-over-async adapters do). A completion posted from another thread must be done with
+// the context by then, work included; ASan reports the use after free this repeats for.
+TEST(AsyncCompletion, APostFromAnotherThreadIsDoneWithTheContextWhenTheHandlerRuns) {
+  for (int round = 0; round < 1000; ++round) {
+    auto io = std::make_unique<asio::io_context>();
+    auto guard = asio::make_work_guard(*io);
+    std::thread runner([&io] { io->run(); });
+    std::mutex mutex;
+    std::condition_variable ran_cv;
+    bool ran = false;
+    Completion<void(int)> completion(
+        [&](int) {
+          std::lock_guard lock(mutex);
+          ran = true;
+          ran_cv.notify_all();
+        },
+        io->get_executor());
+    std::thread worker([completion = std::move(completion)]() mutable { completion.post(1); });
+    {
+      std::unique_lock lock(mutex);
+      ran_cv.wait(lock, [&] { return ran; });
+    }
+    guard.reset();
+    io->stop();
+    runner.join();
+    io.reset();
+    worker.join();
+  }
 }
 
 TEST(AsyncCompletion, MovingACompletionMovesItsHandlerInlineOrOnTheHeap) {

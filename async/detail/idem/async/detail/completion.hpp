@@ -19,9 +19,11 @@
 // allows it (this thread runs that executor's context, and a strand is free), else it is posted;
 // for a party that calls it where no state of its own is in the middle of a change (the pipelined
 // engine, after a readiness step has left the strand). post() or dispatch() may be called
-// once; the Completion is empty afterwards. Destroying a Completion that was not posted destroys
-// the handler without calling it (and ends its work): what Asio does with the handlers of a
-// context that shuts down.
+// once; the Completion is empty afterwards. Called from a thread that does not run the handler's
+// context, neither touches that context once the handler can run: its owner may destroy the
+// context as soon as the handler has run, even while other work is outstanding. Destroying a
+// Completion that was not posted destroys the handler without calling it (and ends its work): what
+// Asio does with the handlers of a context that shuts down.
 //
 // Cancellation types (asio::cancellation_type; Asio's definitions): an operation that installs a
 // cancellation handler on slot() decides which types it honours. idem's rule:
@@ -35,18 +37,23 @@
 // under its own lock or atomic state).
 #pragma once
 
+#include <asio/any_io_executor.hpp>
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_type.hpp>
 #include <asio/dispatch.hpp>
 #include <asio/execution/outstanding_work.hpp>
+#include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <asio/prefer.hpp>
+#include <asio/strand.hpp>
 #include <asio/system_executor.hpp>
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <new>
+#include <thread>
 #include <type_traits>
 #include <utility>
 
@@ -209,34 +216,83 @@ class Completion<void(Args...), InlineSize> {
 
   template <class Stored>
   static void post_stored(unsigned char* storage, Args&&... args) {
-    Stored* stored = get<Stored>(storage);
-    // Out of the storage first: the handler may destroy the object that holds this Completion.
-    auto handler = std::move(stored->handler);
-    // The work stays here, not in the posted function, until asio::post has returned. Posted
-    // from another thread (the SQLite offload's worker), the function may run at once, and with
-    // the work in it gone the context's run() may return and the context be destroyed while
-    // asio::post is still waking one of its threads.
-    auto work = std::move(stored->work);
-    destroy<Stored>(storage);
-    const auto executor = asio::get_associated_executor(handler, work);
-    asio::post(executor, [handler = std::move(handler), ... args = std::move(args)]() mutable {
-      asio::get_associated_cancellation_slot(handler).clear();
-      std::move(handler)(std::move(args)...);
-    });
+    complete<Stored>(storage, false, std::move(args)...);
   }
 
   template <class Stored>
   static void dispatch_stored(unsigned char* storage, Args&&... args) {
+    complete<Stored>(storage, true, std::move(args)...);
+  }
+
+  // post() and dispatch(). Two cases, told apart by running_in_this_thread() below:
+  //  * this thread runs the handler's context: the handler is posted, or run at once by
+  //    dispatch() when the executor allows it. The context cannot go away meanwhile: its run()
+  //    is below us.
+  //  * another thread (the SQLite offload's worker, a blocking leader telling an async joiner):
+  //    once the handler can run, this thread must no longer touch the context, since the
+  //    handler's owner may destroy it as soon as it has its result, even while work was
+  //    outstanding. So the posted function first waits for `released`, which this thread sets
+  //    after asio::post has returned and the handler's work has ended (the posted function is
+  //    itself outstanding work, so ending the handler's cannot make run() return).
+  template <class Stored>
+  static void complete(unsigned char* storage, bool allow_inline, Args&&... args) {
     Stored* stored = get<Stored>(storage);
+    // Out of the storage first: the handler may destroy the object that holds this Completion.
     auto handler = std::move(stored->handler);
-    // Kept until asio::dispatch has returned, as in post_stored().
     auto work = std::move(stored->work);
     destroy<Stored>(storage);
-    const auto executor = asio::get_associated_executor(handler, work);
-    asio::dispatch(executor, [handler = std::move(handler), ... args = std::move(args)]() mutable {
-      asio::get_associated_cancellation_slot(handler).clear();
-      std::move(handler)(std::move(args)...);
-    });
+    if (running_in_this_thread(asio::get_associated_executor(handler, work))) {
+      const auto executor = asio::get_associated_executor(handler, work);
+      auto function = [handler = std::move(handler), ... args = std::move(args)]() mutable {
+        asio::get_associated_cancellation_slot(handler).clear();
+        std::move(handler)(std::move(args)...);
+      };
+      if (allow_inline) {
+        asio::dispatch(executor, std::move(function));
+      } else {
+        asio::post(executor, std::move(function));
+      }
+      return;
+    }
+    auto released = std::make_shared<std::atomic<bool>>(false);
+    {
+      // The executor may be the work itself (a handler without one of its own): it goes with
+      // this scope, before `released` is set.
+      const auto executor = asio::get_associated_executor(handler, work);
+      asio::post(executor,
+                 [handler = std::move(handler), released, ... args = std::move(args)]() mutable {
+                   while (!released->load(std::memory_order_acquire))
+                     std::this_thread::yield();
+                   asio::get_associated_cancellation_slot(handler).clear();
+                   std::move(handler)(std::move(args)...);
+                 });
+    }
+    { [[maybe_unused]] const auto ended = std::move(work); }
+    released->store(true, std::memory_order_release);
+  }
+
+  // True when the calling thread runs the context below `executor`: an io_context's executor,
+  // a strand over one (inside the strand or not), or either inside an any_io_executor. False
+  // when it cannot tell, which is always safe.
+  template <class Executor>
+  static bool running_in_this_thread(const Executor& executor) {
+    if constexpr (requires { executor.get_inner_executor(); }) {
+      return running_in_this_thread(executor.get_inner_executor());
+    } else if constexpr (requires { executor.running_in_this_thread(); }) {
+      return executor.running_in_this_thread();
+    } else if constexpr (std::is_same_v<Executor, asio::any_io_executor>) {
+      using Io = asio::io_context::executor_type;
+      if (const auto* io = executor.template target<Io>()) return running_in_this_thread(*io);
+      if (const auto* s = executor.template target<asio::strand<Io>>()) {
+        return running_in_this_thread(*s);
+      }
+      if (const auto* s = executor.template target<asio::strand<asio::any_io_executor>>()) {
+        return running_in_this_thread(*s);
+      }
+      return false;
+    } else {
+      return false;
+    }
   }
 
   template <class Stored>
