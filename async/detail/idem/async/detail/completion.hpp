@@ -255,17 +255,21 @@ class Completion<void(Args...), InlineSize> {
       return;
     }
     auto released = std::make_shared<std::atomic<bool>>(false);
+    // Never waited for on this thread: an executor that ran the function inline, against
+    // asio::post's rule, would otherwise wait for itself.
+    const std::thread::id poster = std::this_thread::get_id();
     {
       // The executor may be the work itself (a handler without one of its own): it goes with
       // this scope, before `released` is set.
       const auto executor = asio::get_associated_executor(handler, work);
-      asio::post(executor,
-                 [handler = std::move(handler), released, ... args = std::move(args)]() mutable {
-                   while (!released->load(std::memory_order_acquire))
-                     std::this_thread::yield();
-                   asio::get_associated_cancellation_slot(handler).clear();
-                   std::move(handler)(std::move(args)...);
-                 });
+      asio::post(executor, [handler = std::move(handler), released, poster,
+                            ... args = std::move(args)]() mutable {
+        while (!released->load(std::memory_order_acquire) && std::this_thread::get_id() != poster) {
+          std::this_thread::yield();
+        }
+        asio::get_associated_cancellation_slot(handler).clear();
+        std::move(handler)(std::move(args)...);
+      });
     }
     { [[maybe_unused]] const auto ended = std::move(work); }
     released->store(true, std::memory_order_release);
