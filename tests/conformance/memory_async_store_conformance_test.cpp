@@ -1,12 +1,15 @@
 // AsyncMemoryStore, over a store of its own and over a one-shard store: the async store suite
 // (idem/testing/async_store_conformance.hpp), and the blocking store suite
 // (idem/testing/store_conformance.hpp) through BlockingOverAsyncStore, its operator calls
-// answered by the blocking store it adapts (blocking_store()).
+// answered by the blocking store it adapts (blocking_store()); the async suite also through
+// idem::async::StoreWrapper and AsyncCrashingStore.
 #include <memory>
 #include <utility>
 
 #include "idem/async/memory_store.hpp"
+#include "idem/async/wrapper.hpp"
 #include "idem/memory_store.hpp"
+#include "idem/testing/async_crash_points.hpp"
 #include "idem/testing/async_store_conformance.hpp"
 #include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/store_conformance.hpp"
@@ -24,6 +27,17 @@ struct AsyncMemorySingleShardStoreFactory {
   static std::shared_ptr<idem::async::AsyncStore> make() {
     return std::make_shared<idem::async::AsyncMemoryStore>(
         std::make_shared<idem::InMemoryIdempotencyStore>(idem::InMemoryStoreOptions{.shards = 1}));
+  }
+};
+
+// Through a StoreWrapper and a crash decorator whose plan never fires: both forward every call,
+// so the suite holds as it does for the store they wrap.
+struct AsyncMemoryWrappedStoreFactory {
+  static std::shared_ptr<idem::async::AsyncStore> make() {
+    return std::make_shared<idem::testing::AsyncCrashingStore>(
+        std::make_shared<idem::async::StoreWrapper>(
+            std::make_shared<idem::async::AsyncMemoryStore>()),
+        idem::testing::CrashPlan{});
   }
 };
 
@@ -45,6 +59,7 @@ struct BlockingOverAsyncMemoryStoreFactory {
 INSTANTIATE_ASYNC_STORE_CONFORMANCE(AsyncMemoryStore, AsyncMemoryStoreFactory);
 INSTANTIATE_ASYNC_STORE_CONFORMANCE(AsyncMemorySingleShardStore,
                                     AsyncMemorySingleShardStoreFactory);
+INSTANTIATE_ASYNC_STORE_CONFORMANCE(AsyncMemoryWrappedStore, AsyncMemoryWrappedStoreFactory);
 INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncMemoryStore, BlockingOverAsyncMemoryStoreFactory<0>);
 INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncMemorySingleShardStore,
                               BlockingOverAsyncMemoryStoreFactory<1>);

@@ -11,9 +11,14 @@
 #include <string_view>
 #include <utility>
 
+#include <asio/io_context.hpp>
+
 #include "../temp_dir.hpp"
+#include "idem/event.hpp"
 #include "idem/sqlite/async_recorder.hpp"
+#include "idem/testing/async_crash_points.hpp"
 #include "idem/testing/async_recorder_conformance.hpp"
+#include "idem/testing/async_support.hpp"
 #include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/recorder_conformance.hpp"
 
@@ -44,6 +49,18 @@ struct AsyncSqliteOneThreadFactory {
     return std::make_shared<idem::sqlite::AsyncSqliteRecorder>(
         (dir.path() / "recorder.db").string(), idem::sqlite::SqliteOptions{},
         idem::sqlite::AsyncSqliteOptions{.threads = 1});
+  }
+  idem::test::TempDir dir;
+};
+
+// Through AsyncCrashingRecorder (an idem::async::RecorderWrapper) with a plan that never fires:
+// run_transactional's callback goes through the decorator's own coroutine.
+struct AsyncSqliteCrashingNoneFactory {
+  static constexpr idem::async::RecorderCapabilities kCapabilities = kAll;
+  std::shared_ptr<idem::async::AsyncRecorder> make() {
+    return std::make_shared<idem::testing::AsyncCrashingRecorder>(
+        std::make_shared<idem::sqlite::AsyncSqliteRecorder>((dir.path() / "recorder.db").string()),
+        idem::testing::CrashPlan{});
   }
   idem::test::TempDir dir;
 };
@@ -125,6 +142,55 @@ TEST(BlockingOverAsyncTransaction, StatementsCommitWithTheMarkerOrRollBack) {
   EXPECT_FALSE(ran);
 }
 
+// A crash thrown inside the transaction (after the marker insert, or after the handler's work,
+// before COMMIT) rolls the handler's write back with the marker; one thrown after the commit
+// leaves both.
+TEST(AsyncCrashingRecorderOnSqlite, ACrashBeforeTheCommitRollsBackAndOneAfterItDoesNot) {
+  using idem::testing::CrashPoint;
+  using idem::testing::async_detail::run;
+  idem::test::TempDir dir;
+  asio::io_context io;
+  auto inner =
+      std::make_shared<idem::sqlite::AsyncSqliteRecorder>((dir.path() / "recorder.db").string());
+  idem::async::AsyncRecorder::TransactionalFn create =
+      [](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+    co_await tx.exec("CREATE TABLE t (k TEXT PRIMARY KEY)");
+  };
+  ASSERT_TRUE(run(io, inner->run_transactional("setup", "create", create)));
+  idem::async::AsyncRecorder::TransactionalFn write =
+      [](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+    const idem::SqlParam row[] = {tx.event_id()};
+    co_await tx.exec("INSERT INTO t (k) VALUES ($1)", row);
+  };
+  auto rows = [&](std::string_view id) {
+    std::int64_t n = -1;
+    idem::async::AsyncRecorder::TransactionalFn count =
+        [&n, id](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+      const idem::SqlParam key[] = {id};
+      n = co_await tx.query_int64("SELECT COUNT(*) FROM t WHERE k = $1", key);
+    };
+    EXPECT_TRUE(run(io, inner->run_transactional("setup", idem::new_event_id(), count)));
+    return n;
+  };
+  const struct {
+    CrashPoint point;
+    const char* event_id;
+    bool committed;
+  } cases[] = {{CrashPoint::after_claim, "e1", false},
+               {CrashPoint::before_complete, "e2", false},
+               {CrashPoint::during_complete, "e3", true}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE(idem::testing::to_string(c.point));
+    idem::testing::AsyncCrashingRecorder recorder(
+        inner, {.point = c.point, .action = idem::testing::CrashAction::throw_});
+    EXPECT_THROW(run(io, recorder.run_transactional("billing", c.event_id, write)),
+                 idem::testing::InjectedCrash);
+    EXPECT_EQ(recorder.fired(), 1u);
+    EXPECT_EQ(run(io, inner->is_processed("billing", c.event_id)), c.committed);
+    EXPECT_EQ(rows(c.event_id), c.committed ? 1 : 0);
+  }
+}
+
 using BlockingOverAsyncSqliteFileFactory = BlockingOverAsyncSqliteFactory<false, 0>;
 using BlockingOverAsyncSqliteMemoryFactory = BlockingOverAsyncSqliteFactory<true, 0>;
 using BlockingOverAsyncSqliteOneThreadFactory = BlockingOverAsyncSqliteFactory<false, 1>;
@@ -134,6 +200,7 @@ using BlockingOverAsyncSqliteOneThreadFactory = BlockingOverAsyncSqliteFactory<f
 INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(AsyncSqliteFile, AsyncSqliteFileFactory);
 INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(AsyncSqliteMemory, AsyncSqliteMemoryFactory);
 INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(AsyncSqliteOneThread, AsyncSqliteOneThreadFactory);
+INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(AsyncSqliteCrashingNone, AsyncSqliteCrashingNoneFactory);
 INSTANTIATE_RECORDER_CONFORMANCE(BlockingOverAsyncSqliteFile, BlockingOverAsyncSqliteFileFactory);
 INSTANTIATE_RECORDER_CONFORMANCE(BlockingOverAsyncSqliteMemory,
                                  BlockingOverAsyncSqliteMemoryFactory);

@@ -79,6 +79,8 @@ class AsyncRecorder {
                                TransactionalFn fn);
 
  protected:
+  friend class RecorderWrapper;  // forwards to the do_* of the recorder it wraps (wrapper.hpp)
+
   // What a backend implements (protected, so that an override can call the base's default).
   virtual Task<bool> do_is_processed(std::string_view consumer, std::string_view event_id) = 0;
   virtual Task<void> do_mark_processed(std::string_view consumer, std::string_view event_id) = 0;

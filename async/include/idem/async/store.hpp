@@ -60,6 +60,8 @@ class AsyncStore {
                                               std::stop_token stop = {});
 
  protected:
+  friend class StoreWrapper;  // forwards to the do_* of the store it wraps (wrapper.hpp)
+
   // The clock of wait()'s default polling. Stores set it from their options.
   std::shared_ptr<Clock> wait_clock_ = system_clock();
 
