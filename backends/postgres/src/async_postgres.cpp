@@ -115,17 +115,17 @@ class AsyncPostgresTransaction final : public async::AsyncSqlTransaction {
  public:
   AsyncPostgresTransaction(detail::AsyncConnection& connection, std::string_view consumer,
                            std::string_view event_id) noexcept
-      : connection_(connection), consumer_(consumer), event_id_(event_id) {}
+      : AsyncSqlTransaction(consumer, event_id), connection_(connection) {}
 
-  std::string_view consumer() const noexcept override { return consumer_; }
-  std::string_view event_id() const noexcept override { return event_id_; }
-
-  async::Task<void> exec(std::string_view sql, std::span<const SqlParam> params) override {
-    (void)co_await run(sql, params);
+ private:
+  async::Task<std::int64_t> do_exec(std::string_view sql,
+                                    std::span<const SqlParam> params) override {
+    const Result result = co_await run(sql, params);
+    co_return result.changed_or_returned();
   }
 
-  async::Task<std::int64_t> query_int64(std::string_view sql,
-                                        std::span<const SqlParam> params) override {
+  async::Task<std::int64_t> do_query_int64(std::string_view sql,
+                                           std::span<const SqlParam> params) override {
     const Result result = co_await run(sql, params);
     if (result.rows() == 0 || PQnfields(result.get()) == 0 || result.is_null(0, 0)) {
       throw StoreError("AsyncSqlTransaction::query_int64: the statement returned no value");
@@ -140,8 +140,8 @@ class AsyncPostgresTransaction final : public async::AsyncSqlTransaction {
     co_return value;
   }
 
-  async::Task<std::optional<std::string>> query_text(std::string_view sql,
-                                                     std::span<const SqlParam> params) override {
+  async::Task<std::optional<std::string>> do_query_text(std::string_view sql,
+                                                        std::span<const SqlParam> params) override {
     const Result result = co_await run(sql, params);
     if (result.rows() == 0 || PQnfields(result.get()) == 0 || result.is_null(0, 0)) {
       co_return std::nullopt;
@@ -149,7 +149,6 @@ class AsyncPostgresTransaction final : public async::AsyncSqlTransaction {
     co_return std::string(result.bytes(0, 0));
   }
 
- private:
   async::Task<Result> run(std::string_view sql, std::span<const SqlParam> params) {
     const Params converted = detail::to_params(params);
     const Query query{nullptr, sql, &converted, "AsyncSqlTransaction", StatementKind::read};
@@ -157,8 +156,6 @@ class AsyncPostgresTransaction final : public async::AsyncSqlTransaction {
   }
 
   detail::AsyncConnection& connection_;
-  std::string_view consumer_;
-  std::string_view event_id_;
 };
 
 const Query kRollback{nullptr, "ROLLBACK", nullptr, "AsyncPostgresRecorder::run_transactional",

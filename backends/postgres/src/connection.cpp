@@ -386,6 +386,14 @@ std::int64_t Result::affected() const noexcept {
   return n;
 }
 
+std::int64_t Result::changed_or_returned() const noexcept {
+  if (result_ && PQresultStatus(result_.get()) == PGRES_TUPLES_OK &&
+      *PQcmdTuples(result_.get()) == '\0') {
+    return rows();
+  }
+  return affected();
+}
+
 bool Result::is_null(int row, int column) const noexcept {
   return PQgetisnull(result_.get(), row, column) != 0;
 }

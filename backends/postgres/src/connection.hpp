@@ -86,6 +86,9 @@ class Result {
   int rows() const noexcept { return result_ ? PQntuples(result_.get()) : 0; }
   // Rows changed by an INSERT/UPDATE/DELETE (PQcmdTuples), 0 when none is reported.
   std::int64_t affected() const noexcept;
+  // What SqlTransaction::exec reports: the rows a statement changed, or for a query (which
+  // reports no count) the rows it returned.
+  std::int64_t changed_or_returned() const noexcept;
 
   bool is_null(int row, int column) const noexcept;
   // Binary decoders; they throw StoreError(store_corrupt_record) when the stored bytes do not

@@ -28,12 +28,8 @@ PGconn* PostgresTransaction::connection() const noexcept {
 }
 
 std::int64_t PostgresTransaction::do_exec(std::string_view sql, std::span<const PgParam> params) {
-  const detail::Result result =
-      connection_->exec_params(sql, to_params(params), kCall, StatementKind::read);
-  if (PQresultStatus(result.get()) == PGRES_TUPLES_OK && *PQcmdTuples(result.get()) == '\0') {
-    return result.rows();
-  }
-  return result.affected();
+  return connection_->exec_params(sql, to_params(params), kCall, StatementKind::read)
+      .changed_or_returned();
 }
 
 std::optional<std::string> PostgresTransaction::do_query_text(std::string_view sql,

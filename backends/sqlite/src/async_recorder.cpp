@@ -67,20 +67,19 @@ class StatementQueue {
 // AsyncSqlTransaction over the SqliteTransaction a pool thread holds open.
 class AsyncSqliteTransaction final : public idem::async::AsyncSqlTransaction {
  public:
-  AsyncSqliteTransaction(SqliteTransaction& tx, StatementQueue& queue) : tx_(tx), queue_(queue) {}
+  AsyncSqliteTransaction(SqliteTransaction& tx, StatementQueue& queue)
+      : AsyncSqlTransaction(tx.consumer(), tx.event_id()), tx_(tx), queue_(queue) {}
 
-  std::string_view consumer() const noexcept override { return tx_.consumer(); }
-  std::string_view event_id() const noexcept override { return tx_.event_id(); }
-
-  Task<void> exec(std::string_view sql, std::span<const SqlParam> params) override {
-    const std::function<Unit()> work = [this, sql, params] {
-      tx_.exec(sql, params);
-      return Unit{};
+ private:
+  Task<std::int64_t> do_exec(std::string_view sql, std::span<const SqlParam> params) override {
+    const std::function<std::int64_t()> work = [this, sql, params] {
+      return tx_.exec(sql, params);
     };
-    co_await offload<Unit>(queue_, work);
+    co_return co_await offload<std::int64_t>(queue_, work);
   }
 
-  Task<std::int64_t> query_int64(std::string_view sql, std::span<const SqlParam> params) override {
+  Task<std::int64_t> do_query_int64(std::string_view sql,
+                                    std::span<const SqlParam> params) override {
     const std::function<std::optional<std::int64_t>()> work = [this, sql, params] {
       return tx_.query_int64(sql, params);
     };
@@ -92,15 +91,14 @@ class AsyncSqliteTransaction final : public idem::async::AsyncSqlTransaction {
     co_return *value;
   }
 
-  Task<std::optional<std::string>> query_text(std::string_view sql,
-                                              std::span<const SqlParam> params) override {
+  Task<std::optional<std::string>> do_query_text(std::string_view sql,
+                                                 std::span<const SqlParam> params) override {
     const std::function<std::optional<std::string>()> work = [this, sql, params] {
       return tx_.query_text(sql, params);
     };
     co_return co_await offload<std::optional<std::string>>(queue_, work);
   }
 
- private:
   SqliteTransaction& tx_;
   StatementQueue& queue_;
 };

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,23 +28,58 @@ namespace idem::async {
 // The same capabilities value as the blocking recorder's.
 using idem::RecorderCapabilities;
 
-// The transaction a transactional handler writes through, as coroutines. It is bound to the
+// The transaction a transactional handler writes through, as coroutines: SqlTransaction's twin
+// (idem/sql.hpp), call for call and with the same results, with two differences. query_int64
+// throws StoreError where the blocking one returns std::nullopt (no row, or NULL). The
+// parameters come as a span (an array of SqlParam), not a braced list: g++ 12 cannot keep a
+// braced list's array alive across the co_await that runs the statement. It is bound to the
 // coroutine that runs run_transactional's callback: do not use it from another coroutine, nor
-// after the callback has returned.
+// after the callback has returned. Await each call where you make it: the parameters are read
+// while the statement runs, not copied.
+//
+// The public calls are non-virtual; a backend implements the private do_* coroutines.
 class AsyncSqlTransaction {
  public:
   virtual ~AsyncSqlTransaction() = default;
-  // The consumer and event id whose marker this transaction inserts.
-  virtual std::string_view consumer() const noexcept = 0;
-  virtual std::string_view event_id() const noexcept = 0;
-  // Runs one statement with positional parameters (SQLite `?`, PostgreSQL `$1`).
-  virtual Task<void> exec(std::string_view sql, std::span<const SqlParam> params = {}) = 0;
-  // The first column of the first row as an integer (StoreError when there is no row).
-  virtual Task<std::int64_t> query_int64(std::string_view sql,
-                                         std::span<const SqlParam> params = {}) = 0;
+
+  // Runs one statement with positional parameters (SQLite `?` or `$1`, PostgreSQL `$1`) and
+  // completes with how many rows it changed (for a query: how many it returned).
+  Task<std::int64_t> exec(std::string_view sql, std::span<const SqlParam> params = {}) {
+    return do_exec(sql, params);
+  }
+  // The first column of the first row as an integer (StoreError when there is no row or it is
+  // NULL).
+  Task<std::int64_t> query_int64(std::string_view sql, std::span<const SqlParam> params = {}) {
+    return do_query_int64(sql, params);
+  }
   // The first column of the first row as text; std::nullopt for SQL NULL or no row.
-  virtual Task<std::optional<std::string>> query_text(std::string_view sql,
-                                                      std::span<const SqlParam> params = {}) = 0;
+  Task<std::optional<std::string>> query_text(std::string_view sql,
+                                              std::span<const SqlParam> params = {}) {
+    return do_query_text(sql, params);
+  }
+
+  // The consumer and event id whose marker this transaction inserts.
+  std::string_view consumer() const noexcept { return consumer_; }
+  std::string_view event_id() const noexcept { return event_id_; }
+
+ protected:
+  // A backend's transaction: `consumer` and `event_id` must outlive it (they are the recorder
+  // call's arguments).
+  AsyncSqlTransaction(std::string_view consumer, std::string_view event_id) noexcept
+      : consumer_(consumer), event_id_(event_id) {}
+  AsyncSqlTransaction(const AsyncSqlTransaction&) = delete;
+  AsyncSqlTransaction& operator=(const AsyncSqlTransaction&) = delete;
+
+ private:
+  // What a backend implements: one statement, its parameters bound in order.
+  virtual Task<std::int64_t> do_exec(std::string_view sql, std::span<const SqlParam> params) = 0;
+  virtual Task<std::int64_t> do_query_int64(std::string_view sql,
+                                            std::span<const SqlParam> params) = 0;
+  virtual Task<std::optional<std::string>> do_query_text(std::string_view sql,
+                                                         std::span<const SqlParam> params) = 0;
+
+  std::string_view consumer_;
+  std::string_view event_id_;
 };
 
 class AsyncRecorder {

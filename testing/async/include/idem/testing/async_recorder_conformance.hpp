@@ -392,18 +392,22 @@ TYPED_TEST_P(IdemAsyncRecorderConformance, RunTransactionalCommitsWritesWithTheM
   const std::string insert = "INSERT INTO " + table.name() + " (k, v) VALUES ($1, $2)";
   const std::string select_v = "SELECT v FROM " + table.name() + " WHERE k = $1";
   const std::string select_k = "SELECT k FROM " + table.name() + " WHERE k = $1";
+  const std::string update = "UPDATE " + table.name() + " SET v = v + 1 WHERE k = $1";
   int runs = 0;
   auto fn = [&](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
     ++runs;
     EXPECT_EQ(tx.consumer(), "billing");
     EXPECT_EQ(tx.event_id(), id);
     const idem::SqlParam params[] = {std::string_view(id), std::int64_t{42}};
-    co_await tx.exec(insert, params);
+    EXPECT_EQ(co_await tx.exec(insert, params), 1) << "exec completes with the rows it changed";
     const idem::SqlParam key[] = {std::string_view(id)};
     EXPECT_EQ(co_await tx.query_int64(select_v, key), 42);
     EXPECT_EQ(co_await tx.query_text(select_k, key), std::optional<std::string>(id));
     const idem::SqlParam missing[] = {std::string_view("absent")};
     EXPECT_EQ(co_await tx.query_text(select_k, missing), std::nullopt);
+    EXPECT_EQ(co_await tx.exec(update, key), 1);
+    EXPECT_EQ(co_await tx.exec(update, missing), 0);
+    EXPECT_EQ(co_await tx.query_int64(select_v, key), 43);
   };
   EXPECT_TRUE(this->run(r.run_transactional("billing", id, fn)));
   EXPECT_EQ(runs, 1);

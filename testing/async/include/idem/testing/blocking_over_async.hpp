@@ -180,10 +180,14 @@ class BlockingOverAsyncTransaction final : public idem::Transaction {
   std::string_view consumer() const noexcept { return consumer_; }
   std::string_view event_id() const noexcept { return event_id_; }
 
-  void exec(std::string_view sql, std::span<const SqlParam> params = {}) {
-    perform([sql, params](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
-      co_await tx.exec(sql, params);
-    });
+  // How many rows the statement changed (for a query: how many it returned).
+  std::int64_t exec(std::string_view sql, std::span<const SqlParam> params = {}) {
+    std::int64_t changed = 0;
+    perform(
+        [sql, params, &changed](idem::async::AsyncSqlTransaction& tx) -> idem::async::Task<void> {
+          changed = co_await tx.exec(sql, params);
+        });
+    return changed;
   }
   std::int64_t query_int64(std::string_view sql, std::span<const SqlParam> params = {}) {
     std::int64_t result = 0;
