@@ -71,6 +71,14 @@ function(idem_library name)
        AND (NOT IDEM_SANITIZE OR CMAKE_CXX_COMPILER_ID STREQUAL "GNU"))
       target_link_options(idem_${name} PRIVATE LINKER:--no-undefined)
     endif()
+    # The dynamic symbol table holds what a program or another idem library can reference
+    # (DESIGN-NOTES, "The public face"). Inline functions and template instantiations are compiled
+    # into every object that uses them, so none needs exporting: -fvisibility-inlines-hidden
+    # (static locals of inline functions, typeinfo and vtables keep default visibility, so a
+    # `catch` or a dynamic_cast across libraries is unchanged). The internal names listed next to
+    # the library's CMakeLists.txt are kept out too (idem_local_symbols).
+    set_target_properties(idem_${name} PROPERTIES VISIBILITY_INLINES_HIDDEN ON)
+    idem_local_symbols(${name})
   endif()
   # The public face in tiers (DESIGN-NOTES, "The public face"): include/ is installed;
   # internal/ holds headers idem's own components share (idem::net, idem/detail/ helpers no
@@ -88,6 +96,53 @@ function(idem_library name)
   target_link_libraries(idem_${name} PUBLIC ${ARG_PUBLIC_DEPS} PRIVATE ${ARG_PRIVATE_DEPS})
   idem_warnings(idem_${name})
   set_property(GLOBAL APPEND PROPERTY IDEM_COMPONENTS ${name})
+endfunction()
+
+# idem_local_symbols(<name>) — keeps the names listed in <name>.local-symbols (beside the
+# CMakeLists.txt that calls idem_library(<name>)) out of shared libidem_<name>.so's dynamic symbol
+# table, with a linker version script written from the list (GNU ld, gold and lld read it). One
+# qualified `detail` name a line, `#` comments:
+#   idem::x::detail::Name    its symbols (members, overloads, template instantiations) and every
+#                            symbol whose name mentions it (std/Asio templates instantiated on it)
+#   ^idem::x::detail::Name   its own symbols only: a symbol of another name that takes it as an
+#                            argument stays exported (another library calls that one)
+# A static build ignores the list. Listing a name another idem library uses makes that library's
+# link fail (it links with --no-undefined), never a program at run time.
+function(idem_local_symbols name)
+  set(list ${CMAKE_CURRENT_SOURCE_DIR}/${name}.local-symbols)
+  if(NOT EXISTS ${list} OR NOT CMAKE_SYSTEM_NAME STREQUAL "Linux")
+    return()
+  endif()
+  set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS ${list})
+  file(STRINGS ${list} lines)
+  set(patterns "")
+  foreach(line IN LISTS lines)
+    string(STRIP "${line}" line)
+    if(line STREQUAL "" OR line MATCHES "^#")
+      continue()
+    endif()
+    if(NOT line MATCHES "^(\\^?)(idem::([a-z0-9_]+::)*detail::[A-Za-z0-9_:]*[A-Za-z0-9_])$")
+      message(FATAL_ERROR "${list}: \"${line}\" is not a name in an idem detail namespace")
+    endif()
+    set(anchor "${CMAKE_MATCH_1}")
+    set(entity "${CMAKE_MATCH_2}")
+    # The name itself (a variable) as a one-character class: a pattern without a wildcard is an
+    # exact name, which lld (--no-undefined-version) rejects when this build does not define it.
+    string(REGEX REPLACE "(.)$" "[\\1]" exact "${entity}")
+    string(APPEND patterns "      ${exact};\n")
+    if(anchor)
+      string(APPEND patterns "      ${entity}[^a-zA-Z0-9_]*;\n")
+    else()
+      string(APPEND patterns "      *${entity}[^a-zA-Z0-9_]*;\n")
+    endif()
+  endforeach()
+  set(map ${CMAKE_CURRENT_BINARY_DIR}/idem_${name}.map)
+  file(RELATIVE_PATH source ${PROJECT_SOURCE_DIR} ${list})
+  set(comment "/* Generated from ${source} by idem_local_symbols (cmake/IdemHelpers.cmake). */")
+  file(CONFIGURE OUTPUT ${map} @ONLY
+       CONTENT "${comment}\n{\n  local:\n    extern \"C++\" {\n@patterns@    };\n};\n")
+  target_link_options(idem_${name} PRIVATE "LINKER:--version-script=${map}")
+  set_property(TARGET idem_${name} APPEND PROPERTY LINK_DEPENDS ${map})
 endfunction()
 
 # idem_program_libs(<name> <out libs> <out ok>) — what a test, example, benchmark or fuzzer
