@@ -28,10 +28,9 @@
 
 #include "bench_ids.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
+#include "tls_pairs.hpp"
 
 namespace {
-
-constexpr int kMaxThreads = 4;
 
 std::string env(const char* name) {
   const char* value = std::getenv(name);
@@ -50,7 +49,7 @@ idem::postgres::PostgresOptions options(bool tls) {
   idem::postgres::PostgresOptions o;
   o.url = url(tls);
   o.schema = tls ? "idem_tls_bench_tls" : "idem_tls_bench_plain";
-  o.pool_size = kMaxThreads;
+  o.pool_size = idem::bench::kTlsMaxThreads;
   o.password_file = env("IDEM_TEST_TLS_DIR") + "/pg-password";
   return o;
 }
@@ -113,15 +112,9 @@ void BM_Connect(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-BENCHMARK(BM_Mark)->ArgName("tls")->Arg(0)->Arg(1)->Threads(1)->Threads(kMaxThreads)->UseRealTime();
-BENCHMARK(BM_CheckMark)
-    ->ArgName("tls")
-    ->Arg(0)
-    ->Arg(1)
-    ->Threads(1)
-    ->Threads(kMaxThreads)
-    ->UseRealTime();
-BENCHMARK(BM_Connect)->ArgName("tls")->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK(BM_Mark)->Apply(idem::bench::tls_pair_on_threads);
+BENCHMARK(BM_CheckMark)->Apply(idem::bench::tls_pair_on_threads);
+BENCHMARK(BM_Connect)->Apply(idem::bench::tls_pair);
 
 }  // namespace
 

@@ -72,6 +72,14 @@ struct Db {
   }
 };
 
+// The follow-up event a handler publishes for an order it charged.
+idem::Event charged(const std::string& payload) {
+  idem::Event out;
+  out.type = "order.charged";
+  out.payload = payload;
+  return out;
+}
+
 // Events/s of a transactional handler with `follow_ups` outbox rows per event.
 double handler_rate(int events, int follow_ups) {
   Db db;
@@ -83,12 +91,8 @@ double handler_rate(int events, int follow_ups) {
       [follow_ups](const std::string& payload, idem::BusProxy& bus, const idem::Event& event) {
         auto& tx = dynamic_cast<idem::SqlTransaction&>(*bus.transaction());
         tx.exec("INSERT INTO ledger(order_no, cents) VALUES ($1, $2)", {event.id, 1250});
-        for (int i = 0; i < follow_ups; ++i) {
-          idem::Event out;
-          out.type = "order.charged";
-          out.payload = payload;
-          bus.publish(std::move(out));
-        }
+        for (int i = 0; i < follow_ups; ++i)
+          bus.publish(charged(payload));
       },
       options);
   idem::CollectingBusProxy proxy("billing");
@@ -151,12 +155,7 @@ double relay_rate(const Broker& broker, int events) {
   options.outbox = db.outbox;
   auto handler = idem::make_idempotent_handler(
       "billing", db.recorder,
-      [](const std::string& payload, idem::BusProxy& bus) {
-        idem::Event out;
-        out.type = "order.charged";
-        out.payload = payload;
-        bus.publish(std::move(out));
-      },
+      [](const std::string& payload, idem::BusProxy& bus) { bus.publish(charged(payload)); },
       options);
   idem::CollectingBusProxy proxy("billing");
   for (int i = 0; i < events; ++i)

@@ -33,12 +33,11 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
+#include "tls_pairs.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
-
-constexpr int kMaxThreads = 4;
 
 std::string env(const char* name) {
   const char* value = std::getenv(name);
@@ -53,7 +52,7 @@ const std::string& prefix() {
 idem::redis::RedisOptions options(bool tls) {
   idem::redis::RedisOptions o = idem::redis::RedisOptions::from_url(env("IDEM_TEST_REDIS_URL"));
   o.key_prefix = prefix();
-  o.pool_size = kMaxThreads;
+  o.pool_size = idem::bench::kTlsMaxThreads;
   if (tls) {
     const std::string dir = env("IDEM_TEST_TLS_DIR");
     o.host = "localhost";
@@ -143,21 +142,9 @@ void BM_Connect(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
-BENCHMARK(BM_Replay)
-    ->ArgName("tls")
-    ->Arg(0)
-    ->Arg(1)
-    ->Threads(1)
-    ->Threads(kMaxThreads)
-    ->UseRealTime();
-BENCHMARK(BM_IsProcessed)
-    ->ArgName("tls")
-    ->Arg(0)
-    ->Arg(1)
-    ->Threads(1)
-    ->Threads(kMaxThreads)
-    ->UseRealTime();
-BENCHMARK(BM_Connect)->ArgName("tls")->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK(BM_Replay)->Apply(idem::bench::tls_pair_on_threads);
+BENCHMARK(BM_IsProcessed)->Apply(idem::bench::tls_pair_on_threads);
+BENCHMARK(BM_Connect)->Apply(idem::bench::tls_pair);
 
 // The console output plus the ratio tls:1 / tls:0 of every pair (medians when repeated).
 class RatioReporter : public benchmark::ConsoleReporter {

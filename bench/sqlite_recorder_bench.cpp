@@ -13,10 +13,7 @@
 //                    is one connection per thread committing each mark.
 #include <benchmark/benchmark.h>
 #include <sqlite3.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -26,21 +23,14 @@
 #include "idem/clock.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "recorder_window.hpp"
-
-namespace fs = std::filesystem;
+#include "sqlite_bench_db.hpp"
 
 namespace {
 
-std::string fresh_db_path() {
-  static std::atomic<int> counter{0};
-  const fs::path dir = fs::temp_directory_path() / ("idem-bench-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / ("bench-" + std::to_string(counter++) + ".db")).string();
-}
+using idem::bench::remove_db;
 
-void remove_db(const std::string& path) {
-  for (const char* suffix : {"", "-wal", "-shm"})
-    fs::remove(path + suffix);
+std::string fresh_db_path() {
+  return idem::bench::fresh_db_path("idem-bench");
 }
 
 idem::sqlite::Durability durability_of(benchmark::State& state) {
@@ -51,28 +41,14 @@ idem::sqlite::Durability durability_of(benchmark::State& state) {
 
 class RawConnection {
  public:
-  RawConnection(const std::string& path, bool full) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("open");
-    sqlite3_busy_timeout(db_, 5000);
-    exec("PRAGMA journal_mode=WAL");
-    exec(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
-    exec(
+  RawConnection(const std::string& path, bool full) : db_(path, full) {
+    db_.exec(
         "CREATE TABLE IF NOT EXISTS processed_log(consumer TEXT, event_id TEXT, ts TEXT, "
         "PRIMARY KEY(consumer, event_id))");
-    sqlite3_prepare_v2(db_, "SELECT 1 FROM processed_log WHERE consumer = ?1 AND event_id = ?2", -1,
-                       &select_, nullptr);
-    sqlite3_prepare_v2(db_,
-                       "INSERT OR IGNORE INTO processed_log(consumer, event_id, ts) "
-                       "VALUES (?1, ?2, ?3)",
-                       -1, &insert_, nullptr);
+    select_ = db_.prepare("SELECT 1 FROM processed_log WHERE consumer = ?1 AND event_id = ?2");
+    insert_ = db_.prepare(
+        "INSERT OR IGNORE INTO processed_log(consumer, event_id, ts) VALUES (?1, ?2, ?3)");
   }
-  ~RawConnection() {
-    sqlite3_finalize(select_);
-    sqlite3_finalize(insert_);
-    sqlite3_close(db_);
-  }
-  RawConnection(const RawConnection&) = delete;
-  RawConnection& operator=(const RawConnection&) = delete;
 
   bool is_processed(std::string_view consumer, std::string_view id) {
     sqlite3_bind_text(select_, 1, consumer.data(), static_cast<int>(consumer.size()),
@@ -82,7 +58,7 @@ class RawConnection {
     sqlite3_reset(select_);
     return found;
   }
-  void mark(std::string_view consumer, std::string_view id) {
+  void mark_processed(std::string_view consumer, std::string_view id) {
     const std::string ts = idem::sqlite::marker_timestamp(std::chrono::system_clock::now());
     sqlite3_bind_text(insert_, 1, consumer.data(), static_cast<int>(consumer.size()),
                       SQLITE_STATIC);
@@ -92,28 +68,30 @@ class RawConnection {
     while ((rc = sqlite3_step(insert_)) == SQLITE_BUSY)
       sqlite3_reset(insert_);
     sqlite3_reset(insert_);
-    if (rc != SQLITE_DONE) throw std::runtime_error(sqlite3_errmsg(db_));
+    if (rc != SQLITE_DONE) throw std::runtime_error(sqlite3_errmsg(db_.get()));
   }
 
  private:
-  void exec(const char* sql) { sqlite3_exec(db_, sql, nullptr, nullptr, nullptr); }
-  sqlite3* db_ = nullptr;
+  idem::bench::RawDb db_;
   sqlite3_stmt* select_ = nullptr;
   sqlite3_stmt* insert_ = nullptr;
 };
 
-void BM_RawSqlite_CheckMark(benchmark::State& state) {
-  const std::string path = fresh_db_path();
-  {
-    RawConnection db(path, state.range(0) != 0);
-    idem::bench::IdSequence ids(1);
-    for (auto _ : state) {
-      const std::string_view id = ids.next();
-      if (!db.is_processed("billing", id)) db.mark("billing", id);
-    }
+// One thread checks and marks a new event each iteration, in autocommit.
+template <class Marks>
+void check_and_mark_new_events(benchmark::State& state, Marks& marks) {
+  idem::bench::IdSequence ids(1);
+  for (auto _ : state) {
+    const std::string_view id = ids.next();
+    if (!marks.is_processed("billing", id)) marks.mark_processed("billing", id);
   }
-  state.SetItemsProcessed(state.iterations());
-  remove_db(path);
+}
+
+void BM_RawSqlite_CheckMark(benchmark::State& state) {
+  idem::bench::on_db_file(state, fresh_db_path(), [&](const std::string& path) {
+    RawConnection db(path, state.range(0) != 0);
+    check_and_mark_new_events(state, db);
+  });
 }
 BENCHMARK(BM_RawSqlite_CheckMark)->Arg(0)->Arg(1)->ArgName("full")->UseRealTime();
 
@@ -206,7 +184,7 @@ void BM_RawSqlite_Marks(benchmark::State& state) {
       db = std::make_unique<RawConnection>(g_raw_path, state.range(0) != 0);
       state.ResumeTiming();
     }
-    db->mark("billing", ids.next());
+    db->mark_processed("billing", ids.next());
   }
   db.reset();
   state.SetItemsProcessed(state.iterations());
@@ -223,19 +201,12 @@ BENCHMARK(BM_RawSqlite_Marks)
 // ---- idem -----------------------------------------------------------------------------------
 
 void BM_SqliteRecorder_CheckMark(benchmark::State& state) {
-  const std::string path = fresh_db_path();
-  {
+  idem::bench::on_db_file(state, fresh_db_path(), [&](const std::string& path) {
     idem::sqlite::SqliteOptions options;
     options.durability = durability_of(state);
     idem::sqlite::SqliteIdempotencyRecorder recorder(path, options);
-    idem::bench::IdSequence ids(1);
-    for (auto _ : state) {
-      const std::string_view id = ids.next();
-      if (!recorder.is_processed("billing", id)) recorder.mark_processed("billing", id);
-    }
-  }
-  state.SetItemsProcessed(state.iterations());
-  remove_db(path);
+    check_and_mark_new_events(state, recorder);
+  });
 }
 BENCHMARK(BM_SqliteRecorder_CheckMark)->Arg(0)->Arg(1)->ArgName("full")->UseRealTime();
 

@@ -15,10 +15,7 @@
 //                                     plus the heartbeat bookkeeping)
 #include <benchmark/benchmark.h>
 #include <sqlite3.h>
-#include <unistd.h>
 
-#include <atomic>
-#include <filesystem>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -28,22 +25,14 @@
 #include "idem/report.hpp"
 #include "idem/resilient.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
-
-namespace fs = std::filesystem;
+#include "sqlite_bench_db.hpp"
 
 namespace {
 
-std::string fresh_db_path() {
-  static std::atomic<int> counter{0};
-  const fs::path dir =
-      fs::temp_directory_path() / ("idem-store-bench-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
-  return (dir / ("bench-" + std::to_string(counter++) + ".db")).string();
-}
+using idem::bench::remove_db;
 
-void remove_db(const std::string& path) {
-  for (const char* suffix : {"", "-wal", "-shm"})
-    fs::remove(path + suffix);
+std::string fresh_db_path() {
+  return idem::bench::fresh_db_path("idem-store-bench");
 }
 
 bool full_of(const benchmark::State& state) {
@@ -82,43 +71,31 @@ const std::string kValue = R"({"payment_id":"pay_8f14e45f","status":"captured","
 
 class RawStore {
  public:
-  RawStore(const std::string& path, bool full) {
-    if (sqlite3_open(path.c_str(), &db_) != SQLITE_OK) throw std::runtime_error("open");
-    sqlite3_busy_timeout(db_, 5000);
-    exec("PRAGMA journal_mode=WAL");
-    exec(full ? "PRAGMA synchronous=FULL" : "PRAGMA synchronous=NORMAL");
+  RawStore(const std::string& path, bool full) : db_(path, full) {
     // The store's table and index, as SqliteIdempotencyStore creates them.
-    exec(
+    db_.exec(
         "CREATE TABLE IF NOT EXISTS idem_records (key TEXT PRIMARY KEY NOT NULL, state TEXT NOT "
         "NULL CHECK (state IN ('in_progress', 'completed')), token INTEGER NOT NULL, fingerprint "
         "TEXT, lease_until_ms INTEGER, completed_at_ms INTEGER, expires_at_ms INTEGER, value "
         "BLOB, report TEXT, took_over INTEGER NOT NULL DEFAULT 0)");
-    exec(
+    db_.exec(
         "CREATE INDEX IF NOT EXISTS idem_records_expiry ON idem_records(expires_at_ms) WHERE "
         "state = 'completed'");
-    prepare(&claim_,
-            "INSERT INTO idem_records(key, state, token, fingerprint, lease_until_ms, took_over) "
-            "VALUES (?1, 'in_progress', ?5, ?2, ?3, 0) "
-            "ON CONFLICT(key) DO UPDATE SET state = 'in_progress', token = excluded.token, "
-            "fingerprint = excluded.fingerprint, lease_until_ms = excluded.lease_until_ms, "
-            "completed_at_ms = NULL, expires_at_ms = NULL, value = NULL, report = NULL, "
-            "took_over = (idem_records.state = 'in_progress') "
-            "WHERE (idem_records.state = 'completed' AND idem_records.expires_at_ms <= ?4) "
-            "OR (idem_records.state = 'in_progress' AND idem_records.lease_until_ms <= ?4) "
-            "RETURNING token, took_over");
-    prepare(&complete_,
-            "UPDATE idem_records SET state = 'completed', lease_until_ms = NULL, "
-            "completed_at_ms = ?3, expires_at_ms = ?4, value = ?5, report = ?6 "
-            "WHERE key = ?1 AND state = 'in_progress' AND token = ?2");
+    claim_ = db_.prepare(
+        "INSERT INTO idem_records(key, state, token, fingerprint, lease_until_ms, took_over) "
+        "VALUES (?1, 'in_progress', ?5, ?2, ?3, 0) "
+        "ON CONFLICT(key) DO UPDATE SET state = 'in_progress', token = excluded.token, "
+        "fingerprint = excluded.fingerprint, lease_until_ms = excluded.lease_until_ms, "
+        "completed_at_ms = NULL, expires_at_ms = NULL, value = NULL, report = NULL, "
+        "took_over = (idem_records.state = 'in_progress') "
+        "WHERE (idem_records.state = 'completed' AND idem_records.expires_at_ms <= ?4) "
+        "OR (idem_records.state = 'in_progress' AND idem_records.lease_until_ms <= ?4) "
+        "RETURNING token, took_over");
+    complete_ = db_.prepare(
+        "UPDATE idem_records SET state = 'completed', lease_until_ms = NULL, "
+        "completed_at_ms = ?3, expires_at_ms = ?4, value = ?5, report = ?6 "
+        "WHERE key = ?1 AND state = 'in_progress' AND token = ?2");
   }
-  ~RawStore() {
-    sqlite3_finalize(claim_);
-    sqlite3_finalize(complete_);
-    sqlite3_close(db_);
-  }
-  RawStore(const RawStore&) = delete;
-  RawStore& operator=(const RawStore&) = delete;
-
   std::int64_t claim(std::string_view key) {
     const std::int64_t now = now_ms();
     sqlite3_bind_text(claim_, 1, key.data(), static_cast<int>(key.size()), SQLITE_STATIC);
@@ -146,32 +123,20 @@ class RawStore {
     sqlite3_bind_text(complete_, 6, report.data(), static_cast<int>(report.size()), SQLITE_STATIC);
     const int rc = sqlite3_step(complete_);
     sqlite3_reset(complete_);
-    if (rc != SQLITE_DONE || sqlite3_changes(db_) != 1) {
+    if (rc != SQLITE_DONE || sqlite3_changes(db_.get()) != 1) {
       throw std::runtime_error("raw complete failed");
     }
   }
 
  private:
-  void exec(const char* sql) {
-    if (sqlite3_exec(db_, sql, nullptr, nullptr, nullptr) != SQLITE_OK) {
-      throw std::runtime_error(sqlite3_errmsg(db_));
-    }
-  }
-  void prepare(sqlite3_stmt** stmt, const char* sql) {
-    if (sqlite3_prepare_v2(db_, sql, -1, stmt, nullptr) != SQLITE_OK) {
-      throw std::runtime_error(sqlite3_errmsg(db_));
-    }
-  }
-
-  sqlite3* db_ = nullptr;
+  idem::bench::RawDb db_;
   sqlite3_stmt* claim_ = nullptr;
   sqlite3_stmt* complete_ = nullptr;
   std::int64_t last_token_ = 0;
 };
 
 void BM_RawSqliteStore_ClaimComplete(benchmark::State& state) {
-  const std::string path = fresh_db_path();
-  {
+  idem::bench::on_db_file(state, fresh_db_path(), [&](const std::string& path) {
     RawStore store(path, full_of(state));
     const std::string report = sample_report().to_json();
     idem::bench::IdSequence ids(1);
@@ -179,17 +144,14 @@ void BM_RawSqliteStore_ClaimComplete(benchmark::State& state) {
       const std::string_view key = ids.next();
       static_cast<void>(store.complete(key, store.claim(key), kValue, report));
     }
-  }
-  state.SetItemsProcessed(state.iterations());
-  remove_db(path);
+  });
 }
 BENCHMARK(BM_RawSqliteStore_ClaimComplete)->Arg(0)->Arg(1)->ArgName("full")->UseRealTime();
 
 // ---- idem -----------------------------------------------------------------------------------
 
 void BM_SqliteStore_ClaimComplete(benchmark::State& state) {
-  const std::string path = fresh_db_path();
-  {
+  idem::bench::on_db_file(state, fresh_db_path(), [&](const std::string& path) {
     idem::sqlite::SqliteIdempotencyStore store(path, options_of(state));
     const idem::ExecutionReport report = sample_report();
     idem::bench::IdSequence ids(1);
@@ -203,15 +165,12 @@ void BM_SqliteStore_ClaimComplete(benchmark::State& state) {
         break;
       }
     }
-  }
-  state.SetItemsProcessed(state.iterations());
-  remove_db(path);
+  });
 }
 BENCHMARK(BM_SqliteStore_ClaimComplete)->Arg(0)->Arg(1)->ArgName("full")->UseRealTime();
 
 void BM_SqliteStore_ClaimReplay(benchmark::State& state) {
-  const std::string path = fresh_db_path();
-  {
+  idem::bench::on_db_file(state, fresh_db_path(), [&](const std::string& path) {
     idem::sqlite::SqliteIdempotencyStore store(path, options_of(state));
     const auto claim = store.claim("request-123", std::nullopt, std::chrono::seconds(30));
     idem::StoredValue value;
@@ -224,9 +183,7 @@ void BM_SqliteStore_ClaimReplay(benchmark::State& state) {
       auto outcome = store.claim("request-123", std::nullopt, std::chrono::seconds(30));
       benchmark::DoNotOptimize(outcome);
     }
-  }
-  state.SetItemsProcessed(state.iterations());
-  remove_db(path);
+  });
 }
 BENCHMARK(BM_SqliteStore_ClaimReplay)->Arg(0)->ArgName("full")->UseRealTime();
 
@@ -243,8 +200,7 @@ void from_json(const nlohmann::json& j, Payment& p) {
 }
 
 void BM_SqliteStore_ResilientReplay(benchmark::State& state) {
-  const std::string path = fresh_db_path();
-  {
+  idem::bench::on_db_file(state, fresh_db_path(), [&](const std::string& path) {
     auto store = std::make_shared<idem::sqlite::SqliteIdempotencyStore>(path, options_of(state));
     auto call = idem::resilient(
         [](const std::string& request_id, int amount) {
@@ -257,15 +213,12 @@ void BM_SqliteStore_ResilientReplay(benchmark::State& state) {
     (void)call(id, 2499);
     for (auto _ : state)
       benchmark::DoNotOptimize(call(id, 2499).value);
-  }
-  state.SetItemsProcessed(state.iterations());
-  remove_db(path);
+  });
 }
 BENCHMARK(BM_SqliteStore_ResilientReplay)->Arg(0)->ArgName("full")->UseRealTime();
 
 void BM_SqliteStore_ResilientExecute(benchmark::State& state) {
-  const std::string path = fresh_db_path();
-  {
+  idem::bench::on_db_file(state, fresh_db_path(), [&](const std::string& path) {
     auto store = std::make_shared<idem::sqlite::SqliteIdempotencyStore>(path, options_of(state));
     auto call = idem::resilient(
         [](const std::string& request_id, int amount) {
@@ -277,9 +230,7 @@ void BM_SqliteStore_ResilientExecute(benchmark::State& state) {
     idem::bench::IdSequence ids(1);
     for (auto _ : state)
       benchmark::DoNotOptimize(call(std::string(ids.next()), 2499).value);
-  }
-  state.SetItemsProcessed(state.iterations());
-  remove_db(path);
+  });
 }
 BENCHMARK(BM_SqliteStore_ResilientExecute)->Arg(0)->Arg(1)->ArgName("full")->UseRealTime();
 

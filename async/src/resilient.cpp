@@ -29,7 +29,6 @@
 
 namespace idem::async::detail {
 
-using idem::detail::FlightEntry;
 using idem::detail::FlightLead;
 using idem::detail::FlightOutcome;
 using idem::detail::FlightWaiter;

@@ -9,6 +9,7 @@
 #include <system_error>
 
 #include "idem/detail/fork.hpp"
+#include "uuid_hex.hpp"
 
 namespace idem {
 namespace {
@@ -53,15 +54,7 @@ std::string new_event_id() {
   thread_local RandomBuffer buffer;
   unsigned char raw[16];
   buffer.take(raw, sizeof raw);
-  raw[6] = static_cast<unsigned char>((raw[6] & 0x0f) | 0x40);  // version 4
-  raw[8] = static_cast<unsigned char>((raw[8] & 0x3f) | 0x80);  // RFC 4122 variant
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
-  for (std::size_t i = 0; i < 16; ++i) {
-    id[2 * i] = kHex[raw[i] >> 4];
-    id[2 * i + 1] = kHex[raw[i] & 0x0f];
-  }
-  return id;
+  return detail::uuid_hex(raw, 4);
 }
 
 bool is_uuid4_hex(std::string_view id) noexcept {

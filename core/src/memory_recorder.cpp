@@ -831,6 +831,21 @@ struct alignas(64) MemoryRecorderShard {
     last = &*consumers.emplace(std::string(consumer), index).first;
     return index;
   }
+
+  // The claim on (consumer, event_id) while `token` still holds it, with the consumer's index;
+  // nullopt when another token holds it or there is none.
+  struct HeldClaim {
+    std::uint32_t index;
+    decltype(claims)::iterator claim;
+  };
+  std::optional<HeldClaim> held_claim(std::string_view consumer, std::string_view event_id,
+                                      std::uint64_t token) {
+    const std::uint32_t* index = find_consumer(consumer);
+    if (index == nullptr) return std::nullopt;
+    auto it = claims.find(TextKeyView{*index, event_id});
+    if (it == claims.end() || it->second.token != token) return std::nullopt;
+    return HeldClaim{*index, it};
+  }
 };
 
 namespace {
@@ -865,6 +880,17 @@ Address address(std::string_view consumer, std::string_view event_id) {
   }
   a.hash = static_cast<std::size_t>(a.id.hash ^ std::rotl(consumer_hash, 23));
   return a;
+}
+
+// The sum of `count(shard)` over the shards 0..mask, each read under its lock.
+template <class Count>
+std::size_t sum_over_shards(MemoryRecorderShard* shards, std::size_t mask, Count count) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i <= mask; ++i) {
+    std::lock_guard lock(shards[i].mutex);
+    n += count(shards[i]);
+  }
+  return n;
 }
 
 }  // namespace
@@ -973,12 +999,10 @@ bool InMemoryIdempotencyRecorder::do_complete(std::string_view consumer, std::st
   const Ticks now = detail::to_ticks(clock_->wall_now());
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
-  const std::uint32_t* index = shard.find_consumer(consumer);
-  if (index == nullptr) return false;
-  auto it = shard.claims.find(TextKeyView{*index, event_id});
-  if (it == shard.claims.end() || it->second.token != token) return false;
-  shard.claims.erase(it);
-  shard.markers.insert(SlotKey{&a.id, *index}, [now] { return now; });
+  const auto held = shard.held_claim(consumer, event_id, token);
+  if (!held) return false;
+  shard.claims.erase(held->claim);
+  shard.markers.insert(SlotKey{&a.id, held->index}, [now] { return now; });
   return true;
 }
 
@@ -987,11 +1011,9 @@ bool InMemoryIdempotencyRecorder::do_release(std::string_view consumer, std::str
   const Address a = detail::address(consumer, event_id);
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
-  const std::uint32_t* index = shard.find_consumer(consumer);
-  if (index == nullptr) return false;
-  auto it = shard.claims.find(TextKeyView{*index, event_id});
-  if (it == shard.claims.end() || it->second.token != token) return false;
-  shard.claims.erase(it);
+  const auto held = shard.held_claim(consumer, event_id, token);
+  if (!held) return false;
+  shard.claims.erase(held->claim);
   return true;
 }
 
@@ -1001,11 +1023,9 @@ bool InMemoryIdempotencyRecorder::do_renew(std::string_view consumer, std::strin
   const Ticks now = detail::to_ticks(clock_->wall_now());
   auto& shard = shard_for(a.hash);
   std::lock_guard lock(shard.mutex);
-  const std::uint32_t* index = shard.find_consumer(consumer);
-  if (index == nullptr) return false;
-  auto it = shard.claims.find(TextKeyView{*index, event_id});
-  if (it == shard.claims.end() || it->second.token != token) return false;
-  it->second.lease_until = detail::add_saturating(now, lease);
+  const auto held = shard.held_claim(consumer, event_id, token);
+  if (!held) return false;
+  held->claim->second.lease_until = detail::add_saturating(now, lease);
   return true;
 }
 
@@ -1057,12 +1077,9 @@ std::vector<ConsumerCounts> InMemoryIdempotencyRecorder::do_consumer_counts() {
 std::size_t InMemoryIdempotencyRecorder::do_count_purgeable(
     std::chrono::system_clock::duration older_than) {
   const Ticks cutoff = detail::add_saturating(detail::to_ticks(clock_->wall_now()), -older_than);
-  std::size_t n = 0;
-  for (std::size_t i = 0; i <= shard_mask_; ++i) {
-    std::lock_guard lock(shards_[i].mutex);
-    n += shards_[i].markers.count_older(cutoff);
-  }
-  return n;
+  return detail::sum_over_shards(shards_.get(), shard_mask_, [&](MemoryRecorderShard& shard) {
+    return shard.markers.count_older(cutoff);
+  });
 }
 
 MarkerInspection InMemoryIdempotencyRecorder::do_inspect(std::string_view consumer,
@@ -1087,21 +1104,13 @@ MarkerInspection InMemoryIdempotencyRecorder::do_inspect(std::string_view consum
 }
 
 std::size_t InMemoryIdempotencyRecorder::marker_count() const {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i <= shard_mask_; ++i) {
-    std::lock_guard lock(shards_[i].mutex);
-    n += shards_[i].markers.size();
-  }
-  return n;
+  return detail::sum_over_shards(shards_.get(), shard_mask_,
+                                 [](MemoryRecorderShard& shard) { return shard.markers.size(); });
 }
 
 std::size_t InMemoryIdempotencyRecorder::claim_count() const {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i <= shard_mask_; ++i) {
-    std::lock_guard lock(shards_[i].mutex);
-    n += shards_[i].claims.size();
-  }
-  return n;
+  return detail::sum_over_shards(shards_.get(), shard_mask_,
+                                 [](MemoryRecorderShard& shard) { return shard.claims.size(); });
 }
 
 }  // namespace idem

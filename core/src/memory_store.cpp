@@ -76,6 +76,18 @@ struct InMemoryIdempotencyStore::Shard {
     ++generation;
     changed.notify_all();
   }
+
+  // The record of `key` while `token`'s claim on it is in progress, or records.end(). Under the
+  // lock.
+  RecordMap::iterator held(std::string_view key, std::uint64_t token) {
+    auto it = records.find(key);
+    if (it == records.end()) return it;
+    const IdempotencyRecord& record = it->second;
+    if (record.state != IdempotencyRecord::State::in_progress || record.token != token) {
+      return records.end();
+    }
+    return it;
+  }
 };
 
 InMemoryIdempotencyStore::InMemoryIdempotencyStore(InMemoryStoreOptions options)
@@ -213,10 +225,9 @@ bool InMemoryIdempotencyStore::do_complete(std::string_view key, std::uint64_t t
                                            Millis ttl) {
   Shard& shard = shard_for(key);
   std::lock_guard lock(shard.mutex);
-  auto it = shard.records.find(key);
+  const auto it = shard.held(key, token);
   if (it == shard.records.end()) return false;
   IdempotencyRecord& record = it->second;
-  if (record.state != IdempotencyRecord::State::in_progress || record.token != token) return false;
   if (ttl == Millis::zero()) {
     // Expired at the instant it completes: nothing to keep.
     shard.records.erase(it);
@@ -236,10 +247,8 @@ bool InMemoryIdempotencyStore::do_complete(std::string_view key, std::uint64_t t
 bool InMemoryIdempotencyStore::do_release(std::string_view key, std::uint64_t token) {
   Shard& shard = shard_for(key);
   std::lock_guard lock(shard.mutex);
-  auto it = shard.records.find(key);
+  const auto it = shard.held(key, token);
   if (it == shard.records.end()) return false;
-  const IdempotencyRecord& record = it->second;
-  if (record.state != IdempotencyRecord::State::in_progress || record.token != token) return false;
   shard.records.erase(it);
   if (capacity_) --count_;
   shard.notify_locked();
@@ -249,11 +258,9 @@ bool InMemoryIdempotencyStore::do_release(std::string_view key, std::uint64_t to
 bool InMemoryIdempotencyStore::do_renew(std::string_view key, std::uint64_t token, Millis lease) {
   Shard& shard = shard_for(key);
   std::lock_guard lock(shard.mutex);
-  auto it = shard.records.find(key);
+  const auto it = shard.held(key, token);
   if (it == shard.records.end()) return false;
-  IdempotencyRecord& record = it->second;
-  if (record.state != IdempotencyRecord::State::in_progress || record.token != token) return false;
-  record.lease_until = clock_->wall_now() + lease;
+  it->second.lease_until = clock_->wall_now() + lease;
   return true;
 }
 

@@ -8,6 +8,7 @@
 #include "idem/bus.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
+#include "uuid_hex.hpp"
 
 namespace idem {
 
@@ -35,15 +36,7 @@ std::string follow_up_id(std::string_view consumer, std::string_view incoming_ev
   append_part(name, std::to_string(sequence));
   std::array<unsigned char, SHA_DIGEST_LENGTH> digest{};
   SHA1(reinterpret_cast<const unsigned char*>(name.data()), name.size(), digest.data());
-  digest[6] = static_cast<unsigned char>((digest[6] & 0x0f) | 0x50);  // version 5
-  digest[8] = static_cast<unsigned char>((digest[8] & 0x3f) | 0x80);  // RFC 4122 variant
-  static constexpr char kHex[] = "0123456789abcdef";
-  std::string id(32, '0');
-  for (std::size_t i = 0; i < 16; ++i) {
-    id[2 * i] = kHex[digest[i] >> 4];
-    id[2 * i + 1] = kHex[digest[i] & 0x0f];
-  }
-  return id;
+  return detail::uuid_hex(digest.data(), 5);
 }
 
 std::vector<PublishVerdict> BusOutboxPublisher::publish(std::span<const OutboxRow> rows) {

@@ -201,6 +201,22 @@ struct Decision::Claim : std::enable_shared_from_this<Decision::Claim> {
     return renewal && renewal->fenced();
   }
 
+  // Releases `claim` in the store (when that fails, the claim lapses with its lease) and reports
+  // it released. The coroutine holds `claim` until it ends.
+  static async::Task<void> release_and_report(std::shared_ptr<Claim> claim) {
+    try {
+      (void)co_await claim->shared->store->release(claim->key, claim->token);
+    } catch (...) {
+      // The claim then lapses with its lease.
+    }
+    GuardEvent event;
+    event.kind = GuardEvent::Kind::released;
+    event.route = claim->route;
+    event.key_digest = claim->key_digest;
+    event.token = claim->token;
+    claim->shared->emit(event);
+  }
+
  private:
   // The wait's handler owns the timer, and the claim only a weak reference to it: the timer goes
   // with the handler, also when the executor's context is destroyed with the wait pending, so a
@@ -459,22 +475,7 @@ Decision::~Decision() {
   claim->open = false;
   claim->stop_renewal();
   try {
-    asio::co_spawn(
-        claim->executor,
-        [claim]() -> async::Task<void> {
-          try {
-            (void)co_await claim->shared->store->release(claim->key, claim->token);
-          } catch (...) {
-            // The claim then lapses with its lease.
-          }
-          GuardEvent event;
-          event.kind = GuardEvent::Kind::released;
-          event.route = claim->route;
-          event.key_digest = claim->key_digest;
-          event.token = claim->token;
-          claim->shared->emit(event);
-        },
-        asio::detached);
+    asio::co_spawn(claim->executor, Claim::release_and_report(claim), asio::detached);
   } catch (...) {
     // No executor to run on (its context is gone): the claim lapses with its lease.
   }
@@ -557,17 +558,7 @@ async::Task<void> Decision::release() {
   std::shared_ptr<Claim> claim = claim_;
   claim->open = false;
   claim->stop_renewal();
-  try {
-    (void)co_await shared_->store->release(claim->key, claim->token);
-  } catch (...) {
-    // The claim then lapses with its lease.
-  }
-  GuardEvent event;
-  event.kind = GuardEvent::Kind::released;
-  event.route = claim->route;
-  event.key_digest = claim->key_digest;
-  event.token = claim->token;
-  shared_->emit(event);
+  co_await Claim::release_and_report(std::move(claim));
 }
 
 }  // namespace idem::http

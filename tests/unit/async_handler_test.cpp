@@ -16,6 +16,7 @@
 #include <asio/use_awaitable.hpp>
 #include <asio/use_future.hpp>
 #include <atomic>
+#include <future>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -101,6 +102,46 @@ std::shared_ptr<idem::async::AsyncEventHandler> counting_handler(
       HandlerOptions{.mode = mode, .lease = lease});
 }
 
+// An in-memory recorder on a ManualClock, its coroutine face, and an event to handle.
+struct OnManualClock {
+  std::shared_ptr<idem::testing::ManualClock> clock =
+      std::make_shared<idem::testing::ManualClock>();
+  std::shared_ptr<idem::InMemoryIdempotencyRecorder> memory =
+      std::make_shared<idem::InMemoryIdempotencyRecorder>(
+          idem::InMemoryRecorderOptions{.clock = clock});
+  std::shared_ptr<AsyncMemoryRecorder> recorder = std::make_shared<AsyncMemoryRecorder>(memory);
+  const Event e = make_event(idem::new_event_id());
+};
+
+// A counting handler in `mode` on a fresh in-memory recorder, the bus it publishes to, and the
+// io_context to run it on (declared first: it outlives what runs on it).
+struct CountingSetup {
+  explicit CountingSetup(HandlerMode mode) : handler(counting_handler(recorder, counts, mode)) {}
+
+  asio::io_context io;
+  std::shared_ptr<AsyncMemoryRecorder> recorder = std::make_shared<AsyncMemoryRecorder>();
+  std::shared_ptr<Counting> counts = std::make_shared<Counting>();
+  std::shared_ptr<idem::async::AsyncEventHandler> handler;
+  CollectingBusProxy bus{"billing"};
+};
+
+// One event's handle by a counting handler that waits inside handle until it is cancelled:
+// started on `io` with a cancellation slot on `cancel`, and polled until handle runs (bounded:
+// a test checks counts->started).
+struct PausedHandle : CountingSetup {
+  explicit PausedHandle(HandlerMode mode) : CountingSetup(mode) {
+    counts->pause = 10min;
+    call = asio::co_spawn(io, handler->handle_event(e, bus),
+                          asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
+    for (int i = 0; i < 1000 && !counts->started; ++i)
+      io.poll_one();
+  }
+
+  const Event e = make_event(idem::new_event_id());
+  asio::cancellation_signal cancel;
+  std::future<HandleResult> call;
+};
+
 class AsyncHandlerModes : public ::testing::TestWithParam<HandlerMode> {};
 
 TEST_P(AsyncHandlerModes, RunsOnceAndFailureMarksNothing) {
@@ -130,35 +171,24 @@ TEST_P(AsyncHandlerModes, RunsOnceAndFailureMarksNothing) {
 }
 
 TEST_P(AsyncHandlerModes, CancelledMidHandleIsNotMarkedAndReleased) {
-  asio::io_context io;
-  auto recorder = std::make_shared<AsyncMemoryRecorder>();
-  auto counts = std::make_shared<Counting>();
-  counts->pause = 10min;  // handle waits until cancelled
-  auto handler = counting_handler(recorder, counts, GetParam());
-  CollectingBusProxy bus("billing");
-  const Event e = make_event(idem::new_event_id());
-
-  asio::cancellation_signal signal;
-  auto future = asio::co_spawn(io, handler->handle_event(e, bus),
-                               asio::bind_cancellation_slot(signal.slot(), asio::use_future));
-  for (int i = 0; i < 1000 && !counts->started; ++i)
-    io.poll_one();
-  ASSERT_TRUE(counts->started);
-  signal.emit(asio::cancellation_type::terminal);
-  io.run();
+  PausedHandle paused(GetParam());
+  ASSERT_TRUE(paused.counts->started);
+  paused.cancel.emit(asio::cancellation_type::terminal);
+  paused.io.run();
   try {
-    future.get();
+    paused.call.get();
     FAIL() << "a cancelled handle completed";
   } catch (const std::system_error& err) {
     EXPECT_EQ(err.code(), asio::error::operation_aborted);
   }
-  auto& memory = *recorder->blocking();
+  auto& memory = *paused.recorder->blocking();
+  const Event& e = paused.e;
   EXPECT_FALSE(memory.is_processed("billing", e.id));
   EXPECT_FALSE(memory.inspect("billing", e.id).claim.has_value()) << "the claim was not released";
   // The redelivery runs.
-  counts->pause = 0ms;
-  EXPECT_EQ(run(io, handler->handle_event(e, bus)), HandleResult::processed);
-  EXPECT_EQ(counts->runs(e.id), 1);
+  paused.counts->pause = 0ms;
+  EXPECT_EQ(run(paused.io, paused.handler->handle_event(e, paused.bus)), HandleResult::processed);
+  EXPECT_EQ(paused.counts->runs(e.id), 1);
 }
 
 TEST_P(AsyncHandlerModes, ManyCoroutinesOnOneLoopRunEachEventOnce) {
@@ -213,29 +243,22 @@ TEST_P(AsyncHandlerModes, TwoThreadLoop) {
   std::vector<Event> events;
   for (int i = 0; i < 200; ++i)
     events.push_back(make_event(idem::new_event_id()));
-  std::atomic<int> processed{0};
-  for (const auto& e : events) {
-    asio::co_spawn(io, handler->handle_event(e, bus), [&](std::exception_ptr err, HandleResult r) {
-      if (!err && r == HandleResult::processed) processed.fetch_add(1);
-    });
-  }
-  std::thread other([&] { io.run(); });
-  io.run();
-  other.join();
-  EXPECT_EQ(processed.load(), 200);
+  // Delivers every event on two threads at once; returns how many deliveries ended as `wanted`.
+  auto deliver_all = [&](HandleResult wanted) {
+    std::atomic<int> ended_as_wanted{0};
+    for (const auto& e : events) {
+      asio::co_spawn(io, handler->handle_event(e, bus),
+                     [&](std::exception_ptr err, HandleResult r) {
+                       if (!err && r == wanted) ended_as_wanted.fetch_add(1);
+                     });
+    }
+    idem::test::run_on_two_threads(io);
+    return ended_as_wanted.load();
+  };
+  EXPECT_EQ(deliver_all(HandleResult::processed), 200);
   EXPECT_EQ(counts->total(), 200);
   // Redelivered on two threads: all duplicates.
-  std::atomic<int> duplicates{0};
-  io.restart();
-  for (const auto& e : events) {
-    asio::co_spawn(io, handler->handle_event(e, bus), [&](std::exception_ptr err, HandleResult r) {
-      if (!err && r == HandleResult::duplicate) duplicates.fetch_add(1);
-    });
-  }
-  std::thread again([&] { io.run(); });
-  io.run();
-  again.join();
-  EXPECT_EQ(duplicates.load(), 200);
+  EXPECT_EQ(deliver_all(HandleResult::duplicate), 200);
   EXPECT_EQ(counts->total(), 200);
 }
 
@@ -246,26 +269,17 @@ INSTANTIATE_TEST_SUITE_P(Modes, AsyncHandlerModes,
                          });
 
 TEST(AsyncHandler, ExclusiveConcurrentDuplicateIsInProgress) {
-  asio::io_context io;
-  auto recorder = std::make_shared<AsyncMemoryRecorder>();
-  auto counts = std::make_shared<Counting>();
-  counts->pause = 10min;
-  auto handler = counting_handler(recorder, counts, HandlerMode::exclusive);
-  CollectingBusProxy bus("billing");
-  const Event e = make_event(idem::new_event_id());
-  asio::cancellation_signal signal;
-  auto first = asio::co_spawn(io, handler->handle_event(e, bus),
-                              asio::bind_cancellation_slot(signal.slot(), asio::use_future));
-  for (int i = 0; i < 1000 && !counts->started; ++i)
-    io.poll_one();
-  ASSERT_TRUE(counts->started);
-  auto second = asio::co_spawn(io, handler->handle_event(e, bus), asio::use_future);
+  PausedHandle first(HandlerMode::exclusive);
+  ASSERT_TRUE(first.counts->started);
+  auto& io = first.io;
+  auto second =
+      asio::co_spawn(io, first.handler->handle_event(first.e, first.bus), asio::use_future);
   for (int i = 0; i < 100 && second.wait_for(0s) != std::future_status::ready; ++i)
     io.poll_one();
   EXPECT_THROW(second.get(), idem::AlreadyInProgress);
-  signal.emit(asio::cancellation_type::terminal);
+  first.cancel.emit(asio::cancellation_type::terminal);
   io.run();
-  EXPECT_THROW(first.get(), std::system_error);
+  EXPECT_THROW(first.call.get(), std::system_error);
 }
 
 TEST(AsyncHandler, ExclusiveRenewsTheLeaseWhileHandleRuns) {
@@ -297,59 +311,53 @@ TEST(AsyncHandler, ExclusiveRenewsTheLeaseWhileHandleRuns) {
 
 TEST(AsyncHandler, ExclusiveRenewsOnTheInjectedClock) {
   asio::io_context io;
-  auto clock = std::make_shared<idem::testing::ManualClock>();
-  auto memory = std::make_shared<idem::InMemoryIdempotencyRecorder>(
-      idem::InMemoryRecorderOptions{.clock = clock});
-  auto recorder = std::make_shared<AsyncMemoryRecorder>(memory);
-  const Event e = make_event(idem::new_event_id());
+  OnManualClock on;
   int renewals = 0;
   // handle moves the clock a third of the lease at a time: each move makes a renewal due (no real
   // time needed); after two leases of the clock the claim is still held.
   auto handler = idem::async::make_async_idempotent_handler(
-      "billing", recorder,
+      "billing", on.recorder,
       [&](const std::string&, BusProxy&, const Event& event) -> Task<void> {
         asio::steady_timer timer(co_await asio::this_coro::executor);
         for (int i = 0; i < 6; ++i) {
-          const idem::WallTime before = memory->inspect("billing", event.id).claim->lease_until;
-          clock->advance(20s);
+          const idem::WallTime before = on.memory->inspect("billing", event.id).claim->lease_until;
+          on.clock->advance(20s);
           const auto give_up = std::chrono::steady_clock::now() + 10s;
-          while (memory->inspect("billing", event.id).claim->lease_until == before &&
+          while (on.memory->inspect("billing", event.id).claim->lease_until == before &&
                  std::chrono::steady_clock::now() < give_up) {
             timer.expires_after(1ms);
             co_await timer.async_wait(asio::use_awaitable);
           }
-          if (memory->inspect("billing", event.id).claim->lease_until == clock->wall_now() + 60s) {
+          if (on.memory->inspect("billing", event.id).claim->lease_until ==
+              on.clock->wall_now() + 60s) {
             ++renewals;
           }
         }
-        EXPECT_EQ(memory->claim("billing", event.id, 1min).status,
+        EXPECT_EQ(on.memory->claim("billing", event.id, 1min).status,
                   idem::Claim::Status::in_progress);
       },
-      HandlerOptions{.mode = HandlerMode::exclusive, .lease = 60s, .clock = clock});
+      HandlerOptions{.mode = HandlerMode::exclusive, .lease = 60s, .clock = on.clock});
   CollectingBusProxy bus("billing");
-  EXPECT_EQ(run(io, handler->handle_event(e, bus)), HandleResult::processed);
+  EXPECT_EQ(run(io, handler->handle_event(on.e, bus)), HandleResult::processed);
   EXPECT_EQ(renewals, 6);
-  EXPECT_TRUE(memory->is_processed("billing", e.id));
+  EXPECT_TRUE(on.memory->is_processed("billing", on.e.id));
 }
 
 TEST(AsyncHandler, ExclusiveTakenOverIsLeaseLost) {
   asio::io_context io;
-  auto clock = std::make_shared<idem::testing::ManualClock>();
-  auto memory = std::make_shared<idem::InMemoryIdempotencyRecorder>(
-      idem::InMemoryRecorderOptions{.clock = clock});
-  auto recorder = std::make_shared<AsyncMemoryRecorder>(memory);
-  const Event e = make_event(idem::new_event_id());
+  OnManualClock on;
   auto handler = idem::async::make_async_idempotent_handler(
-      "billing", recorder,
+      "billing", on.recorder,
       [&](const std::string&, BusProxy&, const Event& event) -> Task<void> {
-        clock->advance(2min);  // the 1 min lease lapses; another delivery takes over
-        EXPECT_EQ(memory->claim("billing", event.id, 1min).status, idem::Claim::Status::acquired);
+        on.clock->advance(2min);  // the 1 min lease lapses; another delivery takes over
+        EXPECT_EQ(on.memory->claim("billing", event.id, 1min).status,
+                  idem::Claim::Status::acquired);
         co_return;
       },
       HandlerOptions{.mode = HandlerMode::exclusive, .lease = 1min});
   CollectingBusProxy bus("billing");
-  EXPECT_THROW(run(io, handler->handle_event(e, bus)), idem::LeaseLost);
-  EXPECT_FALSE(memory->is_processed("billing", e.id));
+  EXPECT_THROW(run(io, handler->handle_event(on.e, bus)), idem::LeaseLost);
+  EXPECT_FALSE(on.memory->is_processed("billing", on.e.id));
 }
 
 TEST(AsyncHandler, ConstructionChecks) {
@@ -378,11 +386,8 @@ TEST(AsyncHandler, ConstructionChecks) {
 }
 
 TEST(AsyncHandler, BatchChecksAndMarksTheWindowOnce) {
-  asio::io_context io;
-  auto recorder = std::make_shared<AsyncMemoryRecorder>();
-  auto counts = std::make_shared<Counting>();
-  auto handler = counting_handler(recorder, counts, HandlerMode::check_then_mark);
-  CollectingBusProxy bus("billing");
+  CountingSetup setup(HandlerMode::check_then_mark);
+  auto& [io, recorder, counts, handler, bus] = setup;
   const std::string a = idem::new_event_id(), b = idem::new_event_id(), c = idem::new_event_id();
   recorder->blocking()->mark_processed("billing", c);
   std::vector<Event> window{make_event(a), make_event(b), make_event(a), make_event(c),
@@ -410,11 +415,8 @@ TEST(AsyncHandler, BatchChecksAndMarksTheWindowOnce) {
 }
 
 TEST(AsyncHandler, ExclusiveBatchRunsEachEvent) {
-  asio::io_context io;
-  auto recorder = std::make_shared<AsyncMemoryRecorder>();
-  auto counts = std::make_shared<Counting>();
-  auto handler = counting_handler(recorder, counts, HandlerMode::exclusive);
-  CollectingBusProxy bus("billing");
+  CountingSetup setup(HandlerMode::exclusive);
+  auto& [io, recorder, counts, handler, bus] = setup;
   const std::string a = idem::new_event_id();
   std::vector<Event> window{make_event(a), make_event(a)};
   auto outcomes = run(io, handler->handle_batch(window, bus));

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "../async_test_support.hpp"
+#include "../cancelled_after.hpp"
 #include "../thrown_by.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/async/resilient.hpp"
@@ -42,19 +43,25 @@ using idem::test::run;
 using idem::test::status_of;
 using Stores = idem::test::MemoryStores;
 
-TEST(AsyncJoin, OneOwnerManyCoroutineJoinersOneExecution) {
-  asio::io_context io;
-  Stores stores;
-  std::atomic<int> calls{0};
-  auto charge = idem::async::resilient(
-      [&](std::string order) -> Task<std::string> {
+// A "charge" keyed by its order on `stores`' coroutine face: each execution counts itself in
+// `calls` and takes `takes` before it returns "receipt-<order>".
+auto counted_charge(Stores& stores, std::atomic<int>& calls, std::chrono::milliseconds takes) {
+  return idem::async::resilient(
+      [&calls, takes](std::string order) -> Task<std::string> {
         ++calls;
-        co_await nap(30ms);
+        co_await nap(takes);
         co_return "receipt-" + order;
       },
       {.name = "charge",
        .idempotency_key = [](const std::string& order) { return order; },
        .idempotency_store = stores.async});
+}
+
+TEST(AsyncJoin, OneOwnerManyCoroutineJoinersOneExecution) {
+  asio::io_context io;
+  Stores stores;
+  std::atomic<int> calls{0};
+  auto charge = counted_charge(stores, calls, 30ms);
   std::vector<std::future<idem::OperationResult<std::string>>> results;
   for (int i = 0; i < 20; ++i) {
     results.push_back(asio::co_spawn(io, charge("o-1"), asio::use_future));
@@ -78,15 +85,7 @@ TEST(AsyncJoin, JoinerCancellationDetachesOnlyThatJoiner) {
   asio::io_context io;
   Stores stores;
   std::atomic<int> calls{0};
-  auto charge = idem::async::resilient(
-      [&](std::string order) -> Task<std::string> {
-        ++calls;
-        co_await nap(60ms);
-        co_return "receipt-" + order;
-      },
-      {.name = "charge",
-       .idempotency_key = [](const std::string& order) { return order; },
-       .idempotency_store = stores.async});
+  auto charge = counted_charge(stores, calls, 60ms);
   auto owner = asio::co_spawn(io, charge("o-2"), asio::use_future);
   asio::cancellation_signal cancel;
   auto quitter = asio::co_spawn(io, charge("o-2"),
@@ -111,15 +110,7 @@ TEST(AsyncJoin, JoinersRacingATimerLeaveOneByOneAndTheRestStillJoin) {
   asio::io_context io;
   Stores stores;
   std::atomic<int> calls{0};
-  auto charge = idem::async::resilient(
-      [&](std::string order) -> Task<std::string> {
-        ++calls;
-        co_await nap(60ms);
-        co_return "receipt-" + order;
-      },
-      {.name = "charge",
-       .idempotency_key = [](const std::string& order) { return order; },
-       .idempotency_store = stores.async});
+  auto charge = counted_charge(stores, calls, 60ms);
   auto impatient = [&]() -> Task<bool> {
     asio::steady_timer timer(co_await asio::this_coro::executor, 10ms);
     try {
@@ -289,13 +280,7 @@ TEST(AsyncJoin, CancelledOwnerReleasesItsClaimSoTheNextCallerExecutes) {
       {.name = "op",
        .idempotency_key = [](const std::string& k) { return k; },
        .idempotency_store = stores.async});
-  asio::cancellation_signal cancel;
-  auto owner =
-      asio::co_spawn(io, op("k"), asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
-  asio::steady_timer later(io, 10ms);
-  later.async_wait([&](asio::error_code) { cancel.emit(asio::cancellation_type::terminal); });
-  io.run();
-  const auto error = idem::test::thrown_by<idem::OperationError>([&] { owner.get(); });
+  const auto error = idem::test::operation_error_cancelled_after(io, op("k"), 10ms);
   ASSERT_TRUE(error) << "expected a cancelled OperationError";
   EXPECT_EQ(error->report().status, idem::OperationStatus::cancelled);
   EXPECT_FALSE(stores.memory->lookup(idem::scoped_idempotency_key("op", "k")).has_value());

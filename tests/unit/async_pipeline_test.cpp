@@ -283,24 +283,22 @@ TEST_F(AsyncPipeline, CallersResumedByAReplyRunAtOnceAndTheirCallsGoOutInOneWrit
   std::vector<std::string> order;
   std::shared_ptr<Outcome> a2;
   std::shared_ptr<Outcome> b2;
-  auto a = std::make_shared<Outcome>();
-  auto b = std::make_shared<Outcome>();
-  pipeline_->start(asio::bind_executor(io_,
-                                       [&, a](std::exception_ptr error, std::string value) {
-                                         a->done = !error;
-                                         a->value = value;
-                                         order.push_back("a");
-                                         a2 = call("a2");
-                                       }),
-                   LineCall{"a"});
-  pipeline_->start(asio::bind_executor(io_,
-                                       [&, b](std::exception_ptr error, std::string value) {
-                                         b->done = !error;
-                                         b->value = value;
-                                         order.push_back("b");
-                                         b2 = call("b2");
-                                       }),
-                   LineCall{"b"});
+  // Starts the call `line`; its completion records itself and starts the call `line`2 into `next`.
+  auto start_then_call_again = [&](const std::string& line, std::shared_ptr<Outcome>& next) {
+    auto outcome = std::make_shared<Outcome>();
+    pipeline_->start(asio::bind_executor(io_,
+                                         [&, outcome, line, into = &next](std::exception_ptr error,
+                                                                          std::string value) {
+                                           outcome->done = !error;
+                                           outcome->value = value;
+                                           order.push_back(line);
+                                           *into = call(line + "2");
+                                         }),
+                     LineCall{line});
+    return outcome;
+  };
+  auto a = start_then_call_again("a", a2);
+  auto b = start_then_call_again("b", b2);
   run_until([&] { return received() == "a\nb\n"; });
   const std::size_t writes = pipeline_->writes;
   reply("A\nB\n");

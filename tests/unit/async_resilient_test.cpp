@@ -4,13 +4,8 @@
 // metadata keys (as operation_parity_test.cpp checks them on the blocking face).
 #include <gtest/gtest.h>
 
-#include <asio/bind_cancellation_slot.hpp>
-#include <asio/cancellation_signal.hpp>
-#include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
 #include <asio/use_awaitable.hpp>
-#include <asio/use_future.hpp>
 #include <atomic>
 #include <chrono>
 #include <memory>
@@ -20,6 +15,7 @@
 #include <vector>
 
 #include "../async_test_support.hpp"
+#include "../cancelled_after.hpp"
 #include "../relprim_parity.hpp"
 #include "../thrown_by.hpp"
 #include "idem/async/resilient.hpp"
@@ -40,6 +36,12 @@ struct Flaky : std::runtime_error {
 };
 struct TooManyRequests : std::runtime_error {
   using std::runtime_error::runtime_error;
+};
+
+// An operation every attempt of which the provider turns away ("429").
+const auto always_rate_limited = []() -> Task<int> {
+  throw TooManyRequests("429");
+  co_return 0;
 };
 
 TEST(AsyncResilient, PlainCallReturnsValueAndReport) {
@@ -163,13 +165,7 @@ TEST(AsyncResilient, CallerCancellationStopsRetriesAndFallbacks) {
          ++fallbacks;
          co_return 2;
        }});
-  asio::cancellation_signal cancel;
-  auto future =
-      asio::co_spawn(io, op(), asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
-  asio::steady_timer later(io, 20ms);
-  later.async_wait([&](asio::error_code) { cancel.emit(asio::cancellation_type::terminal); });
-  io.run();
-  const auto error = idem::test::thrown_by<idem::OperationError>([&] { future.get(); });
+  const auto error = idem::test::operation_error_cancelled_after(io, op(), 20ms);
   ASSERT_TRUE(error) << "expected a cancelled OperationError";
   EXPECT_EQ(error->report().status, idem::OperationStatus::cancelled);
   ASSERT_EQ(error->report().attempts.size(), 1u);
@@ -188,13 +184,7 @@ TEST(AsyncResilient, CallerCancellationDuringBackoff) {
         co_return 0;
       },
       {.retries = 5, .backoff = {.base = 10s, .multiplier = 1.0, .cap = 10s, .jitter = 0.0}});
-  asio::cancellation_signal cancel;
-  auto future =
-      asio::co_spawn(io, op(), asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
-  asio::steady_timer later(io, 20ms);
-  later.async_wait([&](asio::error_code) { cancel.emit(asio::cancellation_type::terminal); });
-  io.run();
-  const auto error = idem::test::thrown_by<idem::OperationError>([&] { future.get(); });
+  const auto error = idem::test::operation_error_cancelled_after(io, op(), 20ms);
   ASSERT_TRUE(error) << "expected a cancelled OperationError";
   EXPECT_EQ(error->report().status, idem::OperationStatus::cancelled);
   EXPECT_EQ(calls, 1);
@@ -265,10 +255,7 @@ TEST(AsyncResilient, RateLimitWaitsTheProviderDelayOrGivesUp) {
   EXPECT_EQ(result.report.metadata.at("rate_limit_encountered"), "true");
 
   auto patient = idem::async::resilient(
-      []() -> Task<int> {
-        throw TooManyRequests("429");
-        co_return 0;
-      },
+      always_rate_limited,
       {.retries = 2,
        .rate_limit_on = idem::failures_of<TooManyRequests>(),
        .retry_after = [](const std::exception&) -> std::optional<std::chrono::nanoseconds> {
@@ -354,15 +341,11 @@ TEST(AsyncResilient, EveryAttemptAndEveryReportCarriesTheRateLimitKeys) {
 
   // The report's rate_limited and provider delay are the last attempt's; a wait too long leaves
   // that attempt's delay empty.
-  auto patient = idem::async::resilient(
-      []() -> Task<int> {
-        throw TooManyRequests("429");
-        co_return 0;
-      },
-      {.retries = 2,
-       .rate_limit_on = idem::failures_of<TooManyRequests>(),
-       .retry_after = asks_for(120s),
-       .clock = manual_clock()});
+  auto patient = idem::async::resilient(always_rate_limited,
+                                        {.retries = 2,
+                                         .rate_limit_on = idem::failures_of<TooManyRequests>(),
+                                         .retry_after = asks_for(120s),
+                                         .clock = manual_clock()});
   const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, patient()); });
   ASSERT_TRUE(error) << "expected OperationError";
   ASSERT_EQ(error->report().attempts.size(), 1u);
@@ -379,10 +362,7 @@ TEST(AsyncResilient, AFailingExtractorsErrorIsTheAttemptsFailure) {
   asio::io_context io;
   auto sink = std::make_shared<idem::InMemoryEventSink>();
   auto op = idem::async::resilient(
-      []() -> Task<int> {
-        throw TooManyRequests("429");
-        co_return 0;
-      },
+      always_rate_limited,
       {.retries = 3,
        .rate_limit_on = idem::failures_of<TooManyRequests>(),
        .retry_after = [](const std::exception&) -> std::optional<std::chrono::nanoseconds> {

@@ -3,7 +3,6 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
-#include <barrier>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -11,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "../run_together.hpp"
 #include "../thrown_by.hpp"
 #include "idem/events.hpp"
 #include "idem/resilient.hpp"
@@ -230,28 +230,21 @@ TEST(CircuitBreaker, HalfOpenLetsExactlyOneOfEightConcurrentCallersProbe) {
     fail_once(*breaker);
     clock->advance(1s);
     constexpr int kCallers = 8;
-    std::barrier start(kCallers);
     std::atomic<int> probes{0};
     std::atomic<int> rejected{0};
     std::mutex permits_mutex;
     std::vector<CircuitBreaker::Permit> permits;  // hold every admission until all have tried
-    std::vector<std::thread> threads;
-    for (int i = 0; i < kCallers; ++i) {
-      threads.emplace_back([&] {
-        start.arrive_and_wait();
-        try {
-          auto permit = breaker->acquire();
-          if (permit.is_probe()) ++probes;
-          std::lock_guard lock(permits_mutex);
-          permits.push_back(std::move(permit));
-        } catch (const CircuitOpenError& e) {
-          EXPECT_EQ(e.state(), CircuitState::half_open);
-          ++rejected;
-        }
-      });
-    }
-    for (auto& t : threads)
-      t.join();
+    idem::test::run_together(kCallers, [&](int) {
+      try {
+        auto permit = breaker->acquire();
+        if (permit.is_probe()) ++probes;
+        std::lock_guard lock(permits_mutex);
+        permits.push_back(std::move(permit));
+      } catch (const CircuitOpenError& e) {
+        EXPECT_EQ(e.state(), CircuitState::half_open);
+        ++rejected;
+      }
+    });
     EXPECT_EQ(probes.load(), 1);
     EXPECT_EQ(rejected.load(), kCallers - 1);
     ASSERT_EQ(permits.size(), 1u);

@@ -23,6 +23,7 @@
 #include <typeindex>
 #include <vector>
 
+#include "../eventually.hpp"
 #include "idem/error.hpp"
 #include "idem/key.hpp"
 #include "idem/memory_store.hpp"
@@ -55,17 +56,7 @@ class Gate {
   bool open_ = false;
 };
 
-// Spins (yielding) until `pred` holds. A generous real-time bound turns a bug into a failure
-// instead of a hung test; it is not a timing assertion.
-template <class Pred>
-bool eventually(Pred pred) {
-  const auto give_up = std::chrono::steady_clock::now() + 60s;
-  while (!pred()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using idem::test::eventually;
 
 // Forwards to another store, counting and optionally pausing calls, and optionally pretending
 // to be a durable store (needs_bytes: objects are dropped, only bytes are kept).

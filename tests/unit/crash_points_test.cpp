@@ -11,14 +11,13 @@
 #include <stdlib.h>
 
 #include <atomic>
-#include <barrier>
 #include <chrono>
 #include <memory>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "../run_together.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
@@ -410,23 +409,16 @@ TEST(CrashingRecorder, ManyThreadsCountEveryFiring) {
       inner, CrashPlan{CrashPoint::during_complete, CrashAction::throw_});
   constexpr int kThreads = 8;
   constexpr int kEach = 50;
-  std::barrier start(kThreads);
   std::atomic<int> thrown{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (int i = 0; i < kEach; ++i) {
-        try {
-          crashing->mark_processed("c", "e" + std::to_string(t) + "-" + std::to_string(i));
-        } catch (const InjectedCrash&) {
-          ++thrown;
-        }
+  idem::test::run_together(kThreads, [&](int t) {
+    for (int i = 0; i < kEach; ++i) {
+      try {
+        crashing->mark_processed("c", "e" + std::to_string(t) + "-" + std::to_string(i));
+      } catch (const InjectedCrash&) {
+        ++thrown;
       }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+    }
+  });
   EXPECT_EQ(thrown.load(), kThreads * kEach);
   EXPECT_EQ(crashing->fired(), static_cast<std::uint64_t>(kThreads * kEach));
   EXPECT_EQ(inner->consumer_counts().at(0).processed, static_cast<std::uint64_t>(kThreads * kEach));

@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "../run_together.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/testing/manual_clock.hpp"
 
@@ -477,32 +478,25 @@ TEST(ExclusiveMode, EightThreadsRaceOverTheSameEventsAndEachRunsOnce) {
   std::atomic<int> processed{0};
   std::atomic<int> in_progress{0};
   std::atomic<int> errors{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      idem::CollectingBusProxy bus;
-      start.arrive_and_wait();
-      for (int n = 0; n < kEvents; ++n) {
-        const auto& event = events[static_cast<std::size_t>(t % 2 == 0 ? n : kEvents - 1 - n)];
-        // A transport redelivers an AlreadyInProgress event until it is processed or dropped.
-        while (true) {
-          try {
-            if ((*handler)(event, bus) == HandleResult::processed) processed++;
-            break;
-          } catch (const idem::AlreadyInProgress&) {
-            in_progress++;
-            std::this_thread::yield();
-          } catch (...) {
-            errors++;
-            break;
-          }
+  idem::test::run_together(kThreads, [&](int t) {
+    idem::CollectingBusProxy bus;
+    for (int n = 0; n < kEvents; ++n) {
+      const auto& event = events[static_cast<std::size_t>(t % 2 == 0 ? n : kEvents - 1 - n)];
+      // A transport redelivers an AlreadyInProgress event until it is processed or dropped.
+      while (true) {
+        try {
+          if ((*handler)(event, bus) == HandleResult::processed) processed++;
+          break;
+        } catch (const idem::AlreadyInProgress&) {
+          in_progress++;
+          std::this_thread::yield();
+        } catch (...) {
+          errors++;
+          break;
         }
       }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+    }
+  });
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(processed.load(), kEvents);
   for (int i = 0; i < kEvents; ++i) {

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <stdexcept>
@@ -33,6 +34,13 @@ class Calls {
     std::lock_guard lock(mutex_);
     return count_;
   }
+  // A renewal that counts its call here and answers `renewed`.
+  std::function<bool()> renewal(bool renewed) {
+    return [this, renewed] {
+      hit();
+      return renewed;
+    };
+  }
   // True once count() >= n (false after 10 s: a renewal that never came).
   bool await(int n) const {
     std::unique_lock lock(mutex_);
@@ -45,14 +53,25 @@ class Calls {
   int count_ = 0;
 };
 
+// Moves `clock` a third of a 30 ms lease on, when its first renewal is due; true once it ran.
+bool first_renewal_of_30ms_lease(ManualClock& clock, const Calls& calls) {
+  clock.advance(10ms);
+  return calls.await(1);
+}
+
+// The count of calls once `clock` has moved past every renewal a 30 ms lease would have had due
+// and the renewal thread had time to act: unchanged when nothing renews any more.
+int count_after_a_long_time(ManualClock& clock, const Calls& calls) {
+  clock.advance(100ms);
+  std::this_thread::sleep_for(20ms);
+  return calls.count();
+}
+
 TEST(LeaseRenewer, RenewsEveryThirdOfTheLeaseOnTheInjectedClock) {
   auto clock = std::make_shared<ManualClock>();
   LeaseRenewer renewer("test");
   Calls calls;
-  auto lease = renewer.add(clock, 300ms, [&] {
-    calls.hit();
-    return true;
-  });
+  auto lease = renewer.add(clock, 300ms, calls.renewal(true));
   // No real time moves a manual clock: nothing is due yet, however long we wait.
   std::this_thread::sleep_for(20ms);
   EXPECT_EQ(calls.count(), 0);
@@ -71,18 +90,13 @@ TEST(LeaseRenewer, ARefusedRenewalMarksTheLeaseLostAndStops) {
   auto clock = std::make_shared<ManualClock>();
   LeaseRenewer renewer("test");
   Calls calls;
-  auto lease = renewer.add(clock, 30ms, [&] {
-    calls.hit();
-    return false;  // fenced off: another owner took the claim over
-  });
-  clock->advance(10ms);
-  ASSERT_TRUE(calls.await(1));
+  // Refused: fenced off, another owner took the claim over.
+  auto lease = renewer.add(clock, 30ms, calls.renewal(false));
+  ASSERT_TRUE(first_renewal_of_30ms_lease(*clock, calls));
   for (int i = 0; i < 200 && !lease->lost(); ++i)
     std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(lease->lost());
-  clock->advance(100ms);
-  std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(calls.count(), 1) << "a lost lease is not renewed again";
+  EXPECT_EQ(count_after_a_long_time(*clock, calls), 1) << "a lost lease is not renewed again";
   renewer.remove(lease);  // harmless after it stopped
 }
 
@@ -94,8 +108,7 @@ TEST(LeaseRenewer, AFailingRenewalIsTriedAgainNextPeriod) {
     calls.hit();
     throw std::runtime_error("store unreachable");
   });
-  clock->advance(10ms);
-  ASSERT_TRUE(calls.await(1));
+  ASSERT_TRUE(first_renewal_of_30ms_lease(*clock, calls));
   clock->advance(10ms);
   ASSERT_TRUE(calls.await(2));
   EXPECT_FALSE(lease->lost()) << "an error is not a lost claim";
@@ -106,20 +119,14 @@ TEST(LeaseRenewer, RemoveStopsRenewing) {
   auto clock = std::make_shared<ManualClock>();
   LeaseRenewer renewer("test");
   Calls calls;
-  auto lease = renewer.add(clock, 30ms, [&] {
-    calls.hit();
-    return true;
-  });
-  clock->advance(10ms);
-  ASSERT_TRUE(calls.await(1));
+  auto lease = renewer.add(clock, 30ms, calls.renewal(true));
+  ASSERT_TRUE(first_renewal_of_30ms_lease(*clock, calls));
   renewer.remove(lease);
   renewer.remove(nullptr);  // ignored
   // A renewal decided before remove() may still land; after that, none.
   std::this_thread::sleep_for(20ms);
   const int after_remove = calls.count();
-  clock->advance(100ms);
-  std::this_thread::sleep_for(20ms);
-  EXPECT_EQ(calls.count(), after_remove);
+  EXPECT_EQ(count_after_a_long_time(*clock, calls), after_remove);
 }
 
 TEST(LeaseRenewer, EachLeaseKeepsItsOwnClockAndPeriod) {
@@ -128,14 +135,8 @@ TEST(LeaseRenewer, EachLeaseKeepsItsOwnClockAndPeriod) {
   LeaseRenewer renewer("test");
   Calls fast;
   Calls slow;
-  auto a = renewer.add(fast_clock, 30ms, [&] {
-    fast.hit();
-    return true;
-  });
-  auto b = renewer.add(slow_clock, 3s, [&] {
-    slow.hit();
-    return true;
-  });
+  auto a = renewer.add(fast_clock, 30ms, fast.renewal(true));
+  auto b = renewer.add(slow_clock, 3s, slow.renewal(true));
   for (int i = 1; i <= 3; ++i) {
     fast_clock->advance(10ms);
     ASSERT_TRUE(fast.await(i));
@@ -150,10 +151,7 @@ TEST(LeaseRenewer, EachLeaseKeepsItsOwnClockAndPeriod) {
 TEST(LeaseRenewer, TheSystemClockRenewsOnRealTime) {
   LeaseRenewer renewer("test");
   Calls calls;
-  auto lease = renewer.add(nullptr, 30ms, [&] {  // null: the system clock
-    calls.hit();
-    return true;
-  });
+  auto lease = renewer.add(nullptr, 30ms, calls.renewal(true));  // null: the system clock
   ASSERT_TRUE(calls.await(3));
   renewer.remove(lease);
 }

@@ -8,12 +8,12 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
-#include <latch>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../run_together.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -179,36 +179,25 @@ TEST_F(MemoryRecorder, PurgeRacesWithWritersSafely) {
   constexpr int kWriters = 6;
   constexpr int kPerWriter = 2'000;
   std::atomic<int> errors{0};
-  std::atomic<bool> writing{true};
-  std::latch start(kWriters + 1);
-  std::vector<std::thread> threads;
-  for (int w = 0; w < kWriters; ++w) {
-    threads.emplace_back([&, w] {
-      start.arrive_and_wait();
-      for (int i = 0; i < kPerWriter; ++i) {
-        const std::string id = std::to_string(w) + ":" + std::to_string(i);
-        try {
-          recorder_.mark_processed("c", id);
-          const Claim claim = recorder_.claim("d", id, 24h * 365 * 10);
-          if (claim.status != Claim::Status::acquired) errors++;
-          if (!recorder_.complete("d", id, claim.token)) errors++;
-        } catch (...) {
-          errors++;
+  idem::test::run_together_while(
+      kWriters,
+      [&](int w) {
+        for (int i = 0; i < kPerWriter; ++i) {
+          const std::string id = std::to_string(w) + ":" + std::to_string(i);
+          try {
+            recorder_.mark_processed("c", id);
+            const Claim claim = recorder_.claim("d", id, 24h * 365 * 10);
+            if (claim.status != Claim::Status::acquired) errors++;
+            if (!recorder_.complete("d", id, claim.token)) errors++;
+          } catch (...) {
+            errors++;
+          }
         }
-      }
-    });
-  }
-  threads.emplace_back([&] {
-    start.arrive_and_wait();
-    while (writing.load()) {
-      clock_->advance(1s);
-      recorder_.purge(1h);
-    }
-  });
-  for (int w = 0; w < kWriters; ++w)
-    threads[static_cast<std::size_t>(w)].join();
-  writing = false;
-  threads.back().join();
+      },
+      [&] {
+        clock_->advance(1s);
+        recorder_.purge(1h);
+      });
   EXPECT_EQ(errors.load(), 0);
   EXPECT_EQ(recorder_.claim_count(), 0u);
 }
@@ -429,31 +418,20 @@ TEST_F(MemoryRecorder, OneShardUnderContentionLosesNoMarker) {
   InMemoryIdempotencyRecorder recorder({.clock = clock_, .shards = 1});
   constexpr int kThreads = 6;
   constexpr int kPerThread = 2'000;
-  std::atomic<bool> marking{true};
-  std::latch start(kThreads + 1);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      // Threads 2k and 2k+1 mark the same ids, each checking first.
-      for (int i = 0; i < kPerThread; ++i) {
-        const std::string id = "e" + std::to_string(t / 2) + "-" + std::to_string(i);
-        if (!recorder.is_processed("c", id)) recorder.mark_processed("c", id);
-      }
-    });
-  }
-  threads.emplace_back([&] {
-    start.arrive_and_wait();
-    while (marking.load()) {
-      EXPECT_EQ(recorder.purge(24h), 0u);  // nothing is that old: a sweep under the lock
-      static_cast<void>(recorder.consumer_counts());
-      std::this_thread::sleep_for(200us);
-    }
-  });
-  for (int t = 0; t < kThreads; ++t)
-    threads[static_cast<std::size_t>(t)].join();
-  marking = false;
-  threads.back().join();
+  idem::test::run_together_while(
+      kThreads,
+      [&](int t) {
+        // Threads 2k and 2k+1 mark the same ids, each checking first.
+        for (int i = 0; i < kPerThread; ++i) {
+          const std::string id = "e" + std::to_string(t / 2) + "-" + std::to_string(i);
+          if (!recorder.is_processed("c", id)) recorder.mark_processed("c", id);
+        }
+      },
+      [&] {
+        EXPECT_EQ(recorder.purge(24h), 0u);  // nothing is that old: a sweep under the lock
+        static_cast<void>(recorder.consumer_counts());
+        std::this_thread::sleep_for(200us);
+      });
   EXPECT_EQ(recorder.marker_count(), static_cast<std::size_t>(kThreads / 2 * kPerThread));
   for (int pair = 0; pair < kThreads / 2; ++pair) {
     for (int i = 0; i < kPerThread; ++i)

@@ -7,12 +7,12 @@
 
 #include <atomic>
 #include <chrono>
-#include <latch>
 #include <string>
 #include <thread>
 #include <typeindex>
 #include <vector>
 
+#include "../run_together.hpp"
 #include "idem/error.hpp"
 #include "idem/testing/manual_clock.hpp"
 
@@ -156,27 +156,20 @@ TEST_F(MemoryStoreTest, CapacityHoldsUnderConcurrentClaims) {
   constexpr int kThreads = 8;
   constexpr int kKeysPerThread = 100;
   auto store = make({.capacity = 100});
-  std::latch start(kThreads);
   std::atomic<int> acquired{0};
   std::atomic<int> refused{0};
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (int i = 0; i < kKeysPerThread; ++i) {
-        try {
-          const std::string key = "t" + std::to_string(t) + "-" + std::to_string(i);
-          if (store->claim(key, std::nullopt, 30s).status == ClaimOutcome::Status::acquired) {
-            ++acquired;
-          }
-        } catch (const idem::StoreError&) {
-          ++refused;
+  idem::test::run_together(kThreads, [&](int t) {
+    for (int i = 0; i < kKeysPerThread; ++i) {
+      try {
+        const std::string key = "t" + std::to_string(t) + "-" + std::to_string(i);
+        if (store->claim(key, std::nullopt, 30s).status == ClaimOutcome::Status::acquired) {
+          ++acquired;
         }
+      } catch (const idem::StoreError&) {
+        ++refused;
       }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+    }
+  });
   EXPECT_EQ(acquired.load(), 100);
   EXPECT_EQ(refused.load(), kThreads * kKeysPerThread - 100);
   EXPECT_EQ(store->entry_count(), 100u);
@@ -214,30 +207,23 @@ TEST_F(MemoryStoreTest, ManyThreadsManyKeysOneOwnerEach) {
   constexpr int kKeys = 2'000;
   auto store = make({.shards = 4});
   std::vector<std::atomic<int>> owners(kKeys);
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (int i = 0; i < kKeys; ++i) {
-        const int k = (i + t * 37) % kKeys;  // threads walk the keys in different orders
-        const std::string key = "key-" + std::to_string(k);
-        const auto outcome = store->claim(key, std::nullopt, 30s);
-        if (outcome.status == ClaimOutcome::Status::acquired) {
-          ++owners[k];
-          EXPECT_TRUE(store->renew(key, outcome.token, 30s));
-          EXPECT_TRUE(store->complete(key, outcome.token, text(key), {}, 1h));
-        } else {
-          EXPECT_TRUE(outcome.status == ClaimOutcome::Status::in_progress ||
-                      outcome.status == ClaimOutcome::Status::completed);
-        }
-        if (i % 500 == 0) store->purge_expired();
-        (void)store->lookup(key);
+  idem::test::run_together(kThreads, [&](int t) {
+    for (int i = 0; i < kKeys; ++i) {
+      const int k = (i + t * 37) % kKeys;  // threads walk the keys in different orders
+      const std::string key = "key-" + std::to_string(k);
+      const auto outcome = store->claim(key, std::nullopt, 30s);
+      if (outcome.status == ClaimOutcome::Status::acquired) {
+        ++owners[k];
+        EXPECT_TRUE(store->renew(key, outcome.token, 30s));
+        EXPECT_TRUE(store->complete(key, outcome.token, text(key), {}, 1h));
+      } else {
+        EXPECT_TRUE(outcome.status == ClaimOutcome::Status::in_progress ||
+                    outcome.status == ClaimOutcome::Status::completed);
       }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+      if (i % 500 == 0) store->purge_expired();
+      (void)store->lookup(key);
+    }
+  });
   for (int k = 0; k < kKeys; ++k)
     ASSERT_EQ(owners[k].load(), 1) << "key-" << k;
   EXPECT_EQ(store->entry_count(), static_cast<std::size_t>(kKeys));

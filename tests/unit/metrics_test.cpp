@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "../run_together.hpp"
 #include "idem/circuit_breaker.hpp"
 #include "idem/handler.hpp"
 #include "idem/idempotency.hpp"
@@ -383,33 +384,22 @@ TEST(Metrics, ThreadsObservingWhileAnotherScrapesAddUp) {
   constexpr int kThreads = 8;
   constexpr int kEach = 5000;
   Metrics metrics;
-  std::atomic<bool> done{false};
-  std::latch start(kThreads + 1);
-  std::thread scraper([&] {
-    start.arrive_and_wait();
-    while (!done.load()) {
-      const std::string text = metrics.prometheus();
-      EXPECT_FALSE(text.empty());
-    }
-  });
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      const std::string name = "name-" + std::to_string(t % 3);
-      start.arrive_and_wait();
-      for (int i = 0; i < kEach; ++i) {
-        metrics.on_call({.operation = name, .outcome = CallOutcome::replayed, .duration = 1ms});
-        metrics.on_delivery({.consumer = name,
-                             .event_id = "e",
-                             .outcome = DeliveryOutcome::processed,
-                             .handler_duration = 2ms});
-      }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
-  done = true;
-  scraper.join();
+  idem::test::run_together_while(
+      kThreads,
+      [&](int t) {
+        const std::string name = "name-" + std::to_string(t % 3);
+        for (int i = 0; i < kEach; ++i) {
+          metrics.on_call({.operation = name, .outcome = CallOutcome::replayed, .duration = 1ms});
+          metrics.on_delivery({.consumer = name,
+                               .event_id = "e",
+                               .outcome = DeliveryOutcome::processed,
+                               .handler_duration = 2ms});
+        }
+      },
+      [&] {
+        const std::string text = metrics.prometheus();
+        EXPECT_FALSE(text.empty());
+      });
   std::uint64_t calls = 0;
   std::uint64_t deliveries = 0;
   double handler_seconds = 0;

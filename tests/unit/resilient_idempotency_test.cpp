@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "../eventually.hpp"
 #include "../thrown_by.hpp"
 #include "idem/circuit_breaker.hpp"
 #include "idem/events.hpp"
@@ -39,17 +40,7 @@ struct Receipt {
   int amount = 0;
 };
 
-// Spins (yielding) until `condition` holds. A generous real-time guard turns a bug into a
-// failure instead of a hang; nothing is asserted about how long it took.
-template <class Condition>
-bool eventually(Condition condition) {
-  const auto guard = std::chrono::steady_clock::now() + 60s;
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > guard) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using idem::test::eventually;
 
 // The key the coordinator sees for `key` of the operation named `name`.
 std::string scoped(const std::string& name, const std::string& key) {

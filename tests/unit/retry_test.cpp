@@ -183,6 +183,15 @@ TEST(RetryPolicyValidation, RejectsBadMaxAttempts) {
 
 // --- through a resilient operation ---
 
+// An operation body that counts its calls in `calls` and throws `failure` from every one.
+template <class E>
+auto counted_throwing(std::atomic<int>& calls, E failure) {
+  return [&calls, failure]() -> int {
+    ++calls;
+    throw failure;
+  };
+}
+
 TEST(RetryInOperation, RetriesUntilSuccessAndRecordsTheBackoff) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
@@ -211,12 +220,9 @@ TEST(RetryInOperation, RetriesUntilSuccessAndRecordsTheBackoff) {
 TEST(RetryInOperation, GivesUpAfterRetriesPlusOneAttempts) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
-  auto op = idem::resilient(
-      [&]() -> int {
-        ++calls;
-        throw std::runtime_error("down");
-      },
-      {.retries = 2, .backoff = {.base = 10ms, .jitter = 0.0}, .clock = clock});
+  auto op =
+      idem::resilient(counted_throwing(calls, std::runtime_error("down")),
+                      {.retries = 2, .backoff = {.base = 10ms, .jitter = 0.0}, .clock = clock});
   const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(); });
   ASSERT_TRUE(error) << "expected OperationError";
   EXPECT_EQ(calls.load(), 3);
@@ -229,12 +235,7 @@ TEST(RetryInOperation, GivesUpAfterRetriesPlusOneAttempts) {
 TEST(RetryInOperation, NoRetriesByDefault) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
-  auto op = idem::resilient(
-      [&]() -> int {
-        ++calls;
-        throw std::runtime_error("down");
-      },
-      {.clock = clock});
+  auto op = idem::resilient(counted_throwing(calls, std::runtime_error("down")), {.clock = clock});
   EXPECT_THROW(op(), idem::OperationError);
   EXPECT_EQ(calls.load(), 1);
   EXPECT_TRUE(clock->sleeps().empty());
@@ -291,10 +292,8 @@ TEST(RetryInOperation, JitteredDelaysStayWithinBounds) {
 TEST(RetryInOperation, InDoubtFailureIsNotRetriedUnlessOptedIn) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
-  auto body = [&]() -> int {
-    ++calls;
-    throw idem::StoreError("commit outcome unknown", /*retryable=*/true, /*in_doubt=*/true);
-  };
+  auto body = counted_throwing(
+      calls, idem::StoreError("commit outcome unknown", /*retryable=*/true, /*in_doubt=*/true));
   auto cautious = idem::resilient(body, {.retries = 3, .clock = clock});
   const auto error = idem::test::thrown_by<idem::OperationError>([&] { cautious(); });
   ASSERT_TRUE(error) << "expected OperationError";
@@ -328,12 +327,9 @@ TEST(RetryInOperation, RetryOnPredicateDecides) {
 TEST(RetryInOperation, NonRetryableIdemErrorStopsAtOnce) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
-  auto op = idem::resilient(
-      [&]() -> int {
-        ++calls;
-        throw idem::InvalidArgument("amount must be positive");
-      },
-      {.retries = 5, .clock = clock});
+  auto op =
+      idem::resilient(counted_throwing(calls, idem::InvalidArgument("amount must be positive")),
+                      {.retries = 5, .clock = clock});
   EXPECT_THROW(op(), idem::OperationError);
   EXPECT_EQ(calls.load(), 1);
 }
@@ -341,12 +337,7 @@ TEST(RetryInOperation, NonRetryableIdemErrorStopsAtOnce) {
 TEST(RetryInOperation, NonStdExceptionsAreNotRetriedAndKeepTheirType) {
   auto clock = std::make_shared<ManualClock>();
   std::atomic<int> calls{0};
-  auto op = idem::resilient(
-      [&]() -> int {
-        ++calls;
-        throw 42;
-      },
-      {.retries = 5, .clock = clock});
+  auto op = idem::resilient(counted_throwing(calls, 42), {.retries = 5, .clock = clock});
   const auto error = idem::test::thrown_by<idem::OperationError>([&] { op(); });
   ASSERT_TRUE(error) << "expected OperationError";
   EXPECT_EQ(calls.load(), 1);

@@ -23,7 +23,9 @@
 #include <vector>
 
 #include "../../backends/sqlite/src/connection.hpp"  // the error mapping, tested directly
+#include "../run_together.hpp"
 #include "../sqlite_raw_db.hpp"
+#include "../sqlite_test_support.hpp"
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
@@ -50,35 +52,14 @@ constexpr const char* kInfinityBusSchema =
     "CREATE TABLE IF NOT EXISTS processed_log ( consumer TEXT NOT NULL, event_id TEXT NOT NULL,"
     " ts TEXT NOT NULL, PRIMARY KEY (consumer, event_id))";
 
-SqliteOptions with_clock(std::shared_ptr<ManualClock> clock) {
-  SqliteOptions options;
-  options.clock = std::move(clock);
-  return options;
-}
+using idem::test::contains;
+using idem::test::file_bytes;
+using idem::test::with_clock;
 
 // Runs `fn` and returns the SqliteError it threw (fails the test if it threw nothing else).
 template <class Fn>
 std::optional<SqliteError> sqlite_error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const SqliteError& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected a SqliteError, got: " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "expected a SqliteError, nothing was thrown";
-  return std::nullopt;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
-
-// Every byte of a file ("" when it does not exist).
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return idem::test::error_thrown_by<SqliteError>(std::forward<Fn>(fn), "a SqliteError");
 }
 
 bool exists(const std::string& path) {
@@ -611,26 +592,19 @@ TEST(SqliteRecorderGroupCommit, EightThreadsMarkEverythingOnce) {
   for (int i = 0; i < kPerThread; ++i)
     shared.push_back(idem::new_event_id());
   std::atomic<int> errors{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      for (int i = 0; i < kPerThread; ++i) {
-        try {
-          const std::string own = "t" + std::to_string(t) + "-" + std::to_string(i);
-          recorder.mark_processed("billing", own);
-          // Returned means committed: visible to a fresh read at once.
-          if (!recorder.is_processed("billing", own)) errors.fetch_add(1);
-          recorder.mark_processed("billing", shared[static_cast<std::size_t>(i)]);  // 8x each
-        } catch (const std::exception& e) {
-          if (errors.fetch_add(1) == 0) ADD_FAILURE() << e.what();
-        }
+  idem::test::run_together(kThreads, [&](int t) {
+    for (int i = 0; i < kPerThread; ++i) {
+      try {
+        const std::string own = "t" + std::to_string(t) + "-" + std::to_string(i);
+        recorder.mark_processed("billing", own);
+        // Returned means committed: visible to a fresh read at once.
+        if (!recorder.is_processed("billing", own)) errors.fetch_add(1);
+        recorder.mark_processed("billing", shared[static_cast<std::size_t>(i)]);  // 8x each
+      } catch (const std::exception& e) {
+        if (errors.fetch_add(1) == 0) ADD_FAILURE() << e.what();
       }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+    }
+  });
   EXPECT_EQ(errors.load(), 0);
   const auto stats = recorder.stats();
   EXPECT_EQ(stats.marks, 2u * kThreads * kPerThread);
@@ -675,20 +649,13 @@ TEST(SqliteRecorderGroupCommit, FailedBatchFailsEveryMarkAndMarksNone) {
   other.exec("BEGIN IMMEDIATE");
   constexpr int kThreads = 8;
   std::atomic<int> busy{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      start.arrive_and_wait();
-      try {
-        recorder.mark_processed("billing", "f" + std::to_string(t));
-      } catch (const idem::Error& e) {
-        if (e.code() == ErrorCode::store_busy && e.retryable()) busy.fetch_add(1);
-      }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+  idem::test::run_together(kThreads, [&](int t) {
+    try {
+      recorder.mark_processed("billing", "f" + std::to_string(t));
+    } catch (const idem::Error& e) {
+      if (e.code() == ErrorCode::store_busy && e.retryable()) busy.fetch_add(1);
+    }
+  });
   other.exec("ROLLBACK");
   EXPECT_EQ(busy.load(), kThreads);
   for (int t = 0; t < kThreads; ++t) {
@@ -867,30 +834,23 @@ TEST(SqliteRecorderClaims, ManyThreadsOnTwoRecordersAcquireOncePerId) {
     ids.push_back(idem::new_event_id());
   std::vector<std::atomic<int>> acquired(kIds);
   std::atomic<int> errors{0};
-  std::latch start(kThreads);
-  std::vector<std::thread> threads;
-  for (int t = 0; t < kThreads; ++t) {
-    threads.emplace_back([&, t] {
-      SqliteIdempotencyRecorder& recorder = (t % 2 == 0) ? first : second;
-      start.arrive_and_wait();
-      for (int n = 0; n < kIds; ++n) {
-        const int i = (t % 4 < 2) ? n : kIds - 1 - n;
-        try {
-          const auto claim = recorder.claim("billing", ids[static_cast<std::size_t>(i)], 1h);
-          if (claim.status == Claim::Status::acquired) {
-            acquired[static_cast<std::size_t>(i)].fetch_add(1);
-            if (!recorder.complete("billing", ids[static_cast<std::size_t>(i)], claim.token)) {
-              errors.fetch_add(1);
-            }
+  idem::test::run_together(kThreads, [&](int t) {
+    SqliteIdempotencyRecorder& recorder = (t % 2 == 0) ? first : second;
+    for (int n = 0; n < kIds; ++n) {
+      const int i = (t % 4 < 2) ? n : kIds - 1 - n;
+      try {
+        const auto claim = recorder.claim("billing", ids[static_cast<std::size_t>(i)], 1h);
+        if (claim.status == Claim::Status::acquired) {
+          acquired[static_cast<std::size_t>(i)].fetch_add(1);
+          if (!recorder.complete("billing", ids[static_cast<std::size_t>(i)], claim.token)) {
+            errors.fetch_add(1);
           }
-        } catch (...) {
-          errors.fetch_add(1);
         }
+      } catch (...) {
+        errors.fetch_add(1);
       }
-    });
-  }
-  for (auto& thread : threads)
-    thread.join();
+    }
+  });
   EXPECT_EQ(errors.load(), 0);
   for (int i = 0; i < kIds; ++i) {
     EXPECT_EQ(acquired[static_cast<std::size_t>(i)].load(), 1) << "id #" << i;

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../sqlite_raw_db.hpp"
+#include "../sqlite_test_support.hpp"
 #include "../temp_dir.hpp"
 #include "idem/error.hpp"
 #include "idem/resilient.hpp"
@@ -41,7 +42,6 @@ namespace {
 using idem::ClaimOutcome;
 using idem::ErrorCode;
 using idem::IdempotencyRecord;
-using idem::sqlite::SqliteError;
 using idem::sqlite::SqliteIdempotencyRecorder;
 using idem::sqlite::SqliteIdempotencyStore;
 using idem::sqlite::SqliteOptions;
@@ -51,29 +51,14 @@ using namespace std::chrono_literals;
 using idem::test::RawDb;
 using idem::test::TempDir;
 
-SqliteOptions with_clock(std::shared_ptr<ManualClock> clock) {
-  SqliteOptions options;
-  options.clock = std::move(clock);
-  return options;
-}
-
-bool contains(const std::string& text, const std::string& part) {
-  return text.find(part) != std::string::npos;
-}
+using idem::test::contains;
+using idem::test::file_bytes;
+using idem::test::with_clock;
 
 // Runs `fn` and returns the idem::Error it threw (fails the test if it threw nothing else).
 template <class Fn>
 std::optional<idem::Error> error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const idem::Error& e) {
-    return e;
-  } catch (const std::exception& e) {
-    ADD_FAILURE() << "expected an idem::Error, got: " << e.what();
-    return std::nullopt;
-  }
-  ADD_FAILURE() << "expected an idem::Error, nothing was thrown";
-  return std::nullopt;
+  return idem::test::error_thrown_by<idem::Error>(std::forward<Fn>(fn), "an idem::Error");
 }
 
 idem::StoredValue bytes_value(std::string bytes) {
@@ -241,12 +226,6 @@ TEST(SqliteStoreFormat, ForeignIdemRecordsTableIsRefused) {
   ASSERT_TRUE(error);
   EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
   EXPECT_TRUE(contains(error->what(), "idem_records")) << error->what();
-}
-
-// Every byte of a file ("" when it does not exist).
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 // A foreign idem_records (or a newer schema) is refused before the journal mode is switched or a

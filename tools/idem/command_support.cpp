@@ -348,4 +348,15 @@ void finish(int code) {
   if (code != kOk) throw CLI::RuntimeError(code);
 }
 
+CLI::App* add_url_command(CLI::App& app, const std::string& name, const std::string& description,
+                          std::string& url, std::function<int()> body) {
+  auto* command = app.add_subcommand(name, description);
+  command->add_option("url", url, "sqlite:PATH, redis://..., postgresql://...");
+  command->allow_extras();
+  command->callback([name, &url, command, run = std::move(body)] {
+    finish(guarded(name, url, command->remaining(), run));
+  });
+  return command;
+}
+
 }  // namespace idem::cli

@@ -21,6 +21,10 @@
 #include "idem/open.hpp"
 #include "idem/recorder.hpp"
 
+namespace CLI {
+class App;
+}
+
 namespace idem::cli {
 
 // A usage error found by a command itself (CLI11 is told nothing is required, so that every
@@ -149,5 +153,12 @@ class OutageLog {
 
 // Ends a command's CLI11 callback: CLI::RuntimeError(code) unless code is 0, so main() returns it.
 void finish(int code);
+
+// Adds to `app` the subcommand `name` whose first argument is the URL it works on (read into
+// `url`) and whose callback runs `body` through guarded() and finish(); the caller adds the rest
+// of its arguments and options. `url` must live as long as the command (a member of the
+// arguments `body` holds).
+CLI::App* add_url_command(CLI::App& app, const std::string& name, const std::string& description,
+                          std::string& url, std::function<int()> body);
 
 }  // namespace idem::cli

@@ -306,11 +306,11 @@ int run_release(const ReleaseArgs& args) {
 
 void add_record_commands(CLI::App& app) {
   auto list = std::make_shared<ListArgs>();
-  auto* list_cmd = app.add_subcommand(
-      "list",
+  auto* list_cmd = add_url_command(
+      app, "list",
       "List the records of idempotent operations at URL by the key their function returned "
-      "(--operation NAME), with their state, token and lease end or expiry");
-  list_cmd->add_option("url", list->url, "sqlite:PATH, redis://..., postgresql://...");
+      "(--operation NAME), with their state, token and lease end or expiry",
+      list->url, [list] { return run_list(*list); });
   list_cmd->add_option("--operation", list->operation,
                        "Only this operation's records (its name: the records' scope)");
   list_cmd->add_option("--scope", list->scope,
@@ -320,17 +320,13 @@ void add_record_commands(CLI::App& app) {
       ->check(CLI::Range(std::size_t{1}, kMaxListRun));
   list_cmd->add_option("--cursor", list->cursor, "Continue where a previous list stopped");
   list_cmd->add_flag("--json", list->json, "Print JSON");
-  list_cmd->allow_extras();
-  list_cmd->callback([list, list_cmd] {
-    finish(guarded("list", list->url, list_cmd->remaining(), [&] { return run_list(*list); }));
-  });
 
   auto release = std::make_shared<ReleaseArgs>();
-  auto* release_cmd = app.add_subcommand(
-      "release",
+  auto* release_cmd = add_url_command(
+      app, "release",
       "Clear the abandoned claim of KEY (its lease ended); --force clears a live one, fencing "
-      "its holder off");
-  release_cmd->add_option("url", release->url, "sqlite:PATH, redis://..., postgresql://...");
+      "its holder off",
+      release->url, [release] { return run_release(*release); });
   release_cmd->add_option("key", release->key, "The key the operation's function returned");
   release_cmd->add_option("--operation", release->operation,
                           "The operation whose key it is (its name: the records' scope)");
@@ -340,11 +336,6 @@ void add_record_commands(CLI::App& app) {
                         "Clear a live claim too; its holder's complete and release then fail");
   release_cmd->add_flag("--delete-completed", release->delete_completed,
                         "Delete a completed result too; the next call with the key runs again");
-  release_cmd->allow_extras();
-  release_cmd->callback([release, release_cmd] {
-    finish(guarded("release", release->url, release_cmd->remaining(),
-                   [&] { return run_release(*release); }));
-  });
 }
 
 }  // namespace idem::cli

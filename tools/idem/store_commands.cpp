@@ -460,39 +460,30 @@ int run_inspect(const InspectArgs& args) {
 void add_store_commands(CLI::App& app) {
   // Shared by the callbacks: CLI11 fills them while parsing, the callback reads them after.
   auto stats = std::make_shared<StatsArgs>();
-  auto* stats_cmd =
-      app.add_subcommand("stats",
-                         "Counts in a recorder (markers and live claims per consumer) and a store "
-                         "(records by state) at URL");
-  stats_cmd->add_option("url", stats->url, "sqlite:PATH, redis://..., postgresql://...");
+  auto* stats_cmd = add_url_command(
+      app, "stats",
+      "Counts in a recorder (markers and live claims per consumer) and a store (records by "
+      "state) at URL",
+      stats->url, [stats] { return run_stats(*stats); });
   stats_cmd->add_flag("--json", stats->json, "Print JSON (--format json)");
   stats_cmd->add_option("--format", stats->format, "text (default), json or prometheus");
-  stats_cmd->allow_extras();
-  stats_cmd->callback([stats, stats_cmd] {
-    finish(guarded("stats", stats->url, stats_cmd->remaining(), [&] { return run_stats(*stats); }));
-  });
 
   auto purge = std::make_shared<PurgeArgs>();
-  auto* purge_cmd = app.add_subcommand(
-      "purge", "Delete markers older than a duration and expired store records at URL");
-  purge_cmd->add_option("url", purge->url, "sqlite:PATH, redis://..., postgresql://...");
+  auto* purge_cmd = add_url_command(
+      app, "purge", "Delete markers older than a duration and expired store records at URL",
+      purge->url, [purge] { return run_purge(*purge); });
   purge_cmd->add_option("--older-than", purge->older_than,
                         "Purge markers older than this (500ms, 30s, 15m, 12h, 7d)");
   purge_cmd->add_flag("--store-only", purge->store_only, "Only expired store records");
   purge_cmd->add_flag("--recorder-only", purge->recorder_only, "Only old markers");
   purge_cmd->add_flag("--dry-run", purge->dry_run, "Count what would go, delete nothing");
   purge_cmd->add_flag("--json", purge->json, "Print the totals as JSON");
-  purge_cmd->allow_extras();
-  purge_cmd->callback([purge, purge_cmd] {
-    finish(guarded("purge", purge->url, purge_cmd->remaining(), [&] { return run_purge(*purge); }));
-  });
 
   auto inspect = std::make_shared<InspectArgs>();
-  auto* inspect_cmd = app.add_subcommand(
-      "inspect",
-      "Show the store record of KEY, or with --consumer the marker and claim of event "
-      "KEY");
-  inspect_cmd->add_option("url", inspect->url, "sqlite:PATH, redis://..., postgresql://...");
+  auto* inspect_cmd = add_url_command(
+      app, "inspect",
+      "Show the store record of KEY, or with --consumer the marker and claim of event KEY",
+      inspect->url, [inspect] { return run_inspect(*inspect); });
   inspect_cmd->add_option("key", inspect->key, "Idempotency key (or event id with --consumer)");
   inspect_cmd->add_option("--operation", inspect->operation,
                           "KEY is this operation's key (its name: the records' scope)");
@@ -500,11 +491,6 @@ void add_store_commands(CLI::App& app) {
                           "KEY is a key of this idempotency_scope (operations that set one)");
   inspect_cmd->add_option("--consumer", inspect->consumer, "Inspect this consumer's marker");
   inspect_cmd->add_flag("--json", inspect->json, "Print JSON");
-  inspect_cmd->allow_extras();
-  inspect_cmd->callback([inspect, inspect_cmd] {
-    finish(guarded("inspect", inspect->url, inspect_cmd->remaining(),
-                   [&] { return run_inspect(*inspect); }));
-  });
 }
 
 }  // namespace idem::cli

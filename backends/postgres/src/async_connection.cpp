@@ -1,10 +1,6 @@
 #include "async_connection.hpp"
 
-#include <poll.h>
-
 #include <asio/post.hpp>
-#include <cerrno>
-#include <cstring>
 #include <system_error>
 #include <utility>
 
@@ -340,28 +336,11 @@ void AsyncConnection::close_transport() noexcept {
 }
 
 bool AsyncConnection::idle_connection_healthy() {
-  if (doomed_ || PQstatus(conn_) != CONNECTION_OK) return false;
-  for (int round = 0; round < 4; ++round) {
-    pollfd fd{PQsocket(conn_), POLLIN, 0};
-    const int ready = ::poll(&fd, 1, 0);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return false;
-    if (ready == 0) return true;
-    if (PQconsumeInput(conn_) == 0) return false;
-    (void)PQisBusy(conn_);
-    while (PGnotify* stray = PQnotifies(conn_))
-      PQfreemem(stray);
-    if (doomed_ || PQstatus(conn_) != CONNECTION_OK) return false;
-  }
-  return false;
+  return idle_session_healthy(conn_, doomed_);
 }
 
 void AsyncConnection::on_notice(void* self, const PGresult* notice) {
-  const char* severity = PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
-  if (severity != nullptr &&
-      (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0)) {
-    static_cast<AsyncConnection*>(self)->doomed_ = true;
-  }
+  if (ends_session(notice)) static_cast<AsyncConnection*>(self)->doomed_ = true;
 }
 
 }  // namespace idem::postgres::detail

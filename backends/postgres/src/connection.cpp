@@ -721,33 +721,37 @@ bool Connection::broken() const noexcept {
   return doomed_ || PQstatus(conn_) != CONNECTION_OK;
 }
 
-void Connection::on_notice(void* self, const PGresult* notice) {
+bool ends_session(const PGresult* notice) noexcept {
   const char* severity = PQresultErrorField(notice, PG_DIAG_SEVERITY_NONLOCALIZED);
-  if (severity != nullptr &&
-      (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0)) {
-    static_cast<Connection*>(self)->doomed_ = true;
+  return severity != nullptr &&
+         (std::strcmp(severity, "FATAL") == 0 || std::strcmp(severity, "PANIC") == 0);
+}
+
+bool idle_session_healthy(PGconn* conn, const bool& doomed) noexcept {
+  if (doomed || PQstatus(conn) != CONNECTION_OK) return false;
+  for (int round = 0; round < 4; ++round) {
+    pollfd fd{PQsocket(conn), POLLIN, 0};
+    const int ready = ::poll(&fd, 1, 0);
+    if (ready < 0 && errno == EINTR) continue;
+    if (ready < 0) return false;
+    if (ready == 0) return true;
+    if (PQconsumeInput(conn) == 0) return false;
+    (void)PQisBusy(conn);  // parses the input
+    while (PGnotify* stray = PQnotifies(conn))
+      PQfreemem(stray);
+    if (doomed || PQstatus(conn) != CONNECTION_OK) return false;
   }
+  return false;  // input keeps arriving on an idle session: do not trust it
+}
+
+void Connection::on_notice(void* self, const PGresult* notice) {
+  if (ends_session(notice)) static_cast<Connection*>(self)->doomed_ = true;
 }
 
 bool Connection::healthy() noexcept {
   if (doomed_ || PQstatus(conn_) != CONNECTION_OK) return false;
   if (PQtransactionStatus(conn_) != PQTRANS_IDLE) return false;
-  // An idle session has nothing to read. Whatever did arrive is read and parsed without
-  // blocking: the FATAL a server sends its sessions when it shuts down or terminates one, and
-  // then the end of the stream.
-  for (int round = 0; round < 4; ++round) {
-    pollfd fd{PQsocket(conn_), POLLIN, 0};
-    const int ready = ::poll(&fd, 1, 0);
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready < 0) return false;
-    if (ready == 0) return true;
-    if (PQconsumeInput(conn_) == 0) return false;
-    (void)PQisBusy(conn_);  // parses the input
-    while (PGnotify* stray = PQnotifies(conn_))
-      PQfreemem(stray);
-    if (doomed_ || PQstatus(conn_) != CONNECTION_OK) return false;
-  }
-  return false;  // input keeps arriving on an idle session: do not trust it
+  return idle_session_healthy(conn_, doomed_);
 }
 
 void Connection::check(const Result& result, std::string_view call, StatementKind kind) {

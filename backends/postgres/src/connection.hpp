@@ -66,6 +66,15 @@ PostgresError make_error(PGconn* conn, const PGresult* result, std::string_view 
 // standby or a read-only server, so it is not reused (a new connection with
 // target_session_attrs=read-write finds the primary after a failover).
 bool refuses_writes(const PGresult* result) noexcept;
+// True when a notice says the session is about to end (severity FATAL or PANIC: the server shuts
+// down or terminated it). A connection's notice receiver marks itself doomed on one.
+bool ends_session(const PGresult* notice) noexcept;
+// Whether an idle session is still usable. An idle session has nothing to read: whatever did
+// arrive is read and parsed without blocking (stray notifications are dropped), the FATAL a
+// server sends its sessions when it shuts down or terminates one, and then the end of the
+// stream. `doomed` is the connection's flag that its notice receiver sets (ends_session); input
+// that keeps arriving is not trusted either.
+bool idle_session_healthy(PGconn* conn, const bool& doomed) noexcept;
 // A client-side failure (no SQLSTATE): could not connect, pool exhausted, ...
 PostgresError make_client_error(ErrorCode code, std::string_view call, std::string_view target,
                                 std::string_view message, bool retryable);

@@ -18,7 +18,6 @@ namespace idem::postgres {
 
 using detail::kInt8Oid;
 using detail::kTextOid;
-using detail::kTimestamptzOid;
 using detail::Params;
 using detail::Result;
 using detail::Statement;
@@ -106,14 +105,8 @@ class PostgresOutbox::Impl {
             detail::quote_identifier(options.table + "_waiting") + " ON " + table +
             " (consumer, seq) WHERE parked_at IS NULL",
     };
-    ConnectionPool::Lease lease = pool->acquire();
-    try {
-      detail::prepare_schema(lease.connection(), pool->options(), "outbox:" + options.table, steps,
-                             "PostgresOutbox: create or migrate the table");
-    } catch (...) {
-      lease.mark_broken();
-      throw;
-    }
+    detail::prepare_schema(*pool, pool->options(), "outbox:" + options.table, steps,
+                           "PostgresOutbox: create or migrate the table");
   }
 
   std::shared_ptr<ConnectionPool> pool;

@@ -22,10 +22,6 @@ namespace idem::postgres {
 
 namespace {
 
-using detail::kInt8Oid;
-using detail::kTextArrayOid;
-using detail::kTextOid;
-using detail::kTimestamptzOid;
 using detail::Params;
 using detail::Statement;
 
@@ -38,11 +34,11 @@ constexpr std::size_t kBatchChunk = 1000;
 
 }  // namespace
 
-class PostgresIdempotencyRecorder::Impl : public detail::RecorderSql {
+class PostgresIdempotencyRecorder::Impl : public detail::RecorderSql, public detail::PooledRunner {
  public:
   explicit Impl(std::shared_ptr<ConnectionPool> shared_pool)
       : RecorderSql(shared_pool->options()),
-        pool(std::move(shared_pool)),
+        PooledRunner(std::move(shared_pool)),
         clock(pool->options().clock ? pool->options().clock : system_clock()) {}
 
   void create_tables() {
@@ -62,33 +58,11 @@ class PostgresIdempotencyRecorder::Impl : public detail::RecorderSql {
             "took_over boolean NOT NULL DEFAULT false, PRIMARY KEY (consumer, event_id))",
     };
     static_assert(kSchemaVersion == 1, "add the migration step for the new version");
-    ConnectionPool::Lease lease = pool->acquire();
-    try {
-      detail::prepare_schema(lease.connection(), options,
-                             "recorder:" + options.processed_log_table + "," + options.claims_table,
-                             steps, "PostgresIdempotencyRecorder: create or migrate the tables");
-    } catch (...) {
-      lease.mark_broken();
-      throw;
-    }
+    detail::prepare_schema(*pool, options,
+                           "recorder:" + options.processed_log_table + "," + options.claims_table,
+                           steps, "PostgresIdempotencyRecorder: create or migrate the tables");
   }
 
-  // Runs one statement on a pooled connection. A failure that leaves the connection unusable
-  // drops it when the lease ends.
-  detail::Result run(const Statement& statement, const Params& params, std::string_view call,
-                     StatementKind kind) {
-    ConnectionPool::Lease lease = pool->acquire();
-    return lease.connection().run(statement, params, call, kind);
-  }
-  detail::Result run(const detail::Step& step, std::string_view call) {
-    ConnectionPool::Lease lease = pool->acquire();
-    return detail::run_step(lease.connection(), step, call);
-  }
-  bool answer(const detail::Step& step, std::string_view call) {
-    return step.answer(run(step, call));
-  }
-
-  std::shared_ptr<ConnectionPool> pool;
   std::shared_ptr<Clock> clock;
 };
 

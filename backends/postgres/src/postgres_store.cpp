@@ -32,16 +32,9 @@ namespace idem::postgres {
 
 namespace {
 
-using detail::kByteaOid;
-using detail::kInt8Oid;
-using detail::kTextOid;
-using detail::kTimestamptzOid;
 using detail::Params;
 using detail::Statement;
 using State = IdempotencyRecord::State;
-
-using detail::kCompleted;
-using detail::kInProgress;
 
 using detail::check_fingerprint;
 using detail::fits_token;
@@ -361,11 +354,11 @@ class Listener {
 
 // ---- Impl -----------------------------------------------------------------------------------
 
-class PostgresIdempotencyStore::Impl : public detail::StoreSql {
+class PostgresIdempotencyStore::Impl : public detail::StoreSql, public detail::PooledRunner {
  public:
   explicit Impl(std::shared_ptr<ConnectionPool> shared_pool)
       : StoreSql(shared_pool->options()),
-        pool(std::move(shared_pool)),
+        PooledRunner(std::move(shared_pool)),
         clock(pool->options().clock ? pool->options().clock : system_clock()),
         listener(pool, *this) {}
 
@@ -383,28 +376,8 @@ class PostgresIdempotencyStore::Impl : public detail::StoreSql {
             " (expires_at) WHERE state = 'completed'",
     };
     static_assert(kSchemaVersion == 1, "add the migration step for the new version");
-    ConnectionPool::Lease lease = pool->acquire();
-    try {
-      detail::prepare_schema(lease.connection(), options, "store:" + options.records_table, steps,
-                             "PostgresIdempotencyStore: create or migrate the table");
-    } catch (...) {
-      lease.mark_broken();
-      throw;
-    }
-  }
-
-  detail::Result run(const Statement& statement, const Params& params, std::string_view call,
-                     StatementKind kind) {
-    ConnectionPool::Lease lease = pool->acquire();
-    return lease.connection().run(statement, params, call, kind);
-  }
-
-  detail::Result run(const detail::Step& step, std::string_view call) {
-    ConnectionPool::Lease lease = pool->acquire();
-    return detail::run_step(lease.connection(), step, call);
-  }
-  bool answer(const detail::Step& step, std::string_view call) {
-    return step.answer(run(step, call));
+    detail::prepare_schema(*pool, options, "store:" + options.records_table, steps,
+                           "PostgresIdempotencyStore: create or migrate the table");
   }
 
   IdempotencyRecord decode(std::string_view key, const detail::Result& result, int row,
@@ -412,7 +385,6 @@ class PostgresIdempotencyStore::Impl : public detail::StoreSql {
     return detail::decode_record(key, table_name, result, row, first);
   }
 
-  std::shared_ptr<ConnectionPool> pool;
   std::shared_ptr<Clock> clock;
 
   Listener listener;

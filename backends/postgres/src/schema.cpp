@@ -99,4 +99,16 @@ void prepare_schema(Connection& connection, const PostgresOptions& options,
   }
 }
 
+void prepare_schema(ConnectionPool& pool, const PostgresOptions& options,
+                    const std::string& component, const std::vector<std::string>& steps,
+                    std::string_view call) {
+  ConnectionPool::Lease lease = pool.acquire();
+  try {
+    prepare_schema(lease.connection(), options, component, steps, call);
+  } catch (...) {
+    lease.mark_broken();
+    throw;
+  }
+}
+
 }  // namespace idem::postgres::detail

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "connection.hpp"
+#include "idem/postgres/connection_pool.hpp"
 #include "idem/postgres/postgres_options.hpp"
 
 namespace idem::postgres::detail {
@@ -18,6 +19,10 @@ namespace idem::postgres::detail {
 // newer than steps.size() is refused (StoreError, not retryable). With options.create_schema
 // false nothing is created: the component must already be at the current version.
 void prepare_schema(Connection& connection, const PostgresOptions& options,
+                    const std::string& component, const std::vector<std::string>& steps,
+                    std::string_view call);
+// The same on a connection of `pool`, which is dropped instead of returned when it fails.
+void prepare_schema(ConnectionPool& pool, const PostgresOptions& options,
                     const std::string& component, const std::vector<std::string>& steps,
                     std::string_view call);
 

@@ -51,6 +51,17 @@ Result run_step(Connection& connection, const Step& step, std::string_view call)
   return connection.exec(step.sql, call, step.kind);
 }
 
+Result PooledRunner::run(const Statement& statement, const Params& params, std::string_view call,
+                         StatementKind kind) const {
+  ConnectionPool::Lease lease = pool->acquire();
+  return lease.connection().run(statement, params, call, kind);
+}
+
+Result PooledRunner::run(const Step& step, std::string_view call) const {
+  ConnectionPool::Lease lease = pool->acquire();
+  return run_step(lease.connection(), step, call);
+}
+
 // ---- one statement, one answer ---------------------------------------------------------------
 
 Step recorder_is_processed(const RecorderSql& sql, std::string_view consumer,

@@ -13,13 +13,16 @@
 #include <libpq-fe.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "connection.hpp"
 #include "idem/clock.hpp"
 #include "idem/idempotency_store.hpp"
+#include "idem/postgres/connection_pool.hpp"
 #include "idem/recorder.hpp"
 #include "idem/report.hpp"
 #include "sql_text.hpp"
@@ -40,6 +43,22 @@ struct Step {
 // The blocking face's runner: `step` on `connection` (a statement prepared there on first use, or
 // SQL text). Throws the classified PostgresError.
 Result run_step(Connection& connection, const Step& step, std::string_view call);
+
+// The blocking faces' calls of one statement: each on a connection of `pool`, leased for the
+// call. A failure that leaves the connection unusable drops it when the lease ends.
+struct PooledRunner {
+  explicit PooledRunner(std::shared_ptr<ConnectionPool> shared_pool)
+      : pool(std::move(shared_pool)) {}
+
+  Result run(const Statement& statement, const Params& params, std::string_view call,
+             StatementKind kind) const;
+  Result run(const Step& step, std::string_view call) const;
+  bool answer(const Step& step, std::string_view call) const {
+    return step.answer(run(step, call));
+  }
+
+  std::shared_ptr<ConnectionPool> pool;
+};
 
 // ---- one statement, one answer ---------------------------------------------------------------
 // (The caller has checked the keys, and answers false itself for a token that does not fit a

@@ -145,18 +145,20 @@ void AsyncCluster::shut_down() {
   // Each connection's destructor ends its calls with operation_aborted.
 }
 
+void add_stats(AsyncConnectionStats& total, const AsyncConnectionStats& more) noexcept {
+  total.connects += more.connects;
+  total.connect_failures += more.connect_failures;
+  total.drops += more.drops;
+  total.commands += more.commands;
+  total.writes += more.writes;
+  total.cancelled += more.cancelled;
+}
+
 AsyncConnectionStats AsyncCluster::stats() const {
   std::lock_guard lock(mutex_);
   AsyncConnectionStats sum;
-  for (const auto& [name, connection] : nodes_) {
-    const AsyncConnectionStats s = connection->stats();
-    sum.connects += s.connects;
-    sum.connect_failures += s.connect_failures;
-    sum.drops += s.drops;
-    sum.commands += s.commands;
-    sum.writes += s.writes;
-    sum.cancelled += s.cancelled;
-  }
+  for (const auto& [name, connection] : nodes_)
+    add_stats(sum, connection->stats());
   return sum;
 }
 

@@ -25,6 +25,10 @@
 
 namespace idem::redis::detail {
 
+// Adds the counts of `more` to `total`: the stats of a pool or of a cluster are the sums over its
+// connections.
+void add_stats(AsyncConnectionStats& total, const AsyncConnectionStats& more) noexcept;
+
 class AsyncCluster : public std::enable_shared_from_this<AsyncCluster> {
  public:
   AsyncCluster(asio::any_io_executor executor, RedisOptions options,

@@ -532,20 +532,31 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
     if (subscribed) hand_out_messages();
   }
 
+  // One read or write of the stream (`step`), into `r`. A failure ends the connection: a refused
+  // TLS handshake refuses it (refuse_tls), anything else drops it; then false.
+  template <class Io>
+  bool stream_io(Io step, net::IoResult& r) {
+    try {
+      r = step();
+      return true;
+    } catch (const net::TlsError& e) {
+      if (e.setup()) {
+        refuse_tls(e.what());
+      } else {
+        drop(EPROTO, e.what());
+      }
+    } catch (const std::system_error& e) {
+      drop(e.code().value(), e.code().message());
+    }
+    return false;
+  }
+
   void write() {
     while (out_offset < out.size()) {
       net::IoResult r;
-      try {
-        r = stream.write_some(std::span<const char>(out).subspan(out_offset));
-      } catch (const net::TlsError& e) {
-        if (e.setup()) {
-          refuse_tls(e.what());
-        } else {
-          drop(EPROTO, e.what());
-        }
-        return;
-      } catch (const std::system_error& e) {
-        drop(e.code().value(), e.code().message());
+      if (!stream_io(
+              [&] { return stream.write_some(std::span<const char>(out).subspan(out_offset)); },
+              r)) {
         return;
       }
       if (r.status == net::IoStatus::done) {
@@ -586,21 +597,8 @@ struct AsyncConnection::State : async::detail::Pipeline<AsyncConnection::State, 
     const std::uint64_t gen = generation();
     for (;;) {
       net::IoResult r;
-      try {
-        r = stream.read_some(read_buffer);
-      } catch (const net::TlsError& e) {
-        // Under TLS 1.3 the server's verdict on the client certificate arrives with the first
-        // read.
-        if (e.setup()) {
-          refuse_tls(e.what());
-        } else {
-          drop(EPROTO, e.what());
-        }
-        return;
-      } catch (const std::system_error& e) {
-        drop(e.code().value(), e.code().message());
-        return;
-      }
+      // Under TLS 1.3 the server's verdict on the client certificate arrives with the first read.
+      if (!stream_io([&] { return stream.read_some(read_buffer); }, r)) return;
       if (r.status == net::IoStatus::closed) {
         drop(0, "Server closed the connection", /*protocol=*/false, /*eof=*/true);
         return;
@@ -1090,15 +1088,8 @@ AsyncConnection& AsyncConnectionPool::next() noexcept {
 
 AsyncConnectionStats AsyncConnectionPool::stats() const {
   AsyncConnectionStats total;
-  for (const auto& connection : connections_) {
-    const AsyncConnectionStats s = connection->stats();
-    total.connects += s.connects;
-    total.connect_failures += s.connect_failures;
-    total.drops += s.drops;
-    total.commands += s.commands;
-    total.writes += s.writes;
-    total.cancelled += s.cancelled;
-  }
+  for (const auto& connection : connections_)
+    detail::add_stats(total, connection->stats());
   return total;
 }
 
