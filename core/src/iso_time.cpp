@@ -2,7 +2,7 @@
 
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
+#include <string>
 
 namespace idem::detail {
 namespace {
@@ -18,14 +18,28 @@ std::string format_iso8601(WallTime time) {
   const std::chrono::year_month_day date{std::chrono::sys_days{day}};
   const nanoseconds in_day = since_epoch - day;
   const std::chrono::hh_mm_ss<nanoseconds> clock_time{in_day};
-  char buffer[64];
-  std::snprintf(buffer, sizeof buffer, "%04d-%02u-%02uT%02d:%02d:%02d.%09lldZ",
-                static_cast<int>(date.year()), static_cast<unsigned>(date.month()),
-                static_cast<unsigned>(date.day()), static_cast<int>(clock_time.hours().count()),
-                static_cast<int>(clock_time.minutes().count()),
-                static_cast<int>(clock_time.seconds().count()),
-                static_cast<long long>(clock_time.subseconds().count()));
-  return buffer;
+  // Written digit by digit: a report and an event each format one or two of these per call.
+  // WallTime's 64-bit nanoseconds span the years 1677..2262, always four digits.
+  std::string out(30, '0');  // YYYY-MM-DDTHH:MM:SS.nnnnnnnnnZ
+  const auto put = [&out](std::size_t end, long long value) {
+    for (std::size_t at = end; value > 0; value /= 10)
+      out[--at] = static_cast<char>('0' + value % 10);
+  };
+  put(4, static_cast<int>(date.year()));
+  out[4] = '-';
+  put(7, static_cast<unsigned>(date.month()));
+  out[7] = '-';
+  put(10, static_cast<unsigned>(date.day()));
+  out[10] = 'T';
+  put(13, clock_time.hours().count());
+  out[13] = ':';
+  put(16, clock_time.minutes().count());
+  out[16] = ':';
+  put(19, clock_time.seconds().count());
+  out[19] = '.';
+  put(29, clock_time.subseconds().count());
+  out[29] = 'Z';
+  return out;
 }
 
 namespace {

@@ -4,10 +4,13 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <map>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "idem/error.hpp"
 #include "idem/resilient.hpp"
@@ -208,6 +211,84 @@ TEST(ExecutionReport, InvalidUtf8InMessagesDoesNotThrow) {
   const auto text = report.to_json();
   const auto parsed = ExecutionReport::from_json(text);
   EXPECT_NE(parsed.attempts[0].error_message.find("bad"), std::string::npos);
+}
+
+// from_json reads a report idem wrote itself (plain_json's bytes) without nlohmann; anything else
+// goes through nlohmann. Both must return the same report: the same text indented (which only
+// nlohmann reads) decodes to the same values.
+ExecutionReport decoded_by_nlohmann(const std::string& text) {
+  return ExecutionReport::from_json(json::parse(text).dump(1));
+}
+
+TEST(ExecutionReport, ThePlainReaderAndNlohmannAgree) {
+  std::vector<ExecutionReport> reports;
+  reports.emplace_back();  // the defaults: no attempts, empty maps
+  auto plain = sample();
+  plain.attempts[0].error_message = "attempt 1 exceeded 10s";
+  plain.metadata = {{"", "empty name"}, {"idempotency_key", "pay:1"}, {"z", ""}};
+  reports.push_back(plain);
+  auto negative = plain;
+  negative.duration = -5ns;
+  negative.started_at = idem::WallTime(-1ns);
+  negative.attempts[1].number = -2147483647 - 1;
+  negative.attempts[1].duration =
+      std::chrono::nanoseconds(std::numeric_limits<std::int64_t>::min());
+  negative.fallback_source.reset();
+  negative.status = OperationStatus::cancelled;
+  negative.attempts[0].status = AttemptStatus::rejected;
+  reports.push_back(negative);
+  auto large = plain;
+  large.duration = std::chrono::nanoseconds(std::numeric_limits<std::int64_t>::max());
+  large.attempts[0].number = 2147483647;
+  reports.push_back(large);
+  for (const auto& report : reports) {
+    const std::string text = report.to_json();
+    SCOPED_TRACE(text);
+    expect_equal(ExecutionReport::from_json(text), report);
+    expect_equal(ExecutionReport::from_json(text), decoded_by_nlohmann(text));
+  }
+}
+
+TEST(ExecutionReport, TextIdemWouldNotWriteIsLeftToNlohmann) {
+  auto report = sample();
+  report.attempts[0].error_message = "plain";
+  report.metadata = {{"a", "1"}, {"b", "2"}};
+  const std::string text = report.to_json();
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string out = text;
+    const auto at = out.find(from);
+    EXPECT_NE(at, std::string::npos) << from;
+    out.replace(at, from.size(), to);
+    return out;
+  };
+  // Accepted by nlohmann, each decodes as nlohmann decodes it.
+  for (const std::string& variant :
+       {replaced("\"duration_ns\":1234567890", "\"duration_ns\":-0"),
+        replaced("\"metadata\":{\"a\":\"1\",\"b\":\"2\"}",
+                 "\"metadata\":{\"b\":\"2\",\"a\":\"1\"}"),
+        replaced("\"metadata\":{\"a\":\"1\",\"b\":\"2\"}",
+                 "\"metadata\":{\"a\":\"1\",\"a\":\"2\"}"),
+        replaced("\"operation\":\"create_payment\"", "\"operation\":\"create\\u005fpayment\""),
+        replaced("\"operation\":\"create_payment\"", "\"operation\" : \"create_payment\""),
+        "\n" + text + "\n"}) {
+    SCOPED_TRACE(variant);
+    expect_equal(ExecutionReport::from_json(variant), decoded_by_nlohmann(variant));
+  }
+  EXPECT_EQ(
+      ExecutionReport::from_json(replaced("create_payment", "create\\u005fpayment")).operation,
+      "create_payment");
+  // Refused by nlohmann: still a DecodeError, not a value the plain reader made up.
+  for (const std::string& variant :
+       {replaced("\"duration_ns\":1234567890", "\"duration_ns\":01234567890"),
+        replaced("\"duration_ns\":1234567890", "\"duration_ns\":1234567890."),
+        replaced("\"duration_ns\":1234567890", "\"duration_ns\":12345678901234567890123"),
+        replaced("\"status\":\"succeeded\"}", "\"status\":\"succeeded\""),
+        replaced("\"status\":\"succeeded\"}", "\"status\":\"succeeded\"}}"),
+        replaced("\"status\":\"succeeded\"}", "\"status\":\"done\"}"),
+        text.substr(0, text.size() / 2)}) {
+    SCOPED_TRACE(variant);
+    EXPECT_THROW((void)ExecutionReport::from_json(variant), idem::DecodeError);
+  }
 }
 
 TEST(ExecutionReport, StatusNames) {
