@@ -32,6 +32,7 @@
 #include <string>
 #include <thread>
 
+#include "eventually.hpp"
 #include "idem/postgres/postgres_options.hpp"
 #include "server_env.hpp"
 
@@ -90,17 +91,7 @@ inline long long query_int(const std::string& sql) {
   return std::stoll(query(sql));
 }
 
-// Re-checks `condition` (yielding in between, no sleeping) until it holds; false when it still
-// does not after 60 s, which only a broken test or server reaches.
-template <class Condition>
-bool eventually(Condition condition) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!condition()) {
-    if (std::chrono::steady_clock::now() > give_up) return false;
-    std::this_thread::yield();
-  }
-  return true;
-}
+using idem::test::eventually;  // pg::eventually, as the PostgreSQL tests call it
 
 // A schema name no other test (in this or another process) uses, dropped with everything in it
 // when the TempSchema goes. Without a server it does nothing (the environment skips the test).
