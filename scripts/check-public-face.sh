@@ -2,7 +2,9 @@
 # The public face may not grow unseen: every header an installation holds is named in
 # DESIGN-NOTES.md's "The public face" section (with the tier it belongs to and why), and the shared
 # libraries export no more idem `detail` symbols than the ceiling written there, and none of the
-# names a library's <name>.local-symbols list keeps out of its dynamic symbol table.
+# names a library's <name>.local-symbols list keeps out of its dynamic symbol table; and no
+# installed header names a listed name the list says is not installed, or defines one it says is
+# an incomplete type there.
 #
 #   scripts/check-public-face.sh PREFIX
 #
@@ -70,6 +72,55 @@ while IFS= read -r list; do
     fi
     hits=$(grep -cE "$pattern" <<<"$exported" || true)
     [ "$hits" -eq 0 ] || leaked="$leaked    $entry ($hits symbols)"$'\n'
+  done <"$list"
+  # A list entry stays right only while the headers agree with the reason it was listed for: a
+  # name "declared only in headers that are not installed" that an installed header now names, or
+  # an "incomplete type" that an installed header now defines, could be called by a program and
+  # then fail to link against the shared library.
+  reason=""
+  while IFS= read -r entry; do
+    case "$entry" in
+      '# Declared only'*) reason=uninstalled; continue ;;
+      '# Incomplete types'*) reason=incomplete; continue ;;
+      '#'*) case "$entry" in '# '[A-Z]*) reason=other ;; esac; continue ;;
+      '') continue ;;
+    esac
+    qualified=${entry#^}
+    short=${qualified##*::}
+    parts=${qualified#idem::}
+    parts=${parts%::*}  # detail, redis::detail, ...
+    # Headers that open the name's namespace (nested or not) or spell out its qualifiers; in
+    # them, the name unqualified or after `detail::` (not asio::error::operation_aborted).
+    used="(^|[^:A-Za-z0-9_])$short([^A-Za-z0-9_]|\$)|detail::$short([^A-Za-z0-9_]|\$)"
+    defined="(class|struct) +$short( +final)? *[:{]"
+    where=""
+    for header in $(grep -rlw -- "$short" "$prefix/include/idem" || true); do
+      inside=true
+      if ! grep -qF -- "$parts::$short" "$header"; then
+        for part in ${parts//::/ }; do
+          grep -qE -- "namespace ([a-z0-9_]+::)*$part( \{|::)" "$header" || inside=false
+        done
+      fi
+      $inside || continue
+      code=$(sed 's|//.*$||' "$header")  # comments may name anything
+      case "$reason" in
+        uninstalled) grep -qE -- "$used" <<<"$code" && where="$where$header"$'\n' ;;
+        incomplete) grep -qE -- "$defined" <<<"$code" && where="$where$header"$'\n' ;;
+      esac
+    done
+    where=${where%$'\n'}
+    if [ -n "$where" ]; then
+      if [ "$reason" = incomplete ]; then
+        echo "check-public-face: ${list#./} keeps $entry local as an incomplete type, but"
+        echo "  an installed header now defines it (a program could use it and fail to link):"
+      else
+        echo "check-public-face: ${list#./} keeps $entry local as declared in no installed"
+        echo "  header, but one now names it (a program could use it and fail to link):"
+      fi
+      sed "s|^$prefix/include/|    |" <<<"$where"
+      echo "  Take it off the list (the symbol is then exported) or keep it out of the header."
+      status=1
+    fi
   done <"$list"
   if [ -n "$leaked" ]; then
     echo "check-public-face: $lib exports names ${list#./} keeps local (was it linked"
