@@ -18,6 +18,7 @@
 #include "idem/error.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
+#include "pool_access.hpp"
 #include "record_decoder.hpp"
 #include "sql_text.hpp"
 #include "steps.hpp"
@@ -188,7 +189,7 @@ class AsyncPostgresRecorder::Impl : public detail::RecorderSql {
 
   async::Task<Result> run(const Statement& statement, const Params& params, std::string_view call,
                           StatementKind kind) {
-    co_return co_await run_shared(pool->core(), statement, params, call, kind);
+    co_return co_await run_shared(detail::PoolAccess::core(*pool), statement, params, call, kind);
   }
 
   std::shared_ptr<AsyncConnectionPool> pool;
@@ -216,7 +217,7 @@ async::Task<bool> AsyncPostgresRecorder::do_is_processed(std::string_view consum
                                                          std::string_view event_id) {
   require_utf8_marker(consumer, event_id);
   const detail::Step step = detail::recorder_is_processed(*impl_, consumer, event_id);
-  co_return co_await answer_shared(impl_->pool->core(), step,
+  co_return co_await answer_shared(detail::PoolAccess::core(*impl_->pool), step,
                                    "AsyncPostgresRecorder::is_processed");
 }
 
@@ -225,7 +226,8 @@ async::Task<void> AsyncPostgresRecorder::do_mark_processed(std::string_view cons
   require_utf8_marker(consumer, event_id);
   const detail::Step step =
       detail::recorder_mark(*impl_, consumer, event_id, impl_->clock->wall_now());
-  (void)co_await run_shared(impl_->pool->core(), step, "AsyncPostgresRecorder::mark_processed");
+  (void)co_await run_shared(detail::PoolAccess::core(*impl_->pool), step,
+                            "AsyncPostgresRecorder::mark_processed");
 }
 
 async::Task<std::vector<bool>> AsyncPostgresRecorder::do_is_processed_many(
@@ -274,7 +276,8 @@ async::Task<Claim> AsyncPostgresRecorder::do_claim(std::string_view consumer,
   detail::RecorderClaim claim(*impl_, *impl_->clock, consumer, event_id, lease, kCall,
                               impl_->pool->target());
   for (;;) {
-    const Result result = co_await run_shared(impl_->pool->core(), claim.step(), kCall);
+    const Result result =
+        co_await run_shared(detail::PoolAccess::core(*impl_->pool), claim.step(), kCall);
     if (claim.read(result)) break;
   }
   co_return claim.outcome();
@@ -287,7 +290,8 @@ async::Task<bool> AsyncPostgresRecorder::do_complete(std::string_view consumer,
   if (!fits_token(token)) co_return false;
   const detail::Step step =
       detail::recorder_complete(*impl_, consumer, event_id, token, impl_->clock->wall_now());
-  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresRecorder::complete");
+  co_return co_await answer_shared(detail::PoolAccess::core(*impl_->pool), step,
+                                   "AsyncPostgresRecorder::complete");
 }
 
 async::Task<bool> AsyncPostgresRecorder::do_release(std::string_view consumer,
@@ -296,7 +300,8 @@ async::Task<bool> AsyncPostgresRecorder::do_release(std::string_view consumer,
   require_utf8_marker(consumer, event_id);
   if (!fits_token(token)) co_return false;
   const detail::Step step = detail::recorder_release(*impl_, consumer, event_id, token);
-  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresRecorder::release");
+  co_return co_await answer_shared(detail::PoolAccess::core(*impl_->pool), step,
+                                   "AsyncPostgresRecorder::release");
 }
 
 async::Task<bool> AsyncPostgresRecorder::do_renew(std::string_view consumer,
@@ -306,7 +311,8 @@ async::Task<bool> AsyncPostgresRecorder::do_renew(std::string_view consumer,
   if (!fits_token(token)) co_return false;
   const detail::Step step = detail::recorder_renew(
       *impl_, consumer, event_id, token, detail::add_saturating(impl_->clock->wall_now(), lease));
-  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresRecorder::renew");
+  co_return co_await answer_shared(detail::PoolAccess::core(*impl_->pool), step,
+                                   "AsyncPostgresRecorder::renew");
 }
 
 async::Task<bool> AsyncPostgresRecorder::do_run_transactional(std::string_view consumer,
@@ -314,7 +320,7 @@ async::Task<bool> AsyncPostgresRecorder::do_run_transactional(std::string_view c
                                                               TransactionalFn fn) {
   require_utf8_marker(consumer, event_id);
   constexpr std::string_view kCall = "AsyncPostgresRecorder::run_transactional";
-  detail::AsyncPool& pool = impl_->pool->core();
+  detail::AsyncPool& pool = detail::PoolAccess::core(*impl_->pool);
   detail::AsyncPool::Exclusive lease = co_await pool.exclusive(kCall);
   detail::AsyncConnection& connection = lease.connection();
   detail::TransactionalMark mark(*impl_, consumer, event_id, impl_->clock->wall_now(), kCall,
@@ -392,7 +398,8 @@ async::Task<ClaimOutcome> AsyncPostgresStore::do_claim(std::string_view key,
   detail::StoreClaim claim(*impl_, *impl_->clock, key, fingerprint, lease, kCall,
                            impl_->pool->target());
   for (;;) {
-    const Result result = co_await run_shared(impl_->pool->core(), claim.step(), kCall);
+    const Result result =
+        co_await run_shared(detail::PoolAccess::core(*impl_->pool), claim.step(), kCall);
     if (claim.read(result)) break;
   }
   co_return std::move(claim.outcome());
@@ -410,14 +417,16 @@ async::Task<bool> AsyncPostgresStore::do_complete(std::string_view key, std::uin
   if (!fits_token(token)) co_return false;
   const detail::Step step = detail::store_complete(*impl_, key, token, *value.bytes, report,
                                                    impl_->clock->wall_now(), ttl);
-  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresStore::complete");
+  co_return co_await answer_shared(detail::PoolAccess::core(*impl_->pool), step,
+                                   "AsyncPostgresStore::complete");
 }
 
 async::Task<bool> AsyncPostgresStore::do_release(std::string_view key, std::uint64_t token) {
   detail::require_utf8_key("idempotency key", key);
   if (!fits_token(token)) co_return false;
   const detail::Step step = detail::store_release(*impl_, key, token);
-  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresStore::release");
+  co_return co_await answer_shared(detail::PoolAccess::core(*impl_->pool), step,
+                                   "AsyncPostgresStore::release");
 }
 
 async::Task<bool> AsyncPostgresStore::do_renew(std::string_view key, std::uint64_t token,
@@ -426,14 +435,15 @@ async::Task<bool> AsyncPostgresStore::do_renew(std::string_view key, std::uint64
   if (!fits_token(token)) co_return false;
   const detail::Step step = detail::store_renew(
       *impl_, key, token, detail::add_saturating(impl_->clock->wall_now(), lease));
-  co_return co_await answer_shared(impl_->pool->core(), step, "AsyncPostgresStore::renew");
+  co_return co_await answer_shared(detail::PoolAccess::core(*impl_->pool), step,
+                                   "AsyncPostgresStore::renew");
 }
 
 async::Task<std::optional<IdempotencyRecord>> AsyncPostgresStore::do_lookup(std::string_view key) {
   detail::require_utf8_key("idempotency key", key);
   const detail::Step step = detail::store_lookup(*impl_, key);
-  const Result result =
-      co_await run_shared(impl_->pool->core(), step, "AsyncPostgresStore::lookup");
+  const Result result = co_await run_shared(detail::PoolAccess::core(*impl_->pool), step,
+                                            "AsyncPostgresStore::lookup");
   co_return detail::store_lookup_answer(*impl_, key, result, impl_->clock->wall_now());
 }
 

@@ -11,6 +11,7 @@
 
 #include "connection.hpp"
 #include "idem/postgres/postgres_error.hpp"
+#include "pool_access.hpp"
 #include "rollback_guard.hpp"
 #include "schema.hpp"
 
@@ -134,7 +135,7 @@ class PostgresOutbox::Impl {
     void settle(std::span<const std::int64_t> confirmed,
                 std::span<const Refusal> refused) override {
       constexpr std::string_view kCall = "PostgresOutbox::relay_batch";
-      detail::Connection& connection = lease_.connection();
+      detail::Connection& connection = detail::PoolAccess::connection(lease_);
       for (const std::int64_t seq : confirmed) {
         Params params;
         params.int8(seq);
@@ -151,11 +152,12 @@ class PostgresOutbox::Impl {
 
     // The transaction holds nothing worth keeping (no row taken): end it now.
     void finish() {
-      lease_.connection().exec("ROLLBACK", "PostgresOutbox::relay_batch", StatementKind::read);
+      detail::PoolAccess::connection(lease_).exec("ROLLBACK", "PostgresOutbox::relay_batch",
+                                                  StatementKind::read);
       rollback_.disarm();
     }
 
-    detail::Connection& connection() { return lease_.connection(); }
+    detail::Connection& connection() { return detail::PoolAccess::connection(lease_); }
 
    private:
     Impl& impl_;
@@ -221,7 +223,7 @@ bool PostgresOutbox::do_wait_for_rows(std::chrono::milliseconds timeout) {
   std::unique_lock lock(impl_->listen_mutex);
   try {
     if (!impl_->listener || PQstatus(impl_->listener->raw()) != CONNECTION_OK) {
-      impl_->listener = impl_->pool->open_dedicated();
+      impl_->listener = detail::PoolAccess::open_dedicated(*impl_->pool);
       impl_->listener->exec("LISTEN " + detail::quote_identifier(impl_->channel), kCall,
                             StatementKind::read);
     }
@@ -261,7 +263,8 @@ bool PostgresOutbox::do_wait_for_rows(std::chrono::milliseconds timeout) {
 OutboxStats PostgresOutbox::do_stats() {
   constexpr std::string_view kCall = "PostgresOutbox::stats";
   ConnectionPool::Lease lease = impl_->pool->acquire();
-  const Result r = lease.connection().run(impl_->stats_query, Params{}, kCall, StatementKind::read);
+  const Result r = detail::PoolAccess::connection(lease).run(impl_->stats_query, Params{}, kCall,
+                                                             StatementKind::read);
   OutboxStats stats;
   stats.depth = static_cast<std::uint64_t>(r.int8(0, 0));
   stats.parked = static_cast<std::uint64_t>(r.int8(0, 1));
@@ -276,7 +279,8 @@ std::vector<OutboxRow> PostgresOutbox::do_parked(std::size_t limit) {
   ConnectionPool::Lease lease = impl_->pool->acquire();
   Params params;
   params.int8(static_cast<std::int64_t>(limit));
-  const Result r = lease.connection().run(impl_->parked_rows, params, kCall, StatementKind::read);
+  const Result r = detail::PoolAccess::connection(lease).run(impl_->parked_rows, params, kCall,
+                                                             StatementKind::read);
   std::vector<OutboxRow> rows;
   rows.reserve(static_cast<std::size_t>(r.rows()));
   for (int i = 0; i < r.rows(); ++i)
@@ -287,8 +291,8 @@ std::vector<OutboxRow> PostgresOutbox::do_parked(std::size_t limit) {
 std::size_t PostgresOutbox::do_unpark() {
   constexpr std::string_view kCall = "PostgresOutbox::unpark";
   ConnectionPool::Lease lease = impl_->pool->acquire();
-  const Result r =
-      lease.connection().run(impl_->unpark_rows, Params{}, kCall, StatementKind::write);
+  const Result r = detail::PoolAccess::connection(lease).run(impl_->unpark_rows, Params{}, kCall,
+                                                             StatementKind::write);
   return static_cast<std::size_t>(r.affected());
 }
 

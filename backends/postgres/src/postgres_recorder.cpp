@@ -13,6 +13,7 @@
 #include "claim_logic.hpp"
 #include "connection.hpp"
 #include "idem/error.hpp"
+#include "pool_access.hpp"
 #include "rollback_guard.hpp"
 #include "schema.hpp"
 #include "sql_text.hpp"
@@ -110,9 +111,9 @@ std::vector<bool> PostgresIdempotencyRecorder::do_is_processed_many(
     const auto chunk = event_ids.subspan(offset, std::min(kBatchChunk, event_ids.size() - offset));
     Params params;
     params.text(consumer).text_array(chunk);
-    results.push_back(lease.connection().run(impl_->select_markers_many, params,
-                                             "PostgresIdempotencyRecorder::is_processed_many",
-                                             StatementKind::read));
+    results.push_back(detail::PoolAccess::connection(lease).run(
+        impl_->select_markers_many, params, "PostgresIdempotencyRecorder::is_processed_many",
+        StatementKind::read));
     const detail::Result& result = results.back();
     for (int row = 0; row < result.rows(); ++row)
       found.insert(result.bytes(row, 0));
@@ -134,9 +135,9 @@ void PostgresIdempotencyRecorder::do_mark_processed_many(std::string_view consum
     const auto chunk = event_ids.subspan(offset, std::min(kBatchChunk, event_ids.size() - offset));
     Params params;
     params.text(consumer).text_array(chunk).timestamptz(now);
-    lease.connection().run(impl_->insert_markers_many, params,
-                           "PostgresIdempotencyRecorder::mark_processed_many",
-                           StatementKind::write);
+    detail::PoolAccess::connection(lease).run(impl_->insert_markers_many, params,
+                                              "PostgresIdempotencyRecorder::mark_processed_many",
+                                              StatementKind::write);
   }
 }
 
@@ -147,7 +148,8 @@ Claim PostgresIdempotencyRecorder::do_claim(std::string_view consumer, std::stri
   ConnectionPool::Lease lease_of_pool = impl_->pool->acquire();
   detail::RecorderClaim claim(*impl_, *impl_->clock, consumer, event_id, lease, kCall,
                               impl_->pool->target());
-  while (!claim.read(detail::run_step(lease_of_pool.connection(), claim.step(), kCall))) {
+  while (!claim.read(
+      detail::run_step(detail::PoolAccess::connection(lease_of_pool), claim.step(), kCall))) {
   }
   return claim.outcome();
 }
@@ -185,7 +187,7 @@ bool PostgresIdempotencyRecorder::do_run_transactional(
   require_utf8_marker(consumer, event_id);
   constexpr std::string_view kCall = "PostgresIdempotencyRecorder::run_transactional";
   ConnectionPool::Lease lease = impl_->pool->acquire();
-  detail::Connection& connection = lease.connection();
+  detail::Connection& connection = detail::PoolAccess::connection(lease);
   detail::TransactionalMark mark(*impl_, consumer, event_id, impl_->clock->wall_now(), kCall,
                                  connection.target());
   detail::RollbackGuard rollback(lease);  // undoes the marker and fn's writes on any way out
@@ -269,15 +271,15 @@ std::vector<ConsumerCounts> PostgresIdempotencyRecorder::do_consumer_counts() {
     return counts;
   };
   ConnectionPool::Lease lease = impl_->pool->acquire();
-  const detail::Result markers =
-      lease.connection().run(impl_->count_markers, Params{}, kCall, StatementKind::read);
+  const detail::Result markers = detail::PoolAccess::connection(lease).run(
+      impl_->count_markers, Params{}, kCall, StatementKind::read);
   for (int row = 0; row < markers.rows(); ++row) {
     entry(markers.bytes(row, 0)).processed = static_cast<std::uint64_t>(markers.int8(row, 1));
   }
   Params params;
   params.timestamptz(impl_->clock->wall_now());
-  const detail::Result claims =
-      lease.connection().run(impl_->count_live_claims, params, kCall, StatementKind::read);
+  const detail::Result claims = detail::PoolAccess::connection(lease).run(
+      impl_->count_live_claims, params, kCall, StatementKind::read);
   for (int row = 0; row < claims.rows(); ++row) {
     entry(claims.bytes(row, 0)).in_progress = static_cast<std::uint64_t>(claims.int8(row, 1));
   }

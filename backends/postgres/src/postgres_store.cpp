@@ -23,6 +23,7 @@
 #include "connection.hpp"
 #include "idem/detail/contract.hpp"
 #include "idem/error.hpp"
+#include "pool_access.hpp"
 #include "record_decoder.hpp"
 #include "schema.hpp"
 #include "sql_text.hpp"
@@ -281,7 +282,7 @@ class Listener {
   }
 
   void listen_until_lost() {
-    std::unique_ptr<detail::Connection> connection = pool_->open_dedicated();
+    std::unique_ptr<detail::Connection> connection = detail::PoolAccess::open_dedicated(*pool_);
     connection->exec("LISTEN " + detail::quote_identifier(sql_.channel), kCall,
                      StatementKind::read);
     connects_.fetch_add(1);
@@ -421,7 +422,8 @@ ClaimOutcome PostgresIdempotencyStore::do_claim(std::string_view key,
   ConnectionPool::Lease connection = impl_->pool->acquire();
   detail::StoreClaim claim(*impl_, *impl_->clock, key, fingerprint, lease, kCall,
                            impl_->pool->target());
-  while (!claim.read(detail::run_step(connection.connection(), claim.step(), kCall))) {
+  while (!claim.read(
+      detail::run_step(detail::PoolAccess::connection(connection), claim.step(), kCall))) {
   }
   return std::move(claim.outcome());
 }

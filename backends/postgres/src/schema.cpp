@@ -6,6 +6,7 @@
 #include <string>
 
 #include "idem/error.hpp"
+#include "pool_access.hpp"
 
 namespace idem::postgres::detail {
 
@@ -104,7 +105,7 @@ void prepare_schema(ConnectionPool& pool, const PostgresOptions& options,
                     std::string_view call) {
   ConnectionPool::Lease lease = pool.acquire();
   try {
-    prepare_schema(lease.connection(), options, component, steps, call);
+    prepare_schema(detail::PoolAccess::connection(lease), options, component, steps, call);
   } catch (...) {
     lease.mark_broken();
     throw;

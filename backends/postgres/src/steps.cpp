@@ -4,6 +4,7 @@
 
 #include "claim_logic.hpp"
 #include "idem/error.hpp"
+#include "pool_access.hpp"
 #include "record_decoder.hpp"
 
 namespace idem::postgres::detail {
@@ -54,12 +55,12 @@ Result run_step(Connection& connection, const Step& step, std::string_view call)
 Result PooledRunner::run(const Statement& statement, const Params& params, std::string_view call,
                          StatementKind kind) const {
   ConnectionPool::Lease lease = pool->acquire();
-  return lease.connection().run(statement, params, call, kind);
+  return detail::PoolAccess::connection(lease).run(statement, params, call, kind);
 }
 
 Result PooledRunner::run(const Step& step, std::string_view call) const {
   ConnectionPool::Lease lease = pool->acquire();
-  return run_step(lease.connection(), step, call);
+  return run_step(detail::PoolAccess::connection(lease), step, call);
 }
 
 // ---- one statement, one answer ---------------------------------------------------------------

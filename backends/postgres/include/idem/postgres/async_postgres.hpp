@@ -55,7 +55,8 @@ namespace idem::postgres {
 
 namespace detail {
 class AsyncPool;
-}
+struct PoolAccess;
+}  // namespace detail
 
 // Counters of one async pool, for tests and diagnostics.
 struct AsyncPoolStats {
@@ -83,11 +84,13 @@ class AsyncConnectionPool {
   const std::string& target() const noexcept;
   AsyncPoolStats stats() const;
 
-  // Internal: the pool's machinery, and the blocking pool used to create the tables.
-  detail::AsyncPool& core() const noexcept { return *core_; }
+  // The blocking pool the tables are created through.
   const std::shared_ptr<ConnectionPool>& blocking_pool() const noexcept { return blocking_; }
 
  private:
+  friend struct detail::PoolAccess;
+  detail::AsyncPool& core() const noexcept { return *core_; }
+
   std::shared_ptr<ConnectionPool> blocking_;
   std::shared_ptr<detail::AsyncPool> core_;
 };

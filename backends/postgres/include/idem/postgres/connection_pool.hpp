@@ -35,7 +35,8 @@ namespace idem::postgres {
 
 namespace detail {
 class Connection;
-}
+struct PoolAccess;  // idem's own access to the pooled connections (src/pool_access.hpp)
+}  // namespace detail
 
 // Counters of one pool, for tests and diagnostics.
 struct PoolStats {
@@ -68,13 +69,13 @@ class ConnectionPool {
     // The libpq connection. Leave it idle (no open transaction, no pending result) when the
     // lease ends, or mark_broken().
     PGconn* get() const noexcept;
-    // Internal: idem's wrapper around the connection.
-    detail::Connection& connection() const noexcept { return *connection_; }
     // Closes the connection instead of returning it to the pool.
     void mark_broken() noexcept { broken_ = true; }
 
    private:
     friend class ConnectionPool;
+    friend struct detail::PoolAccess;
+    detail::Connection& connection() const noexcept { return *connection_; }
     Lease(ConnectionPool& pool, std::unique_ptr<detail::Connection> connection) noexcept;
 
     ConnectionPool* pool_;
@@ -85,10 +86,6 @@ class ConnectionPool {
   // A healthy connection, opened when none is idle and fewer than pool_size are open.
   Lease acquire();
 
-  // Opens one connection outside the pool (not counted against pool_size), configured like the
-  // pooled ones — for a listener that holds its connection for a long time.
-  std::unique_ptr<detail::Connection> open_dedicated();
-
   // Closes every idle connection (leased ones are closed when they come back broken).
   void drop_idle() noexcept;
 
@@ -98,6 +95,10 @@ class ConnectionPool {
   const std::string& target() const noexcept;
 
  private:
+  friend struct detail::PoolAccess;
+  // Opens one connection outside the pool (not counted against pool_size), configured like the
+  // pooled ones: for the store's and the outbox's listeners, which hold theirs for a long time.
+  std::unique_ptr<detail::Connection> open_dedicated();
   void give_back(std::unique_ptr<detail::Connection> connection, bool broken) noexcept;
 
   class Impl;
