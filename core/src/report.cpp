@@ -243,14 +243,14 @@ class PlainReader {
     if (!literal(",\"fallback_source\":")) return std::nullopt;
     if (!literal("null")) {
       std::string source;
-      if (!string(source)) return std::nullopt;
+      if (!quoted_copy(source)) return std::nullopt;
       report.fallback_source = std::move(source);
     }
     if (!literal(",\"fallback_used\":") || !boolean(report.fallback_used) ||
         !literal(",\"metadata\":") || !map(report.metadata) || !literal(",\"operation\":") ||
-        !string(report.operation) || !literal(",\"started_at\":") || !time(report.started_at) ||
-        !literal(",\"status\":") || !operation_status(report.status) || !literal("}") ||
-        !text_.empty()) {
+        !quoted_copy(report.operation) || !literal(",\"started_at\":") ||
+        !time(report.started_at) || !literal(",\"status\":") || !operation_status(report.status) ||
+        !literal("}") || !text_.empty()) {
       return std::nullopt;
     }
     return report;
@@ -259,12 +259,13 @@ class PlainReader {
  private:
   bool attempt(AttemptRecord& attempt) {
     return literal("{\"duration_ns\":") && nanos(attempt.duration) &&
-           literal(",\"error_message\":") && string(attempt.error_message) &&
-           literal(",\"error_type\":") && string(attempt.error_type) && literal(",\"metadata\":") &&
-           map(attempt.metadata) && literal(",\"number\":") && integer(attempt.number) &&
-           literal(",\"retryable\":") && boolean(attempt.retryable) && literal(",\"source\":") &&
-           string(attempt.source) && literal(",\"started_at\":") && time(attempt.started_at) &&
-           literal(",\"status\":") && attempt_status(attempt.status) && literal("}");
+           literal(",\"error_message\":") && quoted_copy(attempt.error_message) &&
+           literal(",\"error_type\":") && quoted_copy(attempt.error_type) &&
+           literal(",\"metadata\":") && map(attempt.metadata) && literal(",\"number\":") &&
+           integer(attempt.number) && literal(",\"retryable\":") && boolean(attempt.retryable) &&
+           literal(",\"source\":") && quoted_copy(attempt.source) && literal(",\"started_at\":") &&
+           time(attempt.started_at) && literal(",\"status\":") && attempt_status(attempt.status) &&
+           literal("}");
   }
 
   bool literal(std::string_view expected) noexcept {
@@ -274,7 +275,7 @@ class PlainReader {
   }
 
   // A string of plain() text: no escape to undo, nothing to check for UTF-8.
-  bool string_view(std::string_view& out) noexcept {
+  bool quoted(std::string_view& out) noexcept {
     if (!literal("\"")) return false;
     for (std::size_t i = 0; i < text_.size(); ++i) {
       const char c = text_[i];
@@ -288,9 +289,9 @@ class PlainReader {
     return false;
   }
 
-  bool string(std::string& out) {
+  bool quoted_copy(std::string& out) {
     std::string_view view;
-    if (!string_view(view)) return false;
+    if (!quoted(view)) return false;
     out.assign(view);
     return true;
   }
@@ -303,8 +304,7 @@ class PlainReader {
     do {
       std::string_view name;
       std::string_view value;
-      if (!string_view(name) || (!out.empty() && name <= previous) || !literal(":") ||
-          !string_view(value)) {
+      if (!quoted(name) || (!out.empty() && name <= previous) || !literal(":") || !quoted(value)) {
         return false;
       }
       out.emplace_hint(out.end(), std::string(name), std::string(value));
@@ -349,7 +349,7 @@ class PlainReader {
 
   bool time(WallTime& out) {
     std::string_view text;
-    if (!string_view(text)) return false;
+    if (!quoted(text)) return false;
     const auto parsed = detail::parse_iso8601(text);
     if (!parsed) return false;
     out = *parsed;
@@ -358,7 +358,7 @@ class PlainReader {
 
   bool operation_status(OperationStatus& out) noexcept {
     std::string_view text;
-    if (!string_view(text)) return false;
+    if (!quoted(text)) return false;
     for (auto status : {OperationStatus::succeeded, OperationStatus::failed,
                         OperationStatus::timed_out, OperationStatus::cancelled}) {
       if (to_string(status) == text) {
@@ -371,7 +371,7 @@ class PlainReader {
 
   bool attempt_status(AttemptStatus& out) noexcept {
     std::string_view text;
-    if (!string_view(text)) return false;
+    if (!quoted(text)) return false;
     for (auto status : {AttemptStatus::succeeded, AttemptStatus::failed, AttemptStatus::timed_out,
                         AttemptStatus::rejected, AttemptStatus::cancelled}) {
       if (to_string(status) == text) {
