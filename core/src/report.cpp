@@ -51,19 +51,30 @@ namespace {
 
 using nlohmann::json;
 
-AttemptStatus attempt_status_from(const std::string& text) {
+// The status named `text`, or nullopt; both report readers use these.
+std::optional<AttemptStatus> attempt_status_named(std::string_view text) noexcept {
   for (auto status : {AttemptStatus::succeeded, AttemptStatus::failed, AttemptStatus::timed_out,
                       AttemptStatus::rejected, AttemptStatus::cancelled}) {
     if (to_string(status) == text) return status;
   }
+  return std::nullopt;
+}
+
+std::optional<OperationStatus> operation_status_named(std::string_view text) noexcept {
+  for (auto status : {OperationStatus::succeeded, OperationStatus::failed,
+                      OperationStatus::timed_out, OperationStatus::cancelled}) {
+    if (to_string(status) == text) return status;
+  }
+  return std::nullopt;
+}
+
+AttemptStatus attempt_status_from(const std::string& text) {
+  if (const auto status = attempt_status_named(text)) return *status;
   throw DecodeError("execution report: unknown attempt status '" + text + "'");
 }
 
 OperationStatus operation_status_from(const std::string& text) {
-  if (text == "succeeded") return OperationStatus::succeeded;
-  if (text == "failed") return OperationStatus::failed;
-  if (text == "timed_out") return OperationStatus::timed_out;
-  if (text == "cancelled") return OperationStatus::cancelled;
+  if (const auto status = operation_status_named(text)) return *status;
   throw DecodeError("execution report: unknown operation status '" + text + "'");
 }
 
@@ -359,27 +370,17 @@ class PlainReader {
   bool operation_status(OperationStatus& out) noexcept {
     std::string_view text;
     if (!quoted(text)) return false;
-    for (auto status : {OperationStatus::succeeded, OperationStatus::failed,
-                        OperationStatus::timed_out, OperationStatus::cancelled}) {
-      if (to_string(status) == text) {
-        out = status;
-        return true;
-      }
-    }
-    return false;
+    const auto status = operation_status_named(text);
+    if (status) out = *status;
+    return status.has_value();
   }
 
   bool attempt_status(AttemptStatus& out) noexcept {
     std::string_view text;
     if (!quoted(text)) return false;
-    for (auto status : {AttemptStatus::succeeded, AttemptStatus::failed, AttemptStatus::timed_out,
-                        AttemptStatus::rejected, AttemptStatus::cancelled}) {
-      if (to_string(status) == text) {
-        out = status;
-        return true;
-      }
-    }
-    return false;
+    const auto status = attempt_status_named(text);
+    if (status) out = *status;
+    return status.has_value();
   }
 
   std::string_view text_;
