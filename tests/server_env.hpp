@@ -67,7 +67,11 @@ class ServerEnvironment : public ::testing::Environment {
 
 }  // namespace idem::test
 
-#define IDEM_SERVER_TEST_ENVIRONMENT(name, variable, server, example) \
-  [[maybe_unused]] static ::testing::Environment* const name =        \
-      ::testing::AddGlobalTestEnvironment(                            \
+#define IDEM_SERVER_ENV_CONCAT_(a, b) a##b
+#define IDEM_SERVER_ENV_CONCAT(a, b) IDEM_SERVER_ENV_CONCAT_(a, b)
+// (__COUNTER__ keeps the name unique when a unity build compiles several test files as one.)
+#define IDEM_SERVER_TEST_ENVIRONMENT(name, variable, server, example)                         \
+  [[maybe_unused]] static ::testing::Environment* const IDEM_SERVER_ENV_CONCAT(name,          \
+                                                                               __COUNTER__) = \
+      ::testing::AddGlobalTestEnvironment(                                                    \
           new ::idem::test::ServerEnvironment(variable, server, example))

@@ -27,7 +27,7 @@ using namespace idem::test::cluster;
 
 TEST(RedisAsyncClusterFailover, AKilledPrimaryIsReplacedUnderThePipelinedRouter) {
   if (idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL").empty()) GTEST_SKIP();
-  ASSERT_TRUE(eventually(cluster_as_started)) << "the cluster is not whole before the test";
+  ASSERT_TRUE(poll_until(cluster_as_started)) << "the cluster is not whole before the test";
   auto options = RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL"));
   options.key_prefix = "idemtest:" + std::to_string(::getpid()) + ":async-cluster-kill:";
   options.connect_timeout = 500ms;

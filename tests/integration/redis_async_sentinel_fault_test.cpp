@@ -27,7 +27,7 @@ using namespace idem::test::sentinel;
 
 TEST(RedisAsyncSentinelFailover, AForcedFailoverIsFollowedByThePipelinedConnection) {
   if (idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL").empty()) GTEST_SKIP();
-  ASSERT_TRUE(eventually(group_whole)) << "the Sentinel group is not whole before the test";
+  ASSERT_TRUE(poll_until(group_whole)) << "the Sentinel group is not whole before the test";
   auto options = RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL"));
   options.key_prefix = "idemtest:" + std::to_string(::getpid()) + ":async-forced:";
   options.connect_timeout = 1s;
@@ -71,7 +71,7 @@ TEST(RedisAsyncSentinelFailover, AForcedFailoverIsFollowedByThePipelinedConnecti
             std::vector<bool>(before.size(), true));
   // Once the old primary is the new one's replica, a write through a connection still open to it
   // would be refused (READONLY): this one must go to the promoted replica.
-  EXPECT_TRUE(eventually(group_whole, 60s)) << "the Sentinel group did not become whole again";
+  EXPECT_TRUE(poll_until(group_whole, 60s)) << "the Sentinel group did not become whole again";
   idem::test::run(io, recorder.mark_processed("billing", "after"));
   EXPECT_TRUE(idem::test::run(io, recorder.is_processed("billing", "after")));
 }

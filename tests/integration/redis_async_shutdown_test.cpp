@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "../async_test_support.hpp"
+#include "../eventually.hpp"
 #include "../free_port.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
@@ -45,17 +46,8 @@ using idem::redis::CommandKind;
 using idem::redis::RedisOptions;
 using namespace std::chrono_literals;
 
+using idem::test::eventually;
 using idem::test::run;
-
-// Polls `done` until it holds or `limit` passes; returns whether it held.
-bool eventually(const std::function<bool()>& done, std::chrono::milliseconds limit = 10s) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  while (!done()) {
-    if (std::chrono::steady_clock::now() >= deadline) return false;
-    std::this_thread::sleep_for(10ms);
-  }
-  return true;
-}
 
 // A claim whose coroutine owns the recorder it waits on (a handler spawned with the recorder's
 // shared_ptr): once the test lets go, only the connection's queue keeps the recorder alive.

@@ -43,7 +43,7 @@ using idem::redis::AsyncRedisStore;
 using idem::redis::RedisIdempotencyStore;
 using idem::redis::RedisOptions;
 using idem::test::redis_nodes::ask;
-using idem::test::redis_nodes::eventually;
+using idem::test::redis_nodes::poll_until;
 using idem::test::redis_nodes::ports_of;
 using idem::test::redis_nodes::subscribers;
 using Clock = std::chrono::steady_clock;
@@ -127,7 +127,7 @@ TEST_F(RedisAsyncWait, AWaiterIsWokenByTheCompletionInAnotherProcess) {
   const auto claim = owner.claim("payment-1", std::nullopt, 60s);
   ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
   auto waited = wait("payment-1", 30s);
-  ASSERT_TRUE(eventually([&] { return subscribers(port(), channel("payment-1"), false) == 1; }))
+  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("payment-1"), false) == 1; }))
       << "the waiter did not subscribe to the record's channel";
   // Subscribed, it read the record once and waits: it does not poll.
   std::this_thread::sleep_for(300ms);
@@ -139,7 +139,7 @@ TEST_F(RedisAsyncWait, AWaiterIsWokenByTheCompletionInAnotherProcess) {
   EXPECT_EQ(record->state, IdempotencyRecord::State::completed);
   EXPECT_EQ(record->value.bytes, "paid");
   EXPECT_EQ(reads(), 2u) << "one read before the wait, one after the message";
-  EXPECT_TRUE(eventually([&] { return subscribers(port(), channel("payment-1"), false) == 0; }))
+  EXPECT_TRUE(poll_until([&] { return subscribers(port(), channel("payment-1"), false) == 0; }))
       << "the waiter kept its subscription";
 }
 
@@ -150,7 +150,7 @@ TEST_F(RedisAsyncWait, AReleaseOrARemoveWakesItToo) {
     const std::string key = remove ? "removed" : "released";
     const auto claim = owner.claim(key, std::nullopt, 60s);
     auto waited = wait(key, 30s);
-    ASSERT_TRUE(eventually([&] { return subscribers(port(), channel(key), false) == 1; }));
+    ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel(key), false) == 1; }));
     ASSERT_TRUE(remove ? owner.remove(key, claim.token) : owner.release(key, claim.token));
     ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << key;
     EXPECT_FALSE(waited.get().has_value()) << key << ": the record is gone";
@@ -193,25 +193,25 @@ TEST_F(RedisAsyncWait, AStoppedOrCancelledWaiterEndsAndLetsGo) {
   (void)owner.claim("held", std::nullopt, 60s);
   std::stop_source stop;
   auto stopped = wait("held", 30s, stop.get_token());
-  ASSERT_TRUE(eventually([&] { return subscribers(port(), channel("held"), false) == 1; }));
+  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("held"), false) == 1; }));
   stop.request_stop();
   ASSERT_EQ(stopped.wait_for(10s), std::future_status::ready) << "stop did not end the wait";
   const auto record = stopped.get();
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, IdempotencyRecord::State::in_progress);
-  ASSERT_TRUE(eventually([&] { return subscribers(port(), channel("held"), false) == 0; }));
+  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("held"), false) == 0; }));
 
   asio::cancellation_signal cancel;
   auto cancelled =
       asio::co_spawn(io_, ending_of(owned_wait(waiter_, "held", Clock::now() + 30s, {})),
                      asio::bind_cancellation_slot(cancel.slot(), asio::use_future));
-  ASSERT_TRUE(eventually([&] { return subscribers(port(), channel("held"), false) == 1; }));
+  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("held"), false) == 1; }));
   asio::post(io_, [&] { cancel.emit(asio::cancellation_type::terminal); });
   ASSERT_EQ(cancelled.wait_for(10s), std::future_status::ready) << "cancel did not end the wait";
   const std::string ended = cancelled.get();
   // Returning what it saw is as good as operation_aborted.
   EXPECT_TRUE(ended == "aborted" || ended == "returned") << ended;
-  EXPECT_TRUE(eventually([&] { return subscribers(port(), channel("held"), false) == 0; }))
+  EXPECT_TRUE(poll_until([&] { return subscribers(port(), channel("held"), false) == 0; }))
       << "the cancelled waiter kept its subscription";
 }
 
@@ -235,7 +235,7 @@ TEST_F(RedisAsyncWait, AResilientCoroutineJoinsAnotherProcessesExecution) {
   const auto claim = owner.claim(stored, std::nullopt, 60s);
   ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
   auto joined = asio::co_spawn(io_, charge("order-7"), asio::use_future);
-  ASSERT_TRUE(eventually([&] { return subscribers(port(), channel(stored), false) == 1; }))
+  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel(stored), false) == 1; }))
       << "the coroutine caller does not wait through the store's subscription";
   // The owner stores its result as the blocking face does (the value encoded by the codec).
   auto codec = idem::Codec<std::string>{};
@@ -317,7 +317,7 @@ TEST_F(RedisAsyncWait, ASubscriptionLostWithItsConnectionIsReported) {
       asio::co_spawn(io_, subscriber->subscribe(topic), asio::use_future).get().is_error());
   auto listening =
       asio::co_spawn(io_, ending_of(next_message(*subscriber, 30'000ms)), asio::use_future);
-  ASSERT_TRUE(eventually([&] { return subscribers(port(), topic, false) == 1; }));
+  ASSERT_TRUE(poll_until([&] { return subscribers(port(), topic, false) == 1; }));
   ASSERT_TRUE(ask(port(), {"CLIENT", "KILL", "USER", user}).has_value());
   ASSERT_EQ(listening.wait_for(10s), std::future_status::ready) << "the drop went unnoticed";
   EXPECT_EQ(listening.get(), "RedisError");
@@ -344,13 +344,13 @@ TEST_F(RedisAsyncWait, OnAClusterTheWaiterSubscribesOnTheRecordsNode) {
   for (const std::string key : {"order-1", "order-2", "order-3", "order-4"}) {
     const auto claim = owner.claim(key, std::nullopt, 60s);
     auto waited = wait(key, 30s);
-    ASSERT_TRUE(eventually([&] { return total(key) == 1; })) << key;
+    ASSERT_TRUE(poll_until([&] { return total(key) == 1; })) << key;
     ASSERT_TRUE(owner.complete(key, claim.token, bytes(key), {}, 60s));
     ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << key;
     const auto record = waited.get();
     ASSERT_TRUE(record.has_value());
     EXPECT_EQ(record->value.bytes, key);
-    EXPECT_TRUE(eventually([&] { return total(key) == 0; })) << key;
+    EXPECT_TRUE(poll_until([&] { return total(key) == 0; })) << key;
   }
 }
 

@@ -70,12 +70,12 @@ inline bool kill_node(int port) {
 inline void restore_node(int victim) {
   const std::string dir = node_dir(victim);
   ASSERT_EQ(std::system(("redis-server " + dir + "/redis.conf >/dev/null").c_str()), 0);
-  ASSERT_TRUE(eventually([&] { return info_has(victim, "replication", "master_link_status:up"); }))
+  ASSERT_TRUE(poll_until([&] { return info_has(victim, "replication", "master_link_status:up"); }))
       << "the restarted node did not sync as a replica";
   // A manual failover gives up after 5 s when the primary does not pause in time (a loaded
   // machine): ask again until the node is primary and the cluster as started, or 90 s.
   auto asked = Clock::now() - 1h;
-  const bool back = eventually(
+  const bool back = poll_until(
       [&] {
         if (cluster_as_started()) return true;
         if (Clock::now() - asked > 6s && info_has(victim, "replication", "master_link_status:up")) {

@@ -37,7 +37,7 @@ class RedisClusterFailover : public ::testing::Test {
  protected:
   void SetUp() override {
     if (idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL").empty()) GTEST_SKIP();
-    ASSERT_TRUE(eventually(cluster_as_started)) << "the cluster is not whole before the test";
+    ASSERT_TRUE(poll_until(cluster_as_started)) << "the cluster is not whole before the test";
   }
 };
 

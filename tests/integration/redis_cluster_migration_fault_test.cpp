@@ -445,7 +445,7 @@ void expect_try_again(Call&& call, const char* what) {
       IDEM_SERVER_MISSING("no Redis Cluster nodes: IDEM_TEST_REDIS_CLUSTER_PORTS is unset");  \
     }                                                                                         \
     /* A failover test before this one may have left the cluster settling. */                 \
-    ASSERT_TRUE(::idem::test::cluster::eventually(::idem::test::cluster::cluster_as_started)) \
+    ASSERT_TRUE(::idem::test::cluster::poll_until(::idem::test::cluster::cluster_as_started)) \
         << "the cluster is not whole before the test";                                        \
   } while (false)
 

@@ -60,7 +60,7 @@ inline bool info_has(int port, const char* section, const std::string& text) {
 }
 
 // Polls `condition` every 100 ms until it holds or `limit` passes; whether it held.
-inline bool eventually(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
+inline bool poll_until(const std::function<bool()>& condition, std::chrono::seconds limit = 30s) {
   const auto deadline = Clock::now() + limit;
   while (Clock::now() < deadline) {
     if (condition()) return true;

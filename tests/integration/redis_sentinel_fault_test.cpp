@@ -102,11 +102,11 @@ class RedisSentinelFailover : public ::testing::Test {
  protected:
   void SetUp() override {
     if (idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL").empty()) GTEST_SKIP();
-    ASSERT_TRUE(eventually(group_whole)) << "the Sentinel group is not whole before the test";
+    ASSERT_TRUE(poll_until(group_whole)) << "the Sentinel group is not whole before the test";
   }
   void TearDown() override {
     if (idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL").empty()) return;
-    EXPECT_TRUE(eventually(group_whole, 60s)) << "the Sentinel group did not become whole again";
+    EXPECT_TRUE(poll_until(group_whole, 60s)) << "the Sentinel group did not become whole again";
   }
 };
 

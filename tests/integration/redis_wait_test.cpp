@@ -28,7 +28,7 @@ using idem::IdempotencyRecord;
 using idem::redis::RedisIdempotencyStore;
 using idem::redis::RedisOptions;
 using Clock = std::chrono::steady_clock;
-using idem::test::redis_nodes::eventually;
+using idem::test::redis_nodes::poll_until;
 using idem::test::redis_nodes::ports_of;
 using idem::test::redis_nodes::subscribers;
 
@@ -62,7 +62,7 @@ TEST_F(RedisWait, AWaiterIsWokenByTheCompletionInAnotherProcess) {
   const auto claim = owner.claim("payment-1", std::nullopt, 60s);
   ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
   auto waited = wait_in_thread(waiter, "payment-1", 30s);
-  ASSERT_TRUE(eventually([&] { return subscribers(port(), channel("payment-1"), false) == 1; }))
+  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("payment-1"), false) == 1; }))
       << "the waiter did not subscribe to the record's channel";
   ASSERT_TRUE(owner.complete("payment-1", claim.token, bytes("paid"), {}, 60s));
   ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << "the completion did not wake it";
@@ -70,7 +70,7 @@ TEST_F(RedisWait, AWaiterIsWokenByTheCompletionInAnotherProcess) {
   ASSERT_TRUE(record.has_value());
   EXPECT_EQ(record->state, IdempotencyRecord::State::completed);
   EXPECT_EQ(record->value.bytes, "paid");
-  EXPECT_TRUE(eventually([&] { return subscribers(port(), channel("payment-1"), false) == 0; }))
+  EXPECT_TRUE(poll_until([&] { return subscribers(port(), channel("payment-1"), false) == 0; }))
       << "the waiter kept its subscription";
 }
 
@@ -81,7 +81,7 @@ TEST_F(RedisWait, AReleaseOrARemoveWakesItToo) {
     const std::string key = remove ? "removed" : "released";
     const auto claim = owner.claim(key, std::nullopt, 60s);
     auto waited = wait_in_thread(waiter, key, 30s);
-    ASSERT_TRUE(eventually([&] { return subscribers(port(), channel(key), false) == 1; }));
+    ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel(key), false) == 1; }));
     ASSERT_TRUE(remove ? owner.remove(key, claim.token) : owner.release(key, claim.token));
     ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << key;
     EXPECT_FALSE(waited.get().has_value()) << key << ": the record is gone";
@@ -106,7 +106,7 @@ TEST_F(RedisWait, AStoppedWaiterReturnsWhatItSaw) {
   (void)owner.claim("held", std::nullopt, 60s);
   std::stop_source stop;
   auto waited = wait_in_thread(waiter, "held", 30s, stop.get_token());
-  ASSERT_TRUE(eventually([&] { return subscribers(port(), channel("held"), false) == 1; }));
+  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("held"), false) == 1; }));
   stop.request_stop();
   ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << "stop did not end the wait";
   const auto record = waited.get();
@@ -127,7 +127,7 @@ TEST_F(RedisWait, OnAClusterTheWaiterSubscribesOnTheRecordsNode) {
   for (const std::string key : {"order-1", "order-2", "order-3", "order-4"}) {
     const auto claim = owner.claim(key, std::nullopt, 60s);
     auto waited = wait_in_thread(waiter, key, 30s);
-    ASSERT_TRUE(eventually([&] {
+    ASSERT_TRUE(poll_until([&] {
       long long total = 0;
       for (int p : primaries)
         total += subscribers(p, channel(key), true);

@@ -19,13 +19,11 @@
 #include "idem/open.hpp"
 #include "idem/sql.hpp"
 
-#if __has_include("idem/sqlite/sqlite_recorder.hpp")
-#define IDEM_DEMO_TEST_SQLITE 1
-#endif
-#define IDEM_REQUIRE_DEMO()                                                                   \
-  do {                                                                                        \
-    IDEM_REQUIRE_CLI();                                                                       \
-    if (!kSqlite) GTEST_SKIP() << "the demo's default store needs SQLite (IDEM_WITH_SQLITE)"; \
+#define IDEM_REQUIRE_DEMO()                                                       \
+  do {                                                                            \
+    IDEM_REQUIRE_CLI();                                                           \
+    if (!idem::test::kDemoHasSqlite)                                              \
+      GTEST_SKIP() << "the demo's default store needs SQLite (IDEM_WITH_SQLITE)"; \
   } while (false)
 
 namespace {
@@ -35,12 +33,6 @@ using idem::test::CliRun;
 using idem::test::has;
 using idem::test::run_cli;
 using idem::test::TempDir;
-
-#ifdef IDEM_DEMO_TEST_SQLITE
-constexpr bool kSqlite = true;
-#else
-constexpr bool kSqlite = false;
-#endif
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

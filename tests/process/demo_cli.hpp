@@ -22,6 +22,13 @@
 
 namespace idem::test {
 
+// Whether the CLI's demo can run: its default store is SQLite.
+#if __has_include("idem/sqlite/sqlite_recorder.hpp")
+inline constexpr bool kDemoHasSqlite = true;
+#else
+inline constexpr bool kDemoHasSqlite = false;
+#endif
+
 struct CliRun {
   int exit_code = -1;  // -1: killed by a signal
   std::string output;

@@ -24,11 +24,7 @@ namespace {
 using idem::test::CliRun;
 using idem::test::has;
 
-#if __has_include("idem/sqlite/sqlite_recorder.hpp")
-constexpr bool kSqlite = true;
-#else
-constexpr bool kSqlite = false;
-#endif
+using idem::test::kDemoHasSqlite;
 
 // Runs the CLI on a pseudo-terminal of `columns` x 40 and returns all it wrote there.
 CliRun run_in_terminal(const std::vector<std::string>& arguments, unsigned short columns) {
@@ -93,7 +89,7 @@ std::vector<std::vector<std::string>> terminal_lines(const std::string& output) 
 
 TEST(DemoTerminal, ProgressLinesFitAnEightyColumnTerminalAndRedrawInPlace) {
   IDEM_REQUIRE_CLI();
-  if (!kSqlite) GTEST_SKIP() << "the demo's default store needs SQLite";
+  if (!kDemoHasSqlite) GTEST_SKIP() << "the demo's default store needs SQLite";
   const CliRun run = run_in_terminal({"demo", "--events", "3000"}, 80);
   ASSERT_EQ(run.exit_code, 0) << run.output;
   const std::regex bar("\\[[#.]+\\]");
@@ -119,7 +115,7 @@ TEST(DemoTerminal, ProgressLinesFitAnEightyColumnTerminalAndRedrawInPlace) {
 
 TEST(DemoTerminal, PipedProgressShowsExactCounts) {
   IDEM_REQUIRE_CLI();
-  if (!kSqlite) GTEST_SKIP() << "the demo's default store needs SQLite";
+  if (!kDemoHasSqlite) GTEST_SKIP() << "the demo's default store needs SQLite";
   const CliRun run = idem::test::run_cli({"demo", "--events", "1000", "--hops", "2"});
   idem::test::expect_two_hop_demo_ok(run, 1000);
   EXPECT_EQ(run.output.find('\r'), std::string::npos);

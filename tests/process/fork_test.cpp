@@ -25,15 +25,15 @@
 
 namespace {
 
-using idem::test::fork::Backend;
+using ForkBackend = idem::test::fork::Backend;
 using idem::test::fork::Findings;
 using idem::test::fork::fork_after_use;
 using idem::test::fork::in_child;
 using idem::test::fork::use_idem;
 
-Backend memory_backend() {
-  return Backend{[] { return std::make_shared<idem::InMemoryIdempotencyRecorder>(); },
-                 [] { return std::make_shared<idem::InMemoryIdempotencyStore>(); }};
+ForkBackend memory_backend() {
+  return ForkBackend{[] { return std::make_shared<idem::InMemoryIdempotencyRecorder>(); },
+                     [] { return std::make_shared<idem::InMemoryIdempotencyStore>(); }};
 }
 
 TEST(ForkInMemory, AChildUsesNewObjectsAfterTheParentDestroyedItsOwn) {

@@ -21,15 +21,15 @@
 
 namespace {
 
-struct CliRun {
+struct OutboxCliRun {
   int status = 0;
   std::string out;
 };
 
-CliRun cli(std::vector<std::string> args) {
+OutboxCliRun cli(std::vector<std::string> args) {
   args.insert(args.begin(), IDEM_CLI);
   idem::test::ChildProcess child(args);
-  CliRun run;
+  OutboxCliRun run;
   run.out = child.read_all();
   run.status = child.wait();
   return run;
@@ -66,17 +66,17 @@ TEST_F(CliOutbox, StatsShowsDepthAndPurgeLeavesUnsentRows) {
     idem::OutboxRelay(f.outbox, refusing, options).run_once();
   }
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  const CliRun text = cli({"stats", url});
+  const OutboxCliRun text = cli({"stats", url});
   ASSERT_EQ(text.status, 0) << text.out;
   EXPECT_NE(text.out.find("outbox: 1 waiting, 1 parked, oldest "), std::string::npos) << text.out;
-  const CliRun json = cli({"stats", url, "--json"});
+  const OutboxCliRun json = cli({"stats", url, "--json"});
   ASSERT_EQ(json.status, 0) << json.out;
   const auto stats = nlohmann::json::parse(json.out);
   EXPECT_EQ(stats["outbox"]["depth"], 1);
   EXPECT_EQ(stats["outbox"]["parked"], 1);
   EXPECT_GE(stats["outbox"]["oldest_age_ms"].get<long long>(), 0);
 
-  const CliRun purge = cli({"purge", url, "--older-than", "1ms", "--recorder-only"});
+  const OutboxCliRun purge = cli({"purge", url, "--older-than", "1ms", "--recorder-only"});
   ASSERT_EQ(purge.status, 0) << purge.out;
   EXPECT_NE(purge.out.find("purged 1 marker"), std::string::npos) << purge.out;
   const auto after = nlohmann::json::parse(cli({"stats", url, "--json"}).out);
@@ -90,7 +90,7 @@ TEST_F(CliOutbox, AFileWithoutAnOutboxShowsNoneAndGetsNoTable) {
     idem::sqlite::SqliteIdempotencyRecorder recorder(db);
     recorder.mark_processed("billing", "e1");
   }
-  const CliRun text = cli({"stats", url});
+  const OutboxCliRun text = cli({"stats", url});
   ASSERT_EQ(text.status, 0) << text.out;
   EXPECT_NE(text.out.find("outbox: none"), std::string::npos) << text.out;
   EXPECT_TRUE(nlohmann::json::parse(cli({"stats", url, "--json"}).out)["outbox"].is_null());

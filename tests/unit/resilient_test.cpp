@@ -19,17 +19,17 @@ namespace {
 using namespace std::chrono_literals;
 using idem::testing::ManualClock;
 
-struct Receipt {
+struct Payment {
   std::string id;
   int amount = 0;
 };
 
-Receipt charge(const std::string& request_id, int amount) {
-  return Receipt{request_id, amount};
+Payment charge(const std::string& request_id, int amount) {
+  return Payment{request_id, amount};
 }
 
 TEST(Resilient, PlainCallReturnsValueAndReport) {
-  auto op = idem::resilient([](const std::string& id, int amount) { return Receipt{id, amount}; });
+  auto op = idem::resilient([](const std::string& id, int amount) { return Payment{id, amount}; });
   const auto result = op("request-1", 2499);
   EXPECT_EQ(result.value.id, "request-1");
   EXPECT_EQ(result.value.amount, 2499);
@@ -48,7 +48,7 @@ TEST(Resilient, WrapsFunctionsAndFunctionPointers) {
   EXPECT_EQ(from_function("a", 1).report.operation, "charge");
   EXPECT_EQ(from_pointer("b", 2).value.amount, 2);
   static_assert(
-      std::is_same_v<decltype(from_function), idem::Resilient<Receipt(const std::string&, int)>>);
+      std::is_same_v<decltype(from_function), idem::Resilient<Payment(const std::string&, int)>>);
 }
 
 TEST(Resilient, GenericLambdaWithANamedSignature) {
@@ -135,7 +135,7 @@ TEST(Resilient, ValidationFailureIsFinalWhenRetriesOfInvalidResultsAreOff) {
   auto op = idem::resilient(
       [&] {
         ++calls;
-        return Receipt{"", 5};
+        return Payment{"", 5};
       },
       {
           .retries = 3,
@@ -146,12 +146,12 @@ TEST(Resilient, ValidationFailureIsFinalWhenRetriesOfInvalidResultsAreOff) {
   auto validated = idem::resilient(
       [&] {
         ++calls;
-        return Receipt{"", 5};
+        return Payment{"", 5};
       },
       {.retries = 3,
        .retry_invalid_results = false,
        .validate = {{"has_id",
-                     [](const Receipt& r) -> std::optional<std::string> {
+                     [](const Payment& r) -> std::optional<std::string> {
                        if (r.id.empty()) return "receipt without id";
                        return std::nullopt;
                      }}},
@@ -263,19 +263,20 @@ TEST(Resilient, RejectsContradictoryOptions) {
                idem::ConfigError);
 }
 
-struct Opaque {
+struct NoEncoding {
   int value = 0;
 };
 
 TEST(Resilient, FingerprintOfArgumentsWithoutAnEncodingIsAConfigError) {
-  auto fn = [](const Opaque& o) { return o.value; };
-  auto key = [](const Opaque& o) { return std::to_string(o.value); };
+  auto fn = [](const NoEncoding& o) { return o.value; };
+  auto key = [](const NoEncoding& o) { return std::to_string(o.value); };
   EXPECT_THROW(idem::resilient(fn, {.idempotency_key = key, .idempotency_fingerprint = true}),
                idem::ConfigError);
   // A fingerprint function of one's own works for any argument type.
   EXPECT_NO_THROW(idem::resilient(
-      fn, {.idempotency_key = key,
-           .idempotency_fingerprint = [](const Opaque& o) { return std::to_string(o.value); }}));
+      fn, {.idempotency_key = key, .idempotency_fingerprint = [](const NoEncoding& o) {
+             return std::to_string(o.value);
+           }}));
 }
 
 TEST(Resilient, IdempotencyNeedsACopyableResult) {

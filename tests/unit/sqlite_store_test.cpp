@@ -285,7 +285,7 @@ void expect_replaced(const std::optional<idem::Error>& error) {
 
 // The check runs at most once per this interval of the store's clock (steady time): the tests
 // move a ManualClock past it, so the next write is the first one that checks.
-constexpr std::chrono::milliseconds kCheckInterval{1};
+constexpr std::chrono::milliseconds kStoreCheckInterval{1};
 
 TEST(SqliteStoreReplacedFile, DeletedFileFailsClaimsAndCompletions) {
   TempDir dir;
@@ -296,7 +296,7 @@ TEST(SqliteStoreReplacedFile, DeletedFileFailsClaimsAndCompletions) {
   ASSERT_EQ(held.status, ClaimOutcome::Status::acquired);
   for (const char* suffix : {"", "-wal", "-shm"})
     std::filesystem::remove(path + suffix);
-  clock->advance(kCheckInterval);
+  clock->advance(kStoreCheckInterval);
   expect_replaced(error_of([&] { (void)store.claim("new", std::nullopt, 30s); }));
   expect_replaced(error_of(
       [&] { (void)store.complete("held", held.token, bytes_value("1"), small_report(), 1h); }));
@@ -315,7 +315,7 @@ TEST(SqliteStoreReplacedFile, FileRenamedOverTheOpenOneFailsTheNextClaim) {
   ASSERT_EQ(held.status, ClaimOutcome::Status::acquired);
   { SqliteIdempotencyStore elsewhere(other); }
   ASSERT_EQ(std::rename(other.c_str(), path.c_str()), 0);
-  clock->advance(kCheckInterval);
+  clock->advance(kStoreCheckInterval);
   const auto claim = error_of([&] { (void)store.claim("new", std::nullopt, 30s); });
   expect_replaced(claim);
   ASSERT_TRUE(claim);
