@@ -93,38 +93,15 @@ using Outcome = idem::testing::async_detail::Outcome;
 }  // namespace idem::testing::async_recorder_conformance_detail
 
 template <class Factory>
-class IdemAsyncRecorderConformance : public ::testing::Test {
+class IdemAsyncRecorderConformance
+    : public idem::testing::async_detail::ConformanceFixture<Factory, idem::async::AsyncRecorder> {
  protected:
-  void SetUp() override {
-    recorder_ = factory_.make();
-    ASSERT_NE(recorder_, nullptr) << "the factory returned no recorder";
-  }
+  IdemAsyncRecorderConformance()
+      : idem::testing::async_detail::ConformanceFixture<Factory, idem::async::AsyncRecorder>(
+            "recorder") {}
 
-  // Stops the backend's I/O thread (if the factory has one) before io_, threads_io_, the recorder
-  // and the factory go: it posts into them (async_support.hpp, teardown order).
-  ~IdemAsyncRecorderConformance() override {
-    idem::testing::async_detail::stop_io_thread(factory_);
-  }
-
-  // Runs `task` to completion on io_ on this thread and returns its result (or rethrows). Checks
-  // that the coroutine resumed on this thread (the io_context's only runner) after the call.
-  template <class T>
-  T run(idem::async::Task<T> task) {
-    return idem::testing::async_detail::run(
-        io_, idem::testing::async_detail::resuming_on(std::this_thread::get_id(), std::move(task)));
-  }
-
-  // Starts `task` with a cancellation slot, runs `steps` handlers of io_, emits a terminal
-  // cancellation, then runs to completion and says how the call ended.
-  template <class T>
-  idem::testing::async_detail::Outcome run_cancelled(idem::async::Task<T> task, int steps) {
-    return idem::testing::async_detail::run_cancelled(io_, std::move(task), steps);
-  }
-
-  Factory factory_;  // declared first: destroyed after the recorder
-  std::shared_ptr<idem::async::AsyncRecorder> recorder_;
-  asio::io_context threads_io_{2};  // the Race* cases run it on two threads
-  asio::io_context io_;             // declared last: pending coroutines go before the recorder
+  // The recorder the factory made (async_support.hpp: the fixture's teardown order).
+  std::shared_ptr<idem::async::AsyncRecorder>& recorder_ = this->subject_;
 };
 
 #define IDEM_ASYNC_CONFORMANCE_REQUIRE_CLAIMS()                                            \

@@ -119,35 +119,22 @@ inline idem::ExecutionReport sample_report() {
 }  // namespace idem::testing::async_store_conformance_detail
 
 template <class Factory>
-class IdemAsyncStoreConformance : public ::testing::Test {
+class IdemAsyncStoreConformance
+    : public idem::testing::async_detail::ConformanceFixture<Factory, idem::async::AsyncStore> {
  protected:
   using Status = idem::ClaimOutcome::Status;
   using State = idem::IdempotencyRecord::State;
   static constexpr idem::Millis kLease{60'000};
   static constexpr idem::Millis kTtl{600'000};
 
-  void SetUp() override {
-    store_ = factory_.make();
-    ASSERT_NE(store_, nullptr) << "the factory returned no store";
+  IdemAsyncStoreConformance()
+      : idem::testing::async_detail::ConformanceFixture<Factory, idem::async::AsyncStore>("store") {
   }
 
-  // Stops the backend's I/O thread (if the factory has one) before io_, threads_io_, the store
-  // and the factory go: it posts into them (async_support.hpp, teardown order).
-  ~IdemAsyncStoreConformance() override { idem::testing::async_detail::stop_io_thread(factory_); }
-
-  // Runs `task` to completion on io_ on this thread and returns its result (or rethrows). Checks
-  // that the coroutine resumed on this thread (the io_context's only runner) after the call.
-  template <class T>
-  T run(idem::async::Task<T> task) {
-    return idem::testing::async_detail::run(
-        io_, idem::testing::async_detail::resuming_on(std::this_thread::get_id(), std::move(task)));
-  }
-
-  // Starts `task` with a cancellation slot, runs `steps` handlers of io_, emits a terminal
-  // cancellation, then runs to completion and says how the call ended.
-  template <class T>
-  idem::testing::async_detail::Outcome run_cancelled(idem::async::Task<T> task, int steps) {
-    return idem::testing::async_detail::run_cancelled(io_, std::move(task), steps);
+  // Stops the backend's I/O thread (if the factory has one) before report_ goes: a call may still
+  // read it there. The base stops it again (a no-op) before the io_contexts and the store go.
+  ~IdemAsyncStoreConformance() override {
+    idem::testing::async_detail::stop_io_thread(this->factory_);
   }
 
   // A key of this test's own (stores may be shared between tests of one server).
@@ -179,7 +166,7 @@ class IdemAsyncStoreConformance : public ::testing::Test {
   std::uint64_t acquire(const std::string& key,
                         std::optional<std::string_view> fingerprint = std::nullopt,
                         idem::Millis lease = kLease) {
-    const idem::ClaimOutcome outcome = run(store_->claim(key, fingerprint, lease));
+    const idem::ClaimOutcome outcome = this->run(store_->claim(key, fingerprint, lease));
     EXPECT_EQ(outcome.status, Status::acquired) << "claim of '" << key << "'";
     EXPECT_GT(outcome.token, 0u);
     return outcome.token;
@@ -189,11 +176,11 @@ class IdemAsyncStoreConformance : public ::testing::Test {
   bool complete(const std::string& key, std::uint64_t token, const std::string& text,
                 idem::Millis ttl = kTtl) {
     report_ = idem::testing::async_store_conformance_detail::sample_report();
-    return run(store_->complete(key, token, value(text), report_, ttl));
+    return this->run(store_->complete(key, token, value(text), report_, ttl));
   }
 
   std::optional<idem::IdempotencyRecord> lookup(const std::string& key) {
-    return run(store_->lookup(key));
+    return this->run(store_->lookup(key));
   }
 
   // Claims `key` every lapsing/2 (bounded) until the lease or result that held it has lapsed:
@@ -212,14 +199,12 @@ class IdemAsyncStoreConformance : public ::testing::Test {
       }
       throw std::runtime_error("the lapsed lease or result never let the key go");
     };
-    return run(poll(*store_, key, fingerprint, kLease, lapsing / 2 + idem::Millis(1)));
+    return this->run(poll(*store_, key, fingerprint, kLease, lapsing / 2 + idem::Millis(1)));
   }
 
-  Factory factory_;  // declared first: destroyed after the store
-  std::shared_ptr<idem::async::AsyncStore> store_;
+  // The store the factory made (async_support.hpp: the fixture's teardown order).
+  std::shared_ptr<idem::async::AsyncStore>& store_ = this->subject_;
   idem::ExecutionReport report_;
-  asio::io_context threads_io_{2};  // the Race* cases run it on two threads
-  asio::io_context io_;             // declared last: pending coroutines go before the store
 };
 
 TYPED_TEST_SUITE_P(IdemAsyncStoreConformance);

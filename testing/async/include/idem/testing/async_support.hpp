@@ -36,6 +36,7 @@
 #include <asio/use_awaitable.hpp>
 #include <chrono>
 #include <exception>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -253,6 +254,45 @@ void stop_io_thread(Factory& factory) {
   if constexpr (requires { factory.io.stop(); }) factory.io.stop();
   kept_exceptions().clear();
 }
+
+// What the async conformance fixtures share: the factory, the backend it made (`subject_`), the
+// io_contexts the cases run coroutines on, and their teardown order. The factory is declared
+// first and destroyed last; io_ is declared last, so pending coroutines go before the backend;
+// the factory's I/O thread (if it has one) is stopped before any of them goes, as it posts into
+// them.
+template <class Factory, class Subject>
+class ConformanceFixture : public ::testing::Test {
+ protected:
+  // `noun` names the backend in the failure of a factory that returned none ("store").
+  explicit ConformanceFixture(const char* noun) : noun_(noun) {}
+  ~ConformanceFixture() override { stop_io_thread(factory_); }
+
+  void SetUp() override {
+    subject_ = factory_.make();
+    ASSERT_NE(subject_, nullptr) << "the factory returned no " << noun_;
+  }
+
+  // Runs `task` to completion on io_ on this thread and returns its result (or rethrows). Checks
+  // that the coroutine resumed on this thread (the io_context's only runner) after the call.
+  template <class T>
+  T run(idem::async::Task<T> task) {
+    return async_detail::run(
+        io_, async_detail::resuming_on(std::this_thread::get_id(), std::move(task)));
+  }
+
+  // Starts `task` with a cancellation slot, runs `steps` handlers of io_, emits a terminal
+  // cancellation, then runs to completion and says how the call ended.
+  template <class T>
+  Outcome run_cancelled(idem::async::Task<T> task, int steps) {
+    return async_detail::run_cancelled(io_, std::move(task), steps);
+  }
+
+  const char* noun_;
+  Factory factory_;
+  std::shared_ptr<Subject> subject_;
+  asio::io_context threads_io_{2};  // the Race* cases run it on two threads
+  asio::io_context io_;
+};
 
 }  // namespace async_detail
 
