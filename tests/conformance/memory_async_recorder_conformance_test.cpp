@@ -13,20 +13,17 @@
 #include "idem/testing/async_recorder_conformance.hpp"
 #include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/recorder_conformance.hpp"
+#include "recorder_traits.hpp"
 
 namespace {
 
-struct AsyncMemoryFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities{.claims = true,
-                                                                   .transactions = false};
+struct AsyncMemoryFactory : idem::test::AsyncRecorderTraits<false> {
   static std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::async::AsyncMemoryRecorder>();
   }
 };
 
-struct AsyncMemorySingleShardFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities{.claims = true,
-                                                                   .transactions = false};
+struct AsyncMemorySingleShardFactory : idem::test::AsyncRecorderTraits<false> {
   static constexpr int kCoroutines = 200;
   static std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::async::AsyncMemoryRecorder>(
@@ -37,9 +34,7 @@ struct AsyncMemorySingleShardFactory {
 
 // Through a RecorderWrapper and a crash decorator whose plan never fires: both forward every
 // call, so the suite holds as it does for the recorder they wrap.
-struct AsyncMemoryWrappedFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities{.claims = true,
-                                                                   .transactions = false};
+struct AsyncMemoryWrappedFactory : idem::test::AsyncRecorderTraits<false> {
   static std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::testing::AsyncCrashingRecorder>(
         std::make_shared<idem::async::RecorderWrapper>(
@@ -49,9 +44,7 @@ struct AsyncMemoryWrappedFactory {
 };
 
 template <std::size_t Shards>
-struct BlockingOverAsyncMemoryFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
+struct BlockingOverAsyncMemoryFactory : idem::test::RecorderTraits<false> {
   static std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     idem::InMemoryRecorderOptions options;

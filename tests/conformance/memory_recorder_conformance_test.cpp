@@ -11,6 +11,7 @@
 #include "idem/key.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/testing/recorder_conformance.hpp"
+#include "recorder_traits.hpp"
 
 namespace {
 
@@ -55,20 +56,11 @@ class ReferenceRecorder final : public idem::IdempotencyRecorder {
   }
   bool do_complete(std::string_view consumer, std::string_view event_id,
                    std::uint64_t token) override {
-    const auto key = checked(consumer, event_id);
-    std::lock_guard lock(mutex_);
-    if (!owns(key, token)) return false;
-    claims_.erase(key);
-    markers_.emplace(key, clock_->wall_now());
-    return true;
+    return end_claim(consumer, event_id, token, /*mark=*/true);
   }
   bool do_release(std::string_view consumer, std::string_view event_id,
                   std::uint64_t token) override {
-    const auto key = checked(consumer, event_id);
-    std::lock_guard lock(mutex_);
-    if (!owns(key, token)) return false;
-    claims_.erase(key);
-    return true;
+    return end_claim(consumer, event_id, token, /*mark=*/false);
   }
   bool do_renew(std::string_view consumer, std::string_view event_id, std::uint64_t token,
                 idem::Millis lease) override {
@@ -156,6 +148,18 @@ class ReferenceRecorder final : public idem::IdempotencyRecorder {
     return it != claims_.end() && it->second.first == token;
   }
 
+  // Ends the claim `token` holds on the event (marking it processed when `mark`); false when the
+  // token does not hold it.
+  bool end_claim(std::string_view consumer, std::string_view event_id, std::uint64_t token,
+                 bool mark) {
+    const auto key = checked(consumer, event_id);
+    std::lock_guard lock(mutex_);
+    if (!owns(key, token)) return false;
+    claims_.erase(key);
+    if (mark) markers_.emplace(key, clock_->wall_now());
+    return true;
+  }
+
   std::shared_ptr<idem::Clock> clock_;
   std::mutex tx_mutex_;
   std::mutex mutex_;
@@ -164,19 +168,14 @@ class ReferenceRecorder final : public idem::IdempotencyRecorder {
   std::uint64_t last_token_ = 0;
 };
 
-struct ReferenceRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = true;
-  static constexpr int kConcurrentIds = 100;
+struct ReferenceRecorderFactory : idem::test::RecorderTraits<true, 100> {
   std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     return std::make_shared<ReferenceRecorder>(std::move(clock));
   }
 };
 
-struct MemoryRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
+struct MemoryRecorderFactory : idem::test::RecorderTraits<false> {
   static std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     return std::make_shared<idem::InMemoryIdempotencyRecorder>(
@@ -184,10 +183,7 @@ struct MemoryRecorderFactory {
   }
 };
 
-struct SingleShardMemoryRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 500;
+struct SingleShardMemoryRecorderFactory : idem::test::RecorderTraits<false, 500> {
   static std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     return std::make_shared<idem::InMemoryIdempotencyRecorder>(

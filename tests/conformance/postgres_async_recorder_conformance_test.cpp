@@ -17,46 +17,24 @@
 #include "idem/testing/async_recorder_conformance.hpp"
 #include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/recorder_conformance.hpp"
+#include "postgres_async_factories.hpp"
+#include "recorder_traits.hpp"
 
 namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
-constexpr idem::async::RecorderCapabilities kAll{.claims = true, .transactions = true};
+template <int PoolSize>
+struct AsyncPostgresFactory
+    : idem::test::AsyncRecorderTraits<true>,
+      idem::test::pg::AsyncFactory<idem::postgres::AsyncPostgresRecorder, PoolSize> {};
 
 template <int PoolSize>
-struct AsyncPostgresFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kAll;
-  std::shared_ptr<idem::async::AsyncRecorder> make() {
-    if (!idem::test::pg::server_url()) return nullptr;
-    auto options = schema.options();
-    options.pool_size = PoolSize;
-    return std::make_shared<idem::postgres::AsyncPostgresRecorder>(io.executor(), options);
-  }
-  idem::test::pg::TempSchema schema;  // dropped after the I/O thread has stopped
-  idem::testing::IoThread io;
-};
-
-template <int PoolSize>
-struct BlockingOverAsyncPostgresFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = true;
-  static constexpr int kConcurrentIds = 100;
-  std::shared_ptr<idem::IdempotencyRecorder> make(
-      std::shared_ptr<idem::testing::ManualClock> clock) {
-    if (!idem::test::pg::server_url()) return nullptr;
-    auto options = schema.options();
-    options.clock = std::move(clock);
-    options.pool_size = PoolSize;
-    return std::make_shared<idem::testing::BlockingOverAsyncRecorder>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::postgres::AsyncPostgresRecorder>(std::move(executor),
-                                                                         options);
-        },
-        std::make_shared<idem::postgres::PostgresIdempotencyRecorder>(options));
-  }
-  idem::test::pg::TempSchema schema;  // dropped after the recorder (and the adapter's thread)
-};
+struct BlockingOverAsyncPostgresFactory
+    : idem::test::RecorderTraits<true, 100>,
+      idem::test::pg::BlockingOverAsyncFactory<
+          idem::testing::BlockingOverAsyncRecorder, idem::postgres::AsyncPostgresRecorder,
+          idem::postgres::PostgresIdempotencyRecorder, PoolSize> {};
 
 }  // namespace
 

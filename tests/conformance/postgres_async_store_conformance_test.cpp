@@ -15,38 +15,22 @@
 #include "idem/testing/async_store_conformance.hpp"
 #include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/store_conformance.hpp"
+#include "postgres_async_factories.hpp"
 
 namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
 template <int PoolSize>
-struct AsyncPostgresStoreFactory {
-  std::shared_ptr<idem::async::AsyncStore> make() {
-    if (!idem::test::pg::server_url()) return nullptr;
-    auto options = schema.options();
-    options.pool_size = PoolSize;
-    return std::make_shared<idem::postgres::AsyncPostgresStore>(io.executor(), options);
-  }
-  idem::test::pg::TempSchema schema;  // dropped after the I/O thread has stopped
-  idem::testing::IoThread io;
-};
+using AsyncPostgresStoreFactory =
+    idem::test::pg::AsyncFactory<idem::postgres::AsyncPostgresStore, PoolSize>;
 
 template <int PoolSize>
-struct BlockingOverAsyncPostgresStoreFactory {
+struct BlockingOverAsyncPostgresStoreFactory
+    : idem::test::pg::BlockingOverAsyncFactory<idem::testing::BlockingOverAsyncStore,
+                                               idem::postgres::AsyncPostgresStore,
+                                               idem::postgres::PostgresIdempotencyStore, PoolSize> {
   static constexpr int kRaceKeys = 20;
-  std::shared_ptr<idem::IdempotencyStore> make(std::shared_ptr<idem::testing::ManualClock> clock) {
-    if (!idem::test::pg::server_url()) return nullptr;
-    auto options = schema.options();
-    options.clock = std::move(clock);
-    options.pool_size = PoolSize;
-    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::postgres::AsyncPostgresStore>(std::move(executor), options);
-        },
-        std::make_shared<idem::postgres::PostgresIdempotencyStore>(options));
-  }
-  idem::test::pg::TempSchema schema;  // dropped after the store (and the adapter's thread)
 };
 
 }  // namespace

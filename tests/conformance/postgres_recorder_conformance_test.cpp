@@ -6,17 +6,13 @@
 #include "../postgres_test_support.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/testing/recorder_conformance.hpp"
+#include "recorder_traits.hpp"
 
 namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
-struct PostgresRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = true;
-  // Every id is a few round trips per thread; 100 keeps the races dense and the binary quick.
-  static constexpr int kConcurrentIds = 100;
-
+struct PostgresRecorderFactory : idem::test::RecorderTraits<true, 100> {
   std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     if (!idem::test::pg::server_url()) return nullptr;

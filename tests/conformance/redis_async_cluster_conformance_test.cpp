@@ -111,12 +111,4 @@ TEST(RedisAsyncCluster, DestroyingTheRouterEndsItsCallsInFlight) {
 
 }  // namespace
 
-INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsyncCluster,
-                                       idem::test::RedisTopologyAsyncRecorderFactory<Cluster>);
-INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsyncClusterStore,
-                                    idem::test::RedisTopologyAsyncStoreFactory<Cluster>);
-INSTANTIATE_RECORDER_CONFORMANCE(
-    BlockingOverAsyncRedisCluster,
-    idem::test::RedisTopologyBlockingOverAsyncRecorderFactory<Cluster>);
-INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncRedisClusterStore,
-                              idem::test::RedisTopologyBlockingOverAsyncStoreFactory<Cluster>);
+IDEM_INSTANTIATE_REDIS_ASYNC_TOPOLOGY_CONFORMANCE(Cluster, Cluster);

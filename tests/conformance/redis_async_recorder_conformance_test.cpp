@@ -13,20 +13,19 @@
 #include <utility>
 
 #include "../integration/redis_test_env.hpp"
+#include "blocking_over_async_backend.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/testing/async_recorder_conformance.hpp"
 #include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/recorder_conformance.hpp"
+#include "recorder_traits.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-constexpr idem::async::RecorderCapabilities kClaims{.claims = true, .transactions = false};
-
-struct AsyncRedisFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kClaims;
+struct AsyncRedisFactory : idem::test::AsyncRecorderTraits<false> {
   std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::redis::AsyncRedisRecorder>(io.executor(), keys.options());
   }
@@ -35,8 +34,7 @@ struct AsyncRedisFactory {
   idem::testing::IoThread io;
 };
 
-struct AsyncRedisTwoConnectionsFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kClaims;
+struct AsyncRedisTwoConnectionsFactory : idem::test::AsyncRecorderTraits<false> {
   std::shared_ptr<idem::async::AsyncRecorder> make() {
     auto options = keys.options();
     options.async_connections = 2;
@@ -49,10 +47,7 @@ struct AsyncRedisTwoConnectionsFactory {
 
 // Two connections and marker TTLs when `Ttl`.
 template <bool Ttl>
-struct BlockingOverAsyncRedisFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 100;
+struct BlockingOverAsyncRedisFactory : idem::test::RecorderTraits<false, 100> {
   std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     auto options = keys.options(std::move(clock));
@@ -60,11 +55,9 @@ struct BlockingOverAsyncRedisFactory {
       options.async_connections = 2;
       options.marker_ttl = std::chrono::hours(24 * 365 * 10);
     }
-    return std::make_shared<idem::testing::BlockingOverAsyncRecorder>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::redis::AsyncRedisRecorder>(std::move(executor), options);
-        },
-        std::make_shared<idem::redis::RedisIdempotencyRecorder>(options));
+    return idem::test::blocking_over_async<idem::testing::BlockingOverAsyncRecorder,
+                                           idem::redis::AsyncRedisRecorder,
+                                           idem::redis::RedisIdempotencyRecorder>(options);
   }
   // Deleted after the recorder (and the adapter's I/O thread) have gone.
   idem::test::RedisTestPrefix keys{Ttl ? "bova-recorder-ttl" : "bova-recorder"};

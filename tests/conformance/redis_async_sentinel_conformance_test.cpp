@@ -67,12 +67,4 @@ TEST(RedisAsyncSentinel, SentinelsThatDoNotAnswerAreARetryableError) {
 
 }  // namespace
 
-INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsyncSentinel,
-                                       idem::test::RedisTopologyAsyncRecorderFactory<Sentinel>);
-INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsyncSentinelStore,
-                                    idem::test::RedisTopologyAsyncStoreFactory<Sentinel>);
-INSTANTIATE_RECORDER_CONFORMANCE(
-    BlockingOverAsyncRedisSentinel,
-    idem::test::RedisTopologyBlockingOverAsyncRecorderFactory<Sentinel>);
-INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncRedisSentinelStore,
-                              idem::test::RedisTopologyBlockingOverAsyncStoreFactory<Sentinel>);
+IDEM_INSTANTIATE_REDIS_ASYNC_TOPOLOGY_CONFORMANCE(Sentinel, Sentinel);

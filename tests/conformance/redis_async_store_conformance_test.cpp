@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "../integration/redis_test_env.hpp"
+#include "blocking_over_async_backend.hpp"
 #include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/testing/async_store_conformance.hpp"
@@ -38,11 +39,9 @@ struct BlockingOverAsyncRedisStoreFactory {
   std::shared_ptr<idem::IdempotencyStore> make(std::shared_ptr<idem::testing::ManualClock> clock) {
     auto options = keys.options(std::move(clock));
     options.async_connections = Connections;
-    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::redis::AsyncRedisStore>(std::move(executor), options);
-        },
-        std::make_shared<idem::redis::RedisIdempotencyStore>(options));
+    return idem::test::blocking_over_async<idem::testing::BlockingOverAsyncStore,
+                                           idem::redis::AsyncRedisStore,
+                                           idem::redis::RedisIdempotencyStore>(options);
   }
   // Deleted after the store (and the adapter's I/O thread) have gone.
   idem::test::RedisTestPrefix keys{"bova-store"};

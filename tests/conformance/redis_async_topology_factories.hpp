@@ -9,20 +9,24 @@
 #include <memory>
 #include <utility>
 
+#include "blocking_over_async_backend.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "idem/testing/async_recorder_conformance.hpp"
+#include "idem/testing/async_store_conformance.hpp"
 #include "idem/testing/async_support.hpp"
 #include "idem/testing/blocking_over_async.hpp"
+#include "idem/testing/recorder_conformance.hpp"
+#include "idem/testing/store_conformance.hpp"
+#include "recorder_traits.hpp"
 #include "redis_topology_factories.hpp"
 
 namespace idem::test {
 
 template <class Topology>
-struct RedisTopologyAsyncRecorderFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities{.claims = true,
-                                                                   .transactions = false};
+struct RedisTopologyAsyncRecorderFactory : idem::test::AsyncRecorderTraits<false> {
   std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::redis::AsyncRedisRecorder>(io.executor(),
                                                              Topology::options("async-recorder"));
@@ -44,11 +48,9 @@ struct RedisTopologyBlockingOverAsyncRecorderFactory : RedisTopologyRecorderFact
   static std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     const auto options = Topology::options("bova-recorder", std::move(clock));
-    return std::make_shared<idem::testing::BlockingOverAsyncRecorder>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::redis::AsyncRedisRecorder>(std::move(executor), options);
-        },
-        std::make_shared<idem::redis::RedisIdempotencyRecorder>(options));
+    return blocking_over_async<idem::testing::BlockingOverAsyncRecorder,
+                               idem::redis::AsyncRedisRecorder,
+                               idem::redis::RedisIdempotencyRecorder>(options);
   }
 };
 
@@ -57,12 +59,23 @@ struct RedisTopologyBlockingOverAsyncStoreFactory : RedisTopologyStoreFactory<To
   static std::shared_ptr<idem::IdempotencyStore> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     const auto options = Topology::options("bova-store", std::move(clock));
-    return std::make_shared<idem::testing::BlockingOverAsyncStore>(
-        [options](asio::any_io_executor executor) {
-          return std::make_shared<idem::redis::AsyncRedisStore>(std::move(executor), options);
-        },
-        std::make_shared<idem::redis::RedisIdempotencyStore>(options));
+    return blocking_over_async<idem::testing::BlockingOverAsyncStore, idem::redis::AsyncRedisStore,
+                               idem::redis::RedisIdempotencyStore>(options);
   }
 };
 
 }  // namespace idem::test
+
+// The four suites over `Topology`: the async recorder and store suites (RedisAsync<Name>,
+// RedisAsync<Name>Store) and the blocking ones through the adapters (BlockingOverAsyncRedis<Name>,
+// BlockingOverAsyncRedis<Name>Store).
+#define IDEM_INSTANTIATE_REDIS_ASYNC_TOPOLOGY_CONFORMANCE(Name, Topology)                          \
+  INSTANTIATE_ASYNC_RECORDER_CONFORMANCE(RedisAsync##Name,                                         \
+                                         idem::test::RedisTopologyAsyncRecorderFactory<Topology>); \
+  INSTANTIATE_ASYNC_STORE_CONFORMANCE(RedisAsync##Name##Store,                                     \
+                                      idem::test::RedisTopologyAsyncStoreFactory<Topology>);       \
+  INSTANTIATE_RECORDER_CONFORMANCE(                                                                \
+      BlockingOverAsyncRedis##Name,                                                                \
+      idem::test::RedisTopologyBlockingOverAsyncRecorderFactory<Topology>);                        \
+  INSTANTIATE_STORE_CONFORMANCE(BlockingOverAsyncRedis##Name##Store,                               \
+                                idem::test::RedisTopologyBlockingOverAsyncStoreFactory<Topology>)

@@ -7,16 +7,13 @@
 #include "../integration/redis_test_env.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/testing/recorder_conformance.hpp"
+#include "recorder_traits.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-struct RedisRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 100;
-
+struct RedisRecorderFactory : idem::test::RecorderTraits<false, 100> {
   std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     return std::make_shared<idem::redis::RedisIdempotencyRecorder>(keys.options(std::move(clock)));
@@ -25,11 +22,7 @@ struct RedisRecorderFactory {
   idem::test::RedisTestPrefix keys{"recorder"};
 };
 
-struct RedisRecorderWithTtlFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 100;
-
+struct RedisRecorderWithTtlFactory : idem::test::RecorderTraits<false, 100> {
   std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     auto options = keys.options(std::move(clock));

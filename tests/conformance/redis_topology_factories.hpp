@@ -13,6 +13,7 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "recorder_traits.hpp"
 
 namespace idem::test {
 
@@ -33,11 +34,7 @@ struct RedisSentinelTopology {
 };
 
 template <class Topology>
-struct RedisTopologyRecorderFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = false;
-  static constexpr int kConcurrentIds = 100;
-
+struct RedisTopologyRecorderFactory : idem::test::RecorderTraits<false, 100> {
   static std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     return std::make_shared<idem::redis::RedisIdempotencyRecorder>(

@@ -21,13 +21,11 @@
 #include "idem/testing/async_support.hpp"
 #include "idem/testing/blocking_over_async.hpp"
 #include "idem/testing/recorder_conformance.hpp"
+#include "recorder_traits.hpp"
 
 namespace {
 
-constexpr idem::async::RecorderCapabilities kAll{.claims = true, .transactions = true};
-
-struct AsyncSqliteFileFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kAll;
+struct AsyncSqliteFileFactory : idem::test::AsyncRecorderTraits<true> {
   std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::sqlite::AsyncSqliteRecorder>(
         (dir.path() / "recorder.db").string());
@@ -35,15 +33,13 @@ struct AsyncSqliteFileFactory {
   idem::test::TempDir dir;
 };
 
-struct AsyncSqliteMemoryFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kAll;
+struct AsyncSqliteMemoryFactory : idem::test::AsyncRecorderTraits<true> {
   static std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::sqlite::AsyncSqliteRecorder>(":memory:");
   }
 };
 
-struct AsyncSqliteOneThreadFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kAll;
+struct AsyncSqliteOneThreadFactory : idem::test::AsyncRecorderTraits<true> {
   static constexpr int kCoroutines = 32;
   std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::sqlite::AsyncSqliteRecorder>(
@@ -55,8 +51,7 @@ struct AsyncSqliteOneThreadFactory {
 
 // Through AsyncCrashingRecorder (an idem::async::RecorderWrapper) with a plan that never fires:
 // run_transactional's callback goes through the decorator's own coroutine.
-struct AsyncSqliteCrashingNoneFactory {
-  static constexpr idem::async::RecorderCapabilities kCapabilities = kAll;
+struct AsyncSqliteCrashingNoneFactory : idem::test::AsyncRecorderTraits<true> {
   std::shared_ptr<idem::async::AsyncRecorder> make() {
     return std::make_shared<idem::testing::AsyncCrashingRecorder>(
         std::make_shared<idem::sqlite::AsyncSqliteRecorder>((dir.path() / "recorder.db").string()),
@@ -67,9 +62,7 @@ struct AsyncSqliteCrashingNoneFactory {
 
 // A file in the factory's directory or ":memory:"; Threads 0: the default pool.
 template <bool InMemory, int Threads>
-struct BlockingOverAsyncSqliteFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = true;
+struct BlockingOverAsyncSqliteFactory : idem::test::RecorderTraits<true> {
   std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     idem::sqlite::SqliteOptions options;

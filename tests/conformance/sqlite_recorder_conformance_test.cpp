@@ -10,15 +10,13 @@
 #include "../temp_dir.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/testing/recorder_conformance.hpp"
+#include "recorder_traits.hpp"
 
 namespace {
 
 using idem::test::TempDir;
 
-struct SqliteFileFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = true;
-
+struct SqliteFileFactory : idem::test::RecorderTraits<true> {
   std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     idem::sqlite::SqliteOptions options;
@@ -30,10 +28,7 @@ struct SqliteFileFactory {
   TempDir dir;
 };
 
-struct SqliteMemoryFactory {
-  static constexpr bool kSupportsClaims = true;
-  static constexpr bool kSupportsTransactions = true;
-
+struct SqliteMemoryFactory : idem::test::RecorderTraits<true> {
   static std::shared_ptr<idem::IdempotencyRecorder> make(
       std::shared_ptr<idem::testing::ManualClock> clock) {
     idem::sqlite::SqliteOptions options;
