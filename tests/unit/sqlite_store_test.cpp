@@ -52,6 +52,8 @@ using idem::test::RawDb;
 using idem::test::TempDir;
 
 using idem::test::contains;
+using idem::test::expect_refused;
+using idem::test::expect_refused_unchanged;
 using idem::test::file_bytes;
 using idem::test::with_clock;
 
@@ -211,32 +213,23 @@ TEST(SqliteStoreFormat, NewerSchemaVersionIsRefused) {
   const std::string path = dir.file("store.db");
   { SqliteIdempotencyStore store(path); }
   RawDb(path).exec("UPDATE idem_schema SET version = 99 WHERE component = 'store'");
-  const auto error = error_of([&] { SqliteIdempotencyStore store(path); });
-  ASSERT_TRUE(error);
-  EXPECT_EQ(error->code(), ErrorCode::store_open_failed);
-  EXPECT_TRUE(contains(error->what(), "version 99")) << error->what();
-  EXPECT_TRUE(contains(error->what(), "upgrade idem")) << error->what();
+  expect_refused<idem::Error>([&] { SqliteIdempotencyStore store(path); },
+                              ErrorCode::store_open_failed, {"version 99", "upgrade idem"});
 }
 
 TEST(SqliteStoreFormat, ForeignIdemRecordsTableIsRefused) {
   TempDir dir;
   const std::string path = dir.file("store.db");
   RawDb(path).exec("CREATE TABLE idem_records(key TEXT PRIMARY KEY, payload BLOB)");
-  const auto error = error_of([&] { SqliteIdempotencyStore store(path); });
-  ASSERT_TRUE(error);
-  EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
-  EXPECT_TRUE(contains(error->what(), "idem_records")) << error->what();
+  expect_refused<idem::Error>([&] { SqliteIdempotencyStore store(path); },
+                              ErrorCode::store_not_a_database, {"idem_records"});
 }
 
 // A foreign idem_records (or a newer schema) is refused before the journal mode is switched or a
 // table is added: the file stays byte for byte as it was.
 TEST(SqliteStoreFormat, RefusedFilesAreLeftByteForByte) {
   TempDir dir;
-  const struct {
-    const char* name;
-    const char* sql;
-    ErrorCode code;
-  } cases[] = {
+  const idem::test::RefusedFile files[] = {
       {"foreign.db",
        "CREATE TABLE idem_records(key TEXT PRIMARY KEY, payload BLOB);"
        "INSERT INTO idem_records VALUES ('k', x'00')",
@@ -246,16 +239,10 @@ TEST(SqliteStoreFormat, RefusedFilesAreLeftByteForByte) {
        "INSERT INTO idem_schema VALUES ('store', 99)",
        ErrorCode::store_open_failed},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.name);
-    const std::string path = dir.file(c.name);
-    RawDb(path).exec(c.sql);
-    const std::string before = file_bytes(path);
-    const auto error = error_of([&] { SqliteIdempotencyStore store(path); });
-    ASSERT_TRUE(error);
-    EXPECT_EQ(error->code(), c.code) << error->what();
-    EXPECT_EQ(file_bytes(path), before) << "a refused file must not change";
-    EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  for (const auto& file : files) {
+    SCOPED_TRACE(file.name);
+    expect_refused_unchanged<idem::Error>(
+        dir, file, [](const std::string& p) { SqliteIdempotencyStore store(p); });
   }
 }
 
