@@ -19,6 +19,7 @@
 
 #include "../async_test_support.hpp"
 #include "../thrown_by.hpp"
+#include "../timed_out_call.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/async/operation.hpp"
 #include "idem/memory_store.hpp"
@@ -93,19 +94,11 @@ TEST(AsyncOperation, RetriesWithBackoff) {
 TEST(AsyncOperation, TimeoutCancelsTheAttemptSoItsLaterEffectNeverHappens) {
   asio::io_context io;
   std::atomic<int> effects{0};
-  auto slow = idem::async::operation("slow", [&]() -> Task<int> {
-                co_await nap(2s);
-                ++effects;  // never reached: the timeout cancels the nap
-                co_return 1;
+  auto slow = idem::async::operation("slow", [&] {
+                return idem::test::slow_effect(effects);
               }).with_timeout(20ms);
-  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, slow.run()); });
-  ASSERT_TRUE(error) << "expected a timeout";
-  EXPECT_EQ(error->report().status, idem::OperationStatus::timed_out);
-  ASSERT_EQ(error->report().attempts.size(), 1u);
-  EXPECT_EQ(error->report().attempts[0].status, idem::AttemptStatus::timed_out);
-  io.restart();
-  io.run();  // whatever the attempt left behind runs to its end
-  EXPECT_EQ(effects.load(), 0);
+  idem::test::expect_timed_out_without_effect(
+      io, [&] { return slow.run(); }, effects);
 }
 
 TEST(AsyncOperation, ValidationRejectsAndRetries) {

@@ -18,6 +18,7 @@
 #include "../cancelled_after.hpp"
 #include "../relprim_parity.hpp"
 #include "../thrown_by.hpp"
+#include "../timed_out_call.hpp"
 #include "idem/async/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
 
@@ -117,21 +118,10 @@ TEST(AsyncResilient, FailureThrowsOperationErrorWithReport) {
 TEST(AsyncResilient, TimeoutCancelsTheAttemptSoItsLaterEffectNeverHappens) {
   asio::io_context io;
   std::atomic<int> effects{0};
-  auto slow = idem::async::resilient(
-      [&]() -> Task<int> {
-        co_await nap(2s);
-        ++effects;  // never reached: the timeout cancels the nap
-        co_return 1;
-      },
-      {.timeout = 20ms});
-  const auto error = idem::test::thrown_by<idem::OperationError>([&] { run(io, slow()); });
-  ASSERT_TRUE(error) << "expected a timeout";
-  EXPECT_EQ(error->report().status, idem::OperationStatus::timed_out);
-  ASSERT_EQ(error->report().attempts.size(), 1u);
-  EXPECT_EQ(error->report().attempts[0].status, idem::AttemptStatus::timed_out);
-  io.restart();
-  io.run();  // whatever the attempt left behind runs to its end
-  EXPECT_EQ(effects.load(), 0);
+  auto slow =
+      idem::async::resilient([&] { return idem::test::slow_effect(effects); }, {.timeout = 20ms});
+  idem::test::expect_timed_out_without_effect(
+      io, [&] { return slow(); }, effects);
 }
 
 TEST(AsyncResilient, TimedOutAttemptsAreRetriedAndAFastOneWins) {
