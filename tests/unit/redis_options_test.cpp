@@ -4,8 +4,11 @@
 
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "../free_port.hpp"
 #include "idem/error.hpp"
@@ -243,17 +246,22 @@ TEST(RedisOptions, MinReplicasAndItsTimeout) {
   EXPECT_NO_THROW(RedisOptions::from_url("redis://h?command_timeout=200ms"));
 }
 
+// The durations both spellings of one example URL give (the next two tests).
+void expect_example_durations(const RedisOptions& options) {
+  EXPECT_EQ(options.connect_timeout, 250ms);
+  EXPECT_EQ(options.command_timeout, 3s);
+  EXPECT_EQ(options.wait_timeout, 0ms);
+  EXPECT_EQ(options.marker_ttl, std::optional<std::chrono::milliseconds>(7 * 24h));
+  EXPECT_EQ(options.expiry_slack, 15min);
+}
+
 // The durations take the grammar of every idem URL (idem/duration.hpp); the older _ms names stay
 // as aliases in bare milliseconds.
 TEST(RedisOptions, DurationsTakeTheUrlGrammar) {
   const auto options = RedisOptions::from_url(
       "redis://h?connect_timeout=250ms&command_timeout=3s&wait_timeout=0ms&marker_ttl=7d&"
       "expiry_slack=15m");
-  EXPECT_EQ(options.connect_timeout, 250ms);
-  EXPECT_EQ(options.command_timeout, 3s);
-  EXPECT_EQ(options.wait_timeout, 0ms);
-  EXPECT_EQ(options.marker_ttl, std::optional<std::chrono::milliseconds>(7 * 24h));
-  EXPECT_EQ(options.expiry_slack, 15min);
+  expect_example_durations(options);
   EXPECT_EQ(RedisOptions::from_url("redis://h?marker_ttl=12h").marker_ttl,
             std::optional<std::chrono::milliseconds>(12h));
   EXPECT_EQ(RedisOptions::from_url("redis://h?expiry_slack=1000d").expiry_slack, 1000 * 24h);
@@ -265,11 +273,7 @@ TEST(RedisOptions, MillisecondAliasesKeepTheirMeaning) {
   const auto options = RedisOptions::from_url(
       "redis://h?connect_timeout_ms=250&command_timeout_ms=3000&wait_timeout_ms=0&"
       "marker_ttl_ms=604800000&expiry_slack_ms=900000");
-  EXPECT_EQ(options.connect_timeout, 250ms);
-  EXPECT_EQ(options.command_timeout, 3s);
-  EXPECT_EQ(options.wait_timeout, 0ms);
-  EXPECT_EQ(options.marker_ttl, std::optional<std::chrono::milliseconds>(7 * 24h));
-  EXPECT_EQ(options.expiry_slack, 15min);
+  expect_example_durations(options);
   // An alias takes a bare number, not a duration.
   expect_config_error("redis://h?connect_timeout_ms=1s", "parameter 'connect_timeout_ms'");
   expect_config_error("redis://h?marker_ttl_ms=7d", "non-negative integer");
@@ -319,48 +323,28 @@ TEST(RedisOptions, PasswordsNeverAppearInMessages) {
 }
 
 TEST(RedisOptions, ValidateNamesTheField) {
-  RedisOptions options;
-  options.host = "";
-  expect_invalid(options, "host");
-  options = {};
-  options.host = "bad\nhost";
-  expect_invalid(options, "host");
-  options = {};
-  options.port = 0;
-  expect_invalid(options, "port");
-  options = {};
-  options.db = -1;
-  expect_invalid(options, "db");
-  options = {};
-  options.username = "alice";
-  expect_invalid(options, "username");
-  options = {};
-  options.connect_timeout = 0ms;
-  expect_invalid(options, "connect_timeout");
-  options = {};
-  options.command_timeout = -1ms;
-  expect_invalid(options, "command_timeout");
-  options = {};
-  options.wait_timeout = -1ms;
-  expect_invalid(options, "wait_timeout");
-  options = {};
-  options.pool_size = 0;
-  expect_invalid(options, "pool_size");
-  options = {};
-  options.key_prefix = std::string(129, 'p');
-  expect_invalid(options, "key_prefix");
-  options = {};
-  options.key_prefix = std::string("a\0b", 3);
-  expect_invalid(options, "key_prefix");
-  options = {};
-  options.marker_ttl = 0ms;
-  expect_invalid(options, "marker_ttl");
-  options = {};
-  options.expiry_slack = -1ms;
-  expect_invalid(options, "expiry_slack");
-  options = {};
-  options.scan_count = 0;
-  expect_invalid(options, "scan_count");
+  // Each case spoils one field of default options.
+  const std::vector<std::pair<std::string, std::function<void(RedisOptions&)>>> cases = {
+      {"host", [](RedisOptions& o) { o.host = ""; }},
+      {"host", [](RedisOptions& o) { o.host = "bad\nhost"; }},
+      {"port", [](RedisOptions& o) { o.port = 0; }},
+      {"db", [](RedisOptions& o) { o.db = -1; }},
+      {"username", [](RedisOptions& o) { o.username = "alice"; }},
+      {"connect_timeout", [](RedisOptions& o) { o.connect_timeout = 0ms; }},
+      {"command_timeout", [](RedisOptions& o) { o.command_timeout = -1ms; }},
+      {"wait_timeout", [](RedisOptions& o) { o.wait_timeout = -1ms; }},
+      {"pool_size", [](RedisOptions& o) { o.pool_size = 0; }},
+      {"key_prefix", [](RedisOptions& o) { o.key_prefix = std::string(129, 'p'); }},
+      {"key_prefix", [](RedisOptions& o) { o.key_prefix = std::string("a\0b", 3); }},
+      {"marker_ttl", [](RedisOptions& o) { o.marker_ttl = 0ms; }},
+      {"expiry_slack", [](RedisOptions& o) { o.expiry_slack = -1ms; }},
+      {"scan_count", [](RedisOptions& o) { o.scan_count = 0; }},
+  };
+  for (const auto& [field, spoil] : cases) {
+    RedisOptions options;
+    spoil(options);
+    expect_invalid(options, field);
+  }
 }
 
 TEST(RedisOptions, ConstructorsValidate) {
