@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../async_test_support.hpp"
+#include "../metrics_counts.hpp"
 #include "idem/async/handler.hpp"
 #include "idem/async/memory_recorder.hpp"
 #include "idem/async/operation.hpp"
@@ -68,17 +69,17 @@ TEST(AsyncMetrics, CountsDeliveriesOfAnAsyncHandler) {
   const auto snap = metrics->snapshot();
   ASSERT_NE(snap.consumer("billing"), nullptr);
   const auto& billing = *snap.consumer("billing");
-  EXPECT_EQ(billing.count(DeliveryOutcome::processed), 1u);
-  EXPECT_EQ(billing.count(DeliveryOutcome::duplicate), 1u);
-  EXPECT_EQ(billing.count(DeliveryOutcome::failed), 1u);
-  EXPECT_EQ(billing.count(DeliveryOutcome::in_progress), 1u);
+  idem::test::expect_counts(billing, {{DeliveryOutcome::processed, 1},
+                                      {DeliveryOutcome::duplicate, 1},
+                                      {DeliveryOutcome::failed, 1},
+                                      {DeliveryOutcome::in_progress, 1}});
   EXPECT_DOUBLE_EQ(billing.handler_processed.sum_seconds, 0.004);
   EXPECT_EQ(billing.handler_failed.count, 1u);
   ASSERT_NE(snap.consumer("shipping"), nullptr);
   const auto& shipping = *snap.consumer("shipping");
-  EXPECT_EQ(shipping.count(DeliveryOutcome::processed), 1u);
-  EXPECT_EQ(shipping.count(DeliveryOutcome::duplicate), 1u);
-  EXPECT_EQ(shipping.count(DeliveryOutcome::failed), 1u);
+  idem::test::expect_counts(shipping, {{DeliveryOutcome::processed, 1},
+                                       {DeliveryOutcome::duplicate, 1},
+                                       {DeliveryOutcome::failed, 1}});
   EXPECT_EQ(shipping.handler_processed.count + shipping.handler_failed.count, 2u);
 }
 
@@ -112,10 +113,10 @@ TEST(AsyncMetrics, CountsCallsOfBothFacesInOneMetrics) {
   const auto snap = metrics->snapshot();
   ASSERT_NE(snap.operation("charge"), nullptr);
   const auto& c = *snap.operation("charge");
-  EXPECT_EQ(c.count(CallOutcome::executed), 1u);
-  EXPECT_EQ(c.count(CallOutcome::replayed), 1u);
-  EXPECT_EQ(c.count(CallOutcome::rejected_key_reuse), 1u);
-  EXPECT_EQ(c.count(CallOutcome::failed), 1u);
+  idem::test::expect_counts(c, {{CallOutcome::executed, 1},
+                                {CallOutcome::replayed, 1},
+                                {CallOutcome::rejected_key_reuse, 1},
+                                {CallOutcome::failed, 1}});
   EXPECT_DOUBLE_EQ(c.durations[static_cast<std::size_t>(CallOutcome::executed)].sum_seconds, 0.02);
   EXPECT_EQ(snap.operation("refund")->count(CallOutcome::executed), 2u);
 }
