@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "../in_memory_transactional_recorder.hpp"
 #include "../run_together.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
@@ -180,41 +181,22 @@ TEST(CrashPointFunction, InjectedCrashIsNotAnIdemError) {
 
 // ---- CrashingRecorder in every handler mode (throw_) -----------------------------------------
 
-// A transactional recorder for the unit tests: the memory recorder's markers, and a "transaction"
-// whose writes (a counter) are kept only when fn returns — the contract of run_transactional.
-class FakeTransactionalRecorder final : public idem::IdempotencyRecorder {
- public:
-  struct Tx : idem::Transaction {
-    int writes = 0;
-  };
+// A "transaction" whose writes are a counter.
+struct WriteCountingTransaction : idem::Transaction {
+  int writes = 0;
+};
 
-  bool do_is_processed(std::string_view c, std::string_view e) override {
-    return markers_.is_processed(c, e);
-  }
-  void do_mark_processed(std::string_view c, std::string_view e) override {
-    markers_.mark_processed(c, e);
-  }
-  idem::RecorderCapabilities do_capabilities() const noexcept override {
-    return {.transactions = true};
-  }
-  bool do_run_transactional(std::string_view c, std::string_view e,
-                            const std::function<void(idem::Transaction&)>& fn) override {
-    if (markers_.is_processed(c, e)) return false;
-    Tx tx;
-    fn(tx);  // a throw leaves neither the marker nor the writes
-    markers_.mark_processed(c, e);
-    committed_writes += tx.writes;
-    return true;
-  }
-  std::size_t do_purge(std::chrono::system_clock::duration older_than,
-                       const idem::PurgeProgress& progress) override {
-    return markers_.purge(older_than, progress);
-  }
+// A transactional recorder for the unit tests: the memory recorder's markers, and a transaction
+// whose writes are kept (counted in committed_writes) only when fn returns.
+class FakeTransactionalRecorder final
+    : public idem::test::InMemoryTransactionalRecorder<WriteCountingTransaction> {
+ public:
+  using Tx = WriteCountingTransaction;
 
   std::atomic<int> committed_writes{0};
 
  private:
-  idem::InMemoryIdempotencyRecorder markers_;
+  void commit(Tx& tx) override { committed_writes += tx.writes; }
 };
 
 struct ModeCase {

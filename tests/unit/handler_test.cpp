@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "../in_memory_transactional_recorder.hpp"
 #include "../run_together.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/testing/manual_clock.hpp"
@@ -113,38 +114,16 @@ class FakeTransaction : public idem::Transaction {
   std::vector<std::string> rows;
 };
 
-class TransactionalRecorder : public idem::IdempotencyRecorder {
+class TransactionalRecorder final
+    : public idem::test::InMemoryTransactionalRecorder<FakeTransaction> {
  public:
-  bool do_is_processed(std::string_view c, std::string_view e) override {
-    return inner_.is_processed(c, e);
-  }
-  void do_mark_processed(std::string_view c, std::string_view e) override {
-    inner_.mark_processed(c, e);
-  }
-  idem::RecorderCapabilities do_capabilities() const noexcept override {
-    return {.transactions = true};
-  }
-  bool do_run_transactional(std::string_view c, std::string_view e,
-                            const std::function<void(idem::Transaction&)>& fn) override {
-    std::lock_guard lock(mutex_);
-    if (inner_.is_processed(c, e)) return false;
-    FakeTransaction tx;
-    fn(tx);
-    for (auto& row : tx.rows)
-      committed.push_back(std::move(row));
-    inner_.mark_processed(c, e);
-    return true;
-  }
-  std::size_t do_purge(std::chrono::system_clock::duration d,
-                       const idem::PurgeProgress& progress) override {
-    return inner_.purge(d, progress);
-  }
-
   std::vector<std::string> committed;
 
  private:
-  std::mutex mutex_;
-  InMemoryIdempotencyRecorder inner_;
+  void commit(FakeTransaction& tx) override {
+    for (auto& row : tx.rows)
+      committed.push_back(std::move(row));
+  }
 };
 
 Event order_event(std::string payload = R"({"id":"o-1","amount":2499})") {
