@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "../../backends/sqlite/src/connection.hpp"  // the error mapping, tested directly
+#include "../recorder_argument_checks.hpp"
 #include "../run_together.hpp"
 #include "../sqlite_raw_db.hpp"
 #include "../sqlite_test_support.hpp"
@@ -53,6 +54,8 @@ constexpr const char* kInfinityBusSchema =
     " ts TEXT NOT NULL, PRIMARY KEY (consumer, event_id))";
 
 using idem::test::contains;
+using idem::test::expect_refused;
+using idem::test::expect_refused_unchanged;
 using idem::test::file_bytes;
 using idem::test::with_clock;
 
@@ -189,31 +192,23 @@ TEST(SqliteRecorderFormat, NewerSchemaVersionIsRefused) {
   const std::string path = dir.file("future.db");
   { SqliteIdempotencyRecorder recorder(path); }
   RawDb(path).exec("UPDATE idem_schema SET version = 99 WHERE component = 'recorder'");
-  const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder again(path); });
-  ASSERT_TRUE(error);
-  EXPECT_EQ(error->code(), ErrorCode::store_open_failed);
-  EXPECT_TRUE(contains(error->what(), "version 99")) << error->what();
+  expect_refused<SqliteError>([&] { SqliteIdempotencyRecorder again(path); },
+                              ErrorCode::store_open_failed, {"version 99"});
 }
 
 TEST(SqliteRecorderFormat, ForeignProcessedLogWithOtherColumnsIsRefused) {
   TempDir dir;
   const std::string path = dir.file("foreign.db");
   RawDb(path).exec("CREATE TABLE processed_log(id INTEGER PRIMARY KEY, payload BLOB)");
-  const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(path); });
-  ASSERT_TRUE(error);
-  EXPECT_EQ(error->code(), ErrorCode::store_not_a_database);
-  EXPECT_TRUE(contains(error->what(), "processed_log")) << error->what();
+  expect_refused<SqliteError>([&] { SqliteIdempotencyRecorder recorder(path); },
+                              ErrorCode::store_not_a_database, {"processed_log"});
 }
 
 // A file the recorder refuses is left exactly as it was: the checks run before the journal mode
 // is switched or a table is added (the file here is in rollback mode, as Python leaves it).
 TEST(SqliteRecorderFormat, RefusedFilesAreLeftByteForByte) {
   TempDir dir;
-  const struct {
-    const char* name;
-    const char* sql;
-    ErrorCode code;
-  } cases[] = {
+  const idem::test::RefusedFile files[] = {
       {"foreign.db",
        "CREATE TABLE processed_log(id INTEGER PRIMARY KEY, payload BLOB);"
        "INSERT INTO processed_log(payload) VALUES (x'00ff')",
@@ -223,22 +218,12 @@ TEST(SqliteRecorderFormat, RefusedFilesAreLeftByteForByte) {
        "INSERT INTO idem_schema VALUES ('recorder', 99)",
        ErrorCode::store_open_failed},
   };
-  for (const auto& c : cases) {
-    SCOPED_TRACE(c.name);
-    const std::string path = dir.file(c.name);
-    RawDb(path).exec(c.sql);
-    const std::string before = file_bytes(path);
-    ASSERT_FALSE(before.empty());
-    const auto error = sqlite_error_of([&] { SqliteIdempotencyRecorder recorder(path); });
-    ASSERT_TRUE(error);
-    EXPECT_EQ(error->code(), c.code) << error->what();
-    EXPECT_FALSE(error->retryable());
-    EXPECT_EQ(file_bytes(path), before) << "a refused file must not change";
-    EXPECT_FALSE(exists(path + "-wal"));
-    EXPECT_FALSE(exists(path + "-journal"));
-    RawDb raw(path);
-    EXPECT_EQ(raw.text("PRAGMA journal_mode"), "delete");
-    EXPECT_EQ(raw.integer("SELECT count(*) FROM sqlite_master WHERE name = 'idem_claims'"), 0);
+  for (const auto& file : files) {
+    SCOPED_TRACE(file.name);
+    const std::string path = expect_refused_unchanged<SqliteError>(
+        dir, file, [](const std::string& p) { SqliteIdempotencyRecorder recorder(p); });
+    EXPECT_EQ(RawDb(path).integer("SELECT count(*) FROM sqlite_master WHERE name = 'idem_claims'"),
+              0);
   }
 }
 
@@ -500,12 +485,7 @@ TEST(SqliteRecorderBadInput, BadArgumentsAndOptions) {
   EXPECT_THROW(SqliteIdempotencyRecorder(":memory:", no_batch), idem::ConfigError);
 
   SqliteIdempotencyRecorder recorder(":memory:");
-  EXPECT_THROW(static_cast<void>(recorder.claim("billing", "evt", 0ms)), idem::InvalidArgument);
-  EXPECT_THROW(static_cast<void>(recorder.claim("billing", "evt", -5ms)), idem::InvalidArgument);
-  const auto claim = recorder.claim("billing", "evt", 1s);
-  EXPECT_THROW(static_cast<void>(recorder.renew("billing", "evt", claim.token, 0ms)),
-               idem::InvalidArgument);
-  EXPECT_THROW(recorder.purge(-1s), idem::InvalidArgument);
+  const auto claim = idem::test::expect_bad_leases_and_ages_refused(recorder, "billing", "evt");
   // Tokens beyond SQLite's INTEGER are simply not current.
   EXPECT_FALSE(recorder.complete("billing", "evt", ~std::uint64_t{0}));
   EXPECT_FALSE(recorder.release("billing", "evt", ~std::uint64_t{0}));
