@@ -61,17 +61,12 @@ class Loop {
   std::thread thread_;
 };
 
-class RabbitMqCoroutineHandoff : public ::testing::Test {
- protected:
-  idem::test::TestTopology topology_;
-  idem::rabbitmq::ConnectionOptions connection_ = idem::test::amqp_test_options();
-};
+class RabbitMqCoroutineHandoff : public idem::test::RabbitMqTopologyTest {};
 
 TEST_F(RabbitMqCoroutineHandoff, EachEventIsHandledOnceOnTheExecutorAndAcked) {
   const auto options = topology_.consumer_options("coro");
-  Consumer consumer(connection_, options);
-  consumer.connect();  // the queue exists before anything is published
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
 
   Loop loop;
   const auto consumer_thread = std::this_thread::get_id();
@@ -121,9 +116,8 @@ TEST_F(RabbitMqCoroutineHandoff, EachEventIsHandledOnceOnTheExecutorAndAcked) {
 
 TEST_F(RabbitMqCoroutineHandoff, AThrowingCoroutineIsNackedRedeliveredAndHandledOnce) {
   const auto options = topology_.consumer_options("coro-flaky");
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
 
   Loop loop;
   std::atomic<int> calls{0};
