@@ -22,6 +22,7 @@
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_names.hpp"
 
 IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
                              "Redis Sentinel group",
@@ -29,11 +30,7 @@ IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTIN
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::redis::CommandKind;
-using idem::redis::ConnectionPool;
-using idem::redis::RedisError;
-using idem::redis::RedisOptions;
+using namespace idem::test::redis_names;
 
 std::string prefix(const char* name) {
   return "idemtest:" + std::to_string(::getpid()) + ":" + name + ":";

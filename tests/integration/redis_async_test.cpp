@@ -37,28 +37,15 @@
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_async_names.hpp"
 #include "redis_test_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::Claim;
-using idem::ClaimOutcome;
-using idem::ExecutionReport;
-using idem::StoredValue;
-using idem::async::Task;
-using idem::redis::AsyncConnection;
-using idem::redis::AsyncRedisRecorder;
-using idem::redis::AsyncRedisStore;
-using idem::redis::CommandKind;
-using idem::redis::RedisError;
-using idem::redis::RedisFailure;
-using idem::redis::RedisReply;
-using namespace std::chrono_literals;
+using namespace idem::test::redis_async_names;
 using namespace asio::experimental::awaitable_operators;
-
-using idem::test::run;  // bounded: a hang fails the test instead of blocking it
 
 // A loopback listener that never accepts, its backlog filled: a connect to it hangs (the SYN is
 // dropped) until the client gives up.

@@ -24,6 +24,7 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
+#include "redis_async_names.hpp"
 #include "redis_tls_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
@@ -31,12 +32,7 @@ IDEM_REDIS_TEST_ENVIRONMENT();
 namespace {
 
 using namespace idem::test::tls;
-using idem::async::Task;
-using idem::redis::AsyncConnection;
-using idem::redis::AsyncRedisRecorder;
-using idem::redis::AsyncRedisStore;
-
-using idem::test::run;  // bounded: a hang fails the test instead of blocking it
+using namespace idem::test::redis_async_names;
 
 class RedisTlsAsync : public RedisTls {
  protected:
