@@ -31,6 +31,7 @@
 #include "idem/rabbitmq/admin.hpp"
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
+#include "rabbitmq_names.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -38,11 +39,8 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::Event;
+using namespace idem::test::rabbitmq_names;
 using idem::async::Task;
-using idem::rabbitmq::Consumer;
-using idem::rabbitmq::Publisher;
 
 // The coroutines' io_context, run by a thread of its own for the whole test.
 class Loop {

@@ -19,6 +19,7 @@
 #include "idem/rabbitmq/broker_error.hpp"
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
+#include "rabbitmq_names.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -26,11 +27,7 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::BusProxy;
-using idem::Event;
-using idem::HandleResult;
-using idem::test::FnHandler;
-using idem::test::SideEffects;
+using namespace idem::test::rabbitmq_names;
 
 std::vector<Event> make_events(std::size_t count, const std::string& prefix = "") {
   std::vector<Event> events;

@@ -25,6 +25,7 @@
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "rabbitmq_names.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -32,15 +33,7 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::BusProxy;
-using idem::Event;
-using idem::HandleResult;
-using idem::rabbitmq::Consumer;
-using idem::rabbitmq::ExchangeType;
-using idem::rabbitmq::Publisher;
-using idem::test::consume_until;
-using idem::test::FnHandler;
-using idem::test::SideEffects;
+using namespace idem::test::rabbitmq_names;
 
 // n "order.paid" events whose payloads are "0", "1", ... (their order, for tests that check it).
 std::vector<Event> numbered_events(int n) {

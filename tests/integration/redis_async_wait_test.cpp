@@ -30,6 +30,7 @@
 #include "idem/operation_idempotency.hpp"
 #include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_async_names.hpp"
 #include "redis_nodes_env.hpp"
 #include "redis_test_env.hpp"
 #include "redis_wait_cases.hpp"
@@ -38,16 +39,10 @@ IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::IdempotencyRecord;
-using idem::redis::AsyncRedisStore;
-using idem::redis::RedisIdempotencyStore;
-using idem::redis::RedisOptions;
+using namespace idem::test::redis_async_names;
 using idem::test::redis_nodes::ask;
 using idem::test::redis_nodes::poll_until;
 using idem::test::redis_nodes::subscribers;
-using idem::test::redis_wait::bytes;
-using idem::test::redis_wait::Waited;
 using Clock = std::chrono::steady_clock;
 namespace wait_cases = idem::test::redis_wait;
 
@@ -89,13 +84,14 @@ class RedisAsyncWait : public ::testing::Test {
     return *waiter_;
   }
   // The coroutine owns the key: the store's calls take views.
-  static idem::async::Task<Waited> owned_wait(std::shared_ptr<AsyncRedisStore> store,
-                                              std::string key, Clock::time_point deadline,
-                                              std::stop_token stop) {
+  static idem::async::Task<wait_cases::Waited> owned_wait(std::shared_ptr<AsyncRedisStore> store,
+                                                          std::string key,
+                                                          Clock::time_point deadline,
+                                                          std::stop_token stop) {
     co_return co_await store->wait(key, deadline, std::move(stop));
   }
-  std::future<Waited> wait(const std::string& key, std::chrono::seconds limit,
-                           std::stop_token stop = {}) {
+  std::future<wait_cases::Waited> wait(const std::string& key, std::chrono::seconds limit,
+                                       std::stop_token stop = {}) {
     return asio::co_spawn(io_, owned_wait(waiter_, key, Clock::now() + limit, std::move(stop)),
                           asio::use_future);
   }
@@ -146,7 +142,7 @@ TEST_F(RedisAsyncWait, AbsentAndCompletedKeysReturnAtOnce) {
   ASSERT_EQ(absent.wait_for(10s), std::future_status::ready);
   EXPECT_FALSE(absent.get().has_value());
   const auto claim = owner.claim("done", std::nullopt, 60s);
-  ASSERT_TRUE(owner.complete("done", claim.token, bytes("v"), {}, 60s));
+  ASSERT_TRUE(owner.complete("done", claim.token, wait_cases::bytes("v"), {}, 60s));
   auto done = wait("done", 30s);
   ASSERT_EQ(done.wait_for(10s), std::future_status::ready);
   const auto record = done.get();
@@ -206,7 +202,7 @@ TEST_F(RedisAsyncWait, AResilientCoroutineJoinsAnotherProcessesExecution) {
       << "the coroutine caller does not wait through the store's subscription";
   // The owner stores its result as the blocking face does (the value encoded by the codec).
   auto codec = idem::Codec<std::string>{};
-  idem::StoredValue value = bytes(codec.encode(std::string("receipt-from-owner")));
+  idem::StoredValue value = wait_cases::bytes(codec.encode(std::string("receipt-from-owner")));
   ASSERT_TRUE(owner.complete(stored, claim.token, std::move(value), {}, 60s));
   ASSERT_EQ(joined.wait_for(10s), std::future_status::ready) << "the completion did not wake it";
   const auto result = joined.get();

@@ -19,6 +19,7 @@ namespace idem::test::redis_names {
 using idem::Claim;
 using idem::ClaimOutcome;
 using idem::ExecutionReport;
+using idem::IdempotencyRecord;
 using idem::StoredValue;
 using idem::redis::CommandKind;
 using idem::redis::ConnectionPool;
