@@ -37,6 +37,7 @@
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_async_connection_cases.hpp"
 #include "redis_async_names.hpp"
 #include "redis_test_env.hpp"
 
@@ -389,13 +390,7 @@ TEST_F(RedisAsync, KilledConnectionFailsWrittenCallsAndReconnects) {
 TEST_F(RedisAsync, IdleConnectionKilledIsReplacedWithoutAnError) {
   AsyncConnection connection(io_.get_executor(), options());
   const RedisReply id = run(io_, connection.command({"CLIENT", "ID"}, CommandKind::read));
-  keys_.command({"CLIENT", "KILL", "ID", std::to_string(id.integer)});
-  std::this_thread::sleep_for(50ms);
-  // Nothing was in flight: the dead socket is noticed before writing, and the call succeeds.
-  const RedisReply reply =
-      run(io_, connection.command({"SET", keys_.prefix() + "y", "1"}, CommandKind::write));
-  EXPECT_EQ(reply.str, "OK");
-  EXPECT_EQ(connection.stats().connects, 2u);
+  idem::test::expect_idle_kill_replaced(io_, connection, keys_, id.integer);
 }
 
 TEST_F(RedisAsync, ServerDownIsARetryableConnectError) {

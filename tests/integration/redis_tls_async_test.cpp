@@ -24,6 +24,7 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
+#include "redis_async_connection_cases.hpp"
 #include "redis_async_names.hpp"
 #include "redis_tls_env.hpp"
 
@@ -83,12 +84,7 @@ TEST_F(RedisTlsAsync, AsyncConnectionKeepsTlsAcrossAKillAndIdleTime) {
   EXPECT_EQ(run(io_, connection.command({"PING"}, CommandKind::read)).str, "PONG");
   EXPECT_EQ(connection.stats().connects, 1u) << "an idle TLS connection was dropped";
 
-  keys_.command({"CLIENT", "KILL", "ID", std::to_string(id.integer)});
-  std::this_thread::sleep_for(50ms);
-  const RedisReply reply =
-      run(io_, connection.command({"SET", keys_.prefix() + "y", "1"}, CommandKind::write));
-  EXPECT_EQ(reply.str, "OK");
-  EXPECT_EQ(connection.stats().connects, 2u);
+  idem::test::expect_idle_kill_replaced(io_, connection, keys_, id.integer);
   const RedisReply again = run(io_, connection.command({"CLIENT", "ID"}, CommandKind::read));
   EXPECT_NE(again.integer, id.integer);
 }
