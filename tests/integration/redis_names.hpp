@@ -31,4 +31,7 @@ using idem::redis::RedisOptions;
 using idem::redis::RedisReply;
 using namespace std::chrono_literals;
 
+// ManualClock's default start (2030-01-01) in ms: the times records carry in tests on one.
+inline constexpr long long kClockStartMs = 1893456000000;
+
 }  // namespace idem::test::redis_names
