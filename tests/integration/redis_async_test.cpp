@@ -30,6 +30,7 @@
 
 #include "../async_test_support.hpp"
 #include "../free_port.hpp"
+#include "../thrown_by.hpp"
 #include "idem/error.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
@@ -437,31 +438,26 @@ TEST_F(RedisAsync, AHostThatDoesNotResolveIsHostNotFound) {
   auto opts = options();
   opts.host = "nohost.invalid";  // RFC 2606: never resolves
   AsyncRedisRecorder recorder(io_.get_executor(), opts);
-  try {
-    (void)run(io_, recorder.is_processed("c", "e"));
-    ADD_FAILURE() << "nohost.invalid resolved";
-  } catch (const RedisError& e) {
-    EXPECT_EQ(e.code(), idem::ErrorCode::host_not_found) << e.what();
-    // A resolver that cannot be reached says "Temporary failure": retryable then, not otherwise.
-    EXPECT_EQ(e.retryable(), std::string(e.what()).find("Temporary failure") != std::string::npos)
-        << e.what();
-    EXPECT_FALSE(e.in_doubt());
-    EXPECT_NE(std::string(e.what()).find("nohost.invalid"), std::string::npos) << e.what();
-  }
+  const auto e =
+      idem::test::thrown_by<RedisError>([&] { (void)run(io_, recorder.is_processed("c", "e")); });
+  ASSERT_TRUE(e) << "nohost.invalid resolved";
+  EXPECT_EQ(e->code(), idem::ErrorCode::host_not_found) << e->what();
+  // A resolver that cannot be reached says "Temporary failure": retryable then, not otherwise.
+  EXPECT_EQ(e->retryable(), std::string(e->what()).find("Temporary failure") != std::string::npos)
+      << e->what();
+  EXPECT_FALSE(e->in_doubt());
+  EXPECT_NE(std::string(e->what()).find("nohost.invalid"), std::string::npos) << e->what();
 }
 
 TEST_F(RedisAsync, RefusedSelectIsAnAuthError) {
   auto opts = options();
   opts.db = 100000;  // beyond the server's databases
   AsyncRedisStore store(io_.get_executor(), opts);
-  try {
-    (void)run(io_, store.lookup("k"));
-    ADD_FAILURE() << "SELECT 100000 was accepted";
-  } catch (const RedisError& e) {
-    EXPECT_EQ(e.failure(), RedisFailure::auth) << e.what();
-    EXPECT_EQ(e.code(), idem::ErrorCode::store_open_failed);
-    EXPECT_FALSE(e.retryable());
-  }
+  const auto e = idem::test::thrown_by<RedisError>([&] { (void)run(io_, store.lookup("k")); });
+  ASSERT_TRUE(e) << "SELECT 100000 was accepted";
+  EXPECT_EQ(e->failure(), RedisFailure::auth) << e->what();
+  EXPECT_EQ(e->code(), idem::ErrorCode::store_open_failed);
+  EXPECT_FALSE(e->retryable());
 }
 
 TEST_F(RedisAsync, ErrorRepliesAndNoscriptFallback) {
@@ -472,12 +468,10 @@ TEST_F(RedisAsync, ErrorRepliesAndNoscriptFallback) {
   EXPECT_TRUE(run(io_, recorder.complete("c", "s", claim.token)));
   // A foreign value under a marker key: WRONGTYPE is a corrupt record.
   keys_.command({"HSET", recorder.claim_key("c", "w"), "token", "notanumber"});
-  try {
-    (void)run(io_, recorder.claim("c", "w", 10s));
-    ADD_FAILURE();
-  } catch (const idem::StoreError& e) {
-    EXPECT_EQ(e.code(), idem::ErrorCode::store_corrupt_record) << e.what();
-  }
+  const auto e = idem::test::thrown_by<idem::StoreError>(
+      [&] { (void)run(io_, recorder.claim("c", "w", 10s)); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), idem::ErrorCode::store_corrupt_record) << e->what();
 }
 
 TEST_F(RedisAsync, DestroyedConnectionAbortsWaitingCalls) {
@@ -510,14 +504,11 @@ TEST_F(RedisAsync, ConnectTimeoutIsARetryableTimedOutConnectError) {
   opts.port = stuck.port();
   opts.connect_timeout = 200ms;
   AsyncRedisStore store(io_.get_executor(), opts);
-  try {
-    (void)run(io_, store.lookup("k"));
-    ADD_FAILURE() << "a connect to a listener that never accepts succeeded";
-  } catch (const RedisError& e) {
-    EXPECT_EQ(e.failure(), RedisFailure::connect) << e.what();
-    EXPECT_TRUE(e.timed_out()) << e.what();
-    EXPECT_TRUE(e.retryable());
-  }
+  const auto e = idem::test::thrown_by<RedisError>([&] { (void)run(io_, store.lookup("k")); });
+  ASSERT_TRUE(e) << "a connect to a listener that never accepts succeeded";
+  EXPECT_EQ(e->failure(), RedisFailure::connect) << e->what();
+  EXPECT_TRUE(e->timed_out()) << e->what();
+  EXPECT_TRUE(e->retryable());
 }
 
 }  // namespace
