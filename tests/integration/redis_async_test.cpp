@@ -81,6 +81,15 @@ class StuckListener {
 class RedisAsync : public ::testing::Test {
  protected:
   idem::redis::RedisOptions options() const { return keys_.options(); }
+  // Options for `stuck`, where a connect hangs until `connect_timeout`.
+  idem::redis::RedisOptions options_for(const StuckListener& stuck,
+                                        std::chrono::milliseconds connect_timeout) const {
+    auto opts = options();
+    opts.host = "127.0.0.1";
+    opts.port = stuck.port();
+    opts.connect_timeout = connect_timeout;
+    return opts;
+  }
 
   asio::io_context io_;
   idem::test::RedisTestPrefix keys_{"async"};
@@ -335,10 +344,7 @@ TEST_F(RedisAsync, CancelledAfterWrittenKeepsThePipelineInSync) {
 
 TEST_F(RedisAsync, CancelledWhileConnectingIsWithdrawn) {
   StuckListener stuck;
-  auto opts = options();
-  opts.host = "127.0.0.1";
-  opts.port = stuck.port();  // the connect hangs until connect_timeout
-  opts.connect_timeout = 3s;
+  const auto opts = options_for(stuck, 3s);
   AsyncRedisRecorder recorder(io_.get_executor(), opts);
   std::chrono::steady_clock::duration waited{};
   const auto call = [&]() -> Task<bool> {
@@ -476,10 +482,7 @@ TEST_F(RedisAsync, ErrorRepliesAndNoscriptFallback) {
 
 TEST_F(RedisAsync, DestroyedConnectionAbortsWaitingCalls) {
   StuckListener stuck;
-  auto opts = options();
-  opts.host = "127.0.0.1";
-  opts.port = stuck.port();
-  opts.connect_timeout = 5s;
+  const auto opts = options_for(stuck, 5s);
   auto connection = std::make_unique<AsyncConnection>(io_.get_executor(), opts);
   std::exception_ptr error;
   bool finished = false;
@@ -499,10 +502,7 @@ TEST_F(RedisAsync, DestroyedConnectionAbortsWaitingCalls) {
 
 TEST_F(RedisAsync, ConnectTimeoutIsARetryableTimedOutConnectError) {
   StuckListener stuck;
-  auto opts = options();
-  opts.host = "127.0.0.1";
-  opts.port = stuck.port();
-  opts.connect_timeout = 200ms;
+  const auto opts = options_for(stuck, 200ms);
   AsyncRedisStore store(io_.get_executor(), opts);
   const auto e = idem::test::thrown_by<RedisError>([&] { (void)run(io_, store.lookup("k")); });
   ASSERT_TRUE(e) << "a connect to a listener that never accepts succeeded";
