@@ -26,6 +26,7 @@
 #include "idem/rabbitmq/broker_error.hpp"
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
+#include "rabbitmq_names.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -33,9 +34,7 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::BusProxy;
-using idem::Event;
-
+using namespace idem::test::rabbitmq_names;
 using idem::test::broker_command;
 using idem::test::BrokerGuard;
 using idem::test::rabbitmqctl;
