@@ -200,6 +200,20 @@ def key():
     return '"%s"' % uuid.uuid4()
 
 
+def assert_duplicate_joined(test, upstream, gate, first, second, results):
+    """Opens `gate`, on which the first request waits at the upstream, and waits for the threads
+    of both requests: the second, a duplicate that waited for the first, replays its response and
+    the upstream's side effect ran once."""
+    upstream.open(gate)
+    first.join(LIMIT)
+    second.join(LIMIT)
+    test.assertEqual(results["first"].status_code, 201)
+    test.assertEqual(results["second"].status_code, 201)
+    test.assertEqual(results["second"].headers["Idempotent-Replayed"], "true")
+    test.assertEqual(results["second"].content, results["first"].content)
+    test.assertEqual(upstream.effects(gate), 1)
+
+
 MAIN_CONFIG = """
 [limits]
 max_request_body = "64KiB"
@@ -380,14 +394,7 @@ class ProxyCase(unittest.TestCase):
         waiter.start()
         wait_for(lambda: self.proxy.metric("idem_proxy_waits_total", route="default") == waits + 1,
                  "the duplicate waiting in the proxy")
-        self.upstream.open(gate)
-        holder.join(LIMIT)
-        waiter.join(LIMIT)
-        self.assertEqual(results["first"].status_code, 201)
-        self.assertEqual(results["second"].status_code, 201)
-        self.assertEqual(results["second"].headers["Idempotent-Replayed"], "true")
-        self.assertEqual(results["second"].content, results["first"].content)
-        self.assertEqual(self.upstream.effects(gate), 1)
+        assert_duplicate_joined(self, self.upstream, gate, holder, waiter, results)
         self.assertEqual(self.proxy.metric("idem_proxy_joins_total", route="default"), joins + 1)
 
     def test_a_concurrent_duplicate_under_reject_is_409(self):
@@ -424,15 +431,20 @@ class ProxyCase(unittest.TestCase):
             self.assertNotIn("Idempotent-Replayed", retry.headers)
             self.assertEqual(self.upstream.effects(effect), 2)
 
-    def test_terminal_failures_replay_unless_the_route_reruns_them(self):
+    def assert_failure_kept(self, path, status, effect, retry_headers):
+        """A request to `path` that fails with `status` is kept: a retry of its key (sent with
+        `retry_headers`) replays that status, and the upstream ran once."""
         k = key()
-        effect = "failure-" + uuid.uuid4().hex
-        self.assertEqual(self.post("/f", k, headers={"X-Status": "404", "X-Effect-Id": effect})
-                         .status_code, 404)
-        again = self.post("/f", k, headers={"X-Effect-Id": effect})
-        self.assertEqual(again.status_code, 404)
+        self.assertEqual(self.post(path, k, headers={"X-Status": str(status), "X-Effect-Id": effect})
+                         .status_code, status)
+        again = self.post(path, k, headers=retry_headers)
+        self.assertEqual(again.status_code, status)
         self.assertEqual(again.headers["Idempotent-Replayed"], "true")
         self.assertEqual(self.upstream.effects(effect), 1)
+
+    def test_terminal_failures_replay_unless_the_route_reruns_them(self):
+        effect = "failure-" + uuid.uuid4().hex
+        self.assert_failure_kept("/f", 404, effect, {"X-Effect-Id": effect})
         k = key()
         effect = "rerun-" + uuid.uuid4().hex
         self.post("/rerun/f", k, headers={"X-Status": "404", "X-Effect-Id": effect})
@@ -441,14 +453,7 @@ class ProxyCase(unittest.TestCase):
         self.assertEqual(self.upstream.effects(effect), 2)
 
     def test_keep_transient_replays_a_500_like_stripe(self):
-        k = key()
-        effect = "stripe-" + uuid.uuid4().hex
-        self.assertEqual(self.post("/stripe/x", k, headers={"X-Status": "500", "X-Effect-Id": effect})
-                         .status_code, 500)
-        again = self.post("/stripe/x", k)
-        self.assertEqual(again.status_code, 500)
-        self.assertEqual(again.headers["Idempotent-Replayed"], "true")
-        self.assertEqual(self.upstream.effects(effect), 1)
+        self.assert_failure_kept("/stripe/x", 500, "stripe-" + uuid.uuid4().hex, None)
 
     def test_the_principal_scopes_the_key(self):
         k = key()
@@ -875,14 +880,7 @@ class SharedStoreCase:
         second.start()
         wait_for(lambda: b.metric("idem_proxy_waits_total", route="/*") == 1,
                  "the duplicate waiting at the second proxy")
-        self.upstream.open(gate)
-        first.join(LIMIT)
-        second.join(LIMIT)
-        self.assertEqual(results["first"].status_code, 201)
-        self.assertEqual(results["second"].status_code, 201)
-        self.assertEqual(results["second"].headers["Idempotent-Replayed"], "true")
-        self.assertEqual(results["second"].content, results["first"].content)
-        self.assertEqual(self.upstream.effects(gate), 1)
+        assert_duplicate_joined(self, self.upstream, gate, first, second, results)
         self.assertEqual(b.metric("idem_proxy_joins_total", route="/*"), 1)
 
     def test_a_killed_proxys_claim_is_taken_over_after_its_lease(self):

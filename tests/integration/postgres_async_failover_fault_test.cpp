@@ -14,8 +14,6 @@
 
 #include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <chrono>
 #include <iostream>
@@ -27,6 +25,7 @@
 #include <vector>
 
 #include "../postgres_test_support.hpp"
+#include "coroutine_clients.hpp"
 #include "idem/error.hpp"
 #include "idem/postgres/async_postgres.hpp"
 #include "idem/postgres/postgres_error.hpp"
@@ -229,50 +228,36 @@ void run_failover(bool synchronous) {
       --running;
     });
   }
-  for (int c = 0; c < kCoroutines; ++c) {
-    asio::co_spawn(
-        io,
-        [&, c]() -> Task<void> {
-          asio::steady_timer pause(co_await asio::this_coro::executor);
-          for (int n = 0; !stopping.load(); ++n) {
-            const std::string id = "a" + std::to_string(c) + "-" + std::to_string(n);
-            bool any_failed = false;
-            auto began = Clock::now();
+  idem::test::spawn_client_loops(
+      io, kCoroutines, stopping, running, [&](int c, int n) -> Task<bool> {
+        const std::string id = "a" + std::to_string(c) + "-" + std::to_string(n);
+        auto began = Clock::now();
+        ++tally.calls;
+        try {
+          co_await async_recorder.mark_processed("mark", id);
+          tally.ended(began);
+          ++tally.ok;
+          tally.acked(tally.acked_marks, id);
+          began = Clock::now();
+          ++tally.calls;
+          const idem::Claim claim = co_await async_recorder.claim("work", id, 60s);
+          tally.ended(began);
+          ++tally.ok;
+          if (claim.status == idem::Claim::Status::acquired) {
+            began = Clock::now();
             ++tally.calls;
-            try {
-              co_await async_recorder.mark_processed("mark", id);
-              tally.ended(began);
-              ++tally.ok;
-              tally.acked(tally.acked_marks, id);
-              began = Clock::now();
-              ++tally.calls;
-              const idem::Claim claim = co_await async_recorder.claim("work", id, 60s);
-              tally.ended(began);
-              ++tally.ok;
-              if (claim.status == idem::Claim::Status::acquired) {
-                began = Clock::now();
-                ++tally.calls;
-                const bool done = co_await async_recorder.complete("work", id, claim.token);
-                tally.ended(began);
-                ++tally.ok;
-                if (done) tally.acked(tally.acked_completions, id);
-              }
-            } catch (const std::exception& e) {
-              tally.ended(began);
-              tally.failed(e);
-              any_failed = true;
-            }
-            if (any_failed) {
-              pause.expires_after(5ms);
-              co_await pause.async_wait(asio::use_awaitable);
-            }
+            const bool done = co_await async_recorder.complete("work", id, claim.token);
+            tally.ended(began);
+            ++tally.ok;
+            if (done) tally.acked(tally.acked_completions, id);
           }
-          --running;
-        },
-        [](std::exception_ptr e) {
-          if (e) std::rethrow_exception(e);
-        });
-  }
+          co_return false;
+        } catch (const std::exception& e) {
+          tally.ended(began);
+          tally.failed(e);
+        }
+        co_return true;
+      });
   std::thread loop([&] { io.run(); });
 
   ASSERT_TRUE(pg::eventually([&] { return tally.ok.load() >= 300; }));

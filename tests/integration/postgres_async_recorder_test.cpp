@@ -25,32 +25,22 @@
 #include "idem/error.hpp"
 #include "idem/postgres/async_postgres.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
+#include "postgres_async_fixture.hpp"
+#include "postgres_names.hpp"
 
 namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
-using namespace std::chrono_literals;
-using idem::Claim;
+using namespace idem::test::postgres_names;
 using idem::async::AsyncSqlTransaction;
 using idem::async::Task;
 using idem::postgres::AsyncPostgresRecorder;
 using idem::test::run;
 namespace pg = idem::test::pg;
 
-class AsyncRecorderTest : public ::testing::Test {
+class AsyncRecorderTest : public pg::AsyncPostgresTest<AsyncPostgresRecorder> {
  protected:
-  void SetUp() override {
-    auto options = schema_.options();
-    options.pool_size = 4;
-    recorder_ = std::make_unique<AsyncPostgresRecorder>(io_.get_executor(), options);
-  }
-  void TearDown() override {
-    recorder_.reset();
-    io_.restart();
-    io_.run();  // let the pool's shut-down finish
-  }
-
   // How a call cancelled after some steps of the event loop ended.
   struct CancelledCall {
     bool finished = false;     // it ended (with its result or an error)
@@ -81,9 +71,7 @@ class AsyncRecorderTest : public ::testing::Test {
     return ended;
   }
 
-  pg::TempSchema schema_;
-  asio::io_context io_;
-  std::unique_ptr<AsyncPostgresRecorder> recorder_;
+  std::unique_ptr<AsyncPostgresRecorder>& recorder_ = backend_;
 };
 
 TEST_F(AsyncRecorderTest, CheckMarkAndBatches) {

@@ -8,10 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <asio/co_spawn.hpp>
 #include <asio/io_context.hpp>
-#include <asio/steady_timer.hpp>
-#include <asio/use_awaitable.hpp>
 #include <atomic>
 #include <cstdlib>
 #include <iostream>
@@ -23,6 +20,7 @@
 #include <vector>
 
 #include "../postgres_test_support.hpp"
+#include "coroutine_clients.hpp"
 #include "idem/error.hpp"
 #include "idem/postgres/async_postgres.hpp"
 #include "postgres_server_control.hpp"
@@ -60,54 +58,38 @@ TEST(AsyncPostgresRestart, InFlightCallsEndClassifiedAndWorkResumes) {
   constexpr int kCoroutines = 50;
   std::atomic<int> running{kCoroutines};
 
-  for (int c = 0; c < kCoroutines; ++c) {
-    asio::co_spawn(
-        io,
-        [&, c]() -> Task<void> {
-          asio::steady_timer pause(co_await asio::this_coro::executor);
-          for (int i = 0; !stopping.load(); ++i) {
-            const std::string id = "c" + std::to_string(c) + "-" + std::to_string(i);
-            bool failed = false;
-            try {
-              if (co_await recorder.is_processed("restart", id)) {
-                std::lock_guard lock(mutex);
-                wrong.push_back(id + " processed before it was marked");
-              }
-              co_await recorder.mark_processed("restart", id);
-              {
-                std::lock_guard lock(mutex);
-                marked.insert(id);
-              }
-              const auto outcome = co_await store.claim(id, std::nullopt, 60s);
-              if (outcome.status == idem::ClaimOutcome::Status::acquired) {
-                (void)co_await store.release(id, outcome.token);
-              }
-              ++successes;
-            } catch (const idem::StoreError& e) {
-              failed = true;
-              ++store_errors;
-              if (!e.retryable() && !e.in_doubt()) {
-                std::lock_guard lock(mutex);
-                unclassified.push_back(e.what());
-              }
-            } catch (const std::exception& e) {
-              failed = true;
-              ++other_errors;
-              std::lock_guard lock(mutex);
-              unclassified.push_back(e.what());
-            }
-            if (failed) {
-              // The server is down: do not spin on connection refusals.
-              pause.expires_after(5ms);
-              co_await pause.async_wait(asio::use_awaitable);
-            }
+  idem::test::spawn_client_loops(
+      io, kCoroutines, stopping, running, [&](int c, int i) -> Task<bool> {
+        const std::string id = "c" + std::to_string(c) + "-" + std::to_string(i);
+        try {
+          if (co_await recorder.is_processed("restart", id)) {
+            std::lock_guard lock(mutex);
+            wrong.push_back(id + " processed before it was marked");
           }
-          --running;
-        },
-        [](std::exception_ptr e) {
-          if (e) std::rethrow_exception(e);
-        });
-  }
+          co_await recorder.mark_processed("restart", id);
+          {
+            std::lock_guard lock(mutex);
+            marked.insert(id);
+          }
+          const auto outcome = co_await store.claim(id, std::nullopt, 60s);
+          if (outcome.status == idem::ClaimOutcome::Status::acquired) {
+            (void)co_await store.release(id, outcome.token);
+          }
+          ++successes;
+          co_return false;
+        } catch (const idem::StoreError& e) {
+          ++store_errors;
+          if (!e.retryable() && !e.in_doubt()) {
+            std::lock_guard lock(mutex);
+            unclassified.push_back(e.what());
+          }
+        } catch (const std::exception& e) {
+          ++other_errors;
+          std::lock_guard lock(mutex);
+          unclassified.push_back(e.what());
+        }
+        co_return true;  // the server is down
+      });
   std::thread loop([&] { io.run(); });
 
   ASSERT_TRUE(pg::eventually([&] { return successes.load() >= 200; }));

@@ -17,16 +17,14 @@
 #include "idem/error.hpp"
 #include "idem/postgres/async_postgres.hpp"
 #include "idem/postgres/postgres_store.hpp"
+#include "postgres_async_fixture.hpp"
+#include "postgres_names.hpp"
 
 namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
-using namespace std::chrono_literals;
-using idem::ClaimOutcome;
-using idem::ExecutionReport;
-using idem::IdempotencyRecord;
-using idem::StoredValue;
+using namespace idem::test::postgres_names;
 using idem::async::Task;
 using idem::postgres::AsyncPostgresStore;
 using idem::test::run;
@@ -38,22 +36,9 @@ StoredValue bytes(std::string value) {
   return stored;
 }
 
-class AsyncStoreTest : public ::testing::Test {
+class AsyncStoreTest : public pg::AsyncPostgresTest<AsyncPostgresStore> {
  protected:
-  void SetUp() override {
-    auto options = schema_.options();
-    options.pool_size = 4;
-    store_ = std::make_unique<AsyncPostgresStore>(io_.get_executor(), options);
-  }
-  void TearDown() override {
-    store_.reset();
-    io_.restart();
-    io_.run();
-  }
-
-  pg::TempSchema schema_;
-  asio::io_context io_;
-  std::unique_ptr<AsyncPostgresStore> store_;
+  std::unique_ptr<AsyncPostgresStore>& store_ = backend_;
 };
 
 TEST_F(AsyncStoreTest, ClaimCompleteLookup) {

@@ -22,6 +22,7 @@
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
 #include "idem/postgres/postgres_transaction.hpp"
+#include "store_fault_cases.hpp"
 
 namespace {
 
@@ -198,27 +199,18 @@ TEST(PostgresLimits, StoreStatementTimeoutOnALockedTableCompletesNothingAndRecov
   idem::postgres::PostgresOptions options = schema.options();
   options.statement_timeout = 300ms;
   idem::postgres::PostgresIdempotencyStore store(options);
-  const auto held = store.claim("held", std::nullopt, 30s);
-  ASSERT_EQ(held.status, idem::ClaimOutcome::Status::acquired);
-  idem::StoredValue value;
-  value.bytes = "42";
-  {
-    TableLock lock(schema.table("records"));
-    expect_statement_timeout(
-        expect_pg_error([&] { (void)store.claim("fresh", std::nullopt, 30s); }));
-    expect_statement_timeout(
-        expect_pg_error([&] { (void)store.complete("held", held.token, value, {}, 1h); }));
-    lock.release();
-  }
-  EXPECT_FALSE(store.lookup("fresh").has_value());
-  const auto still = store.lookup("held");
-  ASSERT_TRUE(still.has_value());
-  EXPECT_EQ(still->state, idem::IdempotencyRecord::State::in_progress);
-  EXPECT_TRUE(store.complete("held", held.token, value, {}, 1h));
-  const auto done = store.lookup("held");
-  ASSERT_TRUE(done.has_value());
-  EXPECT_EQ(done->value.bytes, std::optional<std::string>("42"));
-  EXPECT_EQ(store.claim("fresh", std::nullopt, 30s).status, idem::ClaimOutcome::Status::acquired);
+  std::optional<TableLock> lock;
+  idem::test::expect_store_writes_refused_then_resumed(
+      store, {.begin = [&] { lock.emplace(schema.table("records")); },
+              .end =
+                  [&] {
+                    lock->release();
+                    lock.reset();
+                  },
+              .expect_refused =
+                  [&](const std::function<void()>& call) {
+                    expect_statement_timeout(expect_pg_error(call));
+                  }});
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include "idem/postgres/postgres_transaction.hpp"
 #include "idem/report.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "open_cases.hpp"
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
@@ -70,11 +71,7 @@ TEST(PostgresOpen, RecorderGetsEveryParameterAndWorks) {
   EXPECT_TRUE(recorder->is_processed("c", "e1"));
   EXPECT_EQ(idem::test::pg::query_int("SELECT COUNT(*) FROM " + schema.table("plog")), 1);
 
-  const auto claim = recorder->claim("c", "e2", 1s);
-  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
-  EXPECT_NE(recorder->claim("c", "e2", 1s).status, idem::Claim::Status::acquired);
-  EXPECT_TRUE(recorder->complete("c", "e2", claim.token));
-  EXPECT_TRUE(recorder->is_processed("c", "e2"));
+  idem::test::expect_opened_recorder_claims(*recorder);
 
   // The transactional inbox, on a connection that carries libpq's application_name.
   ASSERT_TRUE(recorder->supports_transactions());
@@ -92,21 +89,11 @@ TEST(PostgresOpen, StoreClaimsAndCompletes) {
   const std::string url = url_with("schema=" + schema.name());
   auto store = idem::open_store(url);
   ASSERT_NE(dynamic_cast<idem::postgres::PostgresIdempotencyStore*>(store.get()), nullptr);
-  const auto first = store->claim("order-1", std::string("fp"), 10s);
-  ASSERT_EQ(first.status, idem::ClaimOutcome::Status::acquired);
-  EXPECT_EQ(store->claim("order-1", std::string("fp"), 10s).status,
-            idem::ClaimOutcome::Status::in_progress);
-  idem::StoredValue value;
-  value.bytes = "42";
-  ASSERT_TRUE(store->complete("order-1", first.token, value, idem::ExecutionReport{}, 1h));
   // postgres:// is the same scheme.
   std::string short_scheme = url;
   short_scheme.replace(0, std::string("postgresql").size(), "postgres");
-  auto again = idem::open_store(short_scheme);
-  const auto replay = again->claim("order-1", std::string("fp"), 10s);
-  ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
-  ASSERT_TRUE(replay.record.has_value());
-  EXPECT_EQ(replay.record->value.bytes, std::optional<std::string>("42"));
+  idem::test::expect_opened_store_claims_and_replays(
+      *store, [&] { return idem::open_store(short_scheme); });
 }
 
 TEST(PostgresOpen, MissingTablesWithoutCreateSchemaFailWhenOpened) {

@@ -14,15 +14,11 @@
 #include "idem/postgres/connection_pool.hpp"
 #include "idem/postgres/postgres_error.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
+#include "postgres_names.hpp"
 
 namespace {
 
-using idem::ErrorCode;
-using idem::postgres::classify_error;
-using idem::postgres::ConnectionPool;
-using idem::postgres::PostgresError;
-using idem::postgres::PostgresOptions;
-using idem::postgres::StatementKind;
+using namespace idem::test::postgres_names;
 
 // ---- classification -------------------------------------------------------------------------
 

@@ -18,17 +18,14 @@
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
 #include "idem/report.hpp"
+#include "postgres_names.hpp"
 #include "privilege_calls.hpp"
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::postgres::PostgresError;
-using idem::postgres::PostgresIdempotencyRecorder;
-using idem::postgres::PostgresIdempotencyStore;
-using idem::postgres::PostgresOptions;
+using namespace idem::test::postgres_names;
 using idem::test::pg::query;
 
 class PostgresPrivilege : public ::testing::Test {

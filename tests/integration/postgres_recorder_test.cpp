@@ -18,16 +18,13 @@
 #include "idem/postgres/connection_pool.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "postgres_names.hpp"
 
 namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
-using idem::postgres::PgParam;
-using idem::postgres::PostgresError;
-using idem::postgres::PostgresIdempotencyRecorder;
-using idem::postgres::PostgresOptions;
-using idem::postgres::PostgresTransaction;
+using namespace idem::test::postgres_names;
 namespace pg = idem::test::pg;
 
 class PostgresRecorderTest : public ::testing::Test {

@@ -21,15 +21,13 @@
 #include "idem/postgres/postgres_store.hpp"
 #include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "postgres_names.hpp"
 
 namespace {
 
 IDEM_POSTGRES_TEST_ENVIRONMENT();
 
-using namespace std::chrono_literals;
-using idem::postgres::PostgresError;
-using idem::postgres::PostgresIdempotencyStore;
-using idem::postgres::PostgresOptions;
+using namespace idem::test::postgres_names;
 using State = idem::IdempotencyRecord::State;
 namespace pg = idem::test::pg;
 

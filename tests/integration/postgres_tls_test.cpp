@@ -28,14 +28,12 @@
 #include "idem/postgres/postgres_error.hpp"
 #include "idem/postgres/postgres_recorder.hpp"
 #include "idem/postgres/postgres_store.hpp"
+#include "postgres_names.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
+using namespace idem::test::postgres_names;
 namespace fs = std::filesystem;
-using idem::postgres::PostgresError;
-using idem::postgres::PostgresIdempotencyRecorder;
-using idem::postgres::PostgresOptions;
 
 using idem::test::env;
 

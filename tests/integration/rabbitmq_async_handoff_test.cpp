@@ -31,6 +31,7 @@
 #include "idem/rabbitmq/admin.hpp"
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
+#include "rabbitmq_names.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -38,11 +39,8 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::Event;
+using namespace idem::test::rabbitmq_names;
 using idem::async::Task;
-using idem::rabbitmq::Consumer;
-using idem::rabbitmq::Publisher;
 
 // The coroutines' io_context, run by a thread of its own for the whole test.
 class Loop {
@@ -61,17 +59,12 @@ class Loop {
   std::thread thread_;
 };
 
-class RabbitMqCoroutineHandoff : public ::testing::Test {
- protected:
-  idem::test::TestTopology topology_;
-  idem::rabbitmq::ConnectionOptions connection_ = idem::test::amqp_test_options();
-};
+class RabbitMqCoroutineHandoff : public idem::test::RabbitMqTopologyTest {};
 
 TEST_F(RabbitMqCoroutineHandoff, EachEventIsHandledOnceOnTheExecutorAndAcked) {
   const auto options = topology_.consumer_options("coro");
-  Consumer consumer(connection_, options);
-  consumer.connect();  // the queue exists before anything is published
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
 
   Loop loop;
   const auto consumer_thread = std::this_thread::get_id();
@@ -121,9 +114,8 @@ TEST_F(RabbitMqCoroutineHandoff, EachEventIsHandledOnceOnTheExecutorAndAcked) {
 
 TEST_F(RabbitMqCoroutineHandoff, AThrowingCoroutineIsNackedRedeliveredAndHandledOnce) {
   const auto options = topology_.consumer_options("coro-flaky");
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
 
   Loop loop;
   std::atomic<int> calls{0};

@@ -19,6 +19,7 @@
 #include "idem/rabbitmq/broker_error.hpp"
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
+#include "rabbitmq_names.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -26,11 +27,7 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::BusProxy;
-using idem::Event;
-using idem::HandleResult;
-using idem::test::FnHandler;
-using idem::test::SideEffects;
+using namespace idem::test::rabbitmq_names;
 
 std::vector<Event> make_events(std::size_t count, const std::string& prefix = "") {
   std::vector<Event> events;
@@ -40,23 +37,20 @@ std::vector<Event> make_events(std::size_t count, const std::string& prefix = ""
   return events;
 }
 
-TEST(RabbitMqBatchTest, AnEmptyBatchSendsNothingAndReturnsZero) {
-  idem::test::TestTopology topology;
-  idem::rabbitmq::Publisher publisher(idem::test::amqp_test_options(),
-                                      topology.publisher_options());
+class RabbitMqBatchTest : public idem::test::RabbitMqTopologyTest {};
+
+TEST_F(RabbitMqBatchTest, AnEmptyBatchSendsNothingAndReturnsZero) {
+  auto publisher = topology_publisher();
   EXPECT_EQ(publisher.publish_batch({}), 0u);
   EXPECT_EQ(publisher.stats().published, 0u);
   EXPECT_EQ(publisher.stats().failed, 0u);
 }
 
-TEST(RabbitMqBatchTest, BatchesOfOneAndOfFiveThousandAreEachConsumedOnce) {
-  idem::test::TestTopology topology;
-  const auto connection = idem::test::amqp_test_options();
-  auto options = topology.consumer_options("batch");
+TEST_F(RabbitMqBatchTest, BatchesOfOneAndOfFiveThousandAreEachConsumedOnce) {
+  auto options = topology_.consumer_options("batch");
   options.prefetch = 64;
-  idem::rabbitmq::Consumer consumer(connection, options);
-  consumer.connect();  // declares the queue before anything is published
-  idem::rabbitmq::Publisher publisher(connection, topology.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
 
   const auto one = make_events(1, "one-");
   const auto many = make_events(5000, "many-");
@@ -80,13 +74,10 @@ TEST(RabbitMqBatchTest, BatchesOfOneAndOfFiveThousandAreEachConsumedOnce) {
   EXPECT_TRUE(effects.doubled().empty());
 }
 
-TEST(RabbitMqBatchTest, AnInvalidEventAnywhereInTheBatchSendsNothing) {
-  idem::test::TestTopology topology;
-  const auto connection = idem::test::amqp_test_options();
-  auto options = topology.consumer_options("invalid");
-  idem::rabbitmq::Consumer consumer(connection, options);
-  consumer.connect();
-  idem::rabbitmq::Publisher publisher(connection, topology.publisher_options());
+TEST_F(RabbitMqBatchTest, AnInvalidEventAnywhereInTheBatchSendsNothing) {
+  auto options = topology_.consumer_options("invalid");
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
 
   auto bad_id = make_events(10, "bad-id-");
   bad_id[5].id = "";  // not a valid key
@@ -122,17 +113,12 @@ using idem::test::broker_command;
 using idem::test::BrokerGuard;
 using idem::test::rabbitmqctl;
 
-TEST(RabbitMqBatchTest, ABrokerStoppedMidBatchThrowsAndRepublishingEveryBatchDeliversEachOnce) {
+TEST_F(RabbitMqBatchTest, ABrokerStoppedMidBatchThrowsAndRepublishingEveryBatchDeliversEachOnce) {
   if (rabbitmqctl().empty()) IDEM_SERVER_MISSING("IDEM_TEST_RABBITMQCTL is not set");
-  idem::test::TestTopology topology;
-  const auto connection = idem::test::amqp_test_options();
-  auto options = topology.consumer_options("stop");
+  auto options = topology_.consumer_options("stop");
   options.prefetch = 64;
-  {
-    idem::rabbitmq::Consumer declare(connection, options);
-    declare.connect();
-  }
-  idem::rabbitmq::Publisher publisher(connection, topology.publisher_options());
+  (void)connected_consumer(options);  // declares the queue
+  auto publisher = topology_publisher();
 
   // The publishing thread publishes batch after batch until one fails; the test thread stops the
   // broker once the first batch is confirmed, so a later batch fails — while in flight, or at its
@@ -200,7 +186,7 @@ TEST(RabbitMqBatchTest, ABrokerStoppedMidBatchThrowsAndRepublishingEveryBatchDel
   auto handler = idem::make_idempotent_handler(
       options.consumer_name, recorder,
       [&](const std::string&, BusProxy&, const Event& event) { effects.record(event.id); });
-  idem::rabbitmq::Consumer consumer(connection, options);
+  idem::rabbitmq::Consumer consumer(connection_, options);
   const std::size_t total = batches.size() * kBatchSize;
   ASSERT_TRUE(
       idem::test::consume_until(consumer, *handler, [&] { return effects.distinct() >= total; }));

@@ -26,6 +26,7 @@
 #include "idem/rabbitmq/broker_error.hpp"
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
+#include "rabbitmq_names.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -33,9 +34,7 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::BusProxy;
-using idem::Event;
-
+using namespace idem::test::rabbitmq_names;
 using idem::test::broker_command;
 using idem::test::BrokerGuard;
 using idem::test::rabbitmqctl;
@@ -54,15 +53,14 @@ void publish_with_retries(idem::rabbitmq::Publisher& publisher, const Event& eve
   }
 }
 
-TEST(RabbitMqRestartTest, ConsumerAndPublisherSurviveABrokerRestartWithNothingLostOrDoubled) {
+class RabbitMqRestartTest : public idem::test::RabbitMqTopologyTest {};
+
+TEST_F(RabbitMqRestartTest, ConsumerAndPublisherSurviveABrokerRestartWithNothingLostOrDoubled) {
   if (rabbitmqctl().empty()) IDEM_SERVER_MISSING("IDEM_TEST_RABBITMQCTL is not set");
-  idem::test::TestTopology topology;
-  const auto connection = idem::test::amqp_test_options();
-  auto options = topology.consumer_options("restart");
+  auto options = topology_.consumer_options("restart");
   options.prefetch = 32;
-  idem::rabbitmq::Consumer consumer(connection, options);
-  consumer.connect();
-  idem::rabbitmq::Publisher publisher(connection, topology.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
 
   constexpr std::size_t kEvents = 2000;
   constexpr std::size_t kStopAfter = 300;  // distinct events handled before the restart
@@ -146,7 +144,7 @@ TEST(RabbitMqRestartTest, ConsumerAndPublisherSurviveABrokerRestartWithNothingLo
   EXPECT_GE(stats.duplicates, 1u);
   EXPECT_EQ(stats.dead_lettered, 0u);
   EXPECT_GE(publisher.stats().reconnects, 1u);
-  EXPECT_EQ(idem::rabbitmq::queue_depth(connection, consumer.dead_letter_queue()), 0u);
+  EXPECT_EQ(idem::rabbitmq::queue_depth(connection_, consumer.dead_letter_queue()), 0u);
   std::printf(
       "restart: delivered %llu, acked %llu (duplicates %llu), requeued %llu, reconnects %llu\n",
       static_cast<unsigned long long>(stats.delivered),

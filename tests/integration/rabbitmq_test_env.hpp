@@ -22,6 +22,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "../server_env.hpp"
@@ -29,6 +30,7 @@
 #include "idem/rabbitmq/admin.hpp"
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/options.hpp"
+#include "idem/rabbitmq/publisher.hpp"
 
 namespace idem::test {
 
@@ -96,6 +98,30 @@ class TestTopology {
  private:
   std::string id_;
   std::vector<std::string> queues_;
+};
+
+// A Consumer that connects when it is made: its queue exists before anything is published.
+class ConnectedConsumer : public rabbitmq::Consumer {
+ public:
+  ConnectedConsumer(rabbitmq::ConnectionOptions connection, rabbitmq::ConsumerOptions options)
+      : rabbitmq::Consumer(std::move(connection), std::move(options)) {
+    connect();
+  }
+};
+
+// The fixture of the tests that run consumers and a publisher on a topology of their own.
+class RabbitMqTopologyTest : public ::testing::Test {
+ protected:
+  ConnectedConsumer connected_consumer(const rabbitmq::ConsumerOptions& options) const {
+    return ConnectedConsumer(connection_, options);
+  }
+  // A publisher to the topology's exchange.
+  rabbitmq::Publisher topology_publisher() const {
+    return rabbitmq::Publisher(connection_, topology_.publisher_options());
+  }
+
+  TestTopology topology_;
+  rabbitmq::ConnectionOptions connection_ = amqp_test_options();
 };
 
 // Publishes one message straight through rabbitmq-c, bypassing idem's checks: `message_id`

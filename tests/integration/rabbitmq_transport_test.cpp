@@ -25,6 +25,7 @@
 #include "idem/rabbitmq/consumer.hpp"
 #include "idem/rabbitmq/publisher.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "rabbitmq_names.hpp"
 #include "rabbitmq_test_env.hpp"
 #include "rabbitmq_test_handlers.hpp"
 
@@ -32,15 +33,7 @@ IDEM_RABBITMQ_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::BusProxy;
-using idem::Event;
-using idem::HandleResult;
-using idem::rabbitmq::Consumer;
-using idem::rabbitmq::ExchangeType;
-using idem::rabbitmq::Publisher;
-using idem::test::consume_until;
-using idem::test::FnHandler;
-using idem::test::SideEffects;
+using namespace idem::test::rabbitmq_names;
 
 // n "order.paid" events whose payloads are "0", "1", ... (their order, for tests that check it).
 std::vector<Event> numbered_events(int n) {
@@ -50,17 +43,12 @@ std::vector<Event> numbered_events(int n) {
   return events;
 }
 
-class RabbitMqTransportTest : public ::testing::Test {
- protected:
-  idem::test::TestTopology topology_;
-  idem::rabbitmq::ConnectionOptions connection_ = idem::test::amqp_test_options();
-};
+class RabbitMqTransportTest : public idem::test::RabbitMqTopologyTest {};
 
 TEST_F(RabbitMqTransportTest, EveryFieldOfAnEventSurvivesTheTrip) {
   const auto options = topology_.consumer_options("roundtrip");
-  Consumer consumer(connection_, options);
-  consumer.connect();  // the queue exists before anything is published
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
 
   const Event sent = Event::make("order.created", std::string("bin\0ary\xff\x01\n payload", 19),
                                  {{"trace-id", "abc-123"},
@@ -94,9 +82,8 @@ TEST_F(RabbitMqTransportTest, EveryFieldOfAnEventSurvivesTheTrip) {
 
 TEST_F(RabbitMqTransportTest, AHandlerThatThrowsOnceIsRedeliveredAndMarkedOnce) {
   const auto options = topology_.consumer_options("flaky");
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
   SideEffects effects;
   int calls = 0;
@@ -125,9 +112,8 @@ TEST_F(RabbitMqTransportTest, AHandlerThatThrowsOnceIsRedeliveredAndMarkedOnce) 
 TEST_F(RabbitMqTransportTest, AHandlerThatAlwaysThrowsIsDeadLetteredAfterMaxDeliveries) {
   auto options = topology_.consumer_options("broken");
   options.max_deliveries = 3;
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
   int calls = 0;
   auto handler =
@@ -171,9 +157,8 @@ void from_json(const nlohmann::json& j, Order& o) {
 
 TEST_F(RabbitMqTransportTest, MalformedMessagesAreDeadLetteredWithAReasonAndConsumingGoesOn) {
   const auto options = topology_.consumer_options("strict");
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   SideEffects effects;
   auto handler = idem::make_idempotent_handler<Order>(
       options.consumer_name, std::make_shared<idem::InMemoryIdempotencyRecorder>(),
@@ -223,9 +208,8 @@ TEST_F(RabbitMqTransportTest, AlreadyInProgressRequeuesAreNotCountedAsFailures) 
   auto options = topology_.consumer_options("claimed");
   options.max_deliveries = 2;
   options.in_progress_backoff = idem::Millis(0);
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   int calls = 0;
   FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
     if (++calls <= 3) throw idem::AlreadyInProgress("held by another delivery");
@@ -243,9 +227,8 @@ TEST_F(RabbitMqTransportTest, AClaimThatNeverFreesIsDeadLetteredAfterTheRequeueB
   auto options = topology_.consumer_options("stuck");
   options.max_in_progress_requeues = 2;
   options.in_progress_backoff = idem::Millis(0);
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) -> HandleResult {
     throw idem::AlreadyInProgress("held forever");
   });
@@ -307,9 +290,8 @@ TEST_P(RabbitMqBatchTest, EveryOutcomeInABatchIsSettledAsAloneAndEachSideEffectR
   auto options = topology_.consumer_options("batch" + std::to_string(GetParam()));
   options.prefetch = 64;
   options.batch_size = GetParam();
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   auto recorder = std::make_shared<idem::InMemoryIdempotencyRecorder>();
   SideEffects effects;
   std::map<std::string, int> attempts;
@@ -411,9 +393,8 @@ TEST_F(RabbitMqTransportTest, AHandlerSlowerThanTheHeartbeatKeepsItsConnection) 
 // run() returns only after the batch in hand is settled, also when the handler itself stops it.
 TEST_F(RabbitMqTransportTest, StopFromTheHandlerSettlesTheBatchBeforeRunReturns) {
   auto options = topology_.consumer_options("stopinside");
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   publisher.publish(Event::make("order.paid", "1"));
   FnHandler handler(options.consumer_name, [&](const Event&, BusProxy&) {
     consumer.stop();
@@ -434,9 +415,8 @@ TEST_F(RabbitMqTransportTest, ThePipelineRunsTheHandlerOnItsOwnThreadInDeliveryO
     auto options = topology_.consumer_options(pipeline ? "threadpipe" : "threadsync");
     options.pipeline = pipeline;
     options.prefetch = 64;
-    Consumer consumer(connection_, options);
-    consumer.connect();
-    Publisher publisher(connection_, topology_.publisher_options());
+    auto consumer = connected_consumer(options);
+    auto publisher = topology_publisher();
     const std::vector<Event> events = numbered_events(40);
     publisher.publish_batch(events);
     std::vector<std::string> order;
@@ -463,9 +443,8 @@ TEST_F(RabbitMqTransportTest, ThePipelineRunsTheHandlerOnItsOwnThreadInDeliveryO
 TEST_F(RabbitMqTransportTest, RunForNeverTakesMoreDeliveriesThanAsked) {
   auto options = topology_.consumer_options("runfor");
   options.prefetch = 64;
-  Consumer consumer(connection_, options);
-  consumer.connect();
-  Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   const std::vector<Event> events = numbered_events(10);
   publisher.publish_batch(events);
   int handled = 0;

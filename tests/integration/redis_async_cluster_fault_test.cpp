@@ -17,9 +17,9 @@
 #include "../async_test_support.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "redis_cluster_env.hpp"
+#include "redis_test_env.hpp"
 
-IDEM_SERVER_TEST_ENVIRONMENT(redis_cluster_environment, "IDEM_TEST_REDIS_CLUSTER_URL",
-                             "Redis Cluster", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0");
+IDEM_REDIS_CLUSTER_TEST_ENVIRONMENT();
 
 namespace {
 

@@ -22,26 +22,17 @@
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_names.hpp"
+#include "redis_test_env.hpp"
 
-IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
-                             "Redis Sentinel group",
-                             "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/idem");
+IDEM_REDIS_SENTINEL_TEST_ENVIRONMENT();
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::redis::CommandKind;
-using idem::redis::ConnectionPool;
-using idem::redis::RedisError;
-using idem::redis::RedisOptions;
-
-std::string prefix(const char* name) {
-  return "idemtest:" + std::to_string(::getpid()) + ":" + name + ":";
-}
+using namespace idem::test::redis_names;
 
 RedisOptions through_sentinels(const char* name, std::size_t min_replicas) {
-  auto options = RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL"));
-  options.key_prefix = prefix(name);
+  auto options = idem::test::redis_url_test_options("IDEM_TEST_REDIS_SENTINEL_URL", name);
   options.min_replicas = min_replicas;
   options.replica_timeout = 200ms;
   return options;
@@ -154,7 +145,7 @@ TEST_F(RedisMinReplicas, EachClusterPrimaryWaitsForItsReplica) {
   const std::string url = idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL");
   if (url.empty()) GTEST_SKIP() << "no IDEM_TEST_REDIS_CLUSTER_URL";
   auto options = RedisOptions::from_url(url + "?min_replicas=1&replica_timeout=500ms");
-  options.key_prefix = prefix("cluster");
+  options.key_prefix = idem::test::redis_url_test_prefix("cluster");
   idem::redis::RedisIdempotencyRecorder recorder(options);
   const auto batch = ids(300);
   recorder.mark_processed_many("billing", batch);

@@ -16,10 +16,9 @@
 #include "../async_test_support.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "redis_sentinel_env.hpp"
+#include "redis_test_env.hpp"
 
-IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
-                             "Redis Sentinel group",
-                             "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/idem");
+IDEM_REDIS_SENTINEL_TEST_ENVIRONMENT();
 
 namespace {
 

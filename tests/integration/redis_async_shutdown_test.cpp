@@ -31,6 +31,7 @@
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
 #include "idem/redis/async_redis_store.hpp"
+#include "redis_async_names.hpp"
 #include "redis_test_env.hpp"
 #include "redis_tls_env.hpp"
 
@@ -38,16 +39,8 @@ IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::async::Task;
-using idem::redis::AsyncConnectionPool;
-using idem::redis::AsyncRedisRecorder;
-using idem::redis::AsyncRedisStore;
-using idem::redis::CommandKind;
-using idem::redis::RedisOptions;
-using namespace std::chrono_literals;
-
+using namespace idem::test::redis_async_names;
 using idem::test::eventually;
-using idem::test::run;
 
 // A claim whose coroutine owns the recorder it waits on (a handler spawned with the recorder's
 // shared_ptr): once the test lets go, only the connection's queue keeps the recorder alive.

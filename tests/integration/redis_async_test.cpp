@@ -30,6 +30,7 @@
 
 #include "../async_test_support.hpp"
 #include "../free_port.hpp"
+#include "../thrown_by.hpp"
 #include "idem/error.hpp"
 #include "idem/redis/async_connection.hpp"
 #include "idem/redis/async_redis_recorder.hpp"
@@ -37,28 +38,16 @@
 #include "idem/redis/redis_error.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_async_connection_cases.hpp"
+#include "redis_async_names.hpp"
 #include "redis_test_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::Claim;
-using idem::ClaimOutcome;
-using idem::ExecutionReport;
-using idem::StoredValue;
-using idem::async::Task;
-using idem::redis::AsyncConnection;
-using idem::redis::AsyncRedisRecorder;
-using idem::redis::AsyncRedisStore;
-using idem::redis::CommandKind;
-using idem::redis::RedisError;
-using idem::redis::RedisFailure;
-using idem::redis::RedisReply;
-using namespace std::chrono_literals;
+using namespace idem::test::redis_async_names;
 using namespace asio::experimental::awaitable_operators;
-
-using idem::test::run;  // bounded: a hang fails the test instead of blocking it
 
 // A loopback listener that never accepts, its backlog filled: a connect to it hangs (the SYN is
 // dropped) until the client gives up.
@@ -92,6 +81,15 @@ class StuckListener {
 class RedisAsync : public ::testing::Test {
  protected:
   idem::redis::RedisOptions options() const { return keys_.options(); }
+  // Options for `stuck`, where a connect hangs until `connect_timeout`.
+  idem::redis::RedisOptions options_for(const StuckListener& stuck,
+                                        std::chrono::milliseconds connect_timeout) const {
+    auto opts = options();
+    opts.host = "127.0.0.1";
+    opts.port = stuck.port();
+    opts.connect_timeout = connect_timeout;
+    return opts;
+  }
 
   asio::io_context io_;
   idem::test::RedisTestPrefix keys_{"async"};
@@ -346,10 +344,7 @@ TEST_F(RedisAsync, CancelledAfterWrittenKeepsThePipelineInSync) {
 
 TEST_F(RedisAsync, CancelledWhileConnectingIsWithdrawn) {
   StuckListener stuck;
-  auto opts = options();
-  opts.host = "127.0.0.1";
-  opts.port = stuck.port();  // the connect hangs until connect_timeout
-  opts.connect_timeout = 3s;
+  const auto opts = options_for(stuck, 3s);
   AsyncRedisRecorder recorder(io_.get_executor(), opts);
   std::chrono::steady_clock::duration waited{};
   const auto call = [&]() -> Task<bool> {
@@ -402,13 +397,7 @@ TEST_F(RedisAsync, KilledConnectionFailsWrittenCallsAndReconnects) {
 TEST_F(RedisAsync, IdleConnectionKilledIsReplacedWithoutAnError) {
   AsyncConnection connection(io_.get_executor(), options());
   const RedisReply id = run(io_, connection.command({"CLIENT", "ID"}, CommandKind::read));
-  keys_.command({"CLIENT", "KILL", "ID", std::to_string(id.integer)});
-  std::this_thread::sleep_for(50ms);
-  // Nothing was in flight: the dead socket is noticed before writing, and the call succeeds.
-  const RedisReply reply =
-      run(io_, connection.command({"SET", keys_.prefix() + "y", "1"}, CommandKind::write));
-  EXPECT_EQ(reply.str, "OK");
-  EXPECT_EQ(connection.stats().connects, 2u);
+  idem::test::expect_idle_kill_replaced(io_, connection, keys_, id.integer);
 }
 
 TEST_F(RedisAsync, ServerDownIsARetryableConnectError) {
@@ -455,31 +444,26 @@ TEST_F(RedisAsync, AHostThatDoesNotResolveIsHostNotFound) {
   auto opts = options();
   opts.host = "nohost.invalid";  // RFC 2606: never resolves
   AsyncRedisRecorder recorder(io_.get_executor(), opts);
-  try {
-    (void)run(io_, recorder.is_processed("c", "e"));
-    ADD_FAILURE() << "nohost.invalid resolved";
-  } catch (const RedisError& e) {
-    EXPECT_EQ(e.code(), idem::ErrorCode::host_not_found) << e.what();
-    // A resolver that cannot be reached says "Temporary failure": retryable then, not otherwise.
-    EXPECT_EQ(e.retryable(), std::string(e.what()).find("Temporary failure") != std::string::npos)
-        << e.what();
-    EXPECT_FALSE(e.in_doubt());
-    EXPECT_NE(std::string(e.what()).find("nohost.invalid"), std::string::npos) << e.what();
-  }
+  const auto e =
+      idem::test::thrown_by<RedisError>([&] { (void)run(io_, recorder.is_processed("c", "e")); });
+  ASSERT_TRUE(e) << "nohost.invalid resolved";
+  EXPECT_EQ(e->code(), idem::ErrorCode::host_not_found) << e->what();
+  // A resolver that cannot be reached says "Temporary failure": retryable then, not otherwise.
+  EXPECT_EQ(e->retryable(), std::string(e->what()).find("Temporary failure") != std::string::npos)
+      << e->what();
+  EXPECT_FALSE(e->in_doubt());
+  EXPECT_NE(std::string(e->what()).find("nohost.invalid"), std::string::npos) << e->what();
 }
 
 TEST_F(RedisAsync, RefusedSelectIsAnAuthError) {
   auto opts = options();
   opts.db = 100000;  // beyond the server's databases
   AsyncRedisStore store(io_.get_executor(), opts);
-  try {
-    (void)run(io_, store.lookup("k"));
-    ADD_FAILURE() << "SELECT 100000 was accepted";
-  } catch (const RedisError& e) {
-    EXPECT_EQ(e.failure(), RedisFailure::auth) << e.what();
-    EXPECT_EQ(e.code(), idem::ErrorCode::store_open_failed);
-    EXPECT_FALSE(e.retryable());
-  }
+  const auto e = idem::test::thrown_by<RedisError>([&] { (void)run(io_, store.lookup("k")); });
+  ASSERT_TRUE(e) << "SELECT 100000 was accepted";
+  EXPECT_EQ(e->failure(), RedisFailure::auth) << e->what();
+  EXPECT_EQ(e->code(), idem::ErrorCode::store_open_failed);
+  EXPECT_FALSE(e->retryable());
 }
 
 TEST_F(RedisAsync, ErrorRepliesAndNoscriptFallback) {
@@ -490,20 +474,15 @@ TEST_F(RedisAsync, ErrorRepliesAndNoscriptFallback) {
   EXPECT_TRUE(run(io_, recorder.complete("c", "s", claim.token)));
   // A foreign value under a marker key: WRONGTYPE is a corrupt record.
   keys_.command({"HSET", recorder.claim_key("c", "w"), "token", "notanumber"});
-  try {
-    (void)run(io_, recorder.claim("c", "w", 10s));
-    ADD_FAILURE();
-  } catch (const idem::StoreError& e) {
-    EXPECT_EQ(e.code(), idem::ErrorCode::store_corrupt_record) << e.what();
-  }
+  const auto e = idem::test::thrown_by<idem::StoreError>(
+      [&] { (void)run(io_, recorder.claim("c", "w", 10s)); });
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->code(), idem::ErrorCode::store_corrupt_record) << e->what();
 }
 
 TEST_F(RedisAsync, DestroyedConnectionAbortsWaitingCalls) {
   StuckListener stuck;
-  auto opts = options();
-  opts.host = "127.0.0.1";
-  opts.port = stuck.port();
-  opts.connect_timeout = 5s;
+  const auto opts = options_for(stuck, 5s);
   auto connection = std::make_unique<AsyncConnection>(io_.get_executor(), opts);
   std::exception_ptr error;
   bool finished = false;
@@ -523,19 +502,13 @@ TEST_F(RedisAsync, DestroyedConnectionAbortsWaitingCalls) {
 
 TEST_F(RedisAsync, ConnectTimeoutIsARetryableTimedOutConnectError) {
   StuckListener stuck;
-  auto opts = options();
-  opts.host = "127.0.0.1";
-  opts.port = stuck.port();
-  opts.connect_timeout = 200ms;
+  const auto opts = options_for(stuck, 200ms);
   AsyncRedisStore store(io_.get_executor(), opts);
-  try {
-    (void)run(io_, store.lookup("k"));
-    ADD_FAILURE() << "a connect to a listener that never accepts succeeded";
-  } catch (const RedisError& e) {
-    EXPECT_EQ(e.failure(), RedisFailure::connect) << e.what();
-    EXPECT_TRUE(e.timed_out()) << e.what();
-    EXPECT_TRUE(e.retryable());
-  }
+  const auto e = idem::test::thrown_by<RedisError>([&] { (void)run(io_, store.lookup("k")); });
+  ASSERT_TRUE(e) << "a connect to a listener that never accepts succeeded";
+  EXPECT_EQ(e->failure(), RedisFailure::connect) << e->what();
+  EXPECT_TRUE(e->timed_out()) << e->what();
+  EXPECT_TRUE(e->retryable());
 }
 
 }  // namespace

@@ -30,30 +30,21 @@
 #include "idem/operation_idempotency.hpp"
 #include "idem/redis/async_redis_store.hpp"
 #include "idem/redis/redis_store.hpp"
+#include "redis_async_names.hpp"
 #include "redis_nodes_env.hpp"
 #include "redis_test_env.hpp"
+#include "redis_wait_cases.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::IdempotencyRecord;
-using idem::redis::AsyncRedisStore;
-using idem::redis::RedisIdempotencyStore;
-using idem::redis::RedisOptions;
+using namespace idem::test::redis_async_names;
 using idem::test::redis_nodes::ask;
 using idem::test::redis_nodes::poll_until;
-using idem::test::redis_nodes::ports_of;
 using idem::test::redis_nodes::subscribers;
 using Clock = std::chrono::steady_clock;
-using Waited = std::optional<IdempotencyRecord>;
-
-idem::StoredValue bytes(std::string text) {
-  idem::StoredValue value;
-  value.bytes = std::move(text);
-  return value;
-}
+namespace wait_cases = idem::test::redis_wait;
 
 // How `task` ended, decided on the I/O thread: an exception thrown there is not caught on the
 // test's thread (its object would be released by either thread, which ThreadSanitizer cannot
@@ -93,23 +84,27 @@ class RedisAsyncWait : public ::testing::Test {
     return *waiter_;
   }
   // The coroutine owns the key: the store's calls take views.
-  static idem::async::Task<Waited> owned_wait(std::shared_ptr<AsyncRedisStore> store,
-                                              std::string key, Clock::time_point deadline,
-                                              std::stop_token stop) {
+  static idem::async::Task<wait_cases::Waited> owned_wait(std::shared_ptr<AsyncRedisStore> store,
+                                                          std::string key,
+                                                          Clock::time_point deadline,
+                                                          std::stop_token stop) {
     co_return co_await store->wait(key, deadline, std::move(stop));
   }
-  std::future<Waited> wait(const std::string& key, std::chrono::seconds limit,
-                           std::stop_token stop = {}) {
+  std::future<wait_cases::Waited> wait(const std::string& key, std::chrono::seconds limit,
+                                       std::stop_token stop = {}) {
     return asio::co_spawn(io_, owned_wait(waiter_, key, Clock::now() + limit, std::move(stop)),
                           asio::use_future);
+  }
+  wait_cases::StartWait waits() {
+    return [this](const std::string& key, std::chrono::seconds limit, std::stop_token stop) {
+      return wait(key, limit, std::move(stop));
+    };
   }
   template <class T>
   std::string ending(idem::async::Task<T> task) {
     return asio::co_spawn(io_, ending_of(std::move(task)), asio::use_future).get();
   }
-  std::string channel(const std::string& key) const {
-    return keys.prefix() + "s:{" + key + "}:done";
-  }
+  std::string channel(const std::string& key) const { return wait_cases::done_channel(keys, key); }
   int port() const { return keys.options().port; }
   // The record reads (GET) the waiter's pool has sent so far.
   std::uint64_t reads() const { return waiter_->pool()->stats().commands; }
@@ -124,37 +119,20 @@ class RedisAsyncWait : public ::testing::Test {
 TEST_F(RedisAsyncWait, AWaiterIsWokenByTheCompletionInAnotherProcess) {
   RedisIdempotencyStore owner(keys.options());
   waiter(keys.options());
-  const auto claim = owner.claim("payment-1", std::nullopt, 60s);
-  ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
-  auto waited = wait("payment-1", 30s);
-  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("payment-1"), false) == 1; }))
-      << "the waiter did not subscribe to the record's channel";
-  // Subscribed, it read the record once and waits: it does not poll.
-  std::this_thread::sleep_for(300ms);
-  EXPECT_EQ(reads(), 1u) << "the waiter polled while subscribed";
-  ASSERT_TRUE(owner.complete("payment-1", claim.token, bytes("paid"), {}, 60s));
-  ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << "the completion did not wake it";
-  const auto record = waited.get();
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->state, IdempotencyRecord::State::completed);
-  EXPECT_EQ(record->value.bytes, "paid");
-  EXPECT_EQ(reads(), 2u) << "one read before the wait, one after the message";
-  EXPECT_TRUE(poll_until([&] { return subscribers(port(), channel("payment-1"), false) == 0; }))
-      << "the waiter kept its subscription";
+  wait_cases::expect_completion_wakes(
+      owner, keys, waits(),
+      [&] {
+        // Subscribed, it read the record once and waits: it does not poll.
+        std::this_thread::sleep_for(300ms);
+        EXPECT_EQ(reads(), 1u) << "the waiter polled while subscribed";
+      },
+      [&] { EXPECT_EQ(reads(), 2u) << "one read before the wait, one after the message"; });
 }
 
 TEST_F(RedisAsyncWait, AReleaseOrARemoveWakesItToo) {
   RedisIdempotencyStore owner(keys.options());
   waiter(keys.options());
-  for (const bool remove : {false, true}) {
-    const std::string key = remove ? "removed" : "released";
-    const auto claim = owner.claim(key, std::nullopt, 60s);
-    auto waited = wait(key, 30s);
-    ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel(key), false) == 1; }));
-    ASSERT_TRUE(remove ? owner.remove(key, claim.token) : owner.release(key, claim.token));
-    ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << key;
-    EXPECT_FALSE(waited.get().has_value()) << key << ": the record is gone";
-  }
+  wait_cases::expect_release_and_remove_wake(owner, keys, waits());
 }
 
 TEST_F(RedisAsyncWait, AbsentAndCompletedKeysReturnAtOnce) {
@@ -164,7 +142,7 @@ TEST_F(RedisAsyncWait, AbsentAndCompletedKeysReturnAtOnce) {
   ASSERT_EQ(absent.wait_for(10s), std::future_status::ready);
   EXPECT_FALSE(absent.get().has_value());
   const auto claim = owner.claim("done", std::nullopt, 60s);
-  ASSERT_TRUE(owner.complete("done", claim.token, bytes("v"), {}, 60s));
+  ASSERT_TRUE(owner.complete("done", claim.token, wait_cases::bytes("v"), {}, 60s));
   auto done = wait("done", 30s);
   ASSERT_EQ(done.wait_for(10s), std::future_status::ready);
   const auto record = done.get();
@@ -177,29 +155,14 @@ TEST_F(RedisAsyncWait, AbsentAndCompletedKeysReturnAtOnce) {
 TEST_F(RedisAsyncWait, ASilentOwnerIsNoticedWhenItsLeaseEnds) {
   RedisIdempotencyStore owner(keys.options());
   waiter(keys.options());
-  const auto claim = owner.claim("abandoned", std::nullopt, 300ms);
-  ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
-  auto waited = wait("abandoned", 30s);
-  ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << "the lease's end went unnoticed";
-  const auto record = waited.get();
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->state, IdempotencyRecord::State::in_progress);
-  EXPECT_LE(record->lease_until, std::chrono::system_clock::now());  // the lease has ended
+  wait_cases::expect_silent_owner_noticed(owner, waits());
 }
 
 TEST_F(RedisAsyncWait, AStoppedOrCancelledWaiterEndsAndLetsGo) {
   RedisIdempotencyStore owner(keys.options());
   waiter(keys.options());
-  (void)owner.claim("held", std::nullopt, 60s);
-  std::stop_source stop;
-  auto stopped = wait("held", 30s, stop.get_token());
-  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("held"), false) == 1; }));
-  stop.request_stop();
-  ASSERT_EQ(stopped.wait_for(10s), std::future_status::ready) << "stop did not end the wait";
-  const auto record = stopped.get();
-  ASSERT_TRUE(record.has_value());
-  EXPECT_EQ(record->state, IdempotencyRecord::State::in_progress);
-  ASSERT_TRUE(poll_until([&] { return subscribers(port(), channel("held"), false) == 0; }));
+  wait_cases::expect_stopped_waiter_returns(owner, keys, waits());
+  if (HasFatalFailure()) return;
 
   asio::cancellation_signal cancel;
   auto cancelled =
@@ -239,7 +202,7 @@ TEST_F(RedisAsyncWait, AResilientCoroutineJoinsAnotherProcessesExecution) {
       << "the coroutine caller does not wait through the store's subscription";
   // The owner stores its result as the blocking face does (the value encoded by the codec).
   auto codec = idem::Codec<std::string>{};
-  idem::StoredValue value = bytes(codec.encode(std::string("receipt-from-owner")));
+  idem::StoredValue value = wait_cases::bytes(codec.encode(std::string("receipt-from-owner")));
   ASSERT_TRUE(owner.complete(stored, claim.token, std::move(value), {}, 60s));
   ASSERT_EQ(joined.wait_for(10s), std::future_status::ready) << "the completion did not wake it";
   const auto result = joined.get();
@@ -327,31 +290,11 @@ TEST_F(RedisAsyncWait, ASubscriptionLostWithItsConnectionIsReported) {
 
 // On a cluster the channel lives on the node of the record's slot (SSUBSCRIBE / SPUBLISH).
 TEST_F(RedisAsyncWait, OnAClusterTheWaiterSubscribesOnTheRecordsNode) {
-  const std::string url = idem::test::env("IDEM_TEST_REDIS_CLUSTER_URL");
-  if (url.empty()) GTEST_SKIP() << "no IDEM_TEST_REDIS_CLUSTER_URL";
-  auto options = RedisOptions::from_url(url);
-  options.key_prefix = keys.prefix();
-  RedisIdempotencyStore owner(options);
-  waiter(options);
-  std::vector<int> primaries = ports_of("IDEM_TEST_REDIS_CLUSTER_PORTS");
-  if (primaries.size() > 3) primaries.resize(3);
-  const auto total = [&](const std::string& key) {
-    long long sum = 0;
-    for (int p : primaries)
-      sum += subscribers(p, channel(key), true);
-    return sum;
-  };
-  for (const std::string key : {"order-1", "order-2", "order-3", "order-4"}) {
-    const auto claim = owner.claim(key, std::nullopt, 60s);
-    auto waited = wait(key, 30s);
-    ASSERT_TRUE(poll_until([&] { return total(key) == 1; })) << key;
-    ASSERT_TRUE(owner.complete(key, claim.token, bytes(key), {}, 60s));
-    ASSERT_EQ(waited.wait_for(10s), std::future_status::ready) << key;
-    const auto record = waited.get();
-    ASSERT_TRUE(record.has_value());
-    EXPECT_EQ(record->value.bytes, key);
-    EXPECT_TRUE(poll_until([&] { return total(key) == 0; })) << key;
-  }
+  const auto options = wait_cases::cluster_options(keys);
+  if (!options) GTEST_SKIP() << "no IDEM_TEST_REDIS_CLUSTER_URL";
+  RedisIdempotencyStore owner(*options);
+  waiter(*options);
+  wait_cases::expect_cluster_waiter_on_the_records_node(owner, keys, waits());
 }
 
 }  // namespace

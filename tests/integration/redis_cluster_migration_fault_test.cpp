@@ -46,19 +46,14 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "redis_cluster_env.hpp"
+#include "redis_names.hpp"
+#include "redis_test_env.hpp"
 
-IDEM_SERVER_TEST_ENVIRONMENT(redis_cluster_environment, "IDEM_TEST_REDIS_CLUSTER_URL",
-                             "Redis Cluster", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0");
+IDEM_REDIS_CLUSTER_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::redis::ConnectionPool;
-using idem::redis::RedisError;
-using idem::redis::RedisIdempotencyRecorder;
-using idem::redis::RedisIdempotencyStore;
-using idem::redis::RedisOptions;
-using idem::redis::RedisReply;
-using namespace std::chrono_literals;
+using namespace idem::test::redis_names;
 
 constexpr int kSlots = 16384;
 // The consumer of every mark and claim; a record's hash tag is "<consumer>:<event id>".

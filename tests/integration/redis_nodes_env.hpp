@@ -16,14 +16,11 @@
 #include "../server_env.hpp"
 #include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_error.hpp"
+#include "redis_names.hpp"
 
 namespace idem::test::redis_nodes {
 
-using namespace std::chrono_literals;
-using idem::redis::CommandKind;
-using idem::redis::ConnectionPool;
-using idem::redis::RedisError;
-using idem::redis::RedisOptions;
+using namespace idem::test::redis_names;
 using Clock = std::chrono::steady_clock;
 
 // The ports an environment variable lists ("P1 P2 ...").

@@ -15,6 +15,7 @@
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "open_cases.hpp"
 #include "redis_test_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
@@ -54,11 +55,7 @@ TEST(RedisOpen, RecorderGetsEveryParameterAndWorks) {
   recorder->mark_processed("c", "e1");
   EXPECT_TRUE(recorder->is_processed("c", "e1"));
 
-  const auto claim = recorder->claim("c", "e2", 1s);
-  ASSERT_EQ(claim.status, idem::Claim::Status::acquired);
-  EXPECT_NE(recorder->claim("c", "e2", 1s).status, idem::Claim::Status::acquired);
-  EXPECT_TRUE(recorder->complete("c", "e2", claim.token));
-  EXPECT_TRUE(recorder->is_processed("c", "e2"));
+  idem::test::expect_opened_recorder_claims(*recorder);
 
   // A second recorder opened from the same URL sees the first one's markers (upper-case scheme).
   std::string upper = url;
@@ -74,18 +71,8 @@ TEST(RedisOpen, StoreClaimsAndCompletes) {
   auto store = idem::open_store(url_with("prefix=" + prefix.prefix()));
   ASSERT_NE(dynamic_cast<idem::redis::RedisIdempotencyStore*>(store.get()), nullptr);
   EXPECT_TRUE(store->needs_bytes());
-  const auto first = store->claim("order-1", std::string("fp"), 10s);
-  ASSERT_EQ(first.status, idem::ClaimOutcome::Status::acquired);
-  EXPECT_EQ(store->claim("order-1", std::string("fp"), 10s).status,
-            idem::ClaimOutcome::Status::in_progress);
-  idem::StoredValue value;
-  value.bytes = "42";
-  ASSERT_TRUE(store->complete("order-1", first.token, value, idem::ExecutionReport{}, 1h));
-  auto again = idem::open_store(url_with("prefix=" + prefix.prefix()));
-  const auto replay = again->claim("order-1", std::string("fp"), 10s);
-  ASSERT_EQ(replay.status, idem::ClaimOutcome::Status::completed);
-  ASSERT_TRUE(replay.record.has_value());
-  EXPECT_EQ(replay.record->value.bytes, std::optional<std::string>("42"));
+  idem::test::expect_opened_store_claims_and_replays(
+      *store, [&] { return idem::open_store(url_with("prefix=" + prefix.prefix())); });
 }
 
 TEST(RedisOpen, WrongPasswordOrDatabaseFailsWhenOpened) {

@@ -12,18 +12,14 @@
 #include "idem/error.hpp"
 #include "idem/redis/connection_pool.hpp"
 #include "idem/redis/redis_error.hpp"
+#include "redis_names.hpp"
 #include "redis_test_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::redis::CommandKind;
-using idem::redis::ConnectionPool;
-using idem::redis::RedisError;
-using idem::redis::RedisFailure;
-using idem::redis::RedisReply;
-using namespace std::chrono_literals;
+using namespace idem::test::redis_names;
 
 class RedisPool : public ::testing::Test {
  protected:

@@ -19,17 +19,14 @@
 #include "idem/handler.hpp"
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "redis_names.hpp"
 #include "redis_test_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::redis::RedisIdempotencyRecorder;
-using idem::redis::RedisReply;
-using namespace std::chrono_literals;
-
-constexpr long long kStartMs = 1893456000000;  // ManualClock's default start, 2030-01-01
+using namespace idem::test::redis_names;
 
 class RedisRecorder : public ::testing::Test {
  protected:
@@ -67,11 +64,12 @@ TEST_F(RedisRecorder, MarkersHoldTheClocksTimeAndNoExpiryByDefault) {
   auto recorder = make();
   recorder->mark_processed("billing", "e1");
   const std::string key = recorder->marker_key("billing", "e1");
-  EXPECT_EQ(keys_.command({"GET", key}).str, std::to_string(kStartMs));
+  EXPECT_EQ(keys_.command({"GET", key}).str, std::to_string(kClockStartMs));
   EXPECT_EQ(integer({"PTTL", key}), -1) << "no marker_ttl: the marker lives until purge()";
   clock_->advance(5s);
   recorder->mark_processed("billing", "e1");
-  EXPECT_EQ(keys_.command({"GET", key}).str, std::to_string(kStartMs)) << "the first mark stays";
+  EXPECT_EQ(keys_.command({"GET", key}).str, std::to_string(kClockStartMs))
+      << "the first mark stays";
 }
 
 TEST_F(RedisRecorder, MarkerTtlIsSetOnEveryMarker) {
@@ -97,11 +95,12 @@ TEST_F(RedisRecorder, ClaimsAreHashesExpiringAfterTheirLeasePlusSlack) {
   const auto claim = recorder->claim("billing", "e1", 30s);
   const std::string key = recorder->claim_key("billing", "e1");
   EXPECT_EQ(keys_.command({"HGET", key, "token"}).str, std::to_string(claim.token));
-  EXPECT_EQ(keys_.command({"HGET", key, "lease_until"}).str, std::to_string(kStartMs + 30'000));
-  EXPECT_EQ(integer({"PEXPIRETIME", key}), kStartMs + 30'000 + 600'000);
+  EXPECT_EQ(keys_.command({"HGET", key, "lease_until"}).str,
+            std::to_string(kClockStartMs + 30'000));
+  EXPECT_EQ(integer({"PEXPIRETIME", key}), kClockStartMs + 30'000 + 600'000);
   clock_->advance(20s);
   ASSERT_TRUE(recorder->renew("billing", "e1", claim.token, 30s));
-  EXPECT_EQ(integer({"PEXPIRETIME", key}), kStartMs + 50'000 + 600'000) << "renew moves it";
+  EXPECT_EQ(integer({"PEXPIRETIME", key}), kClockStartMs + 50'000 + 600'000) << "renew moves it";
   // Tokens are drawn by the client: no shared counter key.
   EXPECT_EQ(integer({"EXISTS", keys_.prefix() + "tokens"}), 0) << "tokens come from no counter";
 }
@@ -112,7 +111,7 @@ TEST_F(RedisRecorder, ATakeoverTokenExceedsTheDeadClaimsWhateverTheDrawnOneWas) 
   // with a carry through every digit but the first; and one of the counter an older idem kept.
   const std::string ahead = recorder->claim_key("billing", "ahead");
   const std::string counted = recorder->claim_key("billing", "counted");
-  const std::string dead_until = std::to_string(kStartMs - 1);
+  const std::string dead_until = std::to_string(kClockStartMs - 1);
   keys_.command({"HSET", ahead, "token", "8999999999999999999", "lease_until", dead_until});
   keys_.command({"HSET", counted, "token", "7", "lease_until", dead_until});
   const auto over_ahead = recorder->claim("billing", "ahead", 30s);
@@ -131,7 +130,8 @@ TEST_F(RedisRecorder, ATakeoverTokenExceedsTheDeadClaimsWhateverTheDrawnOneWas) 
   EXPECT_TRUE(recorder->complete("billing", "counted", over_counted.token));
   // A live claim with a counter token is held, whatever its token's size.
   const std::string live = recorder->claim_key("billing", "live");
-  keys_.command({"HSET", live, "token", "3", "lease_until", std::to_string(kStartMs + 60'000)});
+  keys_.command(
+      {"HSET", live, "token", "3", "lease_until", std::to_string(kClockStartMs + 60'000)});
   EXPECT_EQ(recorder->claim("billing", "live", 30s).status, idem::Claim::Status::in_progress);
 }
 

@@ -26,22 +26,16 @@
 
 #include "idem/redis/redis_recorder.hpp"
 #include "redis_sentinel_env.hpp"
+#include "redis_test_env.hpp"
 
-IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL",
-                             "Redis Sentinel group",
-                             "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/idem");
+IDEM_REDIS_SENTINEL_TEST_ENVIRONMENT();
 
 namespace {
 
 using namespace idem::test::sentinel;
 
-std::string prefix(const char* name) {
-  return "idemtest:" + std::to_string(::getpid()) + ":" + name + ":";
-}
-
 RedisOptions sentinel_options(const char* name) {
-  auto options = RedisOptions::from_url(idem::test::env("IDEM_TEST_REDIS_SENTINEL_URL"));
-  options.key_prefix = prefix(name);
+  auto options = idem::test::redis_url_test_options("IDEM_TEST_REDIS_SENTINEL_URL", name);
   options.connect_timeout = 1s;
   options.command_timeout = 2s;
   options.pool_size = 4;

@@ -27,17 +27,14 @@
 #include "idem/redis/redis_store.hpp"
 #include "idem/resilient.hpp"
 #include "idem/testing/manual_clock.hpp"
+#include "redis_names.hpp"
 #include "redis_test_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
 
 namespace {
 
-using idem::redis::RedisIdempotencyStore;
-using idem::redis::RedisReply;
-using namespace std::chrono_literals;
-
-constexpr long long kStartMs = 1893456000000;  // ManualClock's default start, 2030-01-01
+using namespace idem::test::redis_names;
 
 struct Receipt {
   std::string id;
@@ -67,9 +64,9 @@ class RedisStore : public ::testing::Test {
   // A completed record in the string layout, as idem writes it.
   static std::string completed_text(const std::string& value, long long expires_at,
                                     const std::string& report = idem::ExecutionReport{}.to_json()) {
-    return "1c 1 " + std::to_string(kStartMs) + " " + std::to_string(expires_at) + " " +
+    return "1c 1 " + std::to_string(kClockStartMs) + " " + std::to_string(expires_at) + " " +
            std::to_string(value.size()) + " " + std::to_string(report.size()) + " " + value +
-           report + std::to_string(kStartMs) + " -";
+           report + std::to_string(kClockStartMs) + " -";
   }
 
   // Expects `call` to throw StoreError(store_corrupt_record) whose message names `needle`.
@@ -121,9 +118,9 @@ TEST_F(RedisStore, OneStringPerKeyInTheDocumentedLayout) {
   const auto claim = store->claim("order-1", "fp", 10s);
   ASSERT_EQ(claim.status, idem::ClaimOutcome::Status::acquired);
   const std::string token = std::to_string(claim.token);
-  const std::string lease_until = std::to_string(kStartMs + 10'000);
+  const std::string lease_until = std::to_string(kClockStartMs + 10'000);
   EXPECT_EQ(keys_.command({"GET", key}).str, "1i " + token + " " + lease_until + " =fp");
-  EXPECT_EQ(keys_.command({"PEXPIRETIME", key}).integer, kStartMs + 10'000 + 3'600'000)
+  EXPECT_EQ(keys_.command({"PEXPIRETIME", key}).integer, kClockStartMs + 10'000 + 3'600'000)
       << "lease_until + the default slack of 1 h";
   EXPECT_EQ(keys_.command({"EXISTS", keys_.prefix() + "tokens"}).integer, 0)
       << "tokens come from no shared counter";
@@ -133,8 +130,8 @@ TEST_F(RedisStore, OneStringPerKeyInTheDocumentedLayout) {
   report.operation = "pay";
   ASSERT_TRUE(store->complete("order-1", claim.token, bytes("receipt"), report, 60s));
   const std::string text = keys_.command({"GET", key}).str;
-  const std::string head = "1c " + token + " " + std::to_string(kStartMs + 2'000) + " " +
-                           std::to_string(kStartMs + 62'000) + " 7 ";
+  const std::string head = "1c " + token + " " + std::to_string(kClockStartMs + 2'000) + " " +
+                           std::to_string(kClockStartMs + 62'000) + " 7 ";
   EXPECT_EQ(text.substr(0, head.size()), head) << text;
   const std::string tail = lease_until + " =fp";  // the claim's, moved over
   ASSERT_GT(text.size(), tail.size());
@@ -146,17 +143,19 @@ TEST_F(RedisStore, OneStringPerKeyInTheDocumentedLayout) {
   EXPECT_EQ(idem::ExecutionReport::from_json(text.substr(report_at + 7, report_size)).operation,
             "pay");
   EXPECT_EQ(report_at + 7 + report_size + tail.size(), text.size());
-  EXPECT_EQ(keys_.command({"PEXPIRETIME", key}).integer, kStartMs + 62'000 + 3'600'000);
+  EXPECT_EQ(keys_.command({"PEXPIRETIME", key}).integer, kClockStartMs + 62'000 + 3'600'000);
 
   // No fingerprint: "-"; a renewal rewrites the lease and keeps it.
   const auto other = store->claim("order-2", std::nullopt, 10s);
   const std::string other_key = store->record_key("order-2");
-  EXPECT_EQ(keys_.command({"GET", other_key}).str,
-            "1i " + std::to_string(other.token) + " " + std::to_string(kStartMs + 12'000) + " -");
+  EXPECT_EQ(
+      keys_.command({"GET", other_key}).str,
+      "1i " + std::to_string(other.token) + " " + std::to_string(kClockStartMs + 12'000) + " -");
   ASSERT_TRUE(store->renew("order-2", other.token, 30s));
-  EXPECT_EQ(keys_.command({"GET", other_key}).str,
-            "1i " + std::to_string(other.token) + " " + std::to_string(kStartMs + 32'000) + " -");
-  EXPECT_EQ(keys_.command({"PEXPIRETIME", other_key}).integer, kStartMs + 32'000 + 3'600'000);
+  EXPECT_EQ(
+      keys_.command({"GET", other_key}).str,
+      "1i " + std::to_string(other.token) + " " + std::to_string(kClockStartMs + 32'000) + " -");
+  EXPECT_EQ(keys_.command({"PEXPIRETIME", other_key}).integer, kClockStartMs + 32'000 + 3'600'000);
   EXPECT_FALSE(store->renew("order-1", claim.token, 30s)) << "completed: fenced";
 }
 
@@ -464,7 +463,7 @@ TEST_F(RedisStore, AStoredResultThatNoLongerDecodesIsADecodeError) {
       idempotent<Signature>(store, clock_));
   EXPECT_EQ(count("abc").value, 42);
   keys_.command({"SET", store->record_key(idem::scoped_idempotency_key("receipts", "receipt:abc")),
-                 completed_text("forty-two", kStartMs + 3'600'000)});
+                 completed_text("forty-two", kClockStartMs + 3'600'000)});
   EXPECT_THROW(count("abc"), idem::DecodeError);
   EXPECT_EQ(runs, 1) << "an undecodable replay must not run the operation again";
 }
@@ -491,7 +490,7 @@ TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
   // claims hold the key; dead ones are replaced like any other, with larger tokens.
   auto store = make();
   const std::string report = idem::ExecutionReport{}.to_json();
-  const std::string start = std::to_string(kStartMs);
+  const std::string start = std::to_string(kClockStartMs);
   const auto hash = [&](const std::string& key, std::vector<std::string> fields) {
     fields.insert(fields.begin(), {"HSET", store->record_key(key)});
     ASSERT_FALSE(command(fields).is_error());
@@ -505,11 +504,11 @@ TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
                                long long lease_until) {
     hash(key, {"state", "in_progress", "token", token, "lease_until", std::to_string(lease_until)});
   };
-  completed("done", kStartMs + 60'000);
-  completed("expired", kStartMs);
-  completed("gone", kStartMs - 1);
-  in_progress("running", "8", kStartMs + 10'000);
-  in_progress("abandoned", "9", kStartMs);
+  completed("done", kClockStartMs + 60'000);
+  completed("expired", kClockStartMs);
+  completed("gone", kClockStartMs - 1);
+  in_progress("running", "8", kClockStartMs + 10'000);
+  in_progress("abandoned", "9", kClockStartMs);
 
   const auto done = store->lookup("done");
   ASSERT_TRUE(done.has_value());
@@ -555,7 +554,7 @@ TEST_F(RedisStore, RecordsOfAnOlderIdemAreReadAndReplacedOnlyWhenDead) {
   const auto mine = store->claim("swapped", std::nullopt, 10s);
   ASSERT_EQ(mine.status, idem::ClaimOutcome::Status::acquired);
   keys_.command({"DEL", store->record_key("swapped")});
-  in_progress("swapped", "999", kStartMs + 60'000);
+  in_progress("swapped", "999", kClockStartMs + 60'000);
   EXPECT_FALSE(store->renew("swapped", mine.token, 10s));
   EXPECT_FALSE(store->complete("swapped", mine.token, bytes("v"), {}, 1h));
   EXPECT_FALSE(store->release("swapped", mine.token));
@@ -570,15 +569,16 @@ TEST_F(RedisStore, RecordsWithCounterTokensAreReadReplayedAndTakenOverWhenDead) 
   auto store = make();
   const std::string counter = keys_.prefix() + "tokens";
   keys_.command({"SET", counter, "42"});
-  const std::string expiry = std::to_string(kStartMs + 3'600'000);
+  const std::string expiry = std::to_string(kClockStartMs + 3'600'000);
   const auto raw_set = [&](const std::string& key, const std::string& text) {
     ASSERT_EQ(keys_.command({"SET", store->record_key(key), text, "PXAT", expiry}).str, "OK");
   };
-  raw_set("done", "1c 41 " + std::to_string(kStartMs) + " " + std::to_string(kStartMs + 60'000) +
-                      " 3 " + std::to_string(idem::ExecutionReport{}.to_json().size()) + " old" +
-                      idem::ExecutionReport{}.to_json() + std::to_string(kStartMs) + " =fp");
-  raw_set("expired", completed_text("gone", kStartMs));
-  raw_set("running", "1i 42 " + std::to_string(kStartMs + 10'000) + " =fp");
+  raw_set("done", "1c 41 " + std::to_string(kClockStartMs) + " " +
+                      std::to_string(kClockStartMs + 60'000) + " 3 " +
+                      std::to_string(idem::ExecutionReport{}.to_json().size()) + " old" +
+                      idem::ExecutionReport{}.to_json() + std::to_string(kClockStartMs) + " =fp");
+  raw_set("expired", completed_text("gone", kClockStartMs));
+  raw_set("running", "1i 42 " + std::to_string(kClockStartMs + 10'000) + " =fp");
 
   for_each_claim_start(*store, [&] {
     const auto replay = store->claim("done", "fp", 10s);
@@ -590,10 +590,10 @@ TEST_F(RedisStore, RecordsWithCounterTokensAreReadReplayedAndTakenOverWhenDead) 
     ASSERT_EQ(running.status, idem::ClaimOutcome::Status::in_progress);
     EXPECT_EQ(running.record->token, 42u);
     EXPECT_EQ(running.record->lease_until,
-              idem::WallTime(std::chrono::milliseconds(kStartMs + 10'000)));
+              idem::WallTime(std::chrono::milliseconds(kClockStartMs + 10'000)));
   });
   EXPECT_EQ(keys_.command({"GET", store->record_key("running")}).str,
-            "1i 42 " + std::to_string(kStartMs + 10'000) + " =fp")
+            "1i 42 " + std::to_string(kClockStartMs + 10'000) + " =fp")
       << "a live claim is never changed";
 
   const auto fresh = store->claim("expired", std::nullopt, 10s);

@@ -41,6 +41,16 @@ inline std::string redis_url() {
   IDEM_SERVER_TEST_ENVIRONMENT(idem_redis_test_environment, "IDEM_TEST_REDIS_URL", "Redis server", \
                                "redis://127.0.0.1:PORT/0")
 
+// The same for the binaries of the Cluster tests (IDEM_TEST_REDIS_CLUSTER_URL) and of the Sentinel
+// group's (IDEM_TEST_REDIS_SENTINEL_URL).
+#define IDEM_REDIS_CLUSTER_TEST_ENVIRONMENT()                                            \
+  IDEM_SERVER_TEST_ENVIRONMENT(redis_cluster_environment, "IDEM_TEST_REDIS_CLUSTER_URL", \
+                               "Redis Cluster", "redis+cluster://127.0.0.1:7000,127.0.0.1:7001/0")
+#define IDEM_REDIS_SENTINEL_TEST_ENVIRONMENT()                                             \
+  IDEM_SERVER_TEST_ENVIRONMENT(redis_sentinel_environment, "IDEM_TEST_REDIS_SENTINEL_URL", \
+                               "Redis Sentinel group",                                     \
+                               "redis+sentinel://127.0.0.1:26379,127.0.0.1:26380/idem")
+
 namespace idem::test {
 
 // Options for the test server with `prefix` (and `clock`, when given).
@@ -52,15 +62,20 @@ inline redis::RedisOptions redis_test_options(std::string prefix,
   return options;
 }
 
+// A key prefix of this test's own on a server thrown away with the run (nothing is deleted):
+// "idemtest:<pid>:<n>:<name>:".
+inline std::string redis_url_test_prefix(std::string_view name) {
+  static std::atomic<int> counter{0};
+  return "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) + ":" +
+         std::string(name) + ":";
+}
+
 // Options for the Redis that the URL in `url_variable` names (IDEM_TEST_REDIS_CLUSTER_URL,
-// IDEM_TEST_REDIS_SENTINEL_URL: servers thrown away with the run, so nothing is deleted) under a
-// key prefix of this test's own, "idemtest:<pid>:<n>:<name>:", with `clock` when given.
+// IDEM_TEST_REDIS_SENTINEL_URL) under redis_url_test_prefix(name), with `clock` when given.
 inline redis::RedisOptions redis_url_test_options(const char* url_variable, std::string_view name,
                                                   std::shared_ptr<Clock> clock = nullptr) {
-  static std::atomic<int> counter{0};
   redis::RedisOptions options = redis::RedisOptions::from_url(env(url_variable));
-  options.key_prefix = "idemtest:" + std::to_string(::getpid()) + ":" + std::to_string(counter++) +
-                       ":" + std::string(name) + ":";
+  options.key_prefix = redis_url_test_prefix(name);
   options.clock = std::move(clock);
   return options;
 }

@@ -24,6 +24,8 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
+#include "redis_async_connection_cases.hpp"
+#include "redis_async_names.hpp"
 #include "redis_tls_env.hpp"
 
 IDEM_REDIS_TEST_ENVIRONMENT();
@@ -31,12 +33,7 @@ IDEM_REDIS_TEST_ENVIRONMENT();
 namespace {
 
 using namespace idem::test::tls;
-using idem::async::Task;
-using idem::redis::AsyncConnection;
-using idem::redis::AsyncRedisRecorder;
-using idem::redis::AsyncRedisStore;
-
-using idem::test::run;  // bounded: a hang fails the test instead of blocking it
+using namespace idem::test::redis_async_names;
 
 class RedisTlsAsync : public RedisTls {
  protected:
@@ -87,12 +84,7 @@ TEST_F(RedisTlsAsync, AsyncConnectionKeepsTlsAcrossAKillAndIdleTime) {
   EXPECT_EQ(run(io_, connection.command({"PING"}, CommandKind::read)).str, "PONG");
   EXPECT_EQ(connection.stats().connects, 1u) << "an idle TLS connection was dropped";
 
-  keys_.command({"CLIENT", "KILL", "ID", std::to_string(id.integer)});
-  std::this_thread::sleep_for(50ms);
-  const RedisReply reply =
-      run(io_, connection.command({"SET", keys_.prefix() + "y", "1"}, CommandKind::write));
-  EXPECT_EQ(reply.str, "OK");
-  EXPECT_EQ(connection.stats().connects, 2u);
+  idem::test::expect_idle_kill_replaced(io_, connection, keys_, id.integer);
   const RedisReply again = run(io_, connection.command({"CLIENT", "ID"}, CommandKind::read));
   EXPECT_NE(again.integer, id.integer);
 }

@@ -17,23 +17,13 @@
 #include "idem/redis/redis_recorder.hpp"
 #include "idem/redis/redis_store.hpp"
 #include "idem/report.hpp"
+#include "redis_names.hpp"
 #include "redis_test_env.hpp"
 
 namespace idem::test::tls {
 
 // The names both faces' tests use: a test file says `using namespace idem::test::tls;`.
-using idem::Claim;
-using idem::ClaimOutcome;
-using idem::ExecutionReport;
-using idem::StoredValue;
-using idem::redis::CommandKind;
-using idem::redis::RedisError;
-using idem::redis::RedisFailure;
-using idem::redis::RedisIdempotencyRecorder;
-using idem::redis::RedisIdempotencyStore;
-using idem::redis::RedisOptions;
-using idem::redis::RedisReply;
-using namespace std::chrono_literals;
+using namespace idem::test::redis_names;
 
 inline std::string tls_file(const std::string& name) {
   return env("IDEM_TEST_TLS_DIR") + "/" + name;

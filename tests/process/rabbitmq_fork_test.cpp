@@ -32,7 +32,7 @@ using idem::test::fork::expect_refused;
 using idem::test::fork::Findings;
 using idem::test::fork::in_child;
 
-class ForkRabbitMq : public ::testing::Test {
+class ForkRabbitMq : public idem::test::RabbitMqTopologyTest {
  protected:
   // Publishes two events (one of them twice) and consumes them through an exclusive handler;
   // "" when each ran once.
@@ -44,9 +44,8 @@ class ForkRabbitMq : public ::testing::Test {
       auto handler = idem::make_idempotent_handler(
           options.consumer_name, recorder, [&runs](const std::string&) { ++runs; },
           idem::HandlerOptions{.mode = idem::HandlerMode::exclusive});
-      idem::rabbitmq::Consumer consumer(connection_, options);
-      consumer.connect();
-      idem::rabbitmq::Publisher publisher(connection_, topology_.publisher_options());
+      auto consumer = connected_consumer(options);
+      auto publisher = topology_publisher();
       const idem::Event event = idem::Event::make("order.paid", "1");
       publisher.publish(event);
       publisher.publish(event);  // a duplicate
@@ -61,9 +60,6 @@ class ForkRabbitMq : public ::testing::Test {
     }
     return findings.text();
   }
-
-  idem::test::TestTopology topology_;
-  idem::rabbitmq::ConnectionOptions connection_ = idem::test::amqp_test_options();
 };
 
 TEST_F(ForkRabbitMq, AChildUsesNewObjectsAfterTheParentDestroyedItsOwn) {
@@ -86,9 +82,8 @@ TEST_F(ForkRabbitMq, AChildUsesNewObjectsAfterTheParentDestroyedItsOwn) {
 TEST_F(ForkRabbitMq, APublisherAndAConsumerAliveAtForkAreRefusedInTheChild) {
   const auto options = topology_.consumer_options("alive");
   const auto child_options = topology_.consumer_options("beside");
-  idem::rabbitmq::Consumer consumer(connection_, options);
-  consumer.connect();
-  idem::rabbitmq::Publisher publisher(connection_, topology_.publisher_options());
+  auto consumer = connected_consumer(options);
+  auto publisher = topology_publisher();
   std::vector<std::string> payloads;  // what the parent's consumer received, in order
   idem::test::FnHandler handler(options.consumer_name,
                                 [&](const idem::Event& event, idem::BusProxy&) {

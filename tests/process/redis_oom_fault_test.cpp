@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "../integration/redis_test_env.hpp"
+#include "../integration/store_fault_cases.hpp"
 #include "idem/error.hpp"
 #include "idem/event.hpp"
 #include "idem/handler.hpp"
@@ -128,25 +129,12 @@ TEST_F(RedisOom, RecorderWritesAreRefusedRetryablyAndResumeWhenMemoryIsFreed) {
 
 TEST_F(RedisOom, StoreWritesAreRefusedRetryablyAndResumeWhenMemoryIsFreed) {
   idem::redis::RedisIdempotencyStore store(options());
-  const auto held = store.claim("held", std::nullopt, 30s);
-  ASSERT_EQ(held.status, idem::ClaimOutcome::Status::acquired);
-  idem::StoredValue value;
-  value.bytes = "42";
-
-  set_maxmemory("1");
-  expect_oom([&] { (void)store.claim("fresh", std::nullopt, 30s); });
-  expect_oom([&] { (void)store.complete("held", held.token, value, {}, 1h); });
-  EXPECT_FALSE(store.lookup("fresh").has_value());
-  const auto during = store.lookup("held");
-  ASSERT_TRUE(during.has_value());
-  EXPECT_EQ(during->state, idem::IdempotencyRecord::State::in_progress);
-
-  set_maxmemory("0");
-  EXPECT_TRUE(store.complete("held", held.token, value, {}, 1h));
-  const auto done = store.lookup("held");
-  ASSERT_TRUE(done.has_value());
-  EXPECT_EQ(done->value.bytes, std::optional<std::string>("42"));
-  EXPECT_EQ(store.claim("fresh", std::nullopt, 30s).status, idem::ClaimOutcome::Status::acquired);
+  // Reads still work while memory is full.
+  idem::test::expect_store_writes_refused_then_resumed(
+      store, {.begin = [&] { set_maxmemory("1"); },
+              .end = [&] { set_maxmemory("0"); },
+              .expect_refused = [&](const std::function<void()>& call) { expect_oom(call); },
+              .reads_during_fault = true});
 }
 
 }  // namespace

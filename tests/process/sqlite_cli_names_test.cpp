@@ -12,40 +12,30 @@
 
 #include "demo_cli.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
+#include "sqlite_cli_fixture.hpp"
 
 namespace {
 
-namespace fs = std::filesystem;
 using idem::test::CliRun;
 using idem::test::run_cli;
 
-class CliNames : public ::testing::Test {
+class CliNames : public idem::test::CliStoreCommands {
  protected:
   void SetUp() override {
-    IDEM_REQUIRE_CLI();
-    char pattern[] = "/tmp/idem-cli-names-XXXXXX";
-    ASSERT_NE(::mkdtemp(pattern), nullptr);
-    dir_ = pattern;
-    url_ = "sqlite://" + (dir_ / "idem.db").string();
+    CliStoreCommands::SetUp();
+    if (IsSkipped() || HasFatalFailure()) return;
     idem::sqlite::SqliteOptions options;
     options.durability = idem::sqlite::Durability::off;
-    idem::sqlite::SqliteIdempotencyRecorder recorder((dir_ / "idem.db").string(), options);
+    idem::sqlite::SqliteIdempotencyRecorder recorder(db_.string(), options);
     recorder.mark_processed(kCyrillic, "e-1");
     recorder.mark_processed(kCyrillic, "e-2");
     recorder.mark_processed(kHan, "e-1");
     recorder.mark_processed(kNotUtf8, "e-1");
     recorder.mark_processed("billing", "e-1");
   }
-  void TearDown() override {
-    std::error_code ignored;
-    if (!dir_.empty()) fs::remove_all(dir_, ignored);
-  }
-
   static constexpr const char* kCyrillic = "счёт";    // 4 characters, 8 bytes
   static constexpr const char* kHan = "請求";         // 2 characters, 6 bytes
   static constexpr const char* kNotUtf8 = "bad\xff";  // a byte no UTF-8 text has
-  fs::path dir_;
-  std::string url_;
 };
 
 TEST_F(CliNames, StatsPrintsUtf8NamesAsTheyAre) {

@@ -13,6 +13,7 @@
 #include "../temp_dir.hpp"
 #include "idem/sqlite/sqlite_outbox.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
+#include "sqlite_cli_file.hpp"
 #include "worker/child_process.hpp"
 
 #ifndef IDEM_CLI
@@ -40,23 +41,12 @@ bool has_outbox_table(const std::string& path) {
              path, "SELECT count(*) FROM sqlite_master WHERE name = 'idem_outbox'") > 0;
 }
 
-class CliOutbox : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (std::string_view(IDEM_CLI).empty()) GTEST_SKIP() << "built without the idem CLI";
-  }
-  idem::test::TempDir dir;
-  std::string db = dir.file("billing.db");
-  std::string url = "sqlite:" + db;
-};
+class CliOutbox : public idem::test::CliOnSqliteFile {};
 
 TEST_F(CliOutbox, StatsShowsDepthAndPurgeLeavesUnsentRows) {
   {
-    idem::test::OutboxFixture f{std::make_shared<idem::sqlite::SqliteIdempotencyRecorder>(db),
-                                std::make_shared<idem::sqlite::SqliteOutbox>(db)};
-    idem::CollectingBusProxy proxy("billing");
-    auto handler = idem::test::charging_handler(f, "billing", 2);
-    ASSERT_EQ((*handler)(idem::test::incoming("e1"), proxy), idem::HandleResult::processed);
+    idem::test::OutboxFixture f;
+    ASSERT_NO_FATAL_FAILURE(charge_e1(f));
     // One row parked, to show it apart.
     auto refusing = std::make_shared<idem::test::RecordingPublisher>();
     refusing->refuse_type = "order.charged";

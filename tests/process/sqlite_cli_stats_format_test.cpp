@@ -15,6 +15,7 @@
 #include "idem/sqlite/sqlite_outbox.hpp"
 #include "idem/sqlite/sqlite_recorder.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
+#include "sqlite_cli_file.hpp"
 
 namespace {
 
@@ -24,21 +25,12 @@ bool has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
 }
 
-class CliStatsFormat : public ::testing::Test {
- protected:
-  void SetUp() override { IDEM_REQUIRE_CLI(); }
-  idem::test::TempDir dir;
-  std::string db = dir.file("idem.db");
-  std::string url = "sqlite:" + db;
-};
+class CliStatsFormat : public idem::test::CliOnSqliteFile {};
 
 TEST_F(CliStatsFormat, PrometheusTextCarriesWhatTheJsonSays) {
   {
-    idem::test::OutboxFixture f{std::make_shared<idem::sqlite::SqliteIdempotencyRecorder>(db),
-                                std::make_shared<idem::sqlite::SqliteOutbox>(db)};
-    idem::CollectingBusProxy proxy("billing");
-    auto handler = idem::test::charging_handler(f, "billing", 2);
-    ASSERT_EQ((*handler)(idem::test::incoming("e1"), proxy), idem::HandleResult::processed);
+    idem::test::OutboxFixture f;
+    ASSERT_NO_FATAL_FAILURE(charge_e1(f));
     // A consumer name a label value must escape, and a live claim.
     f.recorder->mark_processed("ship\"ping\\eu", "e1");
     ASSERT_EQ(f.recorder->claim("ship\"ping\\eu", "e2", std::chrono::hours(1)).status,

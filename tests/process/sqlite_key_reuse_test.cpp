@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../temp_dir.hpp"
+#include "../thrown_by.hpp"
 #include "idem/resilient.hpp"
 #include "idem/sqlite/sqlite_store.hpp"
 #include "worker/child_process.hpp"
@@ -60,20 +61,18 @@ TEST(SqliteKeyReuse, AKeyAnotherProcessCompletedWithOtherArgumentsIsRefused) {
 
   std::atomic<int> runs{0};
   auto create_payment = payments(path, [&] { ++runs; });
-  try {
-    create_payment("request-123", 1);
-    FAIL() << "expected KeyReuseError";
-  } catch (const idem::KeyReuseError& e) {
-    const std::string message = e.what();
-    EXPECT_EQ(e.key(), "request-123");
-    EXPECT_EQ(e.operation(), "create_payment");
-    EXPECT_NE(message.find("operation 'create_payment': idempotency key 'request-123' was first "
-                           "used with different arguments"),
-              std::string::npos)
-        << message;
-    EXPECT_NE(message.find("completed "), std::string::npos) << message;
-    EXPECT_EQ(message.find("14:create_payment:"), std::string::npos) << message;
-  }
+  const auto reuse =
+      idem::test::thrown_by<idem::KeyReuseError>([&] { create_payment("request-123", 1); });
+  ASSERT_TRUE(reuse) << "expected KeyReuseError";
+  const std::string message = reuse->what();
+  EXPECT_EQ(reuse->key(), "request-123");
+  EXPECT_EQ(reuse->operation(), "create_payment");
+  EXPECT_NE(message.find("operation 'create_payment': idempotency key 'request-123' was first "
+                         "used with different arguments"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("completed "), std::string::npos) << message;
+  EXPECT_EQ(message.find("14:create_payment:"), std::string::npos) << message;
   const auto replay = create_payment("request-123", 2499);
   EXPECT_EQ(replay.value.id, receipt) << "the other process's result";
   EXPECT_EQ(replay.report.metadata.at("idempotency_status"), "replayed");
@@ -100,29 +99,26 @@ TEST(SqliteKeyReuse, AClaimAnotherProcessHoldsForOtherArgumentsIsRefused) {
 
   std::atomic<int> runs{0};
   auto create_payment = payments(path, [&] { ++runs; });
-  try {
-    create_payment("request-7", 1);
-    ADD_FAILURE() << "expected KeyReuseError";
-  } catch (const idem::KeyReuseError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find("operation 'create_payment': idempotency key 'request-7' is in "
-                           "progress with different arguments"),
-              std::string::npos)
-        << message;
-    EXPECT_NE(message.find("claim token "), std::string::npos) << message;
-    EXPECT_NE(message.find("its lease runs until "), std::string::npos) << message;
-  }
+  const auto reuse =
+      idem::test::thrown_by<idem::KeyReuseError>([&] { create_payment("request-7", 1); });
+  EXPECT_TRUE(reuse) << "expected KeyReuseError";
+  const std::string message = reuse ? reuse->what() : "";
+  EXPECT_NE(message.find("operation 'create_payment': idempotency key 'request-7' is in "
+                         "progress with different arguments"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(message.find("claim token "), std::string::npos) << message;
+  EXPECT_NE(message.find("its lease runs until "), std::string::npos) << message;
   auto rejecting = payments(
       path, [&] { ++runs; }, idem::InProgressPolicy::reject);
-  try {
-    rejecting("request-7", 700);
-    ADD_FAILURE() << "expected AlreadyInProgress";
-  } catch (const idem::AlreadyInProgress& e) {
-    EXPECT_NE(std::string(e.what()).find("operation 'create_payment': idempotency key 'request-7' "
-                                         "is in progress in another process (claim token "),
-              std::string::npos)
-        << e.what();
-  }
+  const auto held =
+      idem::test::thrown_by<idem::AlreadyInProgress>([&] { rejecting("request-7", 700); });
+  EXPECT_TRUE(held) << "expected AlreadyInProgress";
+  const std::string held_message = held ? held->what() : "";
+  EXPECT_NE(held_message.find("operation 'create_payment': idempotency key 'request-7' "
+                              "is in progress in another process (claim token "),
+            std::string::npos)
+      << held_message;
   EXPECT_EQ(runs.load(), 0);
   ::close(gate[1]);
   const auto end = child.wait();
