@@ -24,7 +24,7 @@
 # the release preset when missing). Needs wrk and nginx (scripts/install-deps.sh bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. bench/bench_lib.sh
+. scripts/lib.sh
 
 upstreams=${UPSTREAMS:-"static app"}
 runs=${RUNS:-3}

@@ -39,7 +39,7 @@
 # (scripts/install-deps.sh bench), redis-server, redis-cli and redis-benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. bench/bench_lib.sh
+. scripts/lib.sh
 
 runs=${RUNS:-3}
 calls=${CALLS:-20000}

@@ -21,7 +21,7 @@
 # release preset when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-. bench/bench_lib.sh
+. scripts/lib.sh
 
 clients=${CLIENTS:-"1 8 32"}
 pipelines=${PIPELINE:-"1 16"}

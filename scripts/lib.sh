@@ -1,5 +1,5 @@
-# Shell helpers shared by the bench/*.sh scripts, which source this file from the repository root
-# (after their `cd "$(dirname "$0")/.."`).
+# Shell helpers shared by scripts/servers.sh, scripts/failover-soak.sh and the bench/*.sh
+# scripts, which source this file (`. scripts/lib.sh` from the repository root).
 
 # need_tools NAME HINT TOOL...: exits 1 with "NAME: TOOL not found HINT" (HINT may be empty) for
 # the first TOOL that is not on PATH.
@@ -24,7 +24,8 @@ build_missing() {
   cmake --build "$build_dir" -j "$jobs" --target "$target" >/dev/null
 }
 
-# free_port [N]: N (default 1) free TCP ports on 127.0.0.1, one a line.
+# free_port [N]: N (default 1) distinct free ports on 127.0.0.1, one a line (each socket stays
+# bound until all are chosen, so one call never names a port twice).
 free_port() {
   python3 - "${1:-1}" <<'PY'
 import socket, sys
@@ -47,4 +48,30 @@ start_plain_redis() {
     redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && break
     sleep 0.1
   done
+}
+
+# Stopping touches only what this run started, found by its own PID (never by a process name:
+# several runs, or a user's own servers, may be up beside this one).
+# stop_pid PID: SIGTERM, then up to 30 s for the process to go, then SIGKILL.
+stop_pid() {
+  local pid=$1
+  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+  kill -TERM "$pid" 2>/dev/null
+  for _ in $(seq 1 300); do
+    kill -0 "$pid" 2>/dev/null || return 0
+    sleep 0.1
+  done
+  kill -KILL "$pid" 2>/dev/null
+}
+# The PID a server wrote into PIDFILE (its first line), "" when there is none.
+pid_in() { [ -f "$1" ] && head -n 1 "$1" | tr -dc 0-9 || true; }
+
+# within_30s CHECK...: runs CHECK every 0.1 s until it succeeds; fails after 30 s.
+within_30s() {
+  local _
+  for _ in $(seq 1 300); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  "$@"
 }
