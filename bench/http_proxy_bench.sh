@@ -24,6 +24,7 @@
 # the release preset when missing). Needs wrk and nginx (scripts/install-deps.sh bench).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 upstreams=${UPSTREAMS:-"static app"}
 runs=${RUNS:-3}
@@ -41,15 +42,9 @@ proxy_flags=()
 if [ "$replay_cache" -gt 0 ]; then
   proxy_flags=(--replay-cache "$replay_cache" --replay-cache-max-age "$replay_cache_max_age")
 fi
-for tool in wrk nginx redis-server redis-cli python3; do
-  command -v "$tool" >/dev/null || { echo "http_proxy_bench: $tool not found (scripts/install-deps.sh bench)" >&2; exit 1; }
-done
-if [ ! -x "$idem" ]; then
-  if [ "$build_dir" = build/release ] && [ ! -d build/release ]; then
-    cmake --preset release >/dev/null
-  fi
-  cmake --build "$build_dir" -j 2 --target idem >/dev/null
-fi
+need_tools http_proxy_bench "(scripts/install-deps.sh bench)" wrk nginx redis-server redis-cli \
+  python3
+build_missing "$idem" "$build_dir" idem 2
 python=/usr/bin/python3  # Debian's, with python3-aiohttp
 
 work=$(mktemp -d /tmp/idem-http-bench-XXXXXX)
@@ -60,9 +55,6 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
-}
 wait_port() {
   for _ in $(seq 1 300); do
     (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0

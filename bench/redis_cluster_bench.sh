@@ -34,6 +34,7 @@
 # Takes about 5 minutes with the defaults on 2 cores, 8 with RUNS=5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 clients=${CLIENTS:-"8"}
 pipelines=${PIPELINE:-"1 16"}
@@ -47,30 +48,11 @@ bench=$build_dir/bench/bench_redis_cluster
 [ "$runs" -ge 3 ] && [ "$recovery_runs" -ge 3 ] ||
   { echo "RUNS and RECOVERY_RUNS must be >= 3 (medians)" >&2; exit 2; }
 
-for tool in redis-server redis-cli redis-benchmark python3; do
-  command -v "$tool" >/dev/null || { echo "redis_cluster_bench: $tool not found" >&2; exit 1; }
-done
-if [ ! -x "$bench" ]; then
-  if [ "$build_dir" = build/release ] && [ ! -d build/release ]; then
-    cmake --preset release >/dev/null
-  fi
-  cmake "$build_dir" >/dev/null
-  cmake --build "$build_dir" -j "$(nproc)" --target bench_redis_cluster >/dev/null
-fi
+need_tools redis_cluster_bench "" redis-server redis-cli redis-benchmark python3
+build_missing "$bench" "$build_dir" bench_redis_cluster "$(nproc)"
 
 work=$(mktemp -d /tmp/idem-redis-cluster-bench-XXXXXX)
 # Every redis-server this script starts writes its pid to $work/<group>/<port>/redis.pid.
-stop_pid() {
-  local pid=$1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 100); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null
-}
-pid_in() { [ -f "$1" ] && head -n 1 "$1" | tr -dc 0-9 || true; }
 # stop_group DIR: the sentinels first (so none starts a failover), then the data nodes.
 stop_group() {
   local file
@@ -92,25 +74,6 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-free_port() {
-  python3 - "${1:-1}" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print("\n".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
-PY
-}
-# within_30s CHECK...: runs CHECK every 0.1 s until it succeeds; fails after 30 s.
-within_30s() {
-  for _ in $(seq 1 300); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  "$@"
-}
 # redis_start DIR PORT [CONFIG LINES...]: a daemonized redis-server without persistence.
 redis_start() {
   local dir=$1 port=$2

@@ -39,6 +39,7 @@
 # (scripts/install-deps.sh bench), redis-server, redis-cli and redis-benchmark.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 runs=${RUNS:-3}
 calls=${CALLS:-20000}
@@ -47,17 +48,11 @@ bench=$build_dir/bench/bench_redis_async
 [ "$runs" -ge 1 ] || { echo "redis_peers: RUNS must be >= 1" >&2; exit 2; }
 [ "$runs" -ge 3 ] || echo "redis_peers: RUNS=$runs < 3: medians of too few runs, ratios not recorded" >&2
 
-for tool in node npm redis-server redis-cli redis-benchmark python3; do
-  command -v "$tool" >/dev/null || { echo "redis_peers: $tool not found (scripts/install-deps.sh test bench)" >&2; exit 1; }
-done
+need_tools redis_peers "(scripts/install-deps.sh test bench)" node npm redis-server redis-cli \
+  redis-benchmark python3
 node -e 'process.exit(Number(process.versions.node.split(".")[0]) >= 20 ? 0 : 1)' ||
   { echo "redis_peers: node >= 20 needed (the peers' @redis/client 6), found $(node --version)" >&2; exit 1; }
-if [ ! -x "$bench" ]; then
-  if [ "$build_dir" = build/release ] && [ ! -d build/release ]; then
-    cmake --preset release >/dev/null
-  fi
-  cmake --build "$build_dir" -j 2 --target bench_redis_async >/dev/null
-fi
+build_missing "$bench" "$build_dir" bench_redis_async 2
 # The peers' exact tree, from the committed lockfile; again only when the lockfile changed.
 if [ ! -f bench/peers/node_modules/.package-lock.json ] ||
    [ bench/peers/package-lock.json -nt bench/peers/node_modules/.package-lock.json ]; then
@@ -65,19 +60,14 @@ if [ ! -f bench/peers/node_modules/.package-lock.json ] ||
 fi
 
 work=$(mktemp -d /tmp/idem-redis-peers-XXXXXX)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+port=$(free_port)
 cleanup() {
   redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-redis-server --bind 127.0.0.1 --port "$port" --dir "$work" --save "" --appendonly no \
-  --daemonize yes --logfile "$work/redis.log" --pidfile "$work/redis.pid" >/dev/null
-for _ in $(seq 1 100); do
-  redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
+start_plain_redis "$work" "$port"
 url="redis://127.0.0.1:$port/0"
 
 # redis-benchmark as one JSON line like the others: its calls/s, its CPU (this helper's waited

@@ -21,6 +21,7 @@
 # release preset when missing).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 clients=${CLIENTS:-"1 8 32"}
 pipelines=${PIPELINE:-"1 16"}
@@ -30,29 +31,17 @@ build_dir=${IDEM_BUILD_DIR:-build/release}
 bench=$build_dir/bench/bench_redis_recorder
 [ "$runs" -ge 3 ] || { echo "RUNS must be >= 3 (medians)" >&2; exit 2; }
 
-for tool in redis-server redis-cli redis-benchmark python3; do
-  command -v "$tool" >/dev/null || { echo "redis_vs_redis_benchmark: $tool not found" >&2; exit 1; }
-done
-if [ ! -x "$bench" ]; then
-  if [ "$build_dir" = build/release ] && [ ! -d build/release ]; then
-    cmake --preset release >/dev/null
-  fi
-  cmake --build "$build_dir" -j "$(nproc)" --target bench_redis_recorder >/dev/null
-fi
+need_tools redis_vs_redis_benchmark "" redis-server redis-cli redis-benchmark python3
+build_missing "$bench" "$build_dir" bench_redis_recorder "$(nproc)"
 
 work=$(mktemp -d /tmp/idem-redis-bench-XXXXXX)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()')
+port=$(free_port)
 cleanup() {
   redis-cli -h 127.0.0.1 -p "$port" shutdown nosave >/dev/null 2>&1 || true
   rm -rf "$work"
 }
 trap cleanup EXIT INT TERM
-redis-server --bind 127.0.0.1 --port "$port" --dir "$work" --save "" --appendonly no \
-  --daemonize yes --logfile "$work/redis.log" --pidfile "$work/redis.pid" >/dev/null
-for _ in $(seq 1 100); do
-  redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && break
-  sleep 0.1
-done
+start_plain_redis "$work" "$port"
 cli() { redis-cli -h 127.0.0.1 -p "$port" "$@" >/dev/null; }
 url="redis://127.0.0.1:$port/0"
 

@@ -35,6 +35,7 @@
 # (default build/failover-soak).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib.sh
 
 usage() {
   awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
@@ -70,7 +71,6 @@ log() { echo "failover-soak: $*" >&2; }
 
 # ---- faults and recovery checks (run inside scripts/servers.sh) -----------------------------
 
-pid_in() { [ -f "$1" ] && head -n 1 "$1" | tr -dc 0-9 || true; }
 as_pg() {
   if [ "$(id -u)" -eq 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi
 }

@@ -80,6 +80,7 @@
 #                                        named by its port: PORT/redis.pid, PORT/redis.log,
 #                                        PORT/redis.conf (which a sentinel rewrites as it learns)
 set -euo pipefail
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 [ $# -gt 0 ] || { echo "usage: scripts/servers.sh COMMAND [ARGS...]" >&2; exit 2; }
 
@@ -93,51 +94,14 @@ cluster_ports=()
 sentinel_data_ports=()
 sentinel_ports=()
 
-# free_port [N]: N (default 1) distinct free ports on 127.0.0.1, one a line (each socket stays
-# bound until all are chosen, so one call never names a port twice).
-free_port() {
-  python3 - "${1:-1}" <<'PY'
-import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[1]))]
-for s in socks:
-    s.bind(("127.0.0.1", 0))
-print("\n".join(str(s.getsockname()[1]) for s in socks))
-for s in socks:
-    s.close()
-PY
-}
-
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1)
 pg_user=postgres
 as_pg() {
   if [ "$(id -u)" -eq 0 ]; then runuser -u "$pg_user" -- "$@"; else "$@"; fi
 }
 
-# Stopping touches only what this run started, found by its own PID (never by a process name:
-# several runs, or a user's own servers, may be up beside this one).
-# stop_pid PID: SIGTERM, then up to 30 s for the process to go, then SIGKILL.
-stop_pid() {
-  local pid=$1
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-  kill -TERM "$pid" 2>/dev/null
-  for _ in $(seq 1 300); do
-    kill -0 "$pid" 2>/dev/null || return 0
-    sleep 0.1
-  done
-  kill -KILL "$pid" 2>/dev/null
-}
-# The PID a server wrote into PIDFILE (its first line), "" when there is none.
-pid_in() { [ -f "$1" ] && head -n 1 "$1" | tr -dc 0-9 || true; }
-
-# ready_within_30s CHECK: runs CHECK every 0.1 s until it succeeds; fails after 30 s.
-ready_within_30s() {
-  local _
-  for _ in $(seq 1 300); do
-    "$1" && return 0
-    sleep 0.1
-  done
-  "$1"
-}
+# free_port, stop_pid (stopping touches only what this run started, by its own PID), pid_in and
+# within_30s come from scripts/lib.sh.
 cleanup() {
   set +e
   stop_pid "$(pid_in "$work/redis/redis.pid")"
@@ -391,7 +355,7 @@ cluster_ready() {
     fi
   done
 }
-ready_within_30s cluster_ready || cluster_fail "did not become ready in 30 s"
+within_30s cluster_ready || cluster_fail "did not become ready in 30 s"
 export IDEM_TEST_REDIS_CLUSTER_URL="redis+cluster://127.0.0.1:${cluster_ports[0]},127.0.0.1:${cluster_ports[1]},127.0.0.1:${cluster_ports[2]}/0"
 export IDEM_TEST_REDIS_CLUSTER_PORTS="${cluster_ports[*]}"
 export IDEM_TEST_REDIS_CLUSTER_DIR=$cluster_dir
@@ -462,7 +426,7 @@ if [ "${IDEM_TEST_REDIS_SENTINEL:-0}" = 1 ]; then
         END { exit ok != 2 }' || return 1
     done
   }
-  ready_within_30s sentinel_ready || sentinel_fail "did not become ready in 30 s"
+  within_30s sentinel_ready || sentinel_fail "did not become ready in 30 s"
   export IDEM_TEST_REDIS_SENTINEL_URL="redis+sentinel://127.0.0.1:${sentinel_ports[0]},127.0.0.1:${sentinel_ports[1]},127.0.0.1:${sentinel_ports[2]}/idem"
   export IDEM_TEST_REDIS_SENTINEL_MASTER=idem
   export IDEM_TEST_REDIS_SENTINEL_PORTS="${sentinel_ports[*]}"

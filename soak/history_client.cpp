@@ -329,14 +329,11 @@ class Worker {
   }
 
  private:
-  // Runs one logged call: invoke, then ok with what `fn` returns, or fail with the class of
-  // the error. True when it returned.
-  bool call(const char* op, const std::string& key, const std::string& invoke_extra,
-            const std::function<std::string()>& fn) {
-    const std::uint64_t id = ++shared_.calls;
-    shared_.history.write(id, op, key, "invoke", invoke_extra);
+  // Runs `fn` as call `id` under the watchdog: what it returns goes to `extra`; returns what it
+  // threw (null when it returned).
+  std::exception_ptr watched(std::uint64_t id, const char* op,
+                             const std::function<std::string()>& fn, std::string& extra) {
     shared_.watchdog.begin(slot_, id, op);
-    std::string extra;
     std::exception_ptr error;
     try {
       extra = fn();
@@ -344,6 +341,17 @@ class Worker {
       error = std::current_exception();
     }
     shared_.watchdog.end(slot_);
+    return error;
+  }
+
+  // Runs one logged call: invoke, then ok with what `fn` returns, or fail with the class of
+  // the error. True when it returned.
+  bool call(const char* op, const std::string& key, const std::string& invoke_extra,
+            const std::function<std::string()>& fn) {
+    const std::uint64_t id = ++shared_.calls;
+    shared_.history.write(id, op, key, "invoke", invoke_extra);
+    std::string extra;
+    const std::exception_ptr error = watched(id, op, fn, extra);
     if (error) {
       shared_.history.write(id, op, key, "fail", failure_extra(error));
       return false;
@@ -356,15 +364,8 @@ class Worker {
                   const std::function<std::string()>& fn) {
     for (;;) {
       const std::uint64_t id = ++shared_.calls;
-      shared_.watchdog.begin(slot_, id, op);
-      std::exception_ptr error;
       std::string extra;
-      try {
-        extra = fn();
-      } catch (...) {
-        error = std::current_exception();
-      }
-      shared_.watchdog.end(slot_);
+      const std::exception_ptr error = watched(id, op, fn, extra);
       if (!error) {
         shared_.history.write(id, op, key, "final", extra);
         return;

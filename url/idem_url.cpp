@@ -296,6 +296,17 @@ bool bool_value(const UrlErrors& errors, const QueryParameter& parameter) {
               "must be true or false (or 1 or 0), got '" + printable(parameter.value, 64) + "'");
 }
 
+void not_a_choice(const UrlErrors& errors, const QueryParameter& parameter,
+                  const std::vector<std::string_view>& names) {
+  std::string list;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) list += i + 1 == names.size() ? " or " : ", ";
+    list += names[i];
+  }
+  errors.fail(parameter_part(parameter),
+              "must be " + list + ", got '" + printable(parameter.value, 64) + "'");
+}
+
 std::chrono::milliseconds duration_value(const UrlErrors& errors, const QueryParameter& parameter) {
   const UrlDuration duration = url_duration(parameter.value);
   if (!duration.problem.empty()) errors.fail(parameter_part(parameter), duration.problem);

@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <initializer_list>
 #include <limits>
 #include <optional>
 #include <string>
@@ -125,6 +126,22 @@ std::uint64_t whole_number(const UrlErrors& errors, std::string_view part, std::
                            std::uint64_t maximum = std::numeric_limits<std::uint64_t>::max());
 // true, false, 1 or 0.
 bool bool_value(const UrlErrors& errors, const QueryParameter& parameter);
+// Fails: "<parameter> must be a, b or c, got '<its value>'" (`names` in that order).
+[[noreturn]] void not_a_choice(const UrlErrors& errors, const QueryParameter& parameter,
+                               const std::vector<std::string_view>& names);
+// The value paired with the parameter's value among `choices` (name, value), e.g.
+// choice_value<Durability>(errors, parameter, {{"full", Durability::full}, ...}); any other
+// value fails (not_a_choice).
+template <class T>
+T choice_value(const UrlErrors& errors, const QueryParameter& parameter,
+               std::initializer_list<std::pair<std::string_view, T>> choices) {
+  std::vector<std::string_view> names;
+  for (const auto& [name, value] : choices) {
+    if (parameter.value == name) return value;
+    names.push_back(name);
+  }
+  not_a_choice(errors, parameter, names);
+}
 // The duration grammar of every idem URL (idem/duration.hpp: 500ms, 30s, ...; at most 1000d).
 std::chrono::milliseconds duration_value(const UrlErrors& errors, const QueryParameter& parameter);
 // Fails: "query parameter '<name>' is not known for <where> (known: <known>)".

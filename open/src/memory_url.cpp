@@ -46,15 +46,11 @@ InMemoryStoreOptions memory_store_options(const UrlContext& context, std::string
     if (parameter.name == "capacity") {
       options.capacity = count_value(context, parameter, 1, kMaxCount);
     } else if (parameter.name == "when_full") {
-      if (parameter.value == "reject") {
-        options.when_full = InMemoryStoreOptions::WhenFull::reject;
-      } else if (parameter.value == "evict_oldest_completed") {
-        options.when_full = InMemoryStoreOptions::WhenFull::evict_oldest_completed;
-      } else {
-        context.fail("query parameter 'when_full'",
-                     "must be reject or evict_oldest_completed, got '" +
-                         printable(parameter.value, 64) + "'");
-      }
+      using WhenFull = InMemoryStoreOptions::WhenFull;
+      options.when_full =
+          choice_value<WhenFull>(context, parameter,
+                                 {{"reject", WhenFull::reject},
+                                  {"evict_oldest_completed", WhenFull::evict_oldest_completed}});
     } else if (parameter.name == "shards") {
       options.shards = count_value(context, parameter, 1, kMaxShards);
     } else {

@@ -106,26 +106,34 @@ bool means_absent(const Error& e) {
          std::string_view(e.what()).find(" do not exist ") != std::string_view::npos;
 }
 
+namespace {
+
+// What `open` returns, or null with the reason in `absent` when the face's tables do not exist
+// (means_absent); any other error propagates.
+template <class Open>
+auto open_unless_absent(const Open& open, std::string& absent) -> decltype(open()) {
+  try {
+    return open();
+  } catch (const StoreError& e) {
+    if (!means_absent(e)) throw;
+    absent = e.what();
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 Faces open_faces(const std::string& url, bool want_recorder, bool want_store,
                  OpenOptions::Schema schema) {
   Faces faces;
   OpenOptions options;
   options.schema = schema;
   if (want_recorder) {
-    try {
-      faces.recorder = open_recorder(url, options);
-    } catch (const StoreError& e) {
-      if (!means_absent(e)) throw;
-      faces.recorder_absent = e.what();
-    }
+    faces.recorder =
+        open_unless_absent([&] { return open_recorder(url, options); }, faces.recorder_absent);
   }
   if (want_store) {
-    try {
-      faces.store = open_store(url, options);
-    } catch (const StoreError& e) {
-      if (!means_absent(e)) throw;
-      faces.store_absent = e.what();
-    }
+    faces.store = open_unless_absent([&] { return open_store(url, options); }, faces.store_absent);
   }
   return faces;
 }

@@ -46,14 +46,9 @@ postgres::PostgresOptions postgres_options(const UrlContext& context, const Spli
     } else if (name == "statement_timeout") {
       options.statement_timeout = duration_value(context, parameter);
     } else if (name == "wait_strategy") {
-      if (parameter.value == "notify") {
-        options.wait_strategy = postgres::WaitStrategy::notify;
-      } else if (parameter.value == "poll") {
-        options.wait_strategy = postgres::WaitStrategy::poll;
-      } else {
-        context.fail("query parameter 'wait_strategy'",
-                     "must be notify or poll, got '" + printable(parameter.value, 64) + "'");
-      }
+      options.wait_strategy = choice_value<postgres::WaitStrategy>(
+          context, parameter,
+          {{"notify", postgres::WaitStrategy::notify}, {"poll", postgres::WaitStrategy::poll}});
     } else if (name == "wait_recheck_interval") {
       options.wait_recheck_interval = duration_value(context, parameter);
     } else if (name == "create_schema") {

@@ -43,13 +43,6 @@ std::uint64_t fnv1a(std::string_view text) noexcept {
   return hash;
 }
 
-void put_be64(std::array<char, 8>& out, std::uint64_t v) noexcept {
-  for (int i = 7; i >= 0; --i) {
-    out[static_cast<std::size_t>(i)] = static_cast<char>(v & 0xff);
-    v >>= 8;
-  }
-}
-
 std::uint64_t get_be(std::string_view bytes) noexcept {
   std::uint64_t v = 0;
   for (unsigned char c : bytes)
@@ -431,9 +424,7 @@ WallTime Result::timestamptz(int row, int column) const {
 // ---- Params ---------------------------------------------------------------------------------
 
 Params& Params::text(std::string_view value) {
-  types_.push_back(kTextOid);
-  slots_.push_back(Slot{value, {}, -1, false, 1});
-  return *this;
+  return push(kTextOid, Slot{value, {}, -1, false, 1});
 }
 
 Params& Params::text(std::string&& value) {
@@ -442,56 +433,35 @@ Params& Params::text(std::string&& value) {
 }
 
 Params& Params::bytea(std::string_view value) {
-  types_.push_back(kByteaOid);
-  slots_.push_back(Slot{value, {}, -1, false, 1});
-  return *this;
+  return push(kByteaOid, Slot{value, {}, -1, false, 1});
 }
 
 Params& Params::int8(std::int64_t value) {
-  Slot slot;
-  put_be64(slot.inline_bytes, static_cast<std::uint64_t>(value));
-  slot.inline_size = 8;
-  types_.push_back(kInt8Oid);
-  slots_.push_back(slot);
-  return *this;
+  return push_be64(kInt8Oid, static_cast<std::uint64_t>(value));
 }
 
 Params& Params::boolean(bool value) {
   Slot slot;
   slot.inline_bytes[0] = value ? 1 : 0;
   slot.inline_size = 1;
-  types_.push_back(kBoolOid);
-  slots_.push_back(slot);
-  return *this;
+  return push(kBoolOid, slot);
 }
 
 Params& Params::float8(double value) {
-  Slot slot;
   std::uint64_t bits = 0;
   static_assert(sizeof bits == sizeof value);
   std::memcpy(&bits, &value, sizeof bits);
-  put_be64(slot.inline_bytes, bits);
-  slot.inline_size = 8;
-  types_.push_back(kFloat8Oid);
-  slots_.push_back(slot);
-  return *this;
+  return push_be64(kFloat8Oid, bits);
 }
 
 Params& Params::timestamptz(WallTime value) {
-  Slot slot;
-  put_be64(slot.inline_bytes, static_cast<std::uint64_t>(to_pg_time(value)));
-  slot.inline_size = 8;
-  types_.push_back(kTimestamptzOid);
-  slots_.push_back(slot);
-  return *this;
+  return push_be64(kTimestamptzOid, static_cast<std::uint64_t>(to_pg_time(value)));
 }
 
 Params& Params::null(Oid type) {
   Slot slot;
   slot.is_null = true;
-  types_.push_back(type);
-  slots_.push_back(slot);
-  return *this;
+  return push(type, slot);
 }
 
 Params& Params::text_array(std::span<const std::string> values) {
@@ -517,16 +487,12 @@ Params& Params::text_array(std::span<const std::string> values) {
     bytes += value;
   }
   owned_.push_back(std::move(bytes));
-  types_.push_back(kTextArrayOid);
-  slots_.push_back(Slot{owned_.back(), {}, -1, false, 1});
-  return *this;
+  return push(kTextArrayOid, Slot{owned_.back(), {}, -1, false, 1});
 }
 
 Params& Params::untyped(std::string_view text) {
   owned_.emplace_back(text);  // text format needs a NUL-terminated copy
-  types_.push_back(0);
-  slots_.push_back(Slot{owned_.back(), {}, -1, false, 0});
-  return *this;
+  return push(0, Slot{owned_.back(), {}, -1, false, 0});
 }
 
 Params::Arrays Params::arrays() const {

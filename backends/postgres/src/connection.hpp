@@ -151,6 +151,23 @@ class Params {
     bool is_null = false;
     int format = 1;  // 1 binary, 0 text
   };
+  // (Defined here, inline, so that they stay out of the shared library's symbol table.)
+  Params& push(Oid type, const Slot& slot) {
+    types_.push_back(type);
+    slots_.push_back(slot);
+    return *this;
+  }
+  // An 8-byte binary value (int8, float8, timestamptz): its bytes big-endian.
+  Params& push_be64(Oid type, std::uint64_t bits) {
+    Slot slot;
+    for (int i = 7; i >= 0; --i) {
+      slot.inline_bytes[static_cast<std::size_t>(i)] = static_cast<char>(bits & 0xff);
+      bits >>= 8;
+    }
+    slot.inline_size = 8;
+    return push(type, slot);
+  }
+
   std::vector<Oid> types_;
   std::vector<Slot> slots_;
   std::deque<std::string> owned_;  // copies for untyped(); a deque keeps them in place

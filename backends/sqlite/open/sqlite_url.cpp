@@ -44,16 +44,10 @@ SqliteTarget sqlite_target(const UrlContext& context, std::string_view rest,
   for (const QueryParameter& parameter : parse_query(context, query)) {
     auto& options = target.options;
     if (parameter.name == "durability") {
-      if (parameter.value == "full") {
-        options.durability = sqlite::Durability::full;
-      } else if (parameter.value == "normal") {
-        options.durability = sqlite::Durability::normal;
-      } else if (parameter.value == "off") {
-        options.durability = sqlite::Durability::off;
-      } else {
-        context.fail("query parameter 'durability'",
-                     "must be full, normal or off, got '" + printable(parameter.value, 64) + "'");
-      }
+      options.durability = choice_value<sqlite::Durability>(context, parameter,
+                                                            {{"full", sqlite::Durability::full},
+                                                             {"normal", sqlite::Durability::normal},
+                                                             {"off", sqlite::Durability::off}});
     } else if (parameter.name == "busy_timeout") {
       options.busy_timeout = duration_value(context, parameter);
     } else if (parameter.name == "read_only") {

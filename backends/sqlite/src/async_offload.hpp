@@ -39,12 +39,13 @@
 
 #include "idem/async/detail/completion.hpp"
 #include "idem/async/task.hpp"
+#include "idem/error.hpp"
 
 namespace idem::sqlite::detail {
 
 class WorkerPool {
  public:
-  // `threads` >= 1 (ConfigError otherwise: checked by the caller).
+  // `threads` >= 1 (checked by make_worker_pool).
   explicit WorkerPool(std::size_t threads);
   // Runs what is still queued, then joins the threads.
   ~WorkerPool();
@@ -64,6 +65,13 @@ class WorkerPool {
   bool stopping_ = false;
   std::vector<std::thread> threads_;
 };
+
+// The pool of an AsyncSqliteRecorder or AsyncSqliteStore: AsyncSqliteOptions::threads threads,
+// ConfigError when that is 0.
+inline std::unique_ptr<WorkerPool> make_worker_pool(std::size_t threads) {
+  if (threads < 1) throw ConfigError("AsyncSqliteOptions::threads must be at least 1");
+  return std::make_unique<WorkerPool>(threads);
+}
 
 // The result type of an offloaded void call.
 struct Unit {};

@@ -103,23 +103,18 @@ class AsyncSqliteTransaction final : public idem::async::AsyncSqlTransaction {
   StatementQueue& queue_;
 };
 
-std::unique_ptr<detail::WorkerPool> make_pool(const AsyncSqliteOptions& options) {
-  if (options.threads < 1) throw ConfigError("AsyncSqliteOptions::threads must be at least 1");
-  return std::make_unique<detail::WorkerPool>(options.threads);
-}
-
 }  // namespace
 
 AsyncSqliteRecorder::AsyncSqliteRecorder(std::string path, SqliteOptions options,
                                          AsyncSqliteOptions async_options)
     : recorder_(std::make_shared<SqliteIdempotencyRecorder>(std::move(path), std::move(options))),
-      pool_(make_pool(async_options)) {}
+      pool_(detail::make_worker_pool(async_options.threads)) {}
 
 AsyncSqliteRecorder::AsyncSqliteRecorder(std::shared_ptr<SqliteIdempotencyRecorder> recorder,
                                          AsyncSqliteOptions async_options)
     : recorder_(std::move(recorder)) {
   if (!recorder_) throw InvalidArgument("AsyncSqliteRecorder: the recorder is null");
-  pool_ = make_pool(async_options);
+  pool_ = detail::make_worker_pool(async_options.threads);
 }
 
 AsyncSqliteRecorder::~AsyncSqliteRecorder() = default;

@@ -11,19 +11,10 @@ namespace idem::sqlite {
 using detail::offload;
 using idem::async::Task;
 
-namespace {
-
-std::unique_ptr<detail::WorkerPool> make_pool(const AsyncSqliteOptions& options) {
-  if (options.threads < 1) throw ConfigError("AsyncSqliteOptions::threads must be at least 1");
-  return std::make_unique<detail::WorkerPool>(options.threads);
-}
-
-}  // namespace
-
 AsyncSqliteStore::AsyncSqliteStore(std::string path, SqliteOptions options,
                                    AsyncSqliteOptions async_options)
     : store_(std::make_shared<SqliteIdempotencyStore>(std::move(path), std::move(options))),
-      pool_(make_pool(async_options)) {
+      pool_(detail::make_worker_pool(async_options.threads)) {
   use_store_clock();
 }
 
@@ -31,7 +22,7 @@ AsyncSqliteStore::AsyncSqliteStore(std::shared_ptr<SqliteIdempotencyStore> store
                                    AsyncSqliteOptions async_options)
     : store_(std::move(store)) {
   if (!store_) throw InvalidArgument("AsyncSqliteStore: the store is null");
-  pool_ = make_pool(async_options);
+  pool_ = detail::make_worker_pool(async_options.threads);
   use_store_clock();
 }
 

@@ -211,21 +211,22 @@ class RecordDecoder {
 
  private:
   std::int64_t integer(int column, std::string_view name) const {
-    const int type = row_.column_type(column);
-    if (type != SQLITE_INTEGER) {
-      corrupt("column " + std::string(name) + " holds " + std::string(type_name(type)) +
-              " where an INTEGER must be");
-    }
+    expect_type(column, name, SQLITE_INTEGER, "an INTEGER");
     return row_.column_int64(column);
   }
 
   std::string text(int column, std::string_view name) const {
-    const int type = row_.column_type(column);
-    if (type != SQLITE_TEXT) {
-      corrupt("column " + std::string(name) + " holds " + std::string(type_name(type)) +
-              " where TEXT must be");
-    }
+    expect_type(column, name, SQLITE_TEXT, "TEXT");
     return row_.column_text(column);
+  }
+
+  // `column` (called `name`) must hold `type`, spelled `what` in the error.
+  void expect_type(int column, std::string_view name, int type, std::string_view what) const {
+    const int actual = row_.column_type(column);
+    if (actual != type) {
+      corrupt("column " + std::string(name) + " holds " + std::string(type_name(actual)) +
+              " where " + std::string(what) + " must be");
+    }
   }
 
   [[noreturn]] void corrupt(const std::string& why) const {
