@@ -25,6 +25,7 @@
 #include "../../backends/sqlite/src/connection.hpp"  // the error mapping, tested directly
 #include "../recorder_argument_checks.hpp"
 #include "../run_together.hpp"
+#include "../sqlite_names.hpp"
 #include "../sqlite_raw_db.hpp"
 #include "../sqlite_test_support.hpp"
 #include "../temp_dir.hpp"
@@ -35,29 +36,12 @@
 
 namespace {
 
-using idem::Claim;
-using idem::ErrorCode;
-using idem::sqlite::Durability;
-using idem::sqlite::SqliteError;
-using idem::sqlite::SqliteIdempotencyRecorder;
-using idem::sqlite::SqliteOptions;
-using idem::sqlite::SqliteTransaction;
-using idem::testing::ManualClock;
-using namespace std::chrono_literals;
-
-using idem::test::RawDb;
-using idem::test::TempDir;
+using namespace idem::test::sqlite_names;
 
 // infinity_bus's table, exactly as its SqliteIdempotencyRecorder.start() creates it.
 constexpr const char* kInfinityBusSchema =
     "CREATE TABLE IF NOT EXISTS processed_log ( consumer TEXT NOT NULL, event_id TEXT NOT NULL,"
     " ts TEXT NOT NULL, PRIMARY KEY (consumer, event_id))";
-
-using idem::test::contains;
-using idem::test::expect_refused;
-using idem::test::expect_refused_unchanged;
-using idem::test::file_bytes;
-using idem::test::with_clock;
 
 // Runs `fn` and returns the SqliteError it threw (fails the test if it threw nothing else).
 template <class Fn>

@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../sqlite_names.hpp"
 #include "../sqlite_raw_db.hpp"
 #include "../sqlite_test_support.hpp"
 #include "../temp_dir.hpp"
@@ -39,23 +40,7 @@
 
 namespace {
 
-using idem::ClaimOutcome;
-using idem::ErrorCode;
-using idem::IdempotencyRecord;
-using idem::sqlite::SqliteIdempotencyRecorder;
-using idem::sqlite::SqliteIdempotencyStore;
-using idem::sqlite::SqliteOptions;
-using idem::testing::ManualClock;
-using namespace std::chrono_literals;
-
-using idem::test::RawDb;
-using idem::test::TempDir;
-
-using idem::test::contains;
-using idem::test::expect_refused;
-using idem::test::expect_refused_unchanged;
-using idem::test::file_bytes;
-using idem::test::with_clock;
+using namespace idem::test::sqlite_names;
 
 // Runs `fn` and returns the idem::Error it threw (fails the test if it threw nothing else).
 template <class Fn>
