@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "../async_names.hpp"
 #include "../async_test_support.hpp"
 #include "../cancelled_after.hpp"
 #include "../thrown_by.hpp"
@@ -35,13 +36,7 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::async::Task;
-
-using idem::test::nap;
-using idem::test::run;
-using idem::test::status_of;
-using Stores = idem::test::MemoryStores;
+using namespace idem::test::async_names;
 
 // A "charge" keyed by its order on `stores`' coroutine face: each execution counts itself in
 // `calls` and takes `takes` before it returns "receipt-<order>".

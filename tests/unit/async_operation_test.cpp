@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "../async_names.hpp"
 #include "../async_test_support.hpp"
 #include "../thrown_by.hpp"
 #include "../timed_out_call.hpp"
@@ -27,13 +28,7 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::async::Task;
-
-using idem::test::nap;
-using idem::test::run;
-using idem::test::status_of;
-using Stores = idem::test::MemoryStores;
+using namespace idem::test::async_names;
 
 const idem::Backoff kFast{.base = 1ms, .multiplier = 1.0, .cap = 1ms, .jitter = 0.0};
 

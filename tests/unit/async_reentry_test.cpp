@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "../async_names.hpp"
 #include "../async_test_support.hpp"
 #include "idem/async/memory_store.hpp"
 #include "idem/async/resilient.hpp"
@@ -25,11 +26,7 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::async::Task;
-
-using idem::test::nap;
-using idem::test::run;
+using namespace idem::test::async_names;
 
 // A re-entry that waited for itself would stop after this, not hang the suite.
 constexpr auto kLimit = 10s;

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../async_names.hpp"
 #include "../async_test_support.hpp"
 #include "../cancelled_after.hpp"
 #include "../relprim_parity.hpp"
@@ -24,11 +25,7 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::async::Task;
-
-using idem::test::nap;
-using idem::test::run;
+using namespace idem::test::async_names;
 
 const idem::Backoff kFast{.base = 1ms, .multiplier = 1.0, .cap = 1ms, .jitter = 0.0};
 
