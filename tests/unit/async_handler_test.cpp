@@ -2,6 +2,7 @@
 // cancellation mid-handle, many coroutines on one io_context and on two threads, and delivery
 // from the in-process Bus.
 #include "../async_test_support.hpp"
+#include "../core_names.hpp"
 #include "idem/async/handler.hpp"
 
 #include <gtest/gtest.h>
@@ -31,15 +32,9 @@
 
 namespace {
 
-using idem::BusProxy;
-using idem::CollectingBusProxy;
-using idem::Event;
-using idem::HandleResult;
-using idem::HandlerMode;
-using idem::HandlerOptions;
+using namespace idem::test::core_names;
 using idem::async::AsyncMemoryRecorder;
 using idem::async::Task;
-using namespace std::chrono_literals;
 
 struct PaymentDeclined : std::runtime_error {
   PaymentDeclined() : std::runtime_error("payment declined") {}

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "../async_test_support.hpp"
+#include "../core_names.hpp"
 #include "../metrics_counts.hpp"
 #include "idem/async/handler.hpp"
 #include "idem/async/memory_recorder.hpp"
@@ -23,12 +24,8 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::CallOutcome;
-using idem::DeliveryOutcome;
-using idem::HandleResult;
+using namespace idem::test::core_names;
 using idem::test::run;
-using idem::testing::ManualClock;
 
 idem::Event event(const std::string& id, const std::string& payload = "ok") {
   idem::Event e = idem::Event::make("order.placed", payload);

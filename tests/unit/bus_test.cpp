@@ -9,19 +9,13 @@
 #include <stdexcept>
 #include <vector>
 
+#include "../core_names.hpp"
 #include "idem/memory_recorder.hpp"
 #include "idem/testing/manual_clock.hpp"
 
 namespace {
 
-using idem::Bus;
-using idem::BusOptions;
-using idem::BusProxy;
-using idem::DeadLetter;
-using idem::Event;
-using idem::HandleResult;
-using idem::testing::ManualClock;
-using namespace std::chrono_literals;
+using namespace idem::test::core_names;
 using Sleeps = std::vector<std::chrono::nanoseconds>;
 
 struct PaymentDeclined : std::runtime_error {

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../core_names.hpp"
 #include "../thrown_by.hpp"
 #include "idem/circuit_breaker.hpp"
 #include "idem/resilient.hpp"
@@ -16,8 +17,7 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::testing::ManualClock;
+using namespace idem::test::core_names;
 
 struct Quote {
   std::string source;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "../core_names.hpp"
 #include "idem/handler.hpp"
 #include "idem/memory_recorder.hpp"
 
@@ -15,11 +16,7 @@
 
 namespace {
 
-using idem::CollectingBusProxy;
-using idem::Event;
-using idem::HandleOutcome;
-using idem::HandleResult;
-using idem::HandlerMode;
+using namespace idem::test::core_names;
 
 // Forwards to an in-memory recorder, counting the calls of each kind; can fail the batch calls.
 class CountingRecorder : public idem::IdempotencyRecorder {

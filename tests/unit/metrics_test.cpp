@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "../core_names.hpp"
 #include "../metrics_counts.hpp"
 #include "../run_together.hpp"
 #include "idem/circuit_breaker.hpp"
@@ -31,14 +32,7 @@
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::CallOutcome;
-using idem::DeliveryOutcome;
-using idem::HandleResult;
-using idem::HandlerMode;
-using idem::Metrics;
-using idem::PrometheusWriter;
-using idem::testing::ManualClock;
+using namespace idem::test::core_names;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 

@@ -11,13 +11,13 @@
 #include <thread>
 #include <vector>
 
+#include "../core_names.hpp"
 #include "../thrown_by.hpp"
 #include "idem/testing/manual_clock.hpp"
 
 namespace {
 
-using namespace std::chrono_literals;
-using idem::testing::ManualClock;
+using namespace idem::test::core_names;
 
 struct Payment {
   std::string id;
