@@ -39,16 +39,17 @@ PY
 }
 
 # start_plain_redis DIR PORT: a daemonized redis-server on 127.0.0.1:PORT without persistence,
-# its files in DIR; waits up to 10 s for it to answer PING.
+# its files in DIR; fails unless it answers PING within 30 s.
 start_plain_redis() {
   local dir=$1 port=$2
   redis-server --bind 127.0.0.1 --port "$port" --dir "$dir" --save "" --appendonly no \
     --daemonize yes --logfile "$dir/redis.log" --pidfile "$dir/redis.pid" >/dev/null
-  for _ in $(seq 1 100); do
-    redis-cli -h 127.0.0.1 -p "$port" ping >/dev/null 2>&1 && break
-    sleep 0.1
-  done
+  within_30s redis_answers "$port" || {
+    echo "redis-server on port $port did not answer PING in 30 s (see $dir/redis.log)" >&2
+    return 1
+  }
 }
+redis_answers() { redis-cli -h 127.0.0.1 -p "$1" ping >/dev/null 2>&1; }
 
 # Stopping touches only what this run started, found by its own PID (never by a process name:
 # several runs, or a user's own servers, may be up beside this one).
